@@ -1,0 +1,52 @@
+"""Cadenza: an asyncio actor-model runtime for agent workflows that loop.
+
+Every step, loop iteration and graph state runs as an actor with an inbox; a
+supervisor routes messages by namespaced address (``dev-cycle.0.implement``);
+runs are bounded, observable and durable.
+
+    import cadenza
+
+    async with cadenza.Runtime(store=".cadenza/runs.db") as runtime:
+        result = await runtime.run("flow.yaml", inputs={"topic": "loops"})
+"""
+
+from ._api import RunHandle as RunHandle
+from ._api import Runtime as Runtime
+from ._api import new_run_id as new_run_id
+from .actors import StepContext as StepContext
+from .actors import StepOutput as StepOutput
+from .errors import CadenzaError as CadenzaError
+from .errors import InputError as InputError
+from .errors import RunNotFound as RunNotFound
+from .errors import StoreError as StoreError
+from .protocols import ErrorInfo as ErrorInfo
+from .protocols import Event as Event
+from .protocols import RunResult as RunResult
+from .protocols import StepRecord as StepRecord
+from .workflow import LoadedWorkflow as LoadedWorkflow
+from .workflow import Workflow as Workflow
+from .workflow import WorkflowError as WorkflowError
+from .workflow import load_workflow as load_workflow
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "CadenzaError",
+    "ErrorInfo",
+    "Event",
+    "InputError",
+    "LoadedWorkflow",
+    "RunHandle",
+    "RunNotFound",
+    "RunResult",
+    "Runtime",
+    "StepContext",
+    "StepOutput",
+    "StepRecord",
+    "StoreError",
+    "Workflow",
+    "WorkflowError",
+    "__version__",
+    "load_workflow",
+    "new_run_id",
+]

@@ -1,0 +1,134 @@
+"""Keeping secrets out of errors, reprs and logs.
+
+``redact`` masks what looks like a credential in free text: the values of
+secrets Cadenza knows about (API keys and tokens from the environment, and any
+``register_secret`` adds), ``sk-...`` keys, ``Bearer ...`` tokens and the
+values of credential-named keys in JSON-ish or ``key=value`` text.
+``redact_processor`` applies it to every string of a structlog event.
+
+Masking is best effort for text Cadenza did not produce; the rule that holds is
+that Cadenza itself never puts a key into an error, a repr or a log field.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+from collections.abc import Iterable, Mapping, MutableMapping
+from typing import Any, Final
+
+__all__ = [
+    "MASK",
+    "redact",
+    "redact_processor",
+    "register_secret",
+    "register_secrets_from",
+    "secrets_from",
+]
+
+MASK: Final = "***"
+"""What a masked value is replaced with."""
+
+# Shorter values are not masked: they would garble ordinary text, and a real
+# credential is never this short.
+_MIN_SECRET_LENGTH: Final = 6
+
+_SECRET_VARIABLE = re.compile(r"(?:_API_KEY|_TOKEN)\Z", re.IGNORECASE)
+_KEY_NAMES = r"[\w-]*_api_key|api[_-]?key|x-api-key|authorization|[\w-]*_token|access_token"
+_KEY_VALUE = re.compile(
+    rf"""(?P<key>(?P<kq>["']?)\b(?:{_KEY_NAMES})(?P=kq)\s*[:=]\s*)
+    (?P<value>"[^"]*"|'[^']*'|(?:(?:Bearer|Basic|Token)\s+)?[^\s"',;&}}\])]+)""",
+    re.IGNORECASE | re.VERBOSE,
+)
+_SK_KEY = re.compile(r"\bsk-[A-Za-z0-9_\-]{8,}")
+_BEARER = re.compile(r"\b(Bearer|Basic)\s+[A-Za-z0-9._~+/=\-]{6,}", re.IGNORECASE)
+_SENSITIVE_FIELD = re.compile(rf"\A(?:{_KEY_NAMES}|password|secret)\Z", re.IGNORECASE)
+
+_known: set[str] = set()
+
+
+def secrets_from(environ: Mapping[str, str]) -> frozenset[str]:
+    """The values of every ``*_API_KEY`` and ``*_TOKEN`` variable in ``environ``."""
+    return frozenset(
+        value
+        for name, value in environ.items()
+        if _SECRET_VARIABLE.search(name) and len(value) >= _MIN_SECRET_LENGTH
+    )
+
+
+def register_secret(value: str) -> None:
+    """Mask ``value`` from now on wherever ``redact`` runs (logs included)."""
+    if len(value) >= _MIN_SECRET_LENGTH:
+        _known.add(value)
+
+
+def register_secrets_from(environ: Mapping[str, str]) -> None:
+    """Register the value of every ``*_API_KEY`` and ``*_TOKEN`` variable in ``environ``."""
+    _known.update(secrets_from(environ))
+
+
+def redact(text: str, secrets: Iterable[str] = ()) -> str:
+    """``text`` with every credential-looking part replaced by ``***``.
+
+    Args:
+        text: Any text: an error body, a URL, a log message.
+        secrets: Values to mask besides the registered ones, e.g. the API key
+            of the call that failed.
+
+    Returns:
+        The text with known secrets, ``sk-...`` keys, ``Bearer``/``Basic``
+        credentials and the values of credential-named keys
+        (``api_key``, ``*_API_KEY``, ``authorization``, ``x-api-key``,
+        ``*_token``) masked.
+    """
+    known = frozenset(_known.union(s for s in secrets if len(s) >= _MIN_SECRET_LENGTH))
+    if known:
+        text = _secret_pattern(known).sub(MASK, text)
+    text = _KEY_VALUE.sub(_mask_value, text)
+    text = _SK_KEY.sub("sk-" + MASK, text)
+    return _BEARER.sub(lambda m: f"{m.group(1)} {MASK}", text)
+
+
+def redact_processor(
+    logger: object, method_name: str, event_dict: MutableMapping[str, Any]
+) -> MutableMapping[str, Any]:
+    """A structlog processor that redacts every string in the event, however nested.
+
+    Values of credential-named fields (``api_key``, ``authorization``...) are
+    masked whole. Put it after ``format_exc_info`` (so tracebacks are text by
+    then) and before the renderer.
+    """
+    for key, value in event_dict.items():
+        event_dict[key] = _redact_field(key, value)
+    return event_dict
+
+
+def _redact_field(key: object, value: Any) -> Any:
+    if isinstance(key, str) and _SENSITIVE_FIELD.match(key) and value is not None:
+        return MASK
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, Mapping):
+        return {k: _redact_field(k, v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_redact_field(None, item) for item in value]
+    if isinstance(value, tuple):
+        return tuple(_redact_field(None, item) for item in value)
+    return value
+
+
+def _mask_value(match: re.Match[str]) -> str:
+    value = match.group("value")
+    quote = value[0] if value[:1] in ("'", '"') else ""
+    return f"{match.group('key')}{quote}{MASK}{quote}"
+
+
+@functools.lru_cache(maxsize=32)
+def _secret_pattern(secrets: frozenset[str]) -> re.Pattern[str]:
+    # Longest first, so a secret that contains another is masked whole.
+    ordered = sorted(secrets, key=len, reverse=True)
+    return re.compile("|".join(re.escape(s) for s in ordered))
+
+
+register_secrets_from(os.environ)

@@ -1,0 +1,118 @@
+"""Running a ``command`` step: an async subprocess in its own process group.
+
+A string runs under ``/bin/sh -c``; a list is exec'd as is. Values reach the
+process only through the environment and stdin, never spliced into the command
+line (the validator rejects templates inside ``command``). The process gets its
+own session, so a timeout or cancellation kills the whole group, grandchildren
+included, not just the shell.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import anyio
+from anyio.abc import ByteReceiveStream, Process
+
+__all__ = ["CommandOutcome", "run_command"]
+
+OUTPUT_CAP = 10 * 1024 * 1024
+"""Bytes of stdout (and of stderr) kept per command; the rest is counted, not stored."""
+
+_KILL_GRACE = 2.0
+"""Seconds between SIGTERM and SIGKILL when a command is stopped."""
+
+
+@dataclass(frozen=True, slots=True)
+class CommandOutcome:
+    """What a finished command produced."""
+
+    exit_code: int
+    stdout: str
+    stderr: str
+
+
+async def _collect(stream: ByteReceiveStream | None, sink: bytearray) -> None:
+    if stream is None:
+        return
+    dropped = 0
+    async for chunk in stream:
+        room = OUTPUT_CAP - len(sink)
+        if room > 0:
+            sink += chunk[:room]
+        dropped += max(0, len(chunk) - max(room, 0))
+    if dropped:
+        sink += f"\n[... {dropped} more bytes not kept]".encode()
+
+
+def _kill_group(process: Process, sig: signal.Signals) -> None:
+    try:
+        os.killpg(process.pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+async def _stop(process: Process) -> None:
+    """Terminates the process group, then kills it if it does not go in time."""
+    _kill_group(process, signal.SIGTERM)
+    with anyio.move_on_after(_KILL_GRACE):
+        await process.wait()
+        return
+    _kill_group(process, signal.SIGKILL)
+    await process.wait()
+
+
+async def run_command(
+    command: str | list[str],
+    *,
+    env: Mapping[str, str],
+    cwd: Path,
+    stdin: str | None,
+) -> CommandOutcome:
+    """Runs a command to completion and returns its exit code and output.
+
+    On cancellation (a timeout, an aborted run) the whole process group is
+    terminated and reaped before the cancellation propagates.
+
+    Raises:
+        OSError: The program cannot be started (not found, not executable, bad cwd).
+    """
+    argv: str | list[str] = command if isinstance(command, list) else ["/bin/sh", "-c", command]
+    process = await anyio.open_process(
+        argv,
+        stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=cwd,
+        env=dict(env),
+        start_new_session=True,
+    )
+    stdout, stderr = bytearray(), bytearray()
+    try:
+        async with anyio.create_task_group() as group:
+            group.start_soon(_collect, process.stdout, stdout)
+            group.start_soon(_collect, process.stderr, stderr)
+            if process.stdin is not None and stdin is not None:
+                async with process.stdin:
+                    try:
+                        await process.stdin.send(stdin.encode())
+                    except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+                        pass  # the command exited without reading all of its input
+            await process.wait()
+            # A background grandchild may still hold the pipes open: the step is over when
+            # its main process is, so the rest of the group goes too (no orphans).
+            _kill_group(process, signal.SIGKILL)
+    except BaseException:
+        with anyio.CancelScope(shield=True):
+            await _stop(process)
+        raise
+    return CommandOutcome(
+        exit_code=process.returncode if process.returncode is not None else -1,
+        stdout=stdout.decode(errors="replace"),
+        stderr=stderr.decode(errors="replace"),
+    )

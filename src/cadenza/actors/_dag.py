@@ -1,0 +1,213 @@
+"""The DAG controller: runs a list of steps in dependency order, no superstep barrier.
+
+A step starts as soon as its own dependencies have finished (durably), so a fast
+branch never waits behind a slow one. Readiness is tracked with a count of
+unfinished dependencies per step, so each completion costs O(its dependents).
+Failure propagation follows ``options.onStepFailure``:
+
+* ``cascade``: dependents of a failed step fail too (transitively);
+* ``skip-dependents``: they are skipped, independent branches go on;
+* ``abort``: running steps are cancelled and nothing new starts.
+
+A step with ``onError: continue`` is recorded as failed but its dependents run.
+A skipped step (false ``condition``) counts as finished for its dependents, who
+can test ``steps.<id>.status``.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ..protocols import ErrorInfo, StepRecord
+from ..runtime import Actor, Address
+from ..workflow import LoadedWorkflow, Step, compile_expression
+from ._context import RunContext, Scope
+from ._step import StepActor, StepFinished, work_error
+
+__all__ = ["DagController", "DagOutcome"]
+
+
+@dataclass(frozen=True, slots=True)
+class DagOutcome:
+    """How a DAG ended: its status, the content of its last step that ran, the first error."""
+
+    status: str
+    content: str | None
+    error: ErrorInfo | None
+
+
+DagReport = Callable[[DagOutcome], Awaitable[None]]
+
+
+class DagController(Actor):
+    """Schedules the steps of one scope and reports a `DagOutcome` when all are final."""
+
+    def __init__(
+        self,
+        run: RunContext,
+        document: LoadedWorkflow,
+        steps: Sequence[Step],
+        scope: Scope,
+        prefix: Address | None,
+        report: DagReport,
+    ) -> None:
+        self.run = run
+        self.document = document
+        self.steps = {step.id: step for step in steps}
+        self.order = [step.id for step in steps]
+        self.scope = scope
+        self.prefix = prefix
+        self.report = report
+        self.waiting_on = {step.id: len(set(step.depends_on)) for step in steps}
+        self.dependents: dict[str, list[str]] = {step.id: [] for step in steps}
+        for step in steps:
+            for dependency in set(step.depends_on):
+                self.dependents[dependency].append(step.id)
+        self.records: dict[str, StepRecord] = {}
+        self.running: dict[str, StepActor] = {}
+        self.aborting = False
+        self.first_error: ErrorInfo | None = None
+        self.reported = False
+
+    def _address(self, step_id: str) -> Address:
+        return self.prefix.child(step_id) if self.prefix is not None else Address.root(step_id)
+
+    async def on_start(self) -> None:
+        """Starts every step without dependencies."""
+        settled = []
+        for step_id in self.order:
+            if self.waiting_on[step_id] == 0:
+                record = await self._launch(step_id)
+                if record is not None:
+                    settled.append((step_id, record))
+        await self._advance(settled)
+        await self._maybe_done()
+
+    async def receive(self, message: Any) -> None:
+        """Takes a child's `StepFinished` and starts what it unblocked."""
+        if isinstance(message, StepFinished):
+            self.running.pop(message.step_id, None)
+            await self._advance([(message.step_id, message.record)])
+            await self._maybe_done()
+
+    def cancel(self, reason: str) -> None:
+        """Cancels every running step; nothing new starts."""
+        self.aborting = True
+        for child in list(self.running.values()):
+            child.cancel(reason)
+
+    async def _advance(self, finished: list[tuple[str, StepRecord]]) -> None:
+        """Notes finished steps and launches their unblocked dependents, iteratively.
+
+        A worklist rather than recursion: a failure cascading down a 1,000-step
+        chain must not exhaust the stack.
+        """
+        work = deque(finished)
+        while work:
+            step_id, record = work.popleft()
+            self._note(step_id, record)
+            for dependent in self.dependents[step_id]:
+                self.waiting_on[dependent] -= 1
+                if self.waiting_on[dependent] == 0:
+                    settled = await self._launch(dependent)
+                    if settled is not None:
+                        work.append((dependent, settled))
+
+    async def _launch(self, step_id: str) -> StepRecord | None:
+        """Spawns the step's actor, or returns the record of a decision not to run it."""
+        if self.aborting or self.run.cancelled is not None:
+            return None
+        step = self.steps[step_id]
+        address = self._address(step_id)
+        record = self._decide(step, address)
+        if record is not None:
+            await self.run.journal.step_finished(str(address), record)
+            return record
+        child = StepActor(self.run, self.document, step_id, step, self.scope, self.ref.send)
+        self.running[step_id] = child
+        self.supervisor.spawn(address, lambda: child)
+        return None
+
+    def _decide(self, step: Step, address: Address) -> StepRecord | None:
+        """Skips or fails a step before it runs: a failed dependency or a false condition."""
+        blocked = self._blocked_by(step)
+        if blocked is not None:
+            dependency, dependency_record = blocked
+            strategy = self.run.options.on_step_failure
+            error = ErrorInfo(
+                type="DependencyFailed",
+                message=f"dependency {dependency!r} {dependency_record.status}",
+                address=str(address),
+            )
+            return StepRecord(status="failed" if strategy == "cascade" else "skipped", error=error)
+        if step.condition is None:
+            return None
+        try:
+            expression = compile_expression(step.condition, step_ids=self.run.step_ids)
+            go = expression.evaluate_bool(self.scope.activation(self.run.inputs))
+        except Exception as error:  # a bad condition fails its step, naming the expression
+            return StepRecord(status="failed", error=work_error(error, str(address)))
+        if go:
+            return None
+        reason = ErrorInfo(type="ConditionFalse", message=f"condition {step.condition!r} is false")
+        return StepRecord(status="skipped", error=reason)
+
+    def _blocked_by(self, step: Step) -> tuple[str, StepRecord] | None:
+        for dependency in step.depends_on:
+            record = self.records[dependency]
+            if record.status == "failed" and self.steps[dependency].on_error == "continue":
+                continue
+            if record.status in ("failed", "cancelled"):
+                return dependency, record
+            if record.error is not None and record.error.type == "DependencyFailed":
+                return dependency, record
+        return None
+
+    def _note(self, step_id: str, record: StepRecord) -> None:
+        self.records[step_id] = record
+        self.scope.record(step_id, record)
+        failed = record.status == "failed" and self.steps[step_id].on_error != "continue"
+        if (failed or record.status == "cancelled") and self.first_error is None:
+            if record.error is None or record.error.type != "DependencyFailed":
+                self.first_error = record.error
+        if failed and self.run.options.on_step_failure == "abort" and not self.aborting:
+            self.cancel(f"step {step_id!r} failed and onStepFailure is abort")
+
+    async def _maybe_done(self) -> None:
+        if self.reported or self.running:
+            return
+        if len(self.records) < len(self.steps) and not (
+            self.aborting or self.run.cancelled is not None
+        ):
+            return
+        self.reported = True
+        await self.report(self._outcome())
+        self.stop()
+
+    def _outcome(self) -> DagOutcome:
+        statuses = {
+            step_id: record.status
+            for step_id, record in self.records.items()
+            if not (record.status == "failed" and self.steps[step_id].on_error == "continue")
+        }
+        if "failed" in statuses.values():
+            status = "failed"
+        elif self.run.cancelled is not None or "cancelled" in statuses.values():
+            status = "cancelled"
+        else:
+            status = "completed"
+        content = None
+        for step_id in reversed(self.order):
+            record = self.records.get(step_id)
+            if record is not None and record.status not in ("skipped", "cancelled"):
+                content = record.content
+                break
+        error = self.first_error
+        if status != "completed" and error is None:
+            failed = [a for a, r in self.records.items() if r.status in ("failed", "cancelled")]
+            first = self.records[failed[0]] if failed else None
+            error = first.error if first is not None else None
+        return DagOutcome(status=status, content=content, error=error)

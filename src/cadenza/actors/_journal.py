@@ -1,0 +1,157 @@
+"""A run's journal: the one place where facts about the run are written down.
+
+Every actor of a run reports through the journal: it numbers events, hands them
+to observers and to the store, keeps the latest record of every executed
+address, and adds up token usage. It lives on the event loop and is only ever
+touched from there, one call at a time, so it needs no locks.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from ..protocols import (
+    ErrorInfo,
+    Event,
+    EventType,
+    GraphSummary,
+    LoopSummary,
+    MessageRecord,
+    RunResult,
+    RunStatus,
+    StepRecord,
+    Tokens,
+    Usage,
+    format_duration,
+    timestamp,
+)
+from ..runtime import RunStore
+
+__all__ = ["EventSink", "RunJournal"]
+
+EventSink = Callable[[Event], None]
+"""Receives every event of a run as it happens; must not block."""
+
+
+class RunJournal:
+    """Numbers and records a run's events and step outcomes."""
+
+    def __init__(self, run_id: str, workflow: str, store: RunStore) -> None:
+        self.run_id = run_id
+        self.workflow = workflow
+        self.store = store
+        self.records: dict[str, StepRecord] = {}
+        self.loops: dict[str, LoopSummary] = {}
+        self.graphs: dict[str, GraphSummary] = {}
+        self.messages: list[MessageRecord] = []
+        self.prompt_tokens = 0
+        self.completion_tokens = 0
+        self.llm_calls = 0
+        self.started = time.monotonic()
+        self._seq = 0
+        self._sinks: list[EventSink] = []
+
+    def subscribe(self, sink: EventSink) -> Callable[[], None]:
+        """Adds an observer of every later event; returns a function that removes it."""
+        self._sinks.append(sink)
+        return lambda: self._sinks.remove(sink)
+
+    @property
+    def last_seq(self) -> int:
+        """The ``seq`` of the newest event."""
+        return self._seq
+
+    def emit(
+        self,
+        type: str,
+        *,
+        step_id: str | None = None,
+        agent: str | None = None,
+        message: str | None = None,
+        duration: float | None = None,
+        tokens: Tokens | None = None,
+        error: str | None = None,
+        data: dict[str, Any] | None = None,
+    ) -> Event:
+        """Records an event, queues it for the store and shows it to observers."""
+        self._seq += 1
+        event = Event(
+            type=type,
+            timestamp=timestamp(),
+            run_id=self.run_id,
+            seq=self._seq,
+            step_id=step_id,
+            agent=agent,
+            message=message,
+            duration=None if duration is None else format_duration(duration),
+            tokens=tokens,
+            error=error,
+            data=data,
+        )
+        self.store.append_event(event)
+        for sink in self._sinks:
+            sink(event)
+        return event
+
+    def step_started(self, address: str, *, kind: str, attempt: int, agent: str | None) -> None:
+        """Records that an address began executing."""
+        record = StepRecord(status="running", attempts=attempt)
+        self.records[address] = record
+        self.store.put_step(self.run_id, address, record)
+        self.emit(
+            EventType.STEP_START, step_id=address, agent=agent, data={"kind": kind, "attempt": attempt}
+        )
+
+    async def step_finished(self, address: str, record: StepRecord, *, agent: str | None = None) -> None:
+        """Records an address's outcome and waits until it is durable.
+
+        Controllers start nothing that depends on the address before this returns.
+        """
+        self.records[address] = record
+        self.store.put_step(self.run_id, address, record)
+        duration = record.duration_ms / 1000
+        if record.status == "completed":
+            self.emit(EventType.STEP_END, step_id=address, agent=agent, duration=duration)
+        elif record.status == "skipped":
+            self.emit(EventType.STEP_SKIPPED, step_id=address, message=_reason(record))
+        else:
+            self.emit(
+                EventType.ERROR,
+                step_id=address,
+                agent=agent,
+                duration=duration,
+                error=_reason(record),
+                data={"status": record.status},
+            )
+        await self.store.flush()
+
+    def usage(self) -> Usage:
+        """Token usage so far."""
+        return Usage(
+            prompt_tokens=self.prompt_tokens,
+            completion_tokens=self.completion_tokens,
+            llm_calls=self.llm_calls,
+        )
+
+    def result(self, status: RunStatus, output: Any, error: ErrorInfo | None) -> RunResult:
+        """The result JSON of the run as it stands."""
+        return RunResult(
+            run_id=self.run_id,
+            workflow=self.workflow,
+            status=status,
+            output=output,
+            steps=dict(self.records),
+            loops=dict(self.loops),
+            graphs=dict(self.graphs),
+            messages=list(self.messages),
+            usage=self.usage(),
+            error=error,
+        )
+
+
+def _reason(record: StepRecord) -> str | None:
+    if record.error is None:
+        return None
+    return f"{record.error.type}: {record.error.message}"

@@ -1,0 +1,182 @@
+"""One run from start to result: a supervisor, the root DAG controller, the outcome.
+
+`execute_run` owns a run's supervisor for exactly as long as the run lasts, so
+leaving it (normally, on error or by cancellation) leaves no actor behind. The
+run's final status is decided here: the DAG's outcome, unless the run was
+cancelled by its caller (``cancelled``), timed out (``failed``, ``Timeout``) or
+an actor crashed (``failed``, with the crash as the error).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+
+from ..protocols import ErrorInfo, EventType, RunResult, RunStatus, Tokens
+from ..runtime import Address, Clock, DeadLetter, RunRow, RunStore, Supervisor
+from ..workflow import LoadedWorkflow, compile_expression, parse_duration
+from ._context import RunContext, Scope, collect_step_ids
+from ._dag import DagController, DagOutcome
+from ._journal import RunJournal
+
+__all__ = ["RunControl", "execute_run"]
+
+ROOT = Address.root("Run")
+"""The root controller's address: capitalised, so no step id can take it."""
+
+
+@dataclass(eq=False)
+class RunControl:
+    """Lets a caller cancel a run that may not have started its actors yet."""
+
+    cancel_reason: str | None = None
+    context: RunContext | None = field(default=None, repr=False)
+
+    def cancel(self, reason: str) -> None:
+        """Asks the run to stop: running steps are cancelled, nothing new starts."""
+        if self.cancel_reason is None:
+            self.cancel_reason = reason
+        if self.context is not None:
+            self.context.cancel(reason)
+
+
+async def execute_run(
+    *,
+    run_id: str,
+    document: LoadedWorkflow,
+    inputs: dict[str, Any],
+    journal: RunJournal,
+    store: RunStore,
+    clock: Clock,
+    max_concurrency: int,
+    default_model: str | None,
+    control: RunControl,
+) -> RunResult:
+    """Runs a loaded workflow to its end and returns (and records) its result."""
+    workflow = document.workflow
+    now = time.time()
+    store.begin_run(
+        RunRow(
+            run_id=run_id,
+            workflow=workflow.name,
+            path=str(document.path) if document.path else None,
+            status="running",
+            inputs=inputs,
+            created_at=now,
+            updated_at=now,
+        )
+    )
+    journal.emit(EventType.WORKFLOW_START, message=workflow.name, data={"total": len(workflow.steps)})
+    await store.flush()
+    started = clock.now()
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[DagOutcome] = loop.create_future()
+    crash: list[ErrorInfo] = []
+    timed_out: list[str] = []
+
+    def on_crash(address: Address, error: BaseException) -> None:
+        info = ErrorInfo(type=type(error).__name__, message=str(error), address=str(address))
+        journal.emit(EventType.ACTOR_CRASHED, step_id=str(address), error=f"{info.type}: {info.message}")
+        crash.append(info)
+        context.cancel(f"actor {address} crashed")
+        if not done.done():
+            done.set_result(DagOutcome(status="failed", content=None, error=info))
+
+    def on_dead_letter(letter: DeadLetter) -> None:
+        journal.emit(
+            EventType.DEAD_LETTER,
+            step_id=letter.address,
+            message=f"{letter.message_type}: {letter.reason}",
+        )
+
+    async def report(outcome: DagOutcome) -> None:
+        if not done.done():
+            done.set_result(outcome)
+
+    async with Supervisor(clock=clock, on_crash=on_crash, on_dead_letter=on_dead_letter) as supervisor:
+        context = RunContext(
+            run_id=run_id,
+            document=document,
+            inputs=inputs,
+            journal=journal,
+            supervisor=supervisor,
+            clock=clock,
+            limiter=asyncio.Semaphore(max_concurrency),
+            step_ids=collect_step_ids(workflow.steps),
+            default_model=default_model,
+        )
+        control.context = context
+        if control.cancel_reason is not None:
+            context.cancel(control.cancel_reason)
+        timer = None
+        if workflow.options.timeout:
+            limit = workflow.options.timeout
+
+            def expire() -> None:
+                timed_out.append(limit)
+                context.cancel(f"the run exceeded its timeout of {limit}")
+
+            timer = clock.call_later(parse_duration(limit), expire)
+        scope = Scope()
+        supervisor.spawn(
+            ROOT,
+            lambda: DagController(context, document, workflow.steps, scope, None, report),
+        )
+        try:
+            outcome = await done
+        finally:
+            if timer is not None:
+                timer.cancel()
+        if crash:
+            supervisor.cancel()
+    status, error = _final_status(outcome, control, timed_out, crash)
+    output: Any = outcome.content
+    if status == "completed" and workflow.output is not None:
+        try:
+            expression = compile_expression(workflow.output, step_ids=context.step_ids)
+            output = expression.evaluate(scope.activation(inputs))
+        except Exception as failure:  # a bad output expression fails the run, located
+            status = "failed"
+            error = ErrorInfo(type=type(failure).__name__, message=f"output: {failure}")
+    result = journal.result(status, _plain(output), error)
+    store.end_run(run_id, status, result)
+    usage = result.usage
+    journal.emit(
+        EventType.WORKFLOW_END,
+        message=status,
+        duration=clock.now() - started,
+        tokens=Tokens(
+            usage.prompt_tokens, usage.completion_tokens, usage.prompt_tokens + usage.completion_tokens
+        ),
+        error=f"{error.type}: {error.message}" if error else None,
+        data={"status": status},
+    )
+    await store.flush()
+    return result
+
+
+def _final_status(
+    outcome: DagOutcome, control: RunControl, timed_out: list[str], crash: list[ErrorInfo]
+) -> tuple[RunStatus, ErrorInfo | None]:
+    if crash:
+        return "failed", crash[0]
+    if timed_out:
+        message = f"the run exceeded its timeout of {timed_out[0]}"
+        return "failed", ErrorInfo(type="Timeout", message=message)
+    if control.cancel_reason is not None:
+        return "cancelled", ErrorInfo(type="Cancelled", message=control.cancel_reason)
+    status: RunStatus = "completed"
+    if outcome.status in ("failed", "cancelled"):
+        status = "failed" if outcome.status == "failed" else "cancelled"
+    return status, outcome.error if status != "completed" else None
+
+
+def _plain(value: Any) -> Any:
+    """Makes an output value plain JSON data (CEL may hand back its own types)."""
+    if value is None or isinstance(value, str | int | float | bool):
+        return value
+    return msgspec.json.decode(msgspec.json.encode(value))

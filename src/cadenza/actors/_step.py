@@ -1,0 +1,235 @@
+"""The step actor: runs one leaf step (command, handler) with retries and a timeout.
+
+A `StepActor` is spawned under the step's address when its controller decides
+the step should run. It executes in its own task: waits for a run-wide slot,
+runs the work under the step's timeout, retries a failure up to ``retries``
+times, records the outcome durably, and only then reports `StepFinished` to its
+controller and stops. Whatever goes wrong inside the work becomes the step's
+recorded failure; only a bug in the actor itself would crash it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import anyio
+import msgspec
+
+from ..errors import CadenzaError
+from ..protocols import ErrorInfo, EventType, StepRecord, StepStatus
+from ..runtime import Actor
+from ..workflow import LoadedWorkflow, Step, parse_duration, parse_template
+from ..workflow._spec import State
+from ._command import run_command
+from ._context import RunContext, Scope
+from ._handler import StepContext, StepsView, call_handler, resolve_handler
+
+__all__ = ["Report", "StepActor", "StepFinished", "StepFailure", "work_error"]
+
+
+class StepFinished(msgspec.Struct, frozen=True):
+    """A child tells its controller that it has a final, durable outcome."""
+
+    step_id: str
+    record: StepRecord
+
+
+Report = Callable[[StepFinished], Awaitable[None]]
+"""How a child reaches its controller (usually ``controller_ref.send``)."""
+
+
+class StepFailure(Exception):
+    """The work of a step failed in an expected way (non-zero exit, timeout...)."""
+
+    def __init__(self, error: ErrorInfo, content: str | None = None, result: Any = None) -> None:
+        super().__init__(error.message)
+        self.error = error
+        self.content = content
+        self.result = result
+
+
+def work_error(error: BaseException, address: str) -> ErrorInfo:
+    """Describes an exception raised by a step's work, for the record."""
+    if isinstance(error, StepFailure):
+        return error.error
+    if isinstance(error, CadenzaError):
+        return ErrorInfo(type=type(error).__name__, message=str(error), address=address)
+    return ErrorInfo(
+        type=type(error).__name__, message=str(error) or type(error).__name__, address=address
+    )
+
+
+class StepActor(Actor):
+    """Executes one leaf step under its address and reports the outcome."""
+
+    def __init__(
+        self,
+        run: RunContext,
+        document: LoadedWorkflow,
+        step_id: str,
+        step: Step | State,
+        scope: Scope,
+        report: Report,
+    ) -> None:
+        self.run = run
+        self.document = document
+        self.step_id = step_id
+        self.step = step
+        self.scope = scope
+        self.report = report
+        self._cancel_scope: anyio.CancelScope | None = None
+        self._cancel_reason: str | None = None
+
+    async def receive(self, message: Any) -> None:
+        """A step actor takes no messages while it runs its one piece of work."""
+
+    def cancel(self, reason: str) -> None:
+        """Cancels the running attempt; the step is recorded as ``cancelled``."""
+        self._cancel_reason = reason
+        if self._cancel_scope is not None:
+            self._cancel_scope.cancel()
+
+    async def on_start(self) -> None:
+        """Runs the step to its final outcome, records it, reports it, and stops."""
+        self.run.active.add(self)
+        try:
+            record = await self._execute()
+        finally:
+            self.run.active.discard(self)
+        address = str(self.address)
+        await self.run.journal.step_finished(address, record, agent=self.step.agent)
+        await self.report(StepFinished(self.step_id, record))
+        self.stop()
+
+    async def _execute(self) -> StepRecord:
+        address = str(self.address)
+        step = self.step
+        timeout = step.timeout or self.run.options.step_timeout
+        seconds = parse_duration(timeout) if timeout else None
+        attempts = step.retries + 1
+        record = StepRecord(status="cancelled")
+        for attempt in range(1, attempts + 1):
+            if self._cancel_reason is not None or self.run.cancelled is not None:
+                reason = self._cancel_reason or self.run.cancelled or "cancelled"
+                error = ErrorInfo(type="Cancelled", message=reason, address=address)
+                return StepRecord(status="cancelled", attempts=attempt - 1, error=error)
+            async with self.run.limiter:
+                started = self.run.clock.now()
+                self.run.journal.step_started(
+                    address, kind=step.kind, attempt=attempt, agent=step.agent
+                )
+                status, content, result, error = await self._attempt(address, attempt, seconds)
+                elapsed = self.run.clock.now() - started
+            record = StepRecord(
+                status=status,
+                content=content,
+                result=result,
+                attempts=attempt,
+                duration_ms=int(elapsed * 1000),
+                error=error,
+            )
+            if status != "failed" or attempt == attempts:
+                break
+            self.run.journal.emit(
+                EventType.STEP_RETRY,
+                step_id=address,
+                error=f"{error.type}: {error.message}" if error else None,
+                data={"attempt": attempt, "of": attempts},
+            )
+        return record
+
+    async def _attempt(
+        self, address: str, attempt: int, seconds: float | None
+    ) -> tuple[StepStatus, str | None, Any, ErrorInfo | None]:
+        with anyio.CancelScope() as cancel_scope:
+            self._cancel_scope = cancel_scope
+            if self._cancel_reason is not None or self.run.cancelled is not None:
+                cancel_scope.cancel()  # asked to stop between attempts or before this one
+            try:
+                timeout = (
+                    self.run.clock.fail_after(seconds)
+                    if seconds is not None
+                    else contextlib.nullcontext()
+                )
+                with timeout:
+                    content, result = await self._work(address, attempt)
+                return "completed", content, result, None
+            except TimeoutError:
+                message = f"timed out after {seconds:g}s"
+                return "failed", None, None, ErrorInfo("Timeout", message, address)
+            except StepFailure as failure:
+                return "failed", failure.content, failure.result, failure.error
+            except Exception as error:  # the step's own failure, recorded, not a crash
+                return "failed", None, None, work_error(error, address)
+            finally:
+                self._cancel_scope = None
+        reason = self._cancel_reason or self.run.cancelled or "cancelled"
+        return "cancelled", None, None, ErrorInfo("Cancelled", reason, address)
+
+    async def _work(self, address: str, attempt: int) -> tuple[str, Any]:
+        step = self.step
+        if step.command is not None:
+            return await self._command(address, attempt, step.command)
+        if step.handler is not None:
+            return await self._handler(address, attempt, step.handler)
+        raise StepFailure(
+            ErrorInfo(
+                type="Unsupported",
+                message=f"{step.kind!r} steps cannot run in this version of Cadenza yet",
+                address=address,
+            )
+        )
+
+    def _render(self, text: str) -> str:
+        template = parse_template(text, step_ids=self.run.step_ids)
+        if template.is_static:
+            return text
+        return template.render(self.scope.activation(self.run.inputs))
+
+    async def _command(self, address: str, attempt: int, command: str | list[str]) -> tuple[str, Any]:
+        step = self.step
+        env = dict(os.environ)
+        for name, value in (step.env or {}).items():
+            env[name] = self._render(value)
+        env["CADENZA_RUN_ID"] = self.run.run_id
+        env["CADENZA_STEP_ADDRESS"] = address
+        env["CADENZA_ATTEMPT"] = str(attempt)
+        env["CADENZA_IDEMPOTENCY_KEY"] = f"{self.run.run_id}:{address}:{attempt}"
+        stdin = self._render(step.stdin) if step.stdin is not None else None
+        cwd = self.document.base_dir / step.cwd if step.cwd else Path.cwd()
+        outcome = await run_command(command, env=env, cwd=cwd, stdin=stdin)
+        result = {
+            "exitCode": outcome.exit_code,
+            "stdout": outcome.stdout,
+            "stderr": outcome.stderr,
+        }
+        if outcome.exit_code != 0:
+            tail = outcome.stderr.strip().splitlines()[-1:] or [""]
+            message = f"exit code {outcome.exit_code}" + (f": {tail[0][:500]}" if tail[0] else "")
+            raise StepFailure(
+                ErrorInfo(type="CommandFailed", message=message, address=address),
+                content=outcome.stdout,
+                result=result,
+            )
+        return outcome.stdout, result
+
+    async def _handler(self, address: str, attempt: int, reference: str) -> tuple[str, Any]:
+        handler = resolve_handler(reference, self.document.base_dir)
+        variables = self.scope.activation(self.run.inputs)
+        context = StepContext(
+            run_id=self.run.run_id,
+            address=address,
+            attempt=attempt,
+            idempotency_key=f"{self.run.run_id}:{address}:{attempt}",
+            inputs=self.run.inputs,
+            steps=StepsView(variables["steps"]),
+            workflow_dir=self.document.base_dir,
+            item=variables.get("item"),
+            index=variables.get("index"),
+            iteration=variables.get("iteration"),
+        )
+        return await call_handler(handler, context)

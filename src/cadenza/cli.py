@@ -1,0 +1,250 @@
+"""The ``cadenza`` command: a thin layer over the Python API (SPEC section 7).
+
+Exit codes: 0 the run completed; 1 it failed or was cancelled; 2 the workflow,
+an input or the command line is invalid (one clear message, never a
+traceback); 3 the run waits for a person.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, NoReturn, TextIO
+
+import anyio
+import msgspec
+
+from . import __version__
+from ._api import Runtime
+from .errors import CadenzaError, InputError
+from .protocols import Event, EventType, RunResult
+from .workflow import WorkflowError, describe_workflow, load_workflow, to_mermaid, validate_file
+
+__all__ = ["main"]
+
+DEFAULT_STORE = Path(".cadenza") / "runs.db"
+EXIT_CODES = {"completed": 0, "failed": 1, "cancelled": 1, "waiting": 3, "running": 1}
+_encode_json = msgspec.json.Encoder().encode
+
+
+class UsageError(CadenzaError):
+    """The command line is wrong (exit 2)."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="cadenza", description="Run agent workflows that loop.")
+    parser.add_argument("--version", action="version", version=f"cadenza {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    run = commands.add_parser("run", help="run a workflow file")
+    run.add_argument("file", type=Path)
+    run.add_argument(
+        "--input", action="append", default=[], metavar="K=V", help="an input; V is JSON if it parses"
+    )
+    run.add_argument("--inputs-file", type=Path, help="a JSON or YAML file of inputs")
+    run.add_argument("--json", action="store_true", help="print the result JSON as the only stdout")
+    run.add_argument("--events", action="store_true", help="write NDJSON events to stderr")
+    run.add_argument("--store", type=Path, default=DEFAULT_STORE, help="the run store (SQLite)")
+    run.add_argument("--run-id", help="record the run under this id")
+    run.add_argument("--max-concurrency", type=_positive, help="steps in parallel")
+    run.add_argument("--model", help="model for steps without an agent (provider:model)")
+
+    validate = commands.add_parser("validate", help="check workflow files")
+    validate.add_argument("files", nargs="+", type=Path)
+
+    graph = commands.add_parser("graph", help="print a workflow's structure")
+    graph.add_argument("file", type=Path)
+    graph.add_argument("--format", choices=("mermaid", "json"), default="mermaid")
+
+    runs = commands.add_parser("runs", help="stored runs")
+    runs.add_argument("action", nargs="?", choices=("list", "show"), default="list")
+    runs.add_argument("run_id", nargs="?")
+    runs.add_argument("--store", type=Path, default=DEFAULT_STORE)
+    runs.add_argument("--events", action="store_true", help="with show: the stored event stream")
+    runs.add_argument("--limit", type=_positive, default=50)
+    return parser
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} must be at least 1")
+    return value
+
+
+def _inputs(args: argparse.Namespace) -> dict[str, Any]:
+    values: dict[str, Any] = {}
+    if args.inputs_file is not None:
+        try:
+            text = args.inputs_file.read_text()
+        except OSError as error:
+            raise InputError(f"cannot read --inputs-file {str(args.inputs_file)!r}: {error}") from None
+        import yaml
+
+        try:
+            loaded = yaml.safe_load(text)
+        except yaml.YAMLError as error:
+            raise InputError(f"--inputs-file {str(args.inputs_file)!r} is not JSON/YAML: {error}") from None
+        if not isinstance(loaded, dict):
+            raise InputError(f"--inputs-file {str(args.inputs_file)!r} must hold a mapping of inputs")
+        values.update(loaded)
+    for item in args.input:
+        name, sep, raw = item.partition("=")
+        if not sep or not name:
+            raise InputError(f"--input {item!r} is not of the form NAME=VALUE")
+        try:
+            values[name] = json.loads(raw)
+        except ValueError:
+            values[name] = raw
+    return values
+
+
+class _Progress:
+    """Live progress on a terminal: a line per step as it finishes."""
+
+    MARKS = {"step_end": "✓", "error": "✗", "step_skipped": "-", "step_retry": "↻"}
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+
+    def __call__(self, event: Event) -> None:
+        mark = self.MARKS.get(event.type)
+        if mark is None or event.step_id is None:
+            return
+        detail = event.duration or ""
+        if event.error:
+            detail = f"{detail} {event.error}".strip()
+        if event.type == EventType.STEP_SKIPPED and event.message:
+            detail = event.message
+        self.stream.write(f"  {mark} {event.step_id}  {detail}\n")
+        self.stream.flush()
+
+
+def _print_summary(result: RunResult, stream: TextIO) -> None:
+    stream.write(f"run {result.run_id} ({result.workflow}): {result.status}\n")
+    if result.error is not None:
+        where = f" at {result.error.address}" if result.error.address else ""
+        stream.write(f"error{where}: {result.error.type}: {result.error.message}\n")
+    if result.output is not None:
+        output = result.output if isinstance(result.output, str) else json.dumps(result.output)
+        stream.write(output if output.endswith("\n") else output + "\n")
+
+
+async def _run(args: argparse.Namespace) -> int:
+    document = load_workflow(args.file)
+    inputs = _inputs(args)
+    stderr = sys.stderr
+    async with Runtime(store=args.store, default_model=args.model) as runtime:
+
+        def on_event(event: Event) -> None:
+            if args.events:
+                stderr.write(_encode_json(event).decode() + "\n")
+            elif progress is not None:
+                progress(event)
+
+        progress = _Progress(stderr) if stderr.isatty() and not args.json else None
+        handle = await runtime.start(
+            document,
+            inputs=inputs,
+            run_id=args.run_id,
+            max_concurrency=args.max_concurrency,
+            on_event=on_event,
+        )
+        with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            async with anyio.create_task_group() as group:
+
+                async def cancel_on_signal() -> None:
+                    async for signum in signals:
+                        handle.cancel(f"interrupted by {signal.Signals(signum).name}")
+
+                group.start_soon(cancel_on_signal)
+                result = await handle.result()
+                group.cancel_scope.cancel()
+    if args.json:
+        sys.stdout.write(_encode_json(result).decode() + "\n")
+    else:
+        _print_summary(result, sys.stdout)
+    return EXIT_CODES[result.status]
+
+
+def _validate(args: argparse.Namespace) -> int:
+    bad = 0
+    for path in args.files:
+        problems = validate_file(path)
+        for problem in problems:
+            sys.stderr.write(f"{problem}\n")
+        if problems:
+            bad += 1
+        else:
+            sys.stdout.write(f"{path}: ok\n")
+    return 2 if bad else 0
+
+
+def _graph(args: argparse.Namespace) -> int:
+    workflow = load_workflow(args.file).workflow
+    if args.format == "json":
+        sys.stdout.write(json.dumps(describe_workflow(workflow), indent=2) + "\n")
+    else:
+        sys.stdout.write(to_mermaid(workflow))
+    return 0
+
+
+async def _runs(args: argparse.Namespace) -> int:
+    if args.action == "show" and not args.run_id:
+        raise UsageError("runs show needs a RUN_ID")
+    if not args.store.exists():
+        raise UsageError(f"no run store at {str(args.store)!r} (give --store PATH)")
+    async with Runtime(store=args.store) as runtime:
+        if args.action == "list":
+            for row in await runtime.list_runs(limit=args.limit):
+                sys.stdout.write(f"{row.run_id}  {row.status:<9}  {row.workflow}\n")
+            return 0
+        row = await runtime.get_run(args.run_id)
+        if args.events:
+            for event in await runtime.stored_events(args.run_id):
+                sys.stdout.write(_encode_json(event).decode() + "\n")
+            return 0
+        if row.result is not None:
+            sys.stdout.write(_encode_json(row.result).decode() + "\n")
+        else:
+            steps = await runtime.store.steps(args.run_id)
+            snapshot = {"runId": row.run_id, "workflow": row.workflow, "status": row.status}
+            snapshot["steps"] = msgspec.to_builtins(steps)
+            sys.stdout.write(json.dumps(snapshot) + "\n")
+        return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Runs the command line; returns the process exit code."""
+    args = _parser().parse_args(argv)
+    try:
+        if args.command == "run":
+            return anyio.run(_run, args)
+        if args.command == "validate":
+            return _validate(args)
+        if args.command == "graph":
+            return _graph(args)
+        return anyio.run(_runs, args)
+    except WorkflowError as error:
+        for problem in error.problems:
+            sys.stderr.write(f"{problem}\n")
+        return 2
+    except CadenzaError as error:
+        sys.stderr.write(f"cadenza: error: {error}\n")
+        return 2
+    except KeyboardInterrupt:
+        sys.stderr.write("cadenza: interrupted\n")
+        return 1

@@ -1,0 +1,189 @@
+"""Cadenza's exceptions: one root, a branch per layer.
+
+    CadenzaError
+    ├── WorkflowError            a workflow document is invalid (carries located problems)
+    ├── ExpressionError          a CEL expression failed to compile or evaluate
+    │   ├── ExpressionSyntaxError     it does not compile (carries the column)
+    │   │   ├── ExpressionTooComplex  it is longer, deeper or more nested than the caps
+    │   │   └── TemplateSyntaxError   a ``{{ }}`` template does not parse
+    │   └── ExpressionEvaluationError it failed on this run's values
+    ├── RuntimeFailure           the actor runtime refused an operation
+    │   ├── AddressError         an address does not parse or is already taken
+    │   ├── InboxFull            send_nowait on a full inbox
+    │   ├── ActorStopped         the actor stopped before it could take or answer a message
+    │   ├── AskTimeout           an ask got no reply in time
+    │   └── SupervisorEscalation restarts exceeded their intensity; the supervisor gave up
+    ├── InputError               a run input is missing or has the wrong type
+    ├── StoreError               the run store cannot be opened or is inconsistent
+    └── RunNotFound              no run with that id in the store
+
+Every error says what went wrong and where; the CLI turns them into one line on
+stderr and exit code 2 (bad input) or 1 (a failed run), never a traceback.
+Control signals (cancellation, waiting for a person) are not exceptions here.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ActorStopped",
+    "AddressError",
+    "AskTimeout",
+    "CadenzaError",
+    "ExpressionError",
+    "ExpressionEvaluationError",
+    "ExpressionSyntaxError",
+    "ExpressionTooComplex",
+    "InboxFull",
+    "InputError",
+    "RunNotFound",
+    "RuntimeFailure",
+    "StoreError",
+    "SupervisorEscalation",
+    "TemplateSyntaxError",
+]
+
+
+class CadenzaError(Exception):
+    """The root of every error Cadenza raises on purpose."""
+
+
+class InputError(CadenzaError):
+    """A run input is missing, unknown, or not of its declared type.
+
+    Raised before a run starts; fix the ``--input``/``--inputs-file`` values.
+    """
+
+
+class StoreError(CadenzaError):
+    """The run store cannot be opened, is of a newer schema, or is inconsistent."""
+
+
+class RunNotFound(CadenzaError):
+    """No run with the given id exists in the store."""
+
+
+class ExpressionError(CadenzaError):
+    """A CEL expression failed to compile or evaluate.
+
+    Attributes:
+        source: The expression (or template) text as the user wrote it.
+        message: What went wrong, in words, naming the expression.
+    """
+
+    def __init__(self, message: str, *, source: str) -> None:
+        super().__init__(message)
+        self.message = message
+        self.source = source
+
+
+class ExpressionSyntaxError(ExpressionError):
+    """An expression does not compile: bad syntax, an unknown name, or mismatched types.
+
+    Raised when a workflow loads; fix the expression at ``column``.
+
+    Attributes:
+        column: 1-based position of the problem in ``source``, counted over the
+            whole text (for one-line text, the column).
+    """
+
+    def __init__(self, message: str, *, source: str, column: int) -> None:
+        super().__init__(message, source=source)
+        self.column = column
+
+    @property
+    def line(self) -> int:
+        """1-based line of ``column`` within ``source``."""
+        return self.source.count("\n", 0, self.column - 1) + 1
+
+    @property
+    def line_column(self) -> int:
+        """1-based column of the problem within its line of ``source``."""
+        return self.column - self.source.rfind("\n", 0, self.column - 1) - 1
+
+
+class ExpressionTooComplex(ExpressionSyntaxError):
+    """An expression exceeds a compile-time cap: length, nesting depth or macro nesting.
+
+    The caps bound what one evaluation can cost; split the expression, or move
+    the work into a step.
+    """
+
+
+class TemplateSyntaxError(ExpressionSyntaxError):
+    """A ``{{ CEL }}`` template does not parse: an unclosed or empty placeholder, or bad CEL.
+
+    ``column`` counts in the template text, not inside the placeholder.
+    """
+
+
+class ExpressionEvaluationError(ExpressionError):
+    """An expression failed on this run's values: a missing key or name, a wrong type.
+
+    Raised at run time; the step that evaluated it fails with this message,
+    which quotes the expression.
+
+    Attributes:
+        name: The missing name or key when that is what went wrong, else None.
+    """
+
+    def __init__(self, message: str, *, source: str, name: str | None = None) -> None:
+        super().__init__(message, source=source)
+        self.name = name
+
+
+class RuntimeFailure(CadenzaError):
+    """The actor runtime refused an operation; the subclass says which and why."""
+
+
+class AddressError(RuntimeFailure):
+    """An address does not parse, or a live actor already holds it.
+
+    Raised by ``Address.parse`` and the ``Address`` builders, and by
+    ``Supervisor.spawn`` for a taken address. Fix the address text, or stop
+    the live actor first.
+
+    Attributes:
+        text: The offending address text.
+        column: The 1-based column of the problem, or None when the whole
+            address is at fault (for example: already taken).
+    """
+
+    def __init__(self, message: str, *, text: str, column: int | None = None) -> None:
+        super().__init__(message)
+        self.text = text
+        self.column = column
+
+
+class InboxFull(RuntimeFailure):
+    """``send_nowait`` (or ``tell_nowait``) found the inbox at capacity.
+
+    Back off, use the awaiting ``send`` for backpressure, or drop the message
+    on purpose and record that you did.
+    """
+
+
+class ActorStopped(RuntimeFailure):
+    """The actor stopped before it could take or answer a message.
+
+    Raised by a send to a closed inbox, and by every ask still pending (queued
+    or in flight) when its actor stops, crashes, is restarted or is cancelled.
+    The message names the actor and the message type; the actor will not see
+    the message, so resend it to a live instance if it still matters.
+    """
+
+
+class AskTimeout(RuntimeFailure):
+    """An ask got no reply within its timeout.
+
+    The message names the address and the message type. The actor may still
+    be working on it; a reply that arrives later is dropped.
+    """
+
+
+class SupervisorEscalation(RuntimeFailure):
+    """Restarts exceeded the supervisor's intensity, so it stopped every child.
+
+    Raised out of ``async with Supervisor(...)``; ``__cause__`` is the crash
+    that tipped it over, and the message names the actor and the count. Fix
+    the crash, or give that supervisor a higher ``max_restarts``/``within``.
+    """

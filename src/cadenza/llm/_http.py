@@ -1,0 +1,210 @@
+"""One JSON POST to a provider, with retries, a deadline per attempt and a body cap.
+
+Every HTTP provider sends through ``HTTPCaller.post``; it owns the retry loop,
+so the providers only map types to and from their wire format.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Final
+
+import httpx
+import structlog
+
+from cadenza._redact import redact
+from cadenza.runtime import Clock
+
+from ._errors import LLMConnectionError, LLMError, LLMHTTPError, LLMResponseError, LLMTimeout
+from ._retry import RetryPolicy, is_retryable_status
+from ._types import RetryHook
+
+__all__ = ["DEFAULT_MAX_BODY", "HTTPCaller"]
+
+DEFAULT_MAX_BODY: Final = 8 * 1024 * 1024
+"""The largest response body read, in bytes; a chat completion is far smaller."""
+
+_PREVIEW_CHARS: Final = 200
+
+_log = structlog.get_logger("cadenza.llm")
+
+
+class _BodyTooLarge(Exception):
+    def __init__(self, size: int) -> None:
+        self.size = size
+
+
+class HTTPCaller:
+    """Posts JSON bodies under one retry policy, clock and body cap.
+
+    Args:
+        http: Gives the shared ``httpx.AsyncClient`` (created on first use).
+        clock: Backoff sleeps and per-attempt deadlines run on it.
+        policy: Attempts, backoff and the per-attempt deadline.
+        rng: The source of backoff jitter.
+        max_body: The largest response body accepted, in bytes.
+    """
+
+    def __init__(
+        self,
+        *,
+        http: Callable[[], Awaitable[httpx.AsyncClient]],
+        clock: Clock,
+        policy: RetryPolicy,
+        rng: random.Random,
+        max_body: int = DEFAULT_MAX_BODY,
+    ) -> None:
+        self._http = http
+        self._clock = clock
+        self._policy = policy
+        self._rng = rng
+        self._max_body = max_body
+
+    async def post(
+        self,
+        url: str,
+        headers: Mapping[str, str],
+        body: bytes,
+        *,
+        what: str,
+        secrets: frozenset[str],
+        on_retry: RetryHook | None = None,
+    ) -> tuple[bytes, int]:
+        """POST ``body`` to ``url`` until a 2xx answer or a final failure.
+
+        Args:
+            url: The endpoint.
+            headers: Request headers, credentials included; they are never logged.
+            body: The encoded JSON request.
+            what: Names the call in errors and logs, e.g. ``openai model gpt-4o``.
+            secrets: Values to mask in error messages besides the registered ones.
+            on_retry: Called as ``on_retry(attempt, reason)`` before each backoff.
+
+        Returns:
+            The 2xx response body and the number of attempts it took.
+
+        Raises:
+            LLMHTTPError: A non-retryable status, or 429/5xx on the last attempt.
+            LLMConnectionError: A connection failure on the last attempt.
+            LLMTimeout: The last attempt ran past the deadline.
+            LLMResponseError: The body was larger than the cap.
+        """
+        policy = self._policy
+        attempt = 0
+        while True:
+            attempt += 1
+            started = self._clock.now()
+            reply_headers: httpx.Headers | None = None
+            try:
+                with self._clock.fail_after(policy.deadline):
+                    status, reply_headers, data = await self._send_once(url, headers, body)
+            except _BodyTooLarge as exc:
+                raise LLMResponseError(
+                    f"{what}: response body of {exc.size} bytes or more is over the "
+                    f"{self._max_body}-byte limit",
+                    attempts=attempt,
+                ) from None
+            except TimeoutError:
+                error: LLMError = LLMTimeout(
+                    f"{what}: an attempt took longer than the {policy.deadline:g} s "
+                    f"deadline (after {attempt} attempt{_s(attempt)})",
+                    attempts=attempt,
+                )
+                reason = f"deadline of {policy.deadline:g} s exceeded"
+            except httpx.TimeoutException as exc:
+                reason = f"timeout: {type(exc).__name__}"
+                error = LLMTimeout(
+                    f"{what}: {type(exc).__name__} (no progress for {policy.deadline:g} s; "
+                    f"after {attempt} attempt{_s(attempt)})",
+                    attempts=attempt,
+                )
+            except httpx.TransportError as exc:
+                reason = f"connection error: {type(exc).__name__}"
+                error = LLMConnectionError(
+                    redact(
+                        f"{what}: cannot reach {url}: {type(exc).__name__}: {exc} "
+                        f"(after {attempt} attempt{_s(attempt)})",
+                        secrets,
+                    ),
+                    attempts=attempt,
+                )
+            else:
+                if 200 <= status < 300:
+                    _log.debug("llm_attempt", call=what, attempt=attempt, status=status)
+                    return data, attempt
+                reason = f"HTTP {status}"
+                error = LLMHTTPError(
+                    f"{what}: HTTP {status} (after {attempt} attempt{_s(attempt)}): "
+                    f"{error_preview(data, secrets)}",
+                    status=status,
+                    attempts=attempt,
+                )
+                if not is_retryable_status(status):
+                    _log.debug("llm_attempt", call=what, attempt=attempt, status=status)
+                    raise error
+            _log.debug(
+                "llm_attempt",
+                call=what,
+                attempt=attempt,
+                failure=reason,
+                elapsed_s=round(self._clock.now() - started, 3),
+            )
+            if attempt >= policy.max_attempts:
+                raise error
+            delay = policy.wait(attempt, self._rng, reply_headers)
+            if on_retry is not None:
+                on_retry(attempt, reason)
+            await self._clock.sleep(delay)
+
+    async def _send_once(
+        self, url: str, headers: Mapping[str, str], body: bytes
+    ) -> tuple[int, httpx.Headers, bytes]:
+        http = await self._http()
+        request = http.build_request("POST", url, headers=headers, content=body)
+        response = await http.send(request, stream=True)
+        try:
+            declared = response.headers.get("content-length", "")
+            if declared.isdigit() and int(declared) > self._max_body:
+                raise _BodyTooLarge(int(declared))
+            # Read in chunks so an endless or decompression-bomb body stops at the cap.
+            chunks: list[bytes] = []
+            size = 0
+            async for chunk in response.aiter_bytes():
+                size += len(chunk)
+                if size > self._max_body:
+                    raise _BodyTooLarge(size)
+                chunks.append(chunk)
+        finally:
+            await response.aclose()
+        return response.status_code, response.headers, b"".join(chunks)
+
+
+def error_preview(data: bytes, secrets: frozenset[str] = frozenset()) -> str:
+    """A short, redacted, one-line preview of an error body.
+
+    Prefers the ``error.message`` that OpenAI and Anthropic put in their
+    error JSON; falls back to the raw text.
+    """
+    text = data[:4096].decode("utf-8", "replace")
+    try:
+        parsed = json.loads(text)
+    except ValueError:
+        parsed = None
+    if isinstance(parsed, dict):
+        inner = parsed.get("error")
+        message = inner.get("message") if isinstance(inner, dict) else inner
+        if isinstance(message, str) and message:
+            text = message
+    # Redact before cutting, so a secret cut in half cannot slip through unmatched.
+    flat = " ".join(redact(text, secrets).split())
+    if not flat:
+        return "(empty body)"
+    if len(flat) > _PREVIEW_CHARS:
+        return flat[: _PREVIEW_CHARS - 3] + "..."
+    return flat
+
+
+def _s(count: int) -> str:
+    return "" if count == 1 else "s"

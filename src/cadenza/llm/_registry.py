@@ -1,0 +1,266 @@
+"""Model specs (``provider:model``) and the per-run registry that hands out clients."""
+
+from __future__ import annotations
+
+import asyncio
+import difflib
+import os
+import random
+from collections.abc import Mapping, Sequence
+from types import TracebackType
+from typing import Final, Self
+
+import anyio.to_thread
+import httpx
+
+from cadenza._redact import redact, register_secrets_from, secrets_from
+from cadenza.runtime import Clock, SystemClock
+
+from ._anthropic import ANTHROPIC_WIRE
+from ._errors import LLMConfigError, LLMError
+from ._http import DEFAULT_MAX_BODY, HTTPCaller
+from ._openai import OPENAI_WIRE
+from ._retry import RetryPolicy
+from ._scripted import ScriptedClient, ScriptReplyLike
+from ._types import LLMClient
+from ._wire import HTTPModelClient
+
+__all__ = ["PROVIDERS", "ProviderRegistry", "parse_model"]
+
+PROVIDERS: Final = ("anthropic", "ollama", "openai", "scripted")
+"""The providers a model spec may name."""
+
+_KEY_VARIABLES: Final = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY"}
+_CONNECT_TIMEOUT: Final = 10.0
+
+
+def parse_model(spec: str) -> tuple[str, str]:
+    """Split a model spec into ``(provider, model)``.
+
+    ``openai:gpt-4o-mini`` and zenflow's ``openai/gpt-4o-mini`` both give
+    ``("openai", "gpt-4o-mini")``; the first ``:`` or ``/`` separates, so
+    ``ollama:llama3.1:8b`` keeps its tag. A bare ``scripted`` is allowed and
+    gives ``("scripted", "scripted")``: a script has no model to name.
+
+    Raises:
+        LLMConfigError: No provider, no model, or a provider that is not one of
+            ``PROVIDERS`` (the message lists them and suggests a close match).
+    """
+    text = spec.strip()
+    if text.lower() == "scripted":
+        return "scripted", "scripted"
+    cuts = [i for i in (text.find(":"), text.find("/")) if i >= 0]
+    cut = min(cuts, default=-1)
+    if cut <= 0:
+        raise LLMConfigError(
+            f"model {spec!r} names no provider; write provider:model, e.g. openai:gpt-4o-mini "
+            f"({_known()})"
+        )
+    provider, model = text[:cut].lower(), text[cut + 1 :]
+    if provider not in PROVIDERS:
+        raise LLMConfigError(f"unknown provider {provider!r} in model {spec!r}{_hint(provider)}")
+    if not model:
+        raise LLMConfigError(f"model {spec!r} names no model after the provider {provider!r}")
+    return provider, model
+
+
+class ProviderRegistry:
+    """The run's model clients, over one shared ``httpx.AsyncClient``.
+
+    Use one per run, as an async context manager; leaving it closes the HTTP
+    client. The HTTP client is created on the first HTTP call, so a run that
+    only uses ``scripted`` models opens no connections.
+
+    Example:
+        >>> async with ProviderRegistry(environ=os.environ, clock=clock) as providers:
+        ...     provider, model = providers.check("openai:gpt-4o-mini")
+        ...     client = providers.client(provider, key="writer")
+        ...     completion = await client.complete(LLMRequest(model, messages))
+
+    Args:
+        environ: Where keys and base URLs come from (``OPENAI_API_KEY``,
+            ``OPENAI_BASE_URL``, ``ANTHROPIC_API_KEY``, ``ANTHROPIC_BASE_URL``,
+            ``OLLAMA_HOST``); ``os.environ`` when None. Read once, here. Its
+            ``*_API_KEY`` and ``*_TOKEN`` values are registered for redaction.
+        clock: Backoff sleeps and per-attempt deadlines run on it.
+        policy: Retries, backoff and the per-attempt deadline.
+        transport: An httpx transport to send through (tests pass
+            ``httpx.MockTransport``); httpx's default when None.
+        rng: The source of backoff jitter (seed it for repeatable waits).
+        max_body: The largest response body accepted, in bytes.
+    """
+
+    def __init__(
+        self,
+        *,
+        environ: Mapping[str, str] | None = None,
+        clock: Clock | None = None,
+        policy: RetryPolicy | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
+        rng: random.Random | None = None,
+        max_body: int = DEFAULT_MAX_BODY,
+    ) -> None:
+        self._environ = dict(os.environ if environ is None else environ)
+        register_secrets_from(self._environ)
+        self._secrets = secrets_from(self._environ)
+        self._clock: Clock = clock if clock is not None else SystemClock()
+        self._policy = policy if policy is not None else RetryPolicy()
+        self._transport = transport
+        self._http: httpx.AsyncClient | None = None
+        self._http_lock = asyncio.Lock()
+        self._closed = False
+        self._clients: dict[tuple[str, str], LLMClient] = {}
+        self._caller = HTTPCaller(
+            http=self._http_client,
+            clock=self._clock,
+            policy=self._policy,
+            rng=rng if rng is not None else random.Random(),
+            max_body=max_body,
+        )
+
+    @property
+    def policy(self) -> RetryPolicy:
+        """The retry policy every HTTP provider uses."""
+        return self._policy
+
+    def check(self, spec: str) -> tuple[str, str]:
+        """Parse ``spec`` and check its provider is configured; call it before a run starts.
+
+        Returns:
+            ``(provider, model)``, as ``parse_model`` gives them.
+
+        Raises:
+            LLMConfigError: The spec is bad, or the provider's key is not set
+                (``OPENAI_API_KEY is not set (needed by model openai:gpt-4o)``).
+        """
+        provider, model = parse_model(spec)
+        variable = self._missing_key(provider)
+        if variable is not None:
+            raise LLMConfigError(f"{variable} is not set (needed by model {provider}:{model})")
+        return provider, model
+
+    def client(
+        self,
+        provider: str,
+        *,
+        script: Sequence[str | ScriptReplyLike] | None = None,
+        key: str = "",
+    ) -> LLMClient:
+        """The client for ``provider``, created on first use and cached per ``(provider, key)``.
+
+        Args:
+            provider: One of ``PROVIDERS``.
+            script: The agent's replies, for ``scripted`` (ignored otherwise).
+                The script given when a key is first used is the one it keeps.
+            key: Tells callers apart, typically the agent's name: each scripted
+                agent keeps its own position in its script.
+
+        Raises:
+            LLMConfigError: An unknown provider, a bad base URL, or a scripted
+                client without a usable script. A missing API key is reported
+                by ``complete`` (or ahead of time by ``check``).
+            LLMError: The registry is closed.
+        """
+        if self._closed:
+            raise LLMError("the provider registry is closed; create one per run")
+        cached = self._clients.get((provider, key))
+        if cached is not None:
+            return cached
+        client = self._create(provider, script)
+        self._clients[provider, key] = client
+        return client
+
+    async def aclose(self) -> None:
+        """Close the shared HTTP client; clients handed out stop working."""
+        self._closed = True
+        if self._http is not None:
+            http, self._http = self._http, None
+            await http.aclose()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else "open"
+        return f"<ProviderRegistry {state} clients={len(self._clients)} policy={self._policy!r}>"
+
+    def _create(self, provider: str, script: Sequence[str | ScriptReplyLike] | None) -> LLMClient:
+        if provider == "scripted":
+            return ScriptedClient(script or ())
+        if provider == "ollama":
+            host = self._environ.get("OLLAMA_HOST") or "http://127.0.0.1:11434"
+            if "://" not in host:  # ollama itself accepts a bare host:port
+                host = f"http://{host}"
+            base = _http_url("OLLAMA_HOST", host, self._secrets) + "/v1"
+            return self._http_model("ollama", base)
+        if provider == "openai":
+            base = self._environ.get("OPENAI_BASE_URL") or "https://api.openai.com/v1"
+            return self._http_model("openai", _http_url("OPENAI_BASE_URL", base, self._secrets))
+        if provider == "anthropic":
+            base = self._environ.get("ANTHROPIC_BASE_URL") or "https://api.anthropic.com"
+            base = _http_url("ANTHROPIC_BASE_URL", base, self._secrets)
+            return self._http_model("anthropic", base)
+        raise LLMConfigError(f"unknown provider {provider!r}{_hint(provider)}")
+
+    def _http_model(self, provider: str, base_url: str) -> LLMClient:
+        variable = _KEY_VARIABLES.get(provider)  # ollama needs none
+        api_key = self._environ.get(variable) if variable is not None else None
+        return HTTPModelClient(
+            provider=provider,
+            wire=ANTHROPIC_WIRE if provider == "anthropic" else OPENAI_WIRE,
+            base_url=base_url,
+            api_key=api_key,
+            caller=self._caller,
+            missing_key=self._missing_key(provider),
+            secrets=self._secrets,
+        )
+
+    def _missing_key(self, provider: str) -> str | None:
+        variable = _KEY_VARIABLES.get(provider)
+        if variable is None or self._environ.get(variable):
+            return None
+        return variable
+
+    async def _http_client(self) -> httpx.AsyncClient:
+        if self._http is not None:
+            return self._http
+        async with self._http_lock:
+            if self._closed:
+                raise LLMError("the provider registry is closed; create one per run")
+            if self._http is None:
+                # Building the client loads the CA bundle: ~0.1 s of blocking
+                # work that would stall every actor if done on the event loop.
+                self._http = await anyio.to_thread.run_sync(self._new_http_client)
+            return self._http
+
+    def _new_http_client(self) -> httpx.AsyncClient:
+        deadline = self._policy.deadline
+        return httpx.AsyncClient(
+            transport=self._transport,
+            timeout=httpx.Timeout(deadline, connect=min(_CONNECT_TIMEOUT, deadline)),
+        )
+
+
+def _http_url(variable: str, value: str, secrets: frozenset[str]) -> str:
+    if not value.startswith(("http://", "https://")):
+        shown = redact(value, secrets)
+        raise LLMConfigError(f"{variable} must be an http:// or https:// URL, got {shown!r}")
+    return value.rstrip("/")
+
+
+def _known() -> str:
+    return "known providers: " + ", ".join(PROVIDERS)
+
+
+def _hint(provider: str) -> str:
+    close = difflib.get_close_matches(provider, PROVIDERS, n=1)
+    suggestion = f"; did you mean {close[0]!r}?" if close else ""
+    return f"{suggestion} ({_known()})"

@@ -1,0 +1,163 @@
+"""The ``scripted`` provider: an agent's own list of replies, no network.
+
+For demos and tests (SPEC.md section 5). Each reply is a string (the content)
+or ``{content, toolCalls: [{name, arguments}]}``, as a mapping or as any
+object with ``content`` and ``tool_calls`` attributes (the workflow's
+``ScriptReply``). Replies are used in order and the last one repeats. Token
+usage is estimated at about four characters a token, so budgets work in demos.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping, Sequence
+from typing import Any, Final, Protocol
+
+import msgspec
+
+from ._errors import LLMConfigError
+from ._types import Completion, LLMRequest, LLMUsage, RetryHook, ToolCall
+
+__all__ = ["ScriptReplyLike", "ScriptedClient", "estimate_tokens"]
+
+_CHARS_PER_TOKEN: Final = 4
+_REPLY_KEYS: Final = frozenset({"content", "toolCalls", "tool_calls"})
+_encoder = msgspec.json.Encoder()
+
+
+class _ScriptToolCallObject(Protocol):
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def arguments(self) -> Mapping[str, Any] | str: ...
+
+
+class _ScriptReplyObject(Protocol):
+    @property
+    def content(self) -> str | None: ...
+
+    @property
+    def tool_calls(self) -> Sequence[_ScriptToolCallObject]: ...
+
+
+ScriptReplyLike = Mapping[str, Any] | _ScriptReplyObject
+"""A scripted reply besides a bare string: a mapping, or an object such as ``ScriptReply``."""
+
+
+class _Reply(msgspec.Struct, frozen=True):
+    content: str | None
+    calls: tuple[tuple[str, str], ...]  # (name, arguments as JSON text)
+
+
+class ScriptedClient:
+    """An ``LLMClient`` that answers from a fixed script, never sleeping.
+
+    Args:
+        script: The replies, in order; the last repeats once the others are used.
+
+    Raises:
+        LLMConfigError: The script is empty or a reply has the wrong shape
+            (the message says which reply and what is wrong).
+    """
+
+    __slots__ = ("_replies", "_turn")
+
+    def __init__(self, script: Sequence[str | ScriptReplyLike]) -> None:
+        if not script:
+            raise LLMConfigError(
+                "the scripted model needs a script: list the agent's replies under `script:`"
+            )
+        self._replies = tuple(_reply(index, item) for index, item in enumerate(script))
+        self._turn = 0
+
+    @property
+    def turns(self) -> int:
+        """How many completions this client has answered."""
+        return self._turn
+
+    async def complete(
+        self, request: LLMRequest, *, on_retry: RetryHook | None = None
+    ) -> Completion:
+        """The next scripted reply; ``on_retry`` is never called (nothing fails)."""
+        # A checkpoint, so a scripted agent loop can be cancelled and lets others run.
+        await asyncio.sleep(0)
+        turn = self._turn
+        self._turn += 1
+        reply = self._replies[min(turn, len(self._replies) - 1)]
+        calls = tuple(
+            ToolCall(id=f"call_{turn + 1}_{index + 1}", name=name, arguments=arguments)
+            for index, (name, arguments) in enumerate(reply.calls)
+        )
+        completion_chars = len(reply.content or "") + sum(len(n) + len(a) for n, a in reply.calls)
+        return Completion(
+            content=reply.content,
+            tool_calls=calls,
+            usage=LLMUsage(estimate_tokens(request), _tokens(completion_chars)),
+            model=request.model,
+            finish_reason="tool_calls" if calls else "stop",
+        )
+
+    def __repr__(self) -> str:
+        return f"ScriptedClient(replies={len(self._replies)}, turns={self._turn})"
+
+
+def estimate_tokens(request: LLMRequest) -> int:
+    """About how many tokens ``request`` would take: its text's length over four."""
+    chars = 0
+    for message in request.messages:
+        chars += len(message.content or "")
+        chars += sum(len(call.name) + len(call.arguments) for call in message.tool_calls)
+    for tool in request.tools:
+        chars += len(tool.name) + len(tool.description) + len(_encoder.encode(tool.parameters))
+    return _tokens(chars)
+
+
+def _tokens(chars: int) -> int:
+    return -(-chars // _CHARS_PER_TOKEN)
+
+
+def _reply(index: int, item: object) -> _Reply:
+    where = f"script reply {index + 1}"
+    if isinstance(item, str):
+        return _Reply(item, ())
+    if isinstance(item, Mapping):
+        unknown = sorted(str(key) for key in item if key not in _REPLY_KEYS)
+        if unknown:
+            raise LLMConfigError(
+                f"{where}: unknown key(s) {', '.join(unknown)}; a reply has content and toolCalls"
+            )
+        content = item.get("content")
+        raw_calls = item.get("toolCalls", item.get("tool_calls")) or ()
+    elif hasattr(item, "content") or hasattr(item, "tool_calls"):
+        content = getattr(item, "content", None)
+        raw_calls = getattr(item, "tool_calls", None) or ()
+    else:
+        raise LLMConfigError(
+            f"{where}: expected a string or {{content, toolCalls}}, got {type(item).__name__}"
+        )
+    if content is not None and not isinstance(content, str):
+        raise LLMConfigError(f"{where}: content must be a string, got {type(content).__name__}")
+    if isinstance(raw_calls, str | bytes) or not isinstance(raw_calls, Sequence):
+        raise LLMConfigError(f"{where}: toolCalls must be a list")
+    calls = tuple(_call(f"{where}: toolCalls[{i}]", call) for i, call in enumerate(raw_calls))
+    return _Reply(content, calls)
+
+
+def _call(where: str, call: object) -> tuple[str, str]:
+    if isinstance(call, Mapping):
+        name, arguments = call.get("name"), call.get("arguments", {})
+    else:
+        name, arguments = getattr(call, "name", None), getattr(call, "arguments", {})
+    if not isinstance(name, str) or not name:
+        raise LLMConfigError(f"{where} has no name")
+    if isinstance(arguments, str):
+        return name, arguments  # raw JSON text, passed on as is (even if it is not valid)
+    if isinstance(arguments, Mapping):
+        try:
+            return name, _encoder.encode(dict(arguments)).decode()
+        except (TypeError, msgspec.EncodeError) as exc:
+            raise LLMConfigError(f"{where}: arguments are not JSON data: {exc}") from None
+    raise LLMConfigError(
+        f"{where}: arguments must be an object or JSON text, got {type(arguments).__name__}"
+    )

@@ -1,0 +1,153 @@
+"""The provider-neutral conversation types and the ``LLMClient`` interface.
+
+Every provider maps these to and from its own wire format, so the tool-calling
+loop above is written once. All types are frozen msgspec Structs: cheap to
+build, safe to share between turns, and encodable into events as they are.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Literal, Protocol
+
+import msgspec
+
+__all__ = [
+    "Completion",
+    "LLMClient",
+    "LLMRequest",
+    "LLMUsage",
+    "Message",
+    "RetryHook",
+    "Role",
+    "ToolCall",
+    "ToolSpec",
+]
+
+Role = Literal["system", "user", "assistant", "tool"]
+
+RetryHook = Callable[[int, str], object]
+"""``on_retry(attempt, reason)``: called before each retry's backoff sleep.
+
+``attempt`` is the 1-based number of the attempt that just failed and
+``reason`` says why, e.g. ``"HTTP 429"`` or ``"connection error: ReadError"``.
+An exception it raises ends the call.
+"""
+
+
+class ToolCall(msgspec.Struct, frozen=True):
+    """A tool call the model asked for.
+
+    Attributes:
+        id: The provider's id for the call; a ``tool`` message answers it by id.
+        name: The tool's name.
+        arguments: The arguments as the raw JSON text the model sent. It is not
+            parsed here, so the loop can report bad JSON back to the model.
+    """
+
+    id: str
+    name: str
+    arguments: str
+
+
+class Message(msgspec.Struct, frozen=True):
+    """One message of a conversation.
+
+    Attributes:
+        role: ``system``, ``user``, ``assistant`` or ``tool``.
+        content: The text; None for an assistant turn that only calls tools.
+        tool_calls: The calls an assistant message made.
+        tool_call_id: For a ``tool`` message, the id of the call it answers.
+        name: An optional participant or tool name (OpenAI's ``name``).
+    """
+
+    role: Role
+    content: str | None = None
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_call_id: str | None = None
+    name: str | None = None
+
+
+class ToolSpec(msgspec.Struct, frozen=True):
+    """A tool offered to the model: its name, what it does, and a JSON Schema for its arguments."""
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+
+
+class LLMUsage(msgspec.Struct, frozen=True):
+    """Tokens one completion used, as the provider reported them (estimated for ``scripted``)."""
+
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+    @property
+    def total_tokens(self) -> int:
+        """Prompt plus completion tokens."""
+        return self.prompt_tokens + self.completion_tokens
+
+
+class Completion(msgspec.Struct, frozen=True):
+    """The model's answer to one request.
+
+    Attributes:
+        content: The reply text, or None when the model only called tools.
+        tool_calls: The tool calls, in the order the model made them.
+        usage: Token counts of the successful attempt.
+        model: The model that answered, as the provider names it.
+        finish_reason: Why generation stopped (``stop``, ``tool_calls``,
+            ``length``; Anthropic's ``end_turn``, ``tool_use``...), if given.
+        attempts: HTTP attempts made, retries included (1 without retries).
+    """
+
+    content: str | None
+    tool_calls: tuple[ToolCall, ...]
+    usage: LLMUsage
+    model: str
+    finish_reason: str | None = None
+    attempts: int = 1
+
+
+class LLMRequest(msgspec.Struct, frozen=True):
+    """Everything one completion call sends.
+
+    Attributes:
+        model: The model name without its provider (``gpt-4o-mini``).
+        messages: The conversation so far, system prompt included.
+        tools: The tools offered; empty offers none.
+        temperature: Sampling temperature, or None for the provider's default.
+        top_p: Nucleus sampling, or None for the provider's default.
+        max_tokens: A cap on the reply's tokens, or None: the provider's
+            default (4096 for Anthropic, which requires one).
+    """
+
+    model: str
+    messages: tuple[Message, ...]
+    tools: tuple[ToolSpec, ...] = ()
+    temperature: float | None = None
+    top_p: float | None = None
+    max_tokens: int | None = None
+
+
+class LLMClient(Protocol):
+    """A chat model behind one provider; ``ProviderRegistry.client`` hands them out."""
+
+    async def complete(
+        self, request: LLMRequest, *, on_retry: RetryHook | None = None
+    ) -> Completion:
+        """Send ``request`` and return the model's reply, retrying transient failures.
+
+        Args:
+            request: The model, conversation and tools.
+            on_retry: Called before each retry, e.g. to emit an event.
+
+        Raises:
+            LLMConfigError: The provider is not configured (a key is missing).
+            LLMHTTPError: The server answered with an error status, or kept
+                answering 429/5xx until the attempts ran out.
+            LLMConnectionError: The server could not be reached, attempts included.
+            LLMTimeout: An attempt ran past the policy's deadline, attempts included.
+            LLMResponseError: The response was malformed or too large.
+        """
+        ...

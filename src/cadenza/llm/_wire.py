@@ -1,0 +1,125 @@
+"""A model client over HTTP: a wire format plus the shared ``HTTPCaller``.
+
+``openai``, ``ollama`` and ``anthropic`` differ only in their ``WireFormat``
+(path, headers, body encoding and decoding) and configuration; one client
+class serves them all.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from cadenza._redact import redact
+
+from ._errors import LLMConfigError
+from ._http import HTTPCaller
+from ._types import Completion, LLMRequest, RetryHook
+
+__all__ = ["Decode", "HTTPModelClient", "WireFormat"]
+
+
+class Decode(Protocol):
+    """Builds the ``Completion`` from a 2xx body, or raises ``LLMResponseError``."""
+
+    def __call__(self, data: bytes, *, what: str, model: str, attempts: int) -> Completion: ...
+
+
+def _no_headers(api_key: str) -> dict[str, str]:
+    return {}
+
+
+@dataclass(frozen=True, slots=True)
+class WireFormat:
+    """How one API family talks: where to POST, which headers, and the body both ways.
+
+    Attributes:
+        name: The API family, e.g. ``openai``.
+        path: Appended to the provider's base URL.
+        encode: Builds the request body.
+        decode: Builds the ``Completion`` from a 2xx body.
+        auth_headers: The credential headers for an API key.
+        extra_headers: Headers every request carries (an API version, say).
+    """
+
+    name: str
+    path: str
+    encode: Callable[[LLMRequest], bytes]
+    decode: Decode
+    auth_headers: Callable[[str], dict[str, str]] = _no_headers
+    extra_headers: tuple[tuple[str, str], ...] = ()
+
+
+class HTTPModelClient:
+    """An ``LLMClient`` that speaks ``wire`` to ``base_url``.
+
+    Args:
+        provider: The provider's name in errors and logs (``openai``, ``ollama``).
+        wire: The API family's wire format.
+        base_url: The API root; ``wire.path`` is appended.
+        api_key: The credential, or None to send none.
+        caller: Sends the requests with retries.
+        missing_key: When set, the variable whose absence makes every call
+            fail with ``LLMConfigError``. It is checked per call, not at
+            construction, so the message can name the model.
+        secrets: Values to mask in errors besides the registered ones.
+    """
+
+    __slots__ = ("_caller", "_headers", "_missing_key", "_provider", "_secrets", "_url", "_wire")
+
+    def __init__(
+        self,
+        *,
+        provider: str,
+        wire: WireFormat,
+        base_url: str,
+        api_key: str | None,
+        caller: HTTPCaller,
+        missing_key: str | None = None,
+        secrets: frozenset[str] = frozenset(),
+    ) -> None:
+        self._provider = provider
+        self._wire = wire
+        self._url = base_url.rstrip("/") + wire.path
+        headers = {"Content-Type": "application/json", "Accept": "application/json"}
+        headers.update(wire.extra_headers)
+        if api_key:
+            headers.update(wire.auth_headers(api_key))
+            secrets = secrets | {api_key}
+        self._headers = headers
+        self._missing_key = missing_key
+        self._caller = caller
+        self._secrets = secrets
+
+    @property
+    def provider(self) -> str:
+        """The provider's name, e.g. ``openai``."""
+        return self._provider
+
+    @property
+    def url(self) -> str:
+        """The endpoint requests go to (credentials in it, if any, masked)."""
+        return redact(self._url, self._secrets)
+
+    async def complete(
+        self, request: LLMRequest, *, on_retry: RetryHook | None = None
+    ) -> Completion:
+        """Send ``request`` and decode the reply; see ``LLMClient.complete``."""
+        if self._missing_key is not None:
+            raise LLMConfigError(
+                f"{self._missing_key} is not set (needed by model {self._provider}:{request.model})"
+            )
+        what = f"{self._provider} model {request.model}"
+        data, attempts = await self._caller.post(
+            self._url,
+            self._headers,
+            self._wire.encode(request),
+            what=what,
+            secrets=self._secrets,
+            on_retry=on_retry,
+        )
+        return self._wire.decode(data, what=what, model=request.model, attempts=attempts)
+
+    def __repr__(self) -> str:
+        return f"HTTPModelClient(provider={self._provider!r}, url={self.url!r})"

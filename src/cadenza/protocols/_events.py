@@ -1,0 +1,89 @@
+"""The event envelope: zenflow's NDJSON event, as one msgspec Struct.
+
+Events are facts about a run, appended to the store and streamed to observers
+(``--events``, ``RunHandle.events()``). The envelope is flat and additive: new
+fields get defaults, no field ever changes type (msgspec schema evolution), and
+consumers ignore what they do not know.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import msgspec
+
+__all__ = ["Event", "EventType", "Tokens", "format_duration", "timestamp"]
+
+
+class EventType:
+    """The event types Cadenza emits (zenflow's names where zenflow has one)."""
+
+    WORKFLOW_START = "workflow_start"
+    WORKFLOW_END = "workflow_end"
+    STEP_START = "step_start"
+    STEP_END = "step_end"
+    STEP_SKIPPED = "step_skipped"
+    STEP_RETRY = "step_retry"
+    ERROR = "error"
+    MESSAGE = "message"
+    DEAD_LETTER = "dead_letter"
+    ACTOR_CRASHED = "actor_crashed"
+
+
+class Tokens(msgspec.Struct, frozen=True):
+    """Token counts of one LLM call or of a whole step or run."""
+
+    prompt: int = 0
+    completion: int = 0
+    total: int = 0
+
+
+class Event(msgspec.Struct, frozen=True, omit_defaults=True, rename="camel"):
+    """One line of the NDJSON event stream (zenflow's envelope).
+
+    Attributes:
+        type: What happened (see `EventType`).
+        timestamp: RFC 3339 time of the event, UTC.
+        run_id: The run it belongs to.
+        seq: Position in the run's stream, from 1 (a Cadenza extension that lets a
+            late subscriber resume where it left off).
+        step_id: The namespaced address of the step, for step-scoped events.
+        agent: The agent name, for agent events.
+        message: Human-readable detail.
+        duration: Go-style duration (``"1.234s"``) on completion events.
+        tokens: Token counts on events that carry usage.
+        error: The error text on failure events.
+        data: Type-specific payload.
+    """
+
+    type: str
+    timestamp: str
+    run_id: str
+    seq: int = 0
+    step_id: str | None = None
+    agent: str | None = None
+    message: str | None = None
+    duration: str | None = None
+    tokens: Tokens | None = None
+    error: str | None = None
+    data: dict[str, Any] | None = None
+
+
+_second_cache: tuple[int, str] = (-1, "")
+
+
+def timestamp(epoch: float | None = None) -> str:
+    """RFC 3339 UTC timestamp with milliseconds, e.g. ``2026-11-21T10:00:00.123Z``."""
+    global _second_cache
+    now = time.time() if epoch is None else epoch
+    whole = int(now)
+    # Events come in bursts within one second: format the date part once per second.
+    if _second_cache[0] != whole:
+        _second_cache = (whole, time.strftime("%Y-%m-%dT%H:%M:%S.", time.gmtime(whole)))
+    return f"{_second_cache[1]}{int((now - whole) * 1000):03d}Z"
+
+
+def format_duration(seconds: float) -> str:
+    """Go-style duration string as zenflow writes it: ``"1.234s"``."""
+    return f"{seconds:.3f}s"

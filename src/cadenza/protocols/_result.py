@@ -1,0 +1,97 @@
+"""The result JSON of a run (SPEC section 8) as msgspec Structs."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import msgspec
+
+__all__ = [
+    "ErrorInfo",
+    "GraphSummary",
+    "LoopSummary",
+    "MessageRecord",
+    "RunResult",
+    "RunStatus",
+    "StepRecord",
+    "StepStatus",
+    "Usage",
+]
+
+StepStatus = Literal["pending", "running", "completed", "failed", "skipped", "cancelled", "waiting"]
+RunStatus = Literal["running", "completed", "failed", "cancelled", "waiting"]
+
+
+class _Record(msgspec.Struct, frozen=True, rename="camel"):
+    """Base: immutable, camelCase on the wire."""
+
+
+class ErrorInfo(_Record):
+    """Why something failed: the error's type name, a message, and where."""
+
+    type: str
+    message: str
+    address: str | None = None
+
+
+class StepRecord(_Record):
+    """The outcome of one executed address (a step, iteration or container).
+
+    ``content`` is the step's text; ``result`` its structured value (a command's
+    ``{exitCode, stdout, stderr}``, a handler's returned dict, an agent's
+    ``submit_result`` arguments) or None.
+    """
+
+    status: StepStatus
+    content: str | None = None
+    result: Any = None
+    attempts: int = 0
+    duration_ms: int = 0
+    error: ErrorInfo | None = None
+
+
+class LoopSummary(_Record):
+    """How a loop ended."""
+
+    iterations: int
+    termination_reason: str
+    flagged: bool = False
+
+
+class GraphSummary(_Record):
+    """The states a graph visited and why it stopped."""
+
+    path: list[str]
+    termination_reason: str
+
+
+class MessageRecord(_Record):
+    """A message carried between agents by the coordinator."""
+
+    from_: str = msgspec.field(name="from")
+    to: str
+    text: str
+    kind: str | None = None
+
+
+class Usage(_Record):
+    """Token usage and LLM calls of a whole run."""
+
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    llm_calls: int = 0
+
+
+class RunResult(_Record):
+    """The result JSON printed by ``cadenza run --json`` and ``cadenza runs show``."""
+
+    run_id: str
+    workflow: str
+    status: RunStatus
+    output: Any = None
+    steps: dict[str, StepRecord] = {}
+    loops: dict[str, LoopSummary] = {}
+    graphs: dict[str, GraphSummary] = {}
+    messages: list[MessageRecord] = []
+    usage: Usage = Usage()
+    error: ErrorInfo | None = None

@@ -1,0 +1,51 @@
+"""The generic actor runtime: addresses, inboxes, actors, supervision, clocks.
+
+It knows nothing of workflows. An ``Actor`` handles one message at a time from
+a bounded ``Inbox``; a ``Supervisor`` spawns actors under namespaced
+``Address``es, routes tells and asks to them, restarts them by OTP rules, and
+reports undeliverable messages as ``DeadLetter``s. Time comes from a ``Clock``
+(``FakeClock`` in tests). The run store (``RunStore`` and its memory and
+SQLite implementations) lives here too.
+"""
+
+from ._actor import Actor as Actor
+from ._actor import ActorState as ActorState
+from ._address import Address as Address
+from ._clock import Cancellable as Cancellable
+from ._clock import Clock as Clock
+from ._clock import SystemClock as SystemClock
+from ._fake_clock import FakeClock as FakeClock
+from ._inbox import Inbox as Inbox
+from ._ref import ActorRef as ActorRef
+from ._restart import DeadLetter as DeadLetter
+from ._restart import Restart as Restart
+from ._restart import RestartStrategy as RestartStrategy
+from ._restart import SupervisorStatistics as SupervisorStatistics
+from ._sqlite import SCHEMA_VERSION as SCHEMA_VERSION
+from ._sqlite import SqliteRunStore as SqliteRunStore
+from ._store import MemoryRunStore as MemoryRunStore
+from ._store import RunRow as RunRow
+from ._store import RunStore as RunStore
+from ._supervisor import Supervisor as Supervisor
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "Actor",
+    "ActorRef",
+    "ActorState",
+    "Address",
+    "Cancellable",
+    "Clock",
+    "DeadLetter",
+    "FakeClock",
+    "Inbox",
+    "MemoryRunStore",
+    "Restart",
+    "RestartStrategy",
+    "RunRow",
+    "RunStore",
+    "SqliteRunStore",
+    "Supervisor",
+    "SupervisorStatistics",
+    "SystemClock",
+]

@@ -1,0 +1,118 @@
+"""The ``Actor`` base class and the ``ActorState`` lifecycle.
+
+Every hook and every ``receive`` call of an actor runs in that actor's one
+consumer task, one at a time, so an actor's own attributes need no locks.
+"""
+
+from __future__ import annotations
+
+import enum
+from abc import ABC, abstractmethod
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ._address import Address
+    from ._ref import ActorRef
+    from ._supervisor import Supervisor
+
+__all__ = ["Actor", "ActorState"]
+
+
+class ActorState(enum.Enum):
+    """Where an actor (the one behind an ``ActorRef``) is in its life.
+
+    Transitions::
+
+        STARTING --on_start returned--> RUNNING --stop requested--> STOPPING
+        STOPPING --current message done, on_stop returned--> STOPPED
+        STARTING / RUNNING / STOPPING --on_start, receive or on_stop raised--> FAILED
+        STARTING / RUNNING / STOPPING --task cancelled--> STOPPED
+        FAILED / STOPPED --restarted by the supervisor--> STARTING
+
+    A restart keeps the ``ActorRef`` and puts a new instance behind it, so
+    STOPPED and FAILED are final only once the supervisor decided not to
+    restart (the ref is then gone from ``Supervisor.lookup``).
+    """
+
+    STARTING = "starting"
+    RUNNING = "running"
+    STOPPING = "stopping"
+    STOPPED = "stopped"
+    FAILED = "failed"
+
+
+class Actor(ABC):
+    """Private state plus a ``receive`` method, driven by one consumer task.
+
+    Subclass it and override ``receive``; the supervisor calls it with one
+    message at a time, in inbox order, and the value it returns answers an
+    ``ask`` (it is dropped for a ``tell``). Construct actors through the
+    factory given to ``Supervisor.spawn``: the factory runs again for each
+    restart, so it must build fresh state.
+
+    ``address``, ``supervisor`` and ``ref`` are set after the factory returns
+    and before ``on_start``; do not use them in ``__init__``.
+
+    Hooks (all run in the actor's own task):
+
+    * ``on_start``: before the first message. Messages sent meanwhile wait
+      in the inbox. If it raises, the actor has crashed: ``on_failure`` runs,
+      queued asks fail with ``ActorStopped``, and the restart policy decides.
+    * ``on_stop``: after a stop was requested (``stop()``, ``ActorRef.stop``,
+      or the supervisor shutting down) and the current message finished. If it
+      raises, the stop counts as a crash. It does not run after a crash or a
+      cancellation.
+    * ``on_failure``: after ``on_start``, ``receive`` or ``on_stop`` raised,
+      with that error, before the supervisor decides on a restart. If it
+      raises, its error is reported instead (the original is its
+      ``__context__``).
+
+    A cancelled actor (``Supervisor.cancel``, an escalation, or the task
+    running the supervisor being cancelled) runs no hook; keep clean-up that
+    must survive cancellation in ``try``/``finally`` inside ``receive``.
+    """
+
+    __slots__ = ("_ref",)
+
+    _ref: ActorRef
+
+    @abstractmethod
+    async def receive(self, message: Any) -> Any:
+        """Handle one message; the return value answers an ``ask``.
+
+        An exception raised here crashes the actor (see the class docstring);
+        if the message came from an ``ask``, the asker gets the exception too.
+        """
+
+    async def on_start(self) -> None:  # noqa: B027  (an optional hook, empty on purpose)
+        """Prepare before the first message. Does nothing by default."""
+
+    async def on_stop(self) -> None:  # noqa: B027  (an optional hook, empty on purpose)
+        """Release what the actor holds after a requested stop. Does nothing by default."""
+
+    async def on_failure(self, error: BaseException) -> None:  # noqa: B027
+        """React to a crash (``error``) before the restart decision. Does nothing by default."""
+
+    @property
+    def address(self) -> Address:
+        """This actor's address."""
+        return self._ref.address
+
+    @property
+    def supervisor(self) -> Supervisor:
+        """The supervisor that spawned this actor (to spawn, tell or ask others)."""
+        return self._ref.supervisor
+
+    @property
+    def ref(self) -> ActorRef:
+        """The handle others use to reach this actor."""
+        return self._ref
+
+    def stop(self) -> None:
+        """Stop after the current message: ``on_stop`` runs, queued messages are refused.
+
+        Queued asks fail with ``ActorStopped`` and queued tells go to dead
+        letters. A ``PERMANENT`` actor that stops itself is restarted, as in
+        OTP; stop it through ``ActorRef.stop`` to end it for good.
+        """
+        self._ref._request_stop(by_owner=False)

@@ -1,0 +1,119 @@
+"""The consumer task of one actor instance: hooks, the message loop, the exit.
+
+One coroutine per live actor, and it stays small while idle: an idle actor is
+this one frame awaiting the inbox's wake-up future (``Inbox.wait_readable``),
+holding no message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Any
+
+from ._actor import ActorState
+from ._ref import _Ask
+
+if TYPE_CHECKING:
+    from ._inbox import Inbox
+    from ._ref import ActorRef
+
+__all__ = ["exit_actor", "run_actor"]
+
+_STARTING = ActorState.STARTING
+_RUNNING = ActorState.RUNNING
+_STOPPING = ActorState.STOPPING
+
+
+async def run_actor(ref: ActorRef) -> None:
+    """Start the instance behind ``ref``, serve its inbox, and report how it ended.
+
+    Ends normally after a requested stop, or after a crash once ``on_failure``
+    ran; re-raises cancellation. Either way the supervisor hears of it through
+    ``Supervisor._child_exited`` exactly once, as the task's last act.
+    """
+    inbox = ref._inbox
+    current: _Ask | None = None  # the ask being handled, to fail if we are cancelled
+    item: Any = None
+    result: Any = None
+    actor = None
+    error: BaseException | None = None
+    try:
+        actor = ref._actor if ref._actor is not None else ref._instantiate()
+        await actor.on_start()
+        if ref._state is _STARTING:
+            ref._state = _RUNNING
+        while not ref._stop_requested:
+            if not inbox:
+                if inbox.closed:
+                    break
+                await inbox.wait_readable()
+                continue
+            item = inbox.receive_nowait()
+            if type(item) is _Ask:
+                current, item = item, None
+                if current.reply.done():  # the asker gave up before we got to it
+                    current = None
+                    continue
+                result = await actor.receive(current.message)
+                if not current.reply.done():
+                    current.reply.set_result(result)
+                # An idle actor must not keep its last message or answer alive.
+                current = result = None
+            else:
+                await actor.receive(item)
+                item = None
+        ref._state = _STOPPING
+        await actor.on_stop()
+    except (Exception, asyncio.CancelledError) as exc:
+        if _cancelled(exc):
+            exit_actor(ref, inbox, current, None, cancelled=True)
+            raise
+        error = exc
+        if current is not None and not current.reply.done():
+            current.reply.set_exception(exc)
+        current = None
+    if error is not None and actor is not None:
+        ref._state = ActorState.FAILED
+        inbox.close()
+        try:
+            await actor.on_failure(error)
+        except (Exception, asyncio.CancelledError) as hook_error:
+            if _cancelled(hook_error):
+                exit_actor(ref, inbox, None, error, cancelled=True)
+                raise
+            hook_error.__context__ = hook_error.__context__ or error
+            error = hook_error
+    exit_actor(ref, inbox, None, error, cancelled=False)
+
+
+def _cancelled(error: BaseException) -> bool:
+    """Whether ``error`` is this task being cancelled, not a stray CancelledError from user code."""
+    if not isinstance(error, asyncio.CancelledError):
+        return False
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
+
+
+def exit_actor(
+    ref: ActorRef,
+    inbox: Inbox[Any],
+    current: _Ask | None,
+    error: BaseException | None,
+    *,
+    cancelled: bool,
+) -> None:
+    """Refuse what is left in the inbox, settle the state, and tell the supervisor."""
+    inbox.close()
+    ref._state = ActorState.FAILED if error is not None else ActorState.STOPPED
+    how = "was cancelled" if cancelled else "crashed" if error is not None else "stopped"
+    if current is not None and not current.reply.done():
+        current.reply.set_exception(ref._stopped(current.message, how))
+    left = inbox.drain()
+    supervisor = ref._supervisor
+    for item in left:
+        if type(item) is _Ask:
+            if not item.reply.done():
+                item.reply.set_exception(ref._stopped(item.message, how))
+        else:
+            supervisor._dead_letter(ref._address, item, f"actor {how}")
+    supervisor._child_exited(ref, error, cancelled=cancelled)

@@ -1,0 +1,135 @@
+"""The run store interface and its in-memory implementation.
+
+A store keeps what a run must not lose: the run row, every event, and the latest
+record of every executed address. Writes are queued without waiting (they are
+cheap and ordered); `RunStore.flush` is the durability point: when it returns,
+everything queued before it is on disk. Controllers flush at step boundaries,
+before anything that depends on the step starts.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Protocol
+
+import msgspec
+
+from ..protocols import Event, RunResult, RunStatus, StepRecord
+
+__all__ = ["MemoryRunStore", "RunRow", "RunStore"]
+
+
+class RunRow(msgspec.Struct, frozen=True):
+    """A run as the store lists it.
+
+    Attributes:
+        run_id: The run's id.
+        workflow: The workflow's ``name``.
+        path: The workflow file the run came from, when there is one.
+        status: ``running``, ``completed``, ``failed``, ``cancelled`` or ``waiting``.
+        inputs: The run's inputs after defaults and coercion.
+        created_at: Epoch seconds when the run started.
+        updated_at: Epoch seconds of the last status change.
+        result: The result JSON once the run has ended, else None.
+    """
+
+    run_id: str
+    workflow: str
+    path: str | None
+    status: RunStatus
+    inputs: dict[str, Any]
+    created_at: float
+    updated_at: float
+    result: RunResult | None = None
+
+
+class RunStore(Protocol):
+    """Where runs are recorded. Every implementation passes tests/test_store_conformance.py."""
+
+    async def open(self) -> None:
+        """Prepares the store (creates the schema); call once before use."""
+
+    async def close(self) -> None:
+        """Flushes what is queued and releases the store."""
+
+    def begin_run(self, row: RunRow) -> None:
+        """Queues a new run row."""
+
+    def append_event(self, event: Event) -> None:
+        """Queues an event; its ``seq`` orders it within the run."""
+
+    def put_step(self, run_id: str, address: str, record: StepRecord) -> None:
+        """Queues the latest record of an executed address (replacing an older one)."""
+
+    def end_run(self, run_id: str, status: RunStatus, result: RunResult | None) -> None:
+        """Queues the run's new status and, when it has ended, its result."""
+
+    async def flush(self) -> None:
+        """Returns once everything queued so far is durable."""
+
+    async def get_run(self, run_id: str) -> RunRow | None:
+        """The run row, or None when there is no such run."""
+
+    async def list_runs(self, *, limit: int = 100) -> list[RunRow]:
+        """The most recent runs first."""
+
+    async def events(self, run_id: str, *, after_seq: int = 0) -> list[Event]:
+        """The run's events in order, those with ``seq > after_seq``."""
+
+    async def steps(self, run_id: str) -> dict[str, StepRecord]:
+        """The latest record of every executed address of the run."""
+
+
+class MemoryRunStore:
+    """A store that keeps everything in this process: fast, and gone at exit."""
+
+    def __init__(self) -> None:
+        self._runs: dict[str, RunRow] = {}
+        self._events: dict[str, list[Event]] = {}
+        self._steps: dict[str, dict[str, StepRecord]] = {}
+
+    async def open(self) -> None:
+        """Nothing to prepare."""
+
+    async def close(self) -> None:
+        """Nothing to release."""
+
+    def begin_run(self, row: RunRow) -> None:
+        """Records a new run row."""
+        self._runs[row.run_id] = row
+        self._events.setdefault(row.run_id, [])
+        self._steps.setdefault(row.run_id, {})
+
+    def append_event(self, event: Event) -> None:
+        """Records an event."""
+        self._events[event.run_id].append(event)
+
+    def put_step(self, run_id: str, address: str, record: StepRecord) -> None:
+        """Records the latest state of an address."""
+        self._steps[run_id][address] = record
+
+    def end_run(self, run_id: str, status: RunStatus, result: RunResult | None) -> None:
+        """Records the run's new status."""
+        self._runs[run_id] = msgspec.structs.replace(
+            self._runs[run_id], status=status, result=result, updated_at=time.time()
+        )
+
+    async def flush(self) -> None:
+        """Memory is as durable as this store gets."""
+
+    async def get_run(self, run_id: str) -> RunRow | None:
+        """The run row, or None."""
+        return self._runs.get(run_id)
+
+    async def list_runs(self, *, limit: int = 100) -> list[RunRow]:
+        """Most recent first."""
+        rows = sorted(self._runs.values(), key=lambda r: r.created_at, reverse=True)
+        return rows[:limit]
+
+    async def events(self, run_id: str, *, after_seq: int = 0) -> list[Event]:
+        """The run's events after ``after_seq``."""
+        return [e for e in self._events.get(run_id, ()) if e.seq > after_seq]
+
+    async def steps(self, run_id: str) -> dict[str, StepRecord]:
+        """A copy of the run's step records."""
+        return dict(self._steps.get(run_id, {}))

@@ -1,0 +1,186 @@
+"""The two wire formats ``ScriptedLLMServer`` speaks: reading requests, writing replies.
+
+Request bodies come from clients under test, so reading them is defensive:
+a missing or oddly typed field reads as empty instead of crashing the server.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from typing import Any, Protocol
+
+from ._llm_rules import RequestView, ServerReply, ServerToolCall
+
+__all__ = ["WIRES", "ServerWire"]
+
+
+class ServerWire(Protocol):
+    """One API family, as the server sees it."""
+
+    name: str
+
+    def accepts(self, path: str) -> bool:
+        """Whether a POST to ``path`` is a completion request."""
+        ...
+
+    def view(self, body: Any) -> RequestView:
+        """What rules match on, from a parsed request body."""
+        ...
+
+    def success(self, body: Any, reply: ServerReply, serial: int) -> dict[str, Any]:
+        """The 200 response body for ``reply``."""
+        ...
+
+    def error(self, status: int, message: str) -> dict[str, Any]:
+        """An error response body."""
+        ...
+
+
+def _dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _text(content: Any) -> str:
+    """The text of a content field: a string, or a list of parts/blocks."""
+    if isinstance(content, str):
+        return content
+    parts = []
+    for part in _list(content):
+        part = _dict(part)
+        if isinstance(part.get("text"), str):
+            parts.append(part["text"])
+        elif part.get("type") == "tool_result":
+            parts.append(_text(part.get("content")))
+    return "".join(parts)
+
+
+def _arguments_text(call: ServerToolCall) -> str:
+    return call.arguments if isinstance(call.arguments, str) else json.dumps(call.arguments)
+
+
+class _OpenAI:
+    name = "openai"
+
+    def accepts(self, path: str) -> bool:
+        return path.rstrip("/").endswith("/chat/completions")
+
+    def view(self, body: Any) -> RequestView:
+        body = _dict(body)
+        messages = [_dict(m) for m in _list(body.get("messages"))]
+        last = messages[-1] if messages else {}
+        return RequestView(
+            system="\n".join(
+                _text(m.get("content"))
+                for m in messages
+                if m.get("role") in ("system", "developer")
+            ),
+            user="\n".join(_text(m.get("content")) for m in messages if m.get("role") == "user"),
+            last=_text(last.get("content")),
+            last_role=last.get("role"),
+            model=body.get("model"),
+            tools=tuple(
+                str(_dict(_dict(t).get("function")).get("name", ""))
+                for t in _list(body.get("tools"))
+            ),
+        )
+
+    def success(self, body: Any, reply: ServerReply, serial: int) -> dict[str, Any]:
+        message: dict[str, Any] = {"role": "assistant", "content": reply.content}
+        if reply.tool_calls:
+            message["tool_calls"] = [
+                {
+                    "id": f"call_{serial}_{index}",
+                    "type": "function",
+                    "function": {"name": call.name, "arguments": _arguments_text(call)},
+                }
+                for index, call in enumerate(reply.tool_calls)
+            ]
+        prompt, completion = reply.usage
+        return {
+            "id": f"chatcmpl-{serial}",
+            "object": "chat.completion",
+            "created": 0,
+            "model": _dict(body).get("model"),
+            "choices": [
+                {
+                    "index": 0,
+                    "message": message,
+                    "finish_reason": "tool_calls" if reply.tool_calls else "stop",
+                }
+            ],
+            "usage": {
+                "prompt_tokens": prompt,
+                "completion_tokens": completion,
+                "total_tokens": prompt + completion,
+            },
+        }
+
+    def error(self, status: int, message: str) -> dict[str, Any]:
+        return {"error": {"message": message, "type": "scripted_error", "code": status}}
+
+
+class _Anthropic:
+    name = "anthropic"
+
+    def accepts(self, path: str) -> bool:
+        return path.rstrip("/").endswith("/v1/messages")
+
+    def view(self, body: Any) -> RequestView:
+        body = _dict(body)
+        messages = [_dict(m) for m in _list(body.get("messages"))]
+        last = messages[-1] if messages else {}
+        role = last.get("role")
+        blocks = _list(last.get("content"))
+        if role == "user" and blocks and all(_dict(b).get("type") == "tool_result" for b in blocks):
+            role = "tool"
+        return RequestView(
+            system=_text(body.get("system")),
+            user="\n".join(_text(m.get("content")) for m in messages if m.get("role") == "user"),
+            last=_text(last.get("content")),
+            last_role=role,
+            model=body.get("model"),
+            tools=tuple(str(_dict(t).get("name", "")) for t in _list(body.get("tools"))),
+        )
+
+    def success(self, body: Any, reply: ServerReply, serial: int) -> dict[str, Any]:
+        content: list[dict[str, Any]] = []
+        if reply.content:
+            content.append({"type": "text", "text": reply.content})
+        for index, call in enumerate(reply.tool_calls):
+            arguments: Any = call.arguments
+            if isinstance(arguments, str):
+                # Raw text stays raw if it is not JSON: a test may want it malformed.
+                with contextlib.suppress(ValueError):
+                    arguments = json.loads(arguments)
+            content.append(
+                {
+                    "type": "tool_use",
+                    "id": f"toolu_{serial}_{index}",
+                    "name": call.name,
+                    "input": arguments,
+                }
+            )
+        prompt, completion = reply.usage
+        return {
+            "id": f"msg_{serial}",
+            "type": "message",
+            "role": "assistant",
+            "model": _dict(body).get("model"),
+            "content": content,
+            "stop_reason": "tool_use" if reply.tool_calls else "end_turn",
+            "stop_sequence": None,
+            "usage": {"input_tokens": prompt, "output_tokens": completion},
+        }
+
+    def error(self, status: int, message: str) -> dict[str, Any]:
+        kind = "rate_limit_error" if status == 429 else "api_error"
+        return {"type": "error", "error": {"type": kind, "message": message}}
+
+
+WIRES: dict[str, ServerWire] = {"openai": _OpenAI(), "anthropic": _Anthropic()}
+"""The wire formats by name."""

@@ -1,0 +1,89 @@
+"""Workflow documents: the format's types, and loading and validating them.
+
+A workflow is YAML or JSON (a superset of zenflow v1) or built in Python from the
+same Structs. :func:`load_workflow` reads a file, checks every rule and loads what
+it includes; problems come back all at once, each with file, line, column and
+document path::
+
+    try:
+        loaded = load_workflow("dev-cycle.yaml")
+    except WorkflowError as exc:
+        for problem in exc.problems:
+            print(problem)   # dev-cycle.yaml:12:14: steps[1].loop.until: invalid CEL ...
+"""
+
+from ._cel import Expression as Expression
+from ._cel import compile_expression as compile_expression
+from ._describe import describe_workflow as describe_workflow
+from ._describe import to_mermaid as to_mermaid
+from ._inputs import resolve_inputs as resolve_inputs
+from ._loader import LoadedWorkflow as LoadedWorkflow
+from ._loader import load_workflow as load_workflow
+from ._loader import load_workflow_text as load_workflow_text
+from ._loader import validate_file as validate_file
+from ._loader import validate_workflow as validate_workflow
+from ._problems import Problem as Problem
+from ._problems import WorkflowError as WorkflowError
+from ._spec import DEFAULT_MAX_CONCURRENCY as DEFAULT_MAX_CONCURRENCY
+from ._spec import DEFAULT_MAX_TURNS as DEFAULT_MAX_TURNS
+from ._spec import Agent as Agent
+from ._spec import Check as Check
+from ._spec import Control as Control
+from ._spec import ControlLimits as ControlLimits
+from ._spec import Coordinator as Coordinator
+from ._spec import Edge as Edge
+from ._spec import Graph as Graph
+from ._spec import Human as Human
+from ._spec import InputSpec as InputSpec
+from ._spec import Loop as Loop
+from ._spec import MemoryWindow as MemoryWindow
+from ._spec import Options as Options
+from ._spec import ScriptReply as ScriptReply
+from ._spec import ScriptToolCall as ScriptToolCall
+from ._spec import State as State
+from ._spec import Step as Step
+from ._spec import StepKind as StepKind
+from ._spec import Workflow as Workflow
+from ._spec import parse_duration as parse_duration
+from ._template import Template as Template
+from ._template import has_template as has_template
+from ._template import parse_template as parse_template
+
+__all__ = [
+    "DEFAULT_MAX_CONCURRENCY",
+    "DEFAULT_MAX_TURNS",
+    "Agent",
+    "Check",
+    "Control",
+    "ControlLimits",
+    "Coordinator",
+    "Edge",
+    "Expression",
+    "Graph",
+    "Human",
+    "InputSpec",
+    "LoadedWorkflow",
+    "Loop",
+    "MemoryWindow",
+    "Options",
+    "Problem",
+    "ScriptReply",
+    "ScriptToolCall",
+    "State",
+    "Step",
+    "StepKind",
+    "Template",
+    "Workflow",
+    "WorkflowError",
+    "compile_expression",
+    "describe_workflow",
+    "has_template",
+    "load_workflow",
+    "load_workflow_text",
+    "parse_duration",
+    "parse_template",
+    "resolve_inputs",
+    "to_mermaid",
+    "validate_file",
+    "validate_workflow",
+]

@@ -1,0 +1,305 @@
+"""CEL expressions: compiled once when a workflow loads, evaluated with plain Python values.
+
+    expression = compile_expression("steps.test.result.exitCode == 0", step_ids=ids)
+    if expression.evaluate_bool(activation, what="condition"):
+        ...
+
+:func:`compile_expression` memoizes, so the runtime may call it again with the
+same text and get the compiled expression back for free. Compilation applies
+the caps of :mod:`._cel_lexer`, rewrites hyphenated step ids written as fields
+(``steps.list-services.result`` becomes ``steps.`list-services`.result``), and
+type-checks against the context names of SPEC section 4, so a misspelt name
+fails at load rather than mid-run.
+
+Evaluation hands the engine only the parts of the context the expression can
+reach (``steps.test.result.exitCode`` needs ``steps["test"]["result"]
+["exitCode"]``, not the other forty steps), which keeps its cost independent of
+the size of the run's state. Failures become :class:`ExpressionEvaluationError`
+messages that quote the expression and name the missing key, with the keys that
+do exist.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping
+
+from cadenza.errors import (
+    ExpressionError,
+    ExpressionEvaluationError,
+    ExpressionSyntaxError,
+    ExpressionTooComplex,
+)
+
+from ._cel_cpp import CompileFailure, EvalFailure, Program, compile_program
+from ._cel_lexer import (
+    Path,
+    Plan,
+    TextError,
+    Token,
+    access_paths,
+    check_length,
+    check_nesting,
+    original_position,
+    plan_of,
+    rewrite_step_ids,
+    tokenize,
+)
+
+__all__ = [
+    "CONTEXT_NAMES",
+    "Expression",
+    "ExpressionError",
+    "ExpressionEvaluationError",
+    "ExpressionSyntaxError",
+    "ExpressionTooComplex",
+    "compile_expression",
+    "preview",
+    "quote",
+    "type_name",
+]
+
+CONTEXT_NAMES = frozenset(
+    {
+        "inputs",
+        "steps",
+        "iteration",
+        "item",
+        "index",
+        "content",
+        "result",
+        "status",
+        "state",
+        "step",
+        "visits",
+    }
+)
+"""The names an expression may use (SPEC section 4); which are set depends on where it runs."""
+
+_MISSING = object()
+
+
+class Expression:
+    """A compiled CEL expression: immutable, reusable, and safe to evaluate from any thread.
+
+    Build one with :func:`compile_expression`.
+
+    Attributes:
+        source: The expression as the user wrote it.
+    """
+
+    __slots__ = ("_paths", "_plan", "_program", "source")
+
+    def __init__(self, source: str, program: Program, paths: list[Path], plan: Plan) -> None:
+        self.source = source
+        self._program = program
+        self._paths = tuple(paths)
+        self._plan = tuple(plan.items())
+
+    def __repr__(self) -> str:
+        return f"Expression({self.source!r})"
+
+    def evaluate(self, activation: Mapping[str, object]) -> object:
+        """The expression's value over ``activation``, as plain Python.
+
+        Args:
+            activation: Context names to plain values (dict, list, str, int,
+                float, bool, None).
+
+        Returns:
+            Plain Python: CEL maps and lists become dicts and lists; timestamps
+            and durations become ``datetime`` and ``timedelta``; bytes, ``bytes``.
+
+        Raises:
+            ExpressionEvaluationError: A missing name or key, a wrong type, or
+                too much work; the message quotes the expression.
+        """
+        try:
+            return self._program.run(self._select(activation))
+        except EvalFailure as failure:
+            raise self._explain(failure, activation) from None
+
+    def evaluate_bool(self, activation: Mapping[str, object], *, what: str = "condition") -> bool:
+        """Evaluate an expression that must yield true or false.
+
+        Args:
+            activation: As for :meth:`evaluate`.
+            what: The role of the expression for the error message
+                (``condition``, ``until``, ``edge condition``...).
+
+        Raises:
+            ExpressionEvaluationError: As :meth:`evaluate`, and when the value is
+                not a bool (the message names the type it was).
+        """
+        try:
+            value = self._program.run(self._select(activation))
+        except EvalFailure as failure:
+            raise self._explain(failure, activation) from None
+        if value is True or value is False:
+            return value
+        raise ExpressionEvaluationError(
+            f"{quote(self.source)}: the {what} must be true or false,"
+            f" but it gave {type_name(value)} {preview(value)}",
+            source=self.source,
+        )
+
+    def _select(self, activation: Mapping[str, object]) -> dict[str, object]:
+        """The part of ``activation`` this expression can reach."""
+        data: dict[str, object] = {}
+        for name, node in self._plan:
+            value = activation.get(name, _MISSING)
+            if value is not _MISSING:
+                data[name] = value if node is None else _project(value, node)
+        return data
+
+    def _explain(
+        self, failure: EvalFailure, activation: Mapping[str, object]
+    ) -> ExpressionEvaluationError:
+        name = failure.name
+        if failure.kind in ("missing_key", "no_field"):
+            found = self._diagnose(failure, activation)
+            if found is not None:
+                message, name = found
+            elif failure.kind == "missing_key":
+                message = f"no such key '{name}'"
+            else:
+                message = "a field was selected on a value that is not a map"
+        elif failure.kind == "unknown_name":
+            message = f"'{name}' is not available here (the context has: {_keys(activation)})"
+        else:
+            message = failure.detail
+        return ExpressionEvaluationError(
+            f"{quote(self.source)}: {message}", source=self.source, name=name
+        )
+
+    def _diagnose(
+        self, failure: EvalFailure, activation: Mapping[str, object]
+    ) -> tuple[str, str] | None:
+        """Walk the expression's constant paths to the key or field that is not there."""
+        for root, keys in self._paths:
+            value = activation.get(root, _MISSING)
+            shown = root
+            for key in keys:
+                if isinstance(value, dict):
+                    if key not in value:
+                        if failure.kind == "missing_key" and failure.name in (None, key):
+                            return f"no such key '{key}' in {shown} (it has: {_keys(value)})", key
+                        break
+                    value = value[key]
+                    shown += f".{key}" if key.isidentifier() else f"[{key!r}]"
+                else:
+                    if failure.kind == "no_field" and value is not _MISSING:
+                        return f"{shown} is {type_name(value)}, so it has no field '{key}'", key
+                    break
+        return None
+
+
+def _project(value: object, node: Plan) -> object:
+    """``value`` cut down to the keys in ``node``; non-dicts pass whole (the engine judges)."""
+    if not isinstance(value, dict):
+        return value
+    out = {}
+    for key, child in node.items():
+        if key in value:
+            item = value[key]
+            out[key] = item if child is None else _project(item, child)
+    return out
+
+
+def compile_expression(
+    source: str,
+    *,
+    step_ids: frozenset[str] = frozenset(),
+    names: frozenset[str] = CONTEXT_NAMES,
+) -> Expression:
+    """Compile CEL ``source`` once; later calls with the same arguments return the same object.
+
+    Args:
+        source: The expression text.
+        step_ids: Step ids in scope; ``steps.list-services`` is read as
+            ``steps['list-services']`` when ``list-services`` is one of them
+            (longest id first; never inside string literals).
+        names: The context names the expression may use.
+
+    Raises:
+        ExpressionTooComplex: Longer than 4,096 characters, brackets nested
+            deeper than 32, or comprehension macros deeper than 3.
+        ExpressionSyntaxError: A syntax error, an unknown name, or operands
+            whose types can never fit; ``column`` points at the problem.
+    """
+    return _compile(source, step_ids, names)
+
+
+@functools.lru_cache(maxsize=4096)
+def _compile(source: str, step_ids: frozenset[str], names: frozenset[str]) -> Expression:
+    try:
+        check_length(source)
+        tokens = tokenize(source)
+        check_nesting(tokens)
+    except TextError as exc:
+        kind = ExpressionTooComplex if exc.too_complex else ExpressionSyntaxError
+        raise kind(exc.message, source=source, column=exc.position + 1) from None
+    if not tokens:
+        raise ExpressionSyntaxError("the expression is empty", source=source, column=1)
+    text, edits = rewrite_step_ids(source, tokens, step_ids)
+    if edits:
+        tokens = tokenize(text)
+    try:
+        program = compile_program(text, names)
+    except CompileFailure as failure:
+        position = _position(text, failure.line, failure.column)
+        if failure.unknown is not None:
+            position = _name_position(tokens, failure.unknown, position)
+        kind = ExpressionTooComplex if failure.too_complex else ExpressionSyntaxError
+        column = original_position(position, edits) + 1
+        raise kind(failure.description, source=source, column=column) from None
+    paths = access_paths(tokens, names)
+    return Expression(source, program, paths, plan_of(paths))
+
+
+def _name_position(tokens: list[Token], name: str, near: int) -> int:
+    """Where the unknown ``name`` starts: cel-cpp points at the end of its dotted chain."""
+    starts = [t.start for t in tokens if t.text == name and t.start <= near]
+    return starts[-1] if starts else near
+
+
+def _position(text: str, line: int, column: int) -> int:
+    """The 0-based position of an engine's 1-based line and column (0 when unknown)."""
+    if line < 1 or column < 1:
+        return 0
+    start = 0
+    for _ in range(line - 1):
+        start = text.find("\n", start) + 1
+    return min(start + column - 1, len(text))
+
+
+def quote(source: str, limit: int = 100) -> str:
+    """``source`` quoted for a message, shortened past ``limit`` characters."""
+    text = " ".join(source.split())
+    return repr(text if len(text) <= limit else text[: limit - 3] + "...")
+
+
+def type_name(value: object) -> str:
+    """The CEL name of a plain value's type: null, bool, int, double, string, list, map."""
+    names = {bool: "bool", int: "int", float: "double", str: "string", bytes: "bytes"}
+    if value is None:
+        return "null"
+    if isinstance(value, dict):
+        return "map"
+    if isinstance(value, list):
+        return "list"
+    return names.get(type(value), type(value).__name__)
+
+
+def preview(value: object, limit: int = 60) -> str:
+    """A short rendering of ``value`` for an error message."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _keys(mapping: Mapping[str, object], limit: int = 12) -> str:
+    keys = sorted(str(k) for k in mapping)
+    if not keys:
+        return "nothing"
+    shown = ", ".join(keys[:limit])
+    return shown + (f" and {len(keys) - limit} more" if len(keys) > limit else "")

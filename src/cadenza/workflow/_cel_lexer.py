@@ -1,0 +1,306 @@
+"""What Cadenza reads off CEL text before the engine sees it: tokens, caps, rewrites, paths.
+
+Three jobs, all on tokens so that string literals and comments are never
+mistaken for code:
+
+- the compile-time caps (length, bracket nesting, macro nesting) that bound
+  what one evaluation can cost;
+- the rewrite of ``steps.list-services.result`` into CEL's quoted field
+  ``steps.`list-services`.result`` for hyphenated step ids (SPEC section 4
+  reads it as ``steps['list-services']``; the quoted field also works in
+  ``has()``, which refuses an index);
+- the constant access paths (``steps.test.result.exitCode``) of each context
+  name, so that evaluation can hand the engine only the values the
+  expression can reach, and explain a missing key by walking those paths.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+__all__ = [
+    "MAX_MACRO_NESTING",
+    "MAX_NESTING",
+    "MAX_SOURCE_LENGTH",
+    "Plan",
+    "TextError",
+    "Token",
+    "access_paths",
+    "check_length",
+    "check_nesting",
+    "original_position",
+    "plan_of",
+    "rewrite_step_ids",
+    "scan_placeholder",
+    "tokenize",
+]
+
+MAX_SOURCE_LENGTH = 4096
+"""Characters in one expression; a long one belongs in a step, not a condition."""
+MAX_NESTING = 32
+"""Open brackets at once; cel-cpp's own parser stops at the same depth."""
+MAX_MACRO_NESTING = 3
+"""Comprehension macros inside one another; each level multiplies the work."""
+
+_MACROS = frozenset(
+    {"all", "exists", "exists_one", "existsOne", "map", "filter", "transformList", "transformMap"}
+)
+
+_TOKEN = re.compile(
+    r"""
+      (?P<space>\s+|//[^\n]*)
+    | (?P<string>
+          (?:[rR][bB]?|[bB][rR])(?:'''[\s\S]*?'''|\"\"\"[\s\S]*?\"\"\"|'[^'\n]*'|"[^"\n]*")
+        | [bB]?(?:'''(?:\\[\s\S]|[^\\])*?'''|\"\"\"(?:\\[\s\S]|[^\\])*?\"\"\"
+                 |'(?:\\.|[^'\\\n])*'|"(?:\\.|[^"\\\n])*")
+      )
+    | (?P<number>0[xX][0-9a-fA-F]+[uU]?|(?:\d+\.\d+|\.\d+|\d+)(?:[eE][+-]?\d+)?[uU]?)
+    | (?P<ident>[A-Za-z_][A-Za-z0-9_]*)
+    | (?P<quoted>`[^`\n]*`)
+    | (?P<punct>==|!=|<=|>=|&&|\|\||[-+*/%!<>?:.,()\[\]{}])
+    | (?P<other>.)
+    """,
+    re.VERBOSE | re.DOTALL,
+)
+_STEP_ID_RUN = re.compile(r"[a-z][a-z0-9_-]*")
+_PLAIN_STRING = re.compile(r"""[rR]?(?:'([^'\\\n]*)'|"([^"\\\n]*)")""")
+
+
+class TextError(Exception):
+    """A problem found in the text itself, at ``position`` (0-based)."""
+
+    def __init__(self, message: str, position: int, *, too_complex: bool = False) -> None:
+        super().__init__(message)
+        self.message = message
+        self.position = position
+        self.too_complex = too_complex
+
+
+@dataclass(frozen=True, slots=True)
+class Token:
+    """One lexical token: ``kind`` is string, number, ident, quoted (a field in backticks),
+    punct or other."""
+
+    kind: str
+    text: str
+    start: int
+
+    @property
+    def end(self) -> int:
+        """The position just after the token."""
+        return self.start + len(self.text)
+
+
+def tokenize(source: str) -> list[Token]:
+    """The tokens of ``source`` without whitespace and comments.
+
+    Raises:
+        TextError: A string literal is not closed.
+    """
+    tokens = []
+    for match in _TOKEN.finditer(source):
+        kind = match.lastgroup or "other"
+        if kind == "space":
+            continue
+        if kind == "other" and match.group() in "'\"":
+            raise TextError("unterminated string literal", match.start())
+        tokens.append(Token(kind, match.group(), match.start()))
+    return tokens
+
+
+def scan_placeholder(text: str, start: int) -> int | None:
+    """Where the ``}}`` closing a template placeholder whose CEL starts at ``start`` is.
+
+    The closing ``}}`` is the first one outside string literals and outside
+    the expression's own brackets. An unterminated string falls back to the
+    first ``}}`` (the compiler then reports the string). None when unclosed.
+    """
+    depth = 0
+    pos = start
+    while pos < len(text):
+        match = _TOKEN.match(text, pos)
+        assert match is not None  # the "other" group matches any character
+        token = match.group()
+        if match.lastgroup == "other" and token in "'\"":
+            found = text.find("}}", start)
+            return None if found == -1 else found
+        if token in ("(", "[", "{"):
+            depth += 1
+        elif token in (")", "]", "}"):
+            if depth == 0 and text.startswith("}}", match.start()):
+                return match.start()
+            depth = max(depth - 1, 0)
+        pos = match.end()
+    return None
+
+
+def check_length(source: str) -> None:
+    """Refuse text over the length cap (before spending time on it).
+
+    Raises:
+        TextError: With ``too_complex`` set, at the first character past the cap.
+    """
+    if len(source) > MAX_SOURCE_LENGTH:
+        raise TextError(
+            f"it is {len(source):,} characters long; the limit is {MAX_SOURCE_LENGTH:,}",
+            MAX_SOURCE_LENGTH,
+            too_complex=True,
+        )
+
+
+def check_nesting(tokens: list[Token]) -> None:
+    """Refuse brackets or comprehension macros nested past their caps.
+
+    Raises:
+        TextError: With ``too_complex`` set, at the token that crossed a cap.
+    """
+    # One entry per open bracket: whether it opened a macro's argument list.
+    stack: list[bool] = []
+    macros = 0
+    for i, token in enumerate(tokens):
+        if token.text in ("(", "[", "{"):
+            is_macro = (
+                token.text == "("
+                and i >= 2
+                and tokens[i - 1].kind == "ident"
+                and tokens[i - 1].text in _MACROS
+                and tokens[i - 2].text == "."
+            )
+            stack.append(is_macro)
+            macros += is_macro
+            if len(stack) > MAX_NESTING:
+                raise TextError(
+                    f"brackets nest more than {MAX_NESTING} deep", token.start, too_complex=True
+                )
+            if macros > MAX_MACRO_NESTING:
+                raise TextError(
+                    f"comprehension macros nest more than {MAX_MACRO_NESTING} deep"
+                    f" (this '{tokens[i - 1].text}' is inside {MAX_MACRO_NESTING} others)",
+                    tokens[i - 1].start,
+                    too_complex=True,
+                )
+        elif token.text in (")", "]", "}") and stack:
+            macros -= stack.pop()
+
+
+def _is_root(tokens: list[Token], i: int) -> bool:
+    """Whether ``tokens[i]`` names a variable rather than a field after a dot."""
+    return tokens[i].kind == "ident" and (i == 0 or tokens[i - 1].text != ".")
+
+
+def rewrite_step_ids(
+    source: str, tokens: list[Token], step_ids: frozenset[str]
+) -> tuple[str, list[tuple[int, int, int]]]:
+    """Turn ``steps.<hyphenated-id>`` into the quoted field ``steps.`<hyphenated-id>```.
+
+    Only ids in ``step_ids`` that hold a ``-`` are rewritten, the longest that
+    fits first, and only when the id is written without spaces and does not
+    run on into more identifier characters (``steps.a-bc`` is not ``a-b``).
+
+    Returns:
+        The new text and its edits as ``(start, old_length, new_length)``, in
+        order, for mapping engine columns back to ``source``.
+    """
+    hyphenated = [sid for sid in step_ids if "-" in sid]
+    if not hyphenated or "-" not in source:
+        return source, []
+    longest_first = sorted(hyphenated, key=len, reverse=True)
+    edits: list[tuple[int, int, str]] = []
+    for i in range(len(tokens) - 2):
+        if not (tokens[i].text == "steps" and _is_root(tokens, i) and tokens[i + 1].text == "."):
+            continue
+        field = tokens[i + 2]
+        run = _STEP_ID_RUN.match(source, field.start)
+        if field.kind != "ident" or run is None or "-" not in run.group():
+            continue
+        for sid in longest_first:
+            end = field.start + len(sid)
+            if run.group().startswith(sid) and not _continues(source, end):
+                edits.append((field.start, len(sid), f"`{sid}`"))
+                break
+    if not edits:
+        return source, []
+    parts, last = [], 0
+    for start, length, text in edits:
+        parts += [source[last:start], text]
+        last = start + length
+    parts.append(source[last:])
+    return "".join(parts), [(start, length, len(text)) for start, length, text in edits]
+
+
+def _continues(source: str, end: int) -> bool:
+    return end < len(source) and (source[end].isalnum() or source[end] == "_")
+
+
+def original_position(position: int, edits: list[tuple[int, int, int]]) -> int:
+    """Map a position in rewritten text back to the text the user wrote."""
+    shift = 0
+    for start, old_length, new_length in edits:
+        new_start = start + shift
+        if position < new_start:
+            break
+        if position < new_start + new_length:
+            return start
+        shift += new_length - old_length
+    return position - shift
+
+
+Path = tuple[str, tuple[str, ...]]
+"""A context name and the constant keys selected below it: ``("steps", ("test", "result"))``."""
+
+Plan = dict[str, "Plan | None"]
+"""Which keys to keep below each name; None keeps the whole value."""
+
+
+def access_paths(tokens: list[Token], names: frozenset[str]) -> list[Path]:
+    """Every use of a context name, with the constant keys selected right after it.
+
+    A path stops at the first selection that is not a constant key (an index
+    by variable, a method call, an operator); the value there is then used
+    whole. ``has(steps.x)`` reads ``steps.x``; ``steps.all(...)`` reads ``steps``.
+    """
+    paths = []
+    for i, token in enumerate(tokens):
+        if token.text not in names or not _is_root(tokens, i):
+            continue
+        keys: list[str] = []
+        j = i + 1
+        while j + 1 < len(tokens):
+            nxt = tokens[j + 1]
+            if tokens[j].text == "." and nxt.kind in ("ident", "quoted"):
+                if j + 2 < len(tokens) and tokens[j + 2].text == "(":
+                    break  # a method call uses the receiver whole
+                keys.append(nxt.text.strip("`"))
+                j += 2
+            elif tokens[j].text == "[" and nxt.kind == "string":
+                literal = _PLAIN_STRING.fullmatch(nxt.text)
+                if literal is None or j + 2 >= len(tokens) or tokens[j + 2].text != "]":
+                    break
+                keys.append(literal.group(1) if literal.group(1) is not None else literal[2])
+                j += 3
+            else:
+                break
+        paths.append((token.text, tuple(keys)))
+    return paths
+
+
+def plan_of(paths: list[Path]) -> Plan:
+    """Merge access paths into one plan: the union of what they can reach."""
+    plan: Plan = {}
+    for name, keys in paths:
+        _insert(plan, (name, *keys))
+    return plan
+
+
+def _insert(node: Plan, keys: tuple[str, ...]) -> None:
+    head, rest = keys[0], keys[1:]
+    if head in node and node[head] is None:
+        return  # already kept whole
+    if not rest:
+        node[head] = None
+        return
+    child = node.get(head)
+    if child is None:
+        child = node[head] = {}
+    _insert(child, rest)

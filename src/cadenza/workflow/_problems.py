@@ -1,0 +1,135 @@
+"""Located problems: what the loader and validator report, and where.
+
+Every rule reports a :class:`Problem` instead of raising, so that one pass over a
+document finds all of its mistakes. A :class:`Reporter` turns a document path
+(``("steps", 2, "loop", "until")``) into a file position through the
+:class:`~cadenza.workflow._source.SourceMap` the YAML loader recorded; workflows
+built in Python have no source map and get line 0, column 0 with the path filled.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
+
+import msgspec
+
+from cadenza.errors import CadenzaError
+
+if TYPE_CHECKING:
+    from ._source import SourceMap
+
+__all__ = ["DocPath", "Problem", "Reporter", "WorkflowError", "did_you_mean", "format_path"]
+
+DocPath = tuple[str | int, ...]
+"""A position in a document: mapping keys and list indexes from the root."""
+
+_PLAIN_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")
+
+
+class Problem(msgspec.Struct, frozen=True):
+    """One thing wrong with a workflow, located in its file.
+
+    Attributes:
+        file: The file name as the user gave it (``<string>``/``<python>`` without one).
+        line: 1-based line, or 0 when the problem has no position (a missing file,
+            a workflow built in Python).
+        column: 1-based column, or 0 like ``line``.
+        path: Where in the document, as ``steps[2].loop.until``; empty for the whole file.
+        message: What is wrong, in words, and how to fix it when that is not obvious.
+    """
+
+    file: str
+    line: int
+    column: int
+    path: str
+    message: str
+
+    def __str__(self) -> str:
+        where = f"{self.file}:{self.line}:{self.column}:"
+        return f"{where} {self.path}: {self.message}" if self.path else f"{where} {self.message}"
+
+
+class WorkflowError(CadenzaError):
+    """A workflow document (or one it includes) is invalid.
+
+    Raised by :func:`~cadenza.workflow.load_workflow` and friends with every problem
+    found, not just the first; fix them and load again. ``str()`` lists the problems
+    one per line in ``FILE:LINE:COL: path: message`` form.
+
+    Attributes:
+        problems: The problems, in file order and then by position.
+    """
+
+    def __init__(self, problems: Iterable[Problem]) -> None:
+        self.problems: tuple[Problem, ...] = tuple(problems)
+        super().__init__("\n".join(str(p) for p in self.problems))
+
+
+def format_path(path: DocPath) -> str:
+    """Render a document path as ``steps[2].loop.until`` (odd keys as ``['a b']``)."""
+    out: list[str] = []
+    for part in path:
+        if isinstance(part, int):
+            out.append(f"[{part}]")
+        elif _PLAIN_KEY.match(part):
+            out.append(f".{part}" if out else part)
+        else:
+            out.append(f"[{part!r}]")
+    return "".join(out)
+
+
+def did_you_mean(word: str, choices: Iterable[str], *, cutoff: float = 0.6) -> str:
+    """A ``"; did you mean 'x'?"`` suffix naming the closest choice, or ``""``.
+
+    ``cutoff`` is difflib's similarity threshold; a case or separator slip always counts.
+    """
+    pool = list(choices)
+    lowered = {c.lower().replace("_", "").replace("-", ""): c for c in pool}
+    folded = word.lower().replace("_", "").replace("-", "")
+    # Case and separator slips (`depends_on`, `MaxIterations`) are the most common typos.
+    if folded in lowered and lowered[folded] != word:
+        return f"; did you mean {lowered[folded]!r}?"
+    close = difflib.get_close_matches(word, pool, n=1, cutoff=cutoff)
+    return f"; did you mean {close[0]!r}?" if close else ""
+
+
+class Reporter:
+    """Collects the problems of one file, locating each through its source map.
+
+    Args:
+        file: The file name to report.
+        source: Positions recorded by the YAML loader; ``None`` for Python-built workflows.
+    """
+
+    def __init__(self, file: str, source: SourceMap | None = None) -> None:
+        self.file = file
+        self.source = source
+        self.problems: list[Problem] = []
+        # Objects whose schema problems were already reported: later rules stay quiet
+        # about them, so a typo'd key yields one message, not a cascade of follow-ups.
+        self._quiet: list[DocPath] = []
+
+    def add(self, path: DocPath, message: str, *, offset: int | None = None) -> None:
+        """Report ``message`` at ``path``; ``offset`` is a character offset inside its value."""
+        line, column = self._locate(path, offset)
+        self.problems.append(Problem(self.file, line, column, format_path(path), message))
+
+    def add_rule(self, path: DocPath, message: str, *, offset: int | None = None) -> None:
+        """Like :meth:`add`, unless a schema problem was reported inside ``path``."""
+        if any(q[: len(path)] == path for q in self._quiet):
+            return
+        self.add(path, message, offset=offset)
+
+    def quiet(self, paths: Sequence[DocPath]) -> None:
+        """Mark objects holding schema problems (see :meth:`add_rule`)."""
+        self._quiet.extend(paths)
+
+    def _locate(self, path: DocPath, offset: int | None) -> tuple[int, int]:
+        if self.source is None:
+            return 0, 0
+        if offset is not None:
+            return self.source.locate_offset(path, offset)
+        return self.source.locate(path)

@@ -1,0 +1,321 @@
+"""The workflow format as msgspec Structs: the data model of SPEC.md sections 1-3.
+
+These types are the one model both front ends produce: the YAML/JSON loader
+converts documents into them, and the Python builders construct them directly.
+Field names are snake_case in Python and camelCase in documents
+(``depends_on`` <-> ``dependsOn``), the spelling zenflow uses.
+
+Structs here only describe; rules that span fields (mutual exclusions, references,
+cycles) live in the validator, so that every problem is reported with its location.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Literal
+
+import msgspec
+
+__all__ = [
+    "DEFAULT_MAX_CONCURRENCY",
+    "DEFAULT_MAX_TURNS",
+    "Agent",
+    "Check",
+    "Control",
+    "ControlLimits",
+    "Coordinator",
+    "Edge",
+    "Graph",
+    "Human",
+    "InputSpec",
+    "Loop",
+    "MemoryWindow",
+    "Options",
+    "ScriptReply",
+    "ScriptToolCall",
+    "State",
+    "Step",
+    "StepKind",
+    "Workflow",
+    "parse_duration",
+]
+
+DEFAULT_MAX_CONCURRENCY = 5
+"""Steps in parallel when neither the workflow nor the caller says (zenflow's default)."""
+
+DEFAULT_MAX_TURNS = 50
+"""Tool-calling turns per agent step visit when ``maxTurns`` is 0 or absent."""
+
+InputType = Literal["string", "integer", "number", "boolean", "object", "array", "any"]
+OnStepFailure = Literal["cascade", "skip-dependents", "abort"]
+OutputMode = Literal["", "last", "cumulative"]
+OnLimit = Literal["returnLast", "fail", "returnWithFlag"]
+StepKind = Literal[
+    "agent", "command", "handler", "include", "graph", "control", "human", "tool", "loop"
+]
+
+
+class _Spec(
+    msgspec.Struct,
+    frozen=True,
+    kw_only=True,
+    forbid_unknown_fields=True,
+    omit_defaults=True,
+    rename="camel",
+):
+    """Base for every document type: immutable, camelCase keys, unknown keys rejected."""
+
+
+class InputSpec(_Spec, frozen=True):
+    """A declared run input (extension). No ``default`` means the input is required."""
+
+    type: InputType = "any"
+    default: Any | msgspec.UnsetType = msgspec.UNSET
+    description: str | None = None
+
+    @property
+    def required(self) -> bool:
+        """True when the caller must supply a value."""
+        return self.default is msgspec.UNSET
+
+
+class ScriptToolCall(_Spec, frozen=True):
+    """A tool call the ``scripted`` model makes: ``{name, arguments}``."""
+
+    name: str
+    arguments: dict[str, Any] = {}
+
+
+class ScriptReply(_Spec, frozen=True):
+    """One reply of the ``scripted`` model; a bare string in a document means ``content``."""
+
+    content: str | None = None
+    tool_calls: list[ScriptToolCall] = []
+
+
+class Agent(_Spec, frozen=True):
+    """An LLM configuration that steps reference by name (zenflow ``AgentConfig``)."""
+
+    description: str | None = None
+    prompt: str | None = None
+    model: str | None = None
+    tools: list[str] | None = None
+    disallowed_tools: list[str] | None = None
+    max_turns: int = 0
+    temperature: float | None = None
+    top_p: float | None = None
+    result_schema: dict[str, Any] | None = None
+    script: list[str | ScriptReply] | None = None  # extension: replies of the scripted model
+
+    @property
+    def turns(self) -> int:
+        """The effective turn cap: 0 and absent both mean the default of 50."""
+        return self.max_turns or DEFAULT_MAX_TURNS
+
+
+class MemoryWindow(_Spec, frozen=True):
+    """``memory: {window: N}``: an agent keeps the last N iterations' turns."""
+
+    window: int
+
+
+class Loop(_Spec, frozen=True):
+    """A repeat-until or forEach loop (SPEC 2); ``steps`` makes it a multi-step body."""
+
+    for_each: str | list[Any] | None = None
+    max_iterations: int | None = None
+    until: str | None = None
+    until_agent: str | None = None
+    delay: str | None = None
+    max_concurrency: int = 0
+    steps: list[Step] | None = None
+    output_mode: OutputMode = ""
+    on_max_iterations: OnLimit = "returnLast"
+    feedback: bool = True
+    memory: Literal["fresh", "accumulate"] | MemoryWindow = "fresh"
+
+    @property
+    def is_for_each(self) -> bool:
+        """True for a forEach loop, False for repeat-until."""
+        return self.for_each is not None
+
+
+class Edge(_Spec, frozen=True):
+    """A graph transition; the first edge whose condition holds wins."""
+
+    from_: str = msgspec.field(name="from")
+    to: str
+    condition: str | None = None
+    description: str | None = None
+
+
+class Graph(_Spec, frozen=True):
+    """A state machine over step-like states (SPEC 3)."""
+
+    start: str
+    states: dict[str, State]
+    edges: list[Edge] = []
+    max_steps: int = 50
+    on_max_steps: OnLimit = "returnLast"
+    feedback_on_revisit: bool = True
+
+
+class Check(_Spec, frozen=True):
+    """A deterministic check in a control loop: CEL over ``result``, templated feedback."""
+
+    expr: str
+    feedback: str | None = None
+
+
+class ControlLimits(_Spec, frozen=True):
+    """Bounds of a control loop (SPEC 2.5)."""
+
+    max_iterations: int = 5
+    max_tokens: int | None = None
+    max_retries: int = 3
+    max_replans: int = 1
+    timeout: str | None = None
+    no_progress_after: int = 2
+    max_infra_retries: int = 2
+
+
+class Control(_Spec, frozen=True):
+    """A planner -> actor -> evaluator -> decide loop (SPEC 2.5)."""
+
+    objective: str
+    actor: str
+    evaluator: str
+    criteria: str | None = None
+    planner: str | None = None
+    delegate: str | None = None
+    checks: list[Check] = []
+    limits: ControlLimits = ControlLimits()
+    escalate: Literal["stop", "human"] = "stop"
+
+
+class Human(_Spec, frozen=True):
+    """A step that waits for a person's answer (SPEC 2.6)."""
+
+    prompt: str
+    schema: dict[str, Any] | None = None
+
+
+class _Body(_Spec, frozen=True):
+    """What a step or a graph state does: exactly one kind, plus common keys."""
+
+    # What it runs (exactly one of these, or `instructions` alone for the default agent).
+    agent: str | None = None
+    instructions: str | None = None
+    command: str | list[str] | None = None
+    handler: str | None = None
+    include: str | None = None
+    graph: Graph | None = None
+    control: Control | None = None
+    human: Human | None = None
+    tool: str | None = None
+    tool_input: dict[str, Any] | None = None
+    loop: Loop | None = None
+    # Inputs of an `include`; `env`/`cwd`/`stdin` of a `command`.
+    inputs: dict[str, Any] | None = None
+    env: dict[str, str] | None = None
+    cwd: str | None = None
+    stdin: str | None = None
+    # Common keys (zenflow) and extensions.
+    context_files: list[str] = []
+    model: str | None = None
+    timeout: str | None = None
+    retries: int = 0
+    max_retries: int = 0
+    on_error: Literal["fail", "continue"] = "fail"
+
+    @property
+    def kind(self) -> StepKind:
+        """The one thing this step does (``loop`` for a loop carrying its own steps).
+
+        For a looped single step (``loop`` without ``steps`` beside e.g. ``agent``)
+        this is the kind of the looped work; the validator guarantees one kind.
+        """
+        if self.graph is not None:
+            return "graph"
+        if self.control is not None:
+            return "control"
+        if self.human is not None:
+            return "human"
+        if self.include is not None:
+            return "include"
+        if self.command is not None:
+            return "command"
+        if self.handler is not None:
+            return "handler"
+        if self.tool is not None:
+            return "tool"
+        if self.agent is not None or self.instructions is not None:
+            return "agent"
+        return "loop"
+
+
+class Step(_Body, frozen=True, kw_only=True):
+    """A node of a workflow DAG (or of a loop body)."""
+
+    id: str
+    depends_on: list[str] = []
+    condition: str | None = None
+
+
+class State(_Body, frozen=True, kw_only=True):
+    """A graph state: a step without ``id``/``dependsOn``; the key in ``states`` names it."""
+
+    feedback: bool | None = None
+
+
+class Options(_Spec, frozen=True):
+    """Run-wide execution options (zenflow section 8, plus ``maxTokens``)."""
+
+    max_concurrency: int = 0
+    on_step_failure: OnStepFailure = "cascade"
+    timeout: str | None = None
+    step_timeout: str | None = None
+    max_tokens: int | None = None
+    isolation: str | None = None
+    scheduler: Literal["dependency-first", "round-robin", "least-busy"] = "dependency-first"
+    max_retries: int = 0
+
+
+class Coordinator(_Spec, frozen=True):
+    """``coordinator: {agent: NAME}``: that agent wakes on each message (SPEC 5)."""
+
+    agent: str
+    max_wakes: int = 100
+
+
+class Workflow(_Spec, frozen=True):
+    """A whole workflow document."""
+
+    name: str
+    steps: list[Step]
+    description: str | None = None
+    version: int = 1
+    inputs: dict[str, InputSpec] = {}
+    agents: dict[str, Agent] = {}
+    includes: dict[str, str] = {}
+    options: Options = Options()
+    coordinator: Coordinator | None = None
+    output: str | None = None
+    loop: Loop | None = None
+
+
+_DURATION = re.compile(r"^(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
+
+
+def parse_duration(text: str) -> float:
+    """Seconds in a zenflow duration (``1h30m``, ``45s``).
+
+    Raises:
+        ValueError: The text is not of the form ``^(\\d+h)?(\\d+m)?(\\d+s)?$``
+            with at least two characters.
+    """
+    match = _DURATION.match(text)
+    if match is None or len(text) < 2:
+        raise ValueError(f"{text!r} is not a duration like '30s', '5m' or '1h30m'")
+    hours, minutes, seconds = (int(g) if g else 0 for g in match.groups())
+    return float(hours * 3600 + minutes * 60 + seconds)

@@ -1,0 +1,316 @@
+"""The rules that span fields: step kinds, references, loops, graphs, files, includes.
+
+Runs on the typed :class:`Workflow` once the schema layer (``_schema.py``) has
+checked types and values, and walks the document once: every step, loop body,
+graph state and control step is visited a single time, with its document path
+(for locations) and its nesting depth. Problems are reported, never raised.
+
+Two things reach outside the document and are delegated: reading ``@file``
+references (here, relative to the workflow's directory) and loading included
+workflows (a callback from the loader, which owns include cycles and depth).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from cadenza.errors import InputError
+
+from ._containers import check_graph, check_loop
+from ._expressions import ExpressionChecker
+from ._inputs import resolve_inputs
+from ._problems import DocPath, Reporter, did_you_mean
+from ._references import (
+    check_include_contract,
+    check_json_schema,
+    judge_problem,
+    read_reference,
+)
+from ._scopes import check_scope, declared_ids
+from ._spec import Control, Graph, Human, Loop, State, Step, Workflow
+from ._template import has_template
+
+__all__ = ["MAX_NESTING", "IncludeLoader", "Validator"]
+
+MAX_NESTING = 8
+"""Deepest nesting of loops, graphs and control steps inside one another."""
+
+IncludeLoader = Callable[[DocPath, str], Workflow | None]
+"""Loads the workflow a reference names (reporting at the path), or returns None."""
+
+Body = Step | State
+_KIND_KEYS = ("include", "command", "handler", "graph", "control", "human", "tool")
+_NOT_LOOPABLE = frozenset(("graph", "control", "human", "tool"))
+_NOTHING_TO_DO = (
+    "give it one of agent, instructions, command, handler, include, graph, control, human "
+    "or tool, or a loop with its own steps"
+)
+
+
+class Validator:
+    """Checks one workflow document; problems go to ``reporter``.
+
+    Args:
+        workflow: The document, already through the schema layer.
+        reporter: Collects and locates the problems.
+        base_dir: Where ``@file`` references are resolved.
+        agent_names: Agent names the document declares (including any whose
+            definition had schema problems, so references to them stay quiet).
+        include: Loads an included or control workflow.
+
+    Attributes:
+        replacements: Text read in for ``@file`` values, by document path.
+    """
+
+    def __init__(
+        self,
+        workflow: Workflow,
+        reporter: Reporter,
+        *,
+        base_dir: Path,
+        agent_names: frozenset[str],
+        include: IncludeLoader,
+    ) -> None:
+        self.workflow = workflow
+        self.reporter = reporter
+        self.base_dir = base_dir
+        self.agent_names = agent_names
+        self.include = include
+        self.replacements: dict[DocPath, str] = {}
+        self.ids = declared_ids(workflow)
+        self.exprs = ExpressionChecker(reporter, frozenset(self.ids))
+        self.add = reporter.add_rule
+
+    def run(self) -> None:
+        """Apply every rule to the whole document."""
+        wf = self.workflow
+        if wf.version != 1:
+            self.add(("version",), f"unsupported version {wf.version}; only version 1 is defined")
+        for name, spec in wf.inputs.items():
+            if not spec.required:
+                try:
+                    resolve_inputs({name: spec}, {name: spec.default})
+                except InputError as exc:
+                    self.add(("inputs", name, "default"), f"the default does not fit: {exc}")
+        for name, agent in wf.agents.items():
+            if agent.prompt is not None and agent.prompt.startswith("@"):
+                self._read(("agents", name, "prompt"), agent.prompt)
+            if agent.result_schema is not None:
+                check_json_schema(
+                    self.reporter, ("agents", name, "resultSchema"), agent.result_schema
+                )
+        if wf.coordinator is not None:
+            self._agent(("coordinator", "agent"), wf.coordinator.agent)
+        if wf.loop is not None:
+            self._loop(wf.loop, ("loop",), 1, root=True)
+        self._scope(wf.steps, ("steps",), 1 if wf.loop is not None else 0)
+        if wf.output is not None:
+            self.exprs.expression(("output",), wf.output, field="output", want="any")
+
+    # Steps and what they run -------------------------------------------------
+
+    def _scope(self, steps: list[Step], path: DocPath, depth: int) -> None:
+        check_scope(steps, path, self.reporter, self.ids)
+        for index, step in enumerate(steps):
+            where = (*path, index)
+            if step.condition is not None:
+                self.exprs.expression(
+                    (*where, "condition"), step.condition, field="condition", want="bool"
+                )
+            self._body(step, where, depth, "step")
+
+    def _body(self, body: Body, path: DocPath, depth: int, noun: str) -> None:
+        kinds = [key for key in _KIND_KEYS if getattr(body, key) is not None]
+        if body.agent is not None or body.instructions is not None:
+            kinds.append("agent" if body.agent is not None else "instructions")
+        if len(kinds) > 1:
+            self.add(
+                (*path, kinds[1]),
+                f"a {noun} does one thing, but this one has both {kinds[0]!r} and {kinds[1]!r}",
+            )
+        loop = body.loop
+        if loop is not None:
+            if loop.steps is not None and kinds:
+                self.add(
+                    (*path, "loop", "steps"),
+                    f"loop.steps cannot be combined with {kinds[0]!r}: the loop either "
+                    f"repeats this step (drop loop.steps) or runs its own steps (move "
+                    f"{kinds[0]!r} into one of them)",
+                )
+            elif loop.steps is None and not kinds:
+                self.add(
+                    (*path, "loop"),
+                    f"this loop has no steps and this {noun} has nothing to repeat: "
+                    "add loop.steps, or an agent, command, handler or include",
+                )
+            elif loop.steps is None and kinds[0] in _NOT_LOOPABLE:
+                self.add(
+                    (*path, "loop"), f"a loop cannot repeat a {kinds[0]} step; put it in loop.steps"
+                )
+            self._loop(loop, (*path, "loop"), depth + 1)
+        elif not kinds:
+            self.add(path, f"this {noun} has nothing to do: {_NOTHING_TO_DO}")
+        self._fields(body, path)
+        if body.graph is not None:
+            self._graph(body.graph, (*path, "graph"), depth + 1)
+        if body.control is not None:
+            self._control(body.control, (*path, "control"), depth + 1)
+        if body.human is not None:
+            self._human(body.human, (*path, "human"))
+
+    def _fields(self, body: Body, path: DocPath) -> None:
+        if body.agent is not None:
+            self._agent((*path, "agent"), body.agent)
+        if body.instructions is not None:
+            self._text((*path, "instructions"), body.instructions, "instructions")
+        if body.include is not None:
+            self._include(body, path, body.include)
+        elif body.inputs is not None:
+            self.add((*path, "inputs"), "inputs are given to include steps only")
+        if body.command is not None:
+            self._command(body.command, (*path, "command"))
+        for key in ("env", "cwd", "stdin"):
+            if body.command is None and getattr(body, key) is not None:
+                self.add((*path, key), f"{key} applies to command steps only")
+        for name, value in (body.env or {}).items():
+            self.exprs.template((*path, "env", name), value, field=f"env.{name}")
+        if body.stdin is not None:
+            self.exprs.template((*path, "stdin"), body.stdin, field="stdin")
+        if body.tool_input is not None:
+            if body.tool is None:
+                self.add((*path, "toolInput"), "toolInput needs tool: name the tool to run")
+            for name, value in body.tool_input.items():
+                if isinstance(value, str) and value.startswith("$"):
+                    self.exprs.expression(
+                        (*path, "toolInput", name),
+                        value[1:],
+                        field=f"toolInput.{name}",
+                        want="any",
+                        shift=1,
+                    )
+
+    def _command(self, command: str | list[str], path: DocPath) -> None:
+        parts = (
+            [(path, command)]
+            if isinstance(command, str)
+            else [((*path, i), part) for i, part in enumerate(command)]
+        )
+        if not command:
+            self.add(path, "command is empty")
+        for where, part in parts:
+            if has_template(part):
+                self.add(
+                    where,
+                    "command must not contain {{ }} templates, so that no value (model "
+                    "output least of all) is spliced into a command line: pass values "
+                    'through env (env: {NAME: "{{ ... }}"}, then use $NAME) or stdin',
+                )
+
+    def _include(self, body: Body, path: DocPath, ref: str) -> None:
+        for key, present in (
+            ("condition", isinstance(body, Step) and body.condition is not None),
+            ("contextFiles", bool(body.context_files)),
+            ("model", body.model is not None),
+        ):
+            if present:
+                self.add(
+                    (*path, key),
+                    f"an include step cannot have {key} (zenflow section 7): "
+                    "set it inside the included workflow",
+                )
+        given = body.inputs or {}
+        for name, value in given.items():
+            self._templates_in((*path, "inputs", name), value, f"inputs.{name}")
+        child = self.include((*path, "include"), ref)
+        if child is not None:
+            check_include_contract(self.reporter, path, ref, given, child, self.workflow.agents)
+
+    def _templates_in(self, path: DocPath, value: Any, field: str) -> None:
+        if isinstance(value, str):
+            self.exprs.template(path, value, field=field)
+        elif isinstance(value, list):
+            for index, item in enumerate(value):
+                self._templates_in((*path, index), item, f"{field}[{index}]")
+        elif isinstance(value, dict):
+            for key, item in value.items():
+                self._templates_in((*path, key), item, f"{field}.{key}")
+
+    # Containers ---------------------------------------------------------------
+
+    def _nesting(self, path: DocPath, depth: int) -> None:
+        # Reported at the first level past the cap only; deeper levels would repeat it.
+        if depth == MAX_NESTING + 1:
+            self.add(
+                path,
+                f"loops, graphs and control steps nest at most {MAX_NESTING} deep; "
+                f"this one is at depth {depth}",
+            )
+
+    def _loop(self, loop: Loop, path: DocPath, depth: int, *, root: bool = False) -> None:
+        self._nesting(path, depth)
+        check_loop(loop, path, self.reporter, self.exprs, root=root)
+        if loop.for_each is None and loop.until_agent is not None:
+            where = (*path, "untilAgent")
+            judge = self.workflow.agents.get(loop.until_agent)
+            why = judge_problem(judge) if judge is not None else None
+            if self._agent(where, loop.until_agent) and why is not None:
+                self.add(
+                    where,
+                    f"judge agent {loop.until_agent!r} must submit {{done: boolean}}, but {why}",
+                )
+        if loop.steps is not None and not root:
+            self._scope(loop.steps, (*path, "steps"), depth)
+
+    def _graph(self, graph: Graph, path: DocPath, depth: int) -> None:
+        self._nesting(path, depth)
+        check_graph(graph, path, self.reporter, self.exprs)
+        for name, state in graph.states.items():
+            self._body(state, (*path, "states", name), depth, "graph state")
+
+    def _control(self, control: Control, path: DocPath, depth: int) -> None:
+        self._nesting(path, depth)
+        self.exprs.template((*path, "objective"), control.objective, field="objective")
+        if control.criteria is not None:
+            self.exprs.template((*path, "criteria"), control.criteria, field="criteria")
+        for index, check in enumerate(control.checks):
+            where = (*path, "checks", index)
+            self.exprs.expression((*where, "expr"), check.expr, field="check expr", want="bool")
+            if check.feedback is not None:
+                self.exprs.template((*where, "feedback"), check.feedback, field="check feedback")
+        for key in ("planner", "actor", "delegate", "evaluator"):
+            ref = getattr(control, key)
+            if ref is not None:
+                self.include((*path, key), ref)
+
+    def _human(self, human: Human, path: DocPath) -> None:
+        self.exprs.template((*path, "prompt"), human.prompt, field="prompt")
+        if human.schema is not None:
+            check_json_schema(self.reporter, (*path, "schema"), human.schema)
+
+    # References and files -----------------------------------------------------
+
+    def _agent(self, path: DocPath, name: str) -> bool:
+        if name in self.agent_names:
+            return True
+        defined = ", ".join(sorted(self.agent_names)) or "none"
+        self.add(
+            path,
+            f"unknown agent {name!r} (defined: {defined})" + did_you_mean(name, self.agent_names),
+        )
+        return False
+
+    def _text(self, path: DocPath, text: str, field: str) -> None:
+        if text.startswith("@"):
+            content = self._read(path, text)
+            if content is not None:
+                self.exprs.template(path, content, field=f"{field} ({text})", in_value=False)
+        else:
+            self.exprs.template(path, text, field=field)
+
+    def _read(self, path: DocPath, ref: str) -> str | None:
+        content = read_reference(self.reporter, self.base_dir, path, ref)
+        if content is not None:
+            self.replacements[path] = content
+        return content

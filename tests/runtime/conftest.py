@@ -1,0 +1,22 @@
+"""Helpers for the runtime tests: letting the event loop settle without a wall clock."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+import pytest
+
+from cadenza.runtime import FakeClock
+
+Settle = Callable[[], Awaitable[None]]
+
+
+@pytest.fixture
+def settle() -> Settle:
+    """Run every runnable task until all are blocked (no time passes)."""
+    clock = FakeClock()
+
+    async def settle() -> None:
+        await clock.advance(0)
+
+    return settle

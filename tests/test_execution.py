@@ -1,0 +1,417 @@
+"""Running DAGs of command and handler steps through the Python API."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+import cadenza
+from cadenza import RunResult, Runtime
+
+WriteFlow = Callable[..., Path]
+
+
+def running(pid: int) -> bool:
+    """True while a process exists and is not a zombie waiting to be reaped."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return False
+    return state != "Z"
+
+
+async def run(path: Path, **kwargs: object) -> RunResult:
+    async with Runtime() as runtime:
+        return await runtime.run(path, **kwargs)  # type: ignore[arg-type]
+
+
+async def test_dependents_see_their_dependencies_outputs(write_flow: WriteFlow) -> None:
+    """A step's env templates and handler context see the outputs of the steps before it."""
+    path = write_flow(
+        """
+        name: chain
+        inputs:
+          who: {type: string, default: world}
+        steps:
+          - id: greet
+            command: 'printf "hello %s" "$WHO"'
+            env: {WHO: "{{ inputs.who }}"}
+          - id: shout
+            dependsOn: [greet]
+            handler: "HANDLERS:shout"
+        output: "steps.shout.content"
+        """,
+        handlers="""
+        def shout(ctx):
+            return ctx.steps["greet"].content.upper()
+        """,
+    )
+    result = await run(path, inputs={"who": "cadenza"})
+    assert result.status == "completed", result.error
+    assert result.output == "HELLO CADENZA"
+    assert result.steps["greet"].result == {"exitCode": 0, "stdout": "hello cadenza", "stderr": ""}
+    assert result.steps["shout"].attempts == 1
+
+
+async def test_a_fast_branch_does_not_wait_for_a_slow_one(write_flow: WriteFlow) -> None:
+    """No superstep barrier: b2 runs while a1 is still blocked, because it only needs b1."""
+    path = write_flow(
+        """
+        name: branches
+        steps:
+          - id: a1
+            handler: "HANDLERS:slow"
+          - id: b1
+            handler: "HANDLERS:fast"
+          - id: b2
+            dependsOn: [b1]
+            handler: "HANDLERS:release"
+          - id: a2
+            dependsOn: [a1]
+            handler: "HANDLERS:fast"
+        """,
+        handlers="""
+        import asyncio
+        gate = None
+        async def slow(ctx):
+            global gate
+            gate = gate or asyncio.Event()
+            await gate.wait()
+            return "slow"
+        async def fast(ctx):
+            return "fast"
+        async def release(ctx):
+            global gate
+            gate = gate or asyncio.Event()
+            gate.set()
+            return "released"
+        """,
+    )
+    result = await run(path)
+    assert result.status == "completed"
+    assert [result.steps[s].status for s in ("a1", "b1", "b2", "a2")] == ["completed"] * 4
+
+
+async def test_a_false_condition_skips_the_step_and_dependents_still_run(
+    write_flow: WriteFlow,
+) -> None:
+    """condition false → skipped; a dependent can read the skipped step's status."""
+    path = write_flow(
+        """
+        name: cond
+        steps:
+          - id: check
+            command: "echo no"
+          - id: deploy
+            dependsOn: [check]
+            condition: "steps.check.content.contains('yes')"
+            command: "echo deployed"
+          - id: report
+            dependsOn: [deploy]
+            handler: "HANDLERS:report"
+        """,
+        handlers="""
+        def report(ctx):
+            return "deploy was " + ctx.steps["deploy"].status
+        """,
+    )
+    result = await run(path)
+    assert result.status == "completed"
+    assert result.steps["deploy"].status == "skipped"
+    assert result.steps["report"].content == "deploy was skipped"
+
+
+async def test_retries_rerun_a_failing_step_and_count_attempts(write_flow: WriteFlow) -> None:
+    """retries: 2 gives three attempts; the third succeeds and attempts says 3."""
+    path = write_flow(
+        """
+        name: flaky
+        steps:
+          - id: flaky
+            retries: 2
+            handler: "HANDLERS:flaky"
+        """,
+        handlers="""
+        calls = []
+        def flaky(ctx):
+            calls.append(ctx.attempt)
+            if ctx.attempt < 3:
+                raise RuntimeError(f"attempt {ctx.attempt} failed")
+            return f"ok after {calls}"
+        """,
+    )
+    result = await run(path)
+    assert result.status == "completed"
+    assert result.steps["flaky"].attempts == 3
+    assert result.steps["flaky"].content == "ok after [1, 2, 3]"
+
+
+FAILING = """
+name: failing
+options:
+  onStepFailure: {strategy}
+steps:
+  - id: broken
+    command: "echo partial; echo boom >&2; exit 3"
+  - id: after-broken
+    dependsOn: [broken]
+    command: "echo never"
+  - id: after-after
+    dependsOn: [after-broken]
+    command: "echo never"
+  - id: independent
+    command: "echo fine"
+"""
+
+
+async def test_cascade_fails_every_dependent(write_flow: WriteFlow) -> None:
+    """cascade: dependents of a failed step fail too; the run fails naming the step."""
+    result = await run(write_flow(FAILING.format(strategy="cascade")))
+    assert result.status == "failed"
+    assert result.error is not None
+    assert result.error.address == "broken"
+    assert result.error.message == "exit code 3: boom"
+    assert result.steps["broken"].result == {
+        "exitCode": 3,
+        "stdout": "partial\n",
+        "stderr": "boom\n",
+    }
+    assert result.steps["after-broken"].status == "failed"
+    assert result.steps["after-after"].status == "failed"
+    assert result.steps["independent"].status == "completed"
+
+
+async def test_skip_dependents_skips_them_and_runs_the_rest(write_flow: WriteFlow) -> None:
+    """skip-dependents: dependents are skipped (transitively), independents run."""
+    result = await run(write_flow(FAILING.format(strategy="skip-dependents")))
+    assert result.status == "failed"
+    assert result.steps["after-broken"].status == "skipped"
+    assert result.steps["after-after"].status == "skipped"
+    assert result.steps["independent"].status == "completed"
+
+
+async def test_abort_cancels_running_steps_and_starts_nothing_new(write_flow: WriteFlow) -> None:
+    """abort: a running step is cancelled and recorded so; dependents never start."""
+    path = write_flow(
+        """
+        name: abort
+        options: {onStepFailure: abort}
+        steps:
+          - id: hang
+            handler: "HANDLERS:hang"
+          - id: broken
+            handler: "HANDLERS:broken"
+          - id: after
+            dependsOn: [broken]
+            command: "echo never"
+        """,
+        handlers="""
+        import asyncio
+        async def hang(ctx):
+            await asyncio.Event().wait()
+        async def broken(ctx):
+            raise ValueError("bad value")
+        """,
+    )
+    result = await run(path)
+    assert result.status == "failed"
+    assert result.error is not None
+    assert result.error.type == "ValueError"
+    assert result.steps["hang"].status == "cancelled"
+    assert "after" not in result.steps
+
+
+async def test_on_error_continue_lets_dependents_run(write_flow: WriteFlow) -> None:
+    """onError: continue records the failure but the run and its dependents go on."""
+    path = write_flow(
+        """
+        name: tolerant
+        steps:
+          - id: test
+            command: "exit 1"
+            onError: continue
+          - id: fix
+            dependsOn: [test]
+            condition: "steps.test.result.exitCode != 0"
+            command: "echo fixed"
+        """
+    )
+    result = await run(path)
+    assert result.status == "completed"
+    assert result.steps["test"].status == "failed"
+    assert result.steps["fix"].content == "fixed\n"
+
+
+async def test_a_step_timeout_fails_the_step(write_flow: WriteFlow) -> None:
+    """A step that outlives its timeout fails with a Timeout error naming the limit."""
+    path = write_flow(
+        """
+        name: slow
+        steps:
+          - id: slow
+            timeout: 1s
+            handler: "HANDLERS:hang"
+        """,
+        handlers="""
+        import asyncio
+        async def hang(ctx):
+            await asyncio.Event().wait()
+        """,
+    )
+    result = await run(path)
+    assert result.steps["slow"].status == "failed"
+    assert result.error is not None
+    assert (result.error.type, result.error.message) == ("Timeout", "timed out after 1s")
+
+
+async def test_command_timeout_kills_grandchildren(write_flow: WriteFlow, tmp_path: Path) -> None:
+    """The whole process group goes on timeout: a grandchild writing its pid is killed."""
+    pid_file = tmp_path / "grandchild.pid"
+    path = write_flow(
+        f"""
+        name: grandchild
+        steps:
+          - id: spawn
+            timeout: 1s
+            command: 'sh -c "echo \\$\\$ > {pid_file}; exec sleep 300" & wait'
+        """
+    )
+    result = await run(path)
+    assert result.steps["spawn"].status == "failed"
+    assert not running(int(pid_file.read_text()))
+
+
+async def test_stdin_reaches_the_command_verbatim(write_flow: WriteFlow) -> None:
+    """Hostile text through stdin and env arrives byte for byte and never runs."""
+    hostile = "$(touch pwned) `rm -rf /` ; 'quote\" \n second line"
+    path = write_flow(
+        """
+        name: stdin
+        inputs:
+          text: {type: string}
+        steps:
+          - id: echo
+            command: ["cat"]
+            stdin: "{{ inputs.text }}"
+          - id: env
+            command: 'printf "%s" "$TEXT"'
+            env: {TEXT: "{{ inputs.text }}"}
+        """
+    )
+    result = await run(path, inputs={"text": hostile})
+    assert result.steps["echo"].content == hostile
+    assert result.steps["env"].content == hostile
+    assert not (path.parent / "pwned").exists()
+
+
+async def test_max_concurrency_is_never_exceeded(write_flow: WriteFlow) -> None:
+    """A probe handler counts how many run at once: never more than maxConcurrency."""
+    steps = "\n".join(f"  - id: s{i}\n    handler: 'HANDLERS:probe'" for i in range(12))
+    path = write_flow(
+        "name: wide\noptions: {maxConcurrency: 3}\nsteps:\n" + steps + "\noutput: \"'done'\"\n",
+        handlers="""
+        import asyncio
+        active = 0
+        peak = 0
+        async def probe(ctx):
+            global active, peak
+            active += 1
+            peak = max(peak, active)
+            for _ in range(20):
+                await asyncio.sleep(0)
+            active -= 1
+            return str(peak)
+        """,
+    )
+    result = await run(path)
+    peaks = [int(record.content or 0) for record in result.steps.values()]
+    assert max(peaks) == 3
+
+
+async def test_missing_input_is_an_input_error(write_flow: WriteFlow) -> None:
+    """A required input that is not given stops the run before it starts."""
+    path = write_flow(
+        """
+        name: needs
+        inputs:
+          target: {type: string}
+        steps:
+          - id: go
+            command: "echo go"
+        """
+    )
+    with pytest.raises(cadenza.InputError, match="missing required input"):
+        await run(path)
+
+
+async def test_cancel_records_cancelled_steps_and_leaves_no_task(write_flow: WriteFlow) -> None:
+    """RunHandle.cancel stops a running step; the run is cancelled; no task outlives it."""
+    path = write_flow(
+        """
+        name: cancel
+        steps:
+          - id: hang
+            handler: "HANDLERS:hang"
+        """,
+        handlers="""
+        import asyncio
+        async def hang(ctx):
+            await asyncio.Event().wait()
+        """,
+    )
+    before = set(asyncio.all_tasks())
+    handles: list[cadenza.RunHandle] = []
+
+    def cancel_when_started(event: cadenza.Event) -> None:
+        if event.type == "step_start":
+            handles[0].cancel("enough")
+
+    async with Runtime() as runtime:
+        handles.append(await runtime.start(path, on_event=cancel_when_started))
+        result = await handles[0].result()
+    assert result.status == "cancelled"
+    assert result.steps["hang"].status == "cancelled"
+    assert set(asyncio.all_tasks()) - before == set()
+
+
+async def test_events_stream_from_start_to_end(write_flow: WriteFlow) -> None:
+    """A subscriber sees workflow_start first, workflow_end last, seq without gaps."""
+    path = write_flow(
+        """
+        name: events
+        steps:
+          - id: one
+            command: "echo 1"
+          - id: two
+            dependsOn: [one]
+            command: "echo 2"
+        """
+    )
+    async with Runtime() as runtime:
+        handle = await runtime.start(path)
+        events = [event async for event in handle.events()]
+    types = [event.type for event in events]
+    assert types[0] == "workflow_start"
+    assert types[-1] == "workflow_end"
+    assert [e.seq for e in events] == list(range(1, len(events) + 1))
+    assert [(e.type, e.step_id) for e in events if e.type == "step_end"] == [
+        ("step_end", "one"),
+        ("step_end", "two"),
+    ]
+
+
+async def test_sqlite_store_keeps_the_result(write_flow: WriteFlow, tmp_path: Path) -> None:
+    """A run recorded in SQLite can be read back by a new runtime: result and events."""
+    path = write_flow("name: kept\nsteps:\n  - id: a\n    command: 'echo kept'\n")
+    store = tmp_path / "runs.db"
+    async with Runtime(store=store) as runtime:
+        result = await runtime.run(path, run_id="r1")
+    async with Runtime(store=store) as runtime:
+        row = await runtime.get_run("r1")
+        events = await runtime.stored_events("r1")
+    assert row.status == "completed"
+    assert row.result == result
+    assert events[-1].type == "workflow_end"

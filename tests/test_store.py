@@ -1,0 +1,113 @@
+"""One conformance suite that every RunStore implementation passes."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+
+import pytest
+
+from cadenza import StoreError
+from cadenza.protocols import Event, RunResult, StepRecord
+from cadenza.runtime import MemoryRunStore, RunRow, RunStore, SqliteRunStore
+
+StoreFactory = Callable[[Path], RunStore]
+FACTORIES: dict[str, StoreFactory] = {
+    "memory": lambda tmp: MemoryRunStore(),
+    "sqlite": lambda tmp: SqliteRunStore(tmp / "runs.db"),
+}
+
+
+@pytest.fixture(params=sorted(FACTORIES))
+async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[RunStore]:
+    store = FACTORIES[request.param](tmp_path)
+    await store.open()
+    try:
+        yield store
+    finally:
+        await store.close()
+
+
+def row(run_id: str, created_at: float = 1.0) -> RunRow:
+    return RunRow(
+        run_id=run_id,
+        workflow="w",
+        path=None,
+        status="running",
+        inputs={"k": [1, "two"]},
+        created_at=created_at,
+        updated_at=created_at,
+    )
+
+
+def event(run_id: str, seq: int) -> Event:
+    return Event(type="step_end", timestamp="t", run_id=run_id, seq=seq, step_id=f"s{seq}")
+
+
+async def test_a_run_round_trips(store: RunStore) -> None:
+    """What is written and flushed reads back equal: row, events in order, step records."""
+    store.begin_run(row("r1"))
+    for seq in (1, 2, 3):
+        store.append_event(event("r1", seq))
+    store.put_step("r1", "a", StepRecord(status="running", attempts=1))
+    done = StepRecord(status="completed", content="x", result={"n": 1}, attempts=1)
+    store.put_step("r1", "a", done)
+    await store.flush()
+    assert (await store.get_run("r1")) == row("r1")
+    assert [e.seq for e in await store.events("r1")] == [1, 2, 3]
+    assert [e.seq for e in await store.events("r1", after_seq=2)] == [3]
+    assert await store.steps("r1") == {"a": done}
+
+
+async def test_ending_a_run_keeps_its_result(store: RunStore) -> None:
+    """end_run sets status and result; list_runs puts the newest first."""
+    store.begin_run(row("old", 1.0))
+    store.begin_run(row("new", 2.0))
+    result = RunResult(run_id="old", workflow="w", status="completed", output={"a": [1]})
+    store.end_run("old", "completed", result)
+    await store.flush()
+    stored = await store.get_run("old")
+    assert stored is not None
+    assert stored.status == "completed"
+    assert stored.result == result
+    assert [r.run_id for r in await store.list_runs()] == ["new", "old"]
+    assert await store.get_run("missing") is None
+
+
+async def test_sqlite_store_is_durable_across_reopen(tmp_path: Path) -> None:
+    """After flush, a fresh store on the same file sees everything (WAL, synchronous=FULL)."""
+    first = SqliteRunStore(tmp_path / "runs.db")
+    await first.open()
+    first.begin_run(row("r1"))
+    first.append_event(event("r1", 1))
+    await first.flush()
+    await first.close()
+    second = SqliteRunStore(tmp_path / "runs.db")
+    await second.open()
+    try:
+        assert (await second.get_run("r1")) == row("r1")
+        assert len(await second.events("r1")) == 1
+    finally:
+        await second.close()
+    connection = sqlite3.connect(tmp_path / "runs.db")
+    assert connection.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    connection.close()
+
+
+async def test_a_newer_store_is_refused(tmp_path: Path) -> None:
+    """A store with a newer schema version is refused with a clear StoreError."""
+    path = tmp_path / "runs.db"
+    connection = sqlite3.connect(path)
+    connection.execute("PRAGMA user_version = 99")
+    connection.close()
+    with pytest.raises(StoreError, match="schema version 99"):
+        await SqliteRunStore(path).open()
+
+
+async def test_a_file_that_is_not_a_database_is_refused(tmp_path: Path) -> None:
+    """A garbage file in place of the store is a StoreError, not a crash."""
+    path = tmp_path / "runs.db"
+    path.write_bytes(b"this is not sqlite" * 100)
+    with pytest.raises(StoreError, match="runs.db.*not a database"):
+        await SqliteRunStore(path).open()
