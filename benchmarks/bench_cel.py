@@ -124,6 +124,6 @@ def run(quick: bool) -> list[Figure]:
     rendered = _rate(partial(template.render, state), n, repeats)
     figures.append(
         Figure(GROUP, "template render, two placeholders", rendered, "ops/s", raw, "f-string",
-               ">= 50,000/s", rendered >= 50_000)
+               ">= 20,000/s", rendered >= 20_000)
     )  # fmt: skip
     return figures

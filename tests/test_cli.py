@@ -36,15 +36,28 @@ def assert_clean_failure(proc: subprocess.CompletedProcess[str], code: int, *wor
 def test_run_json_prints_only_the_result(tmp_path: Path) -> None:
     """--json: stdout is exactly one JSON document of the SPEC section 8 shape."""
     proc = cadenza(
-        "run", str(EXAMPLES / "build-test-ship.yaml"), "--json", "--store", "runs.db",
-        "--input", "version=2.1",
+        "run",
+        str(EXAMPLES / "build-test-ship.yaml"),
+        "--json",
+        "--store",
+        "runs.db",
+        "--input",
+        "version=2.1",
         cwd=tmp_path,
     )
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout)
     assert set(result) == {
-        "runId", "workflow", "status", "output", "steps", "loops", "graphs", "messages",
-        "usage", "error",
+        "runId",
+        "workflow",
+        "status",
+        "output",
+        "steps",
+        "loops",
+        "graphs",
+        "messages",
+        "usage",
+        "error",
     }
     assert result["status"] == "completed"
     assert result["output"].startswith("shipped 2.1")

@@ -109,5 +109,5 @@ async def test_a_file_that_is_not_a_database_is_refused(tmp_path: Path) -> None:
     """A garbage file in place of the store is a StoreError, not a crash."""
     path = tmp_path / "runs.db"
     path.write_bytes(b"this is not sqlite" * 100)
-    with pytest.raises(StoreError, match="runs.db.*not a database"):
+    with pytest.raises(StoreError, match=r"runs\.db.*not a database"):
         await SqliteRunStore(path).open()

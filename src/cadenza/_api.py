@@ -54,7 +54,9 @@ def new_run_id() -> str:
 class RunHandle:
     """A run in progress: its id, its events, its result, and a way to cancel it."""
 
-    def __init__(self, run_id: str, journal: RunJournal, store: RunStore, control: RunControl) -> None:
+    def __init__(
+        self, run_id: str, journal: RunJournal, store: RunStore, control: RunControl
+    ) -> None:
         self.run_id = run_id
         self._journal = journal
         self._store = store

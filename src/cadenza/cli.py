@@ -13,7 +13,7 @@ import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, NoReturn, TextIO
+from typing import Any, ClassVar, NoReturn, TextIO
 
 import anyio
 import msgspec
@@ -49,7 +49,11 @@ def _parser() -> argparse.ArgumentParser:
     run = commands.add_parser("run", help="run a workflow file")
     run.add_argument("file", type=Path)
     run.add_argument(
-        "--input", action="append", default=[], metavar="K=V", help="an input; V is JSON if it parses"
+        "--input",
+        action="append",
+        default=[],
+        metavar="K=V",
+        help="an input; V is JSON if it parses",
     )
     run.add_argument("--inputs-file", type=Path, help="a JSON or YAML file of inputs")
     run.add_argument("--json", action="store_true", help="print the result JSON as the only stdout")
@@ -91,15 +95,21 @@ def _inputs(args: argparse.Namespace) -> dict[str, Any]:
         try:
             text = args.inputs_file.read_text()
         except OSError as error:
-            raise InputError(f"cannot read --inputs-file {str(args.inputs_file)!r}: {error}") from None
+            raise InputError(
+                f"cannot read --inputs-file {str(args.inputs_file)!r}: {error}"
+            ) from None
         import yaml
 
         try:
             loaded = yaml.safe_load(text)
         except yaml.YAMLError as error:
-            raise InputError(f"--inputs-file {str(args.inputs_file)!r} is not JSON/YAML: {error}") from None
+            raise InputError(
+                f"--inputs-file {str(args.inputs_file)!r} is not JSON/YAML: {error}"
+            ) from None
         if not isinstance(loaded, dict):
-            raise InputError(f"--inputs-file {str(args.inputs_file)!r} must hold a mapping of inputs")
+            raise InputError(
+                f"--inputs-file {str(args.inputs_file)!r} must hold a mapping of inputs"
+            )
         values.update(loaded)
     for item in args.input:
         name, sep, raw = item.partition("=")
@@ -115,7 +125,12 @@ def _inputs(args: argparse.Namespace) -> dict[str, Any]:
 class _Progress:
     """Live progress on a terminal: a line per step as it finishes."""
 
-    MARKS = {"step_end": "✓", "error": "✗", "step_skipped": "-", "step_retry": "↻"}
+    MARKS: ClassVar[dict[str, str]] = {
+        "step_end": "✓",
+        "error": "✗",
+        "step_skipped": "-",
+        "step_retry": "↻",
+    }
 
     def __init__(self, stream: TextIO) -> None:
         self.stream = stream

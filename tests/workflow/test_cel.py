@@ -424,3 +424,23 @@ def test_errors_share_one_root() -> None:
     for kind in (ExpressionSyntaxError, ExpressionTooComplex, ExpressionEvaluationError):
         assert issubclass(kind, ExpressionError)
         assert issubclass(kind, CadenzaError)
+
+
+def test_context_values_come_back_as_copies_in_their_order() -> None:
+    """A path into the context returns the value with its key order, not the caller's object."""
+    activation = context()
+    activation["inputs"]["config"] = {"zeta": 1, "alpha": {"b": 2, "a": 1}}
+    value = compile_expression("inputs.config").evaluate(activation)
+    assert isinstance(value, dict)
+    assert list(value) == ["zeta", "alpha"]
+    assert list(value["alpha"]) == ["b", "a"]
+    value["alpha"]["c"] = 3
+    assert activation["inputs"]["config"] == {"zeta": 1, "alpha": {"b": 2, "a": 1}}
+
+
+def test_maps_built_by_an_expression_have_sorted_keys() -> None:
+    """CEL maps have no order; results list their keys sorted, the same in every process."""
+    value = evaluate("{'b': 1, 'c': {'z': 1, 'y': 2}, 'a': 2}")
+    assert isinstance(value, dict)
+    assert list(value) == ["a", "b", "c"]
+    assert list(value["c"]) == ["y", "z"]

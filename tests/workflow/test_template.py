@@ -177,3 +177,8 @@ def test_render_errors_name_the_placeholder(text: str, message: str, name: str |
         parse_template(text).render(context())
     assert caught.value.message.startswith(message), caught.value.message
     assert caught.value.name == name
+
+
+def test_computed_maps_render_with_sorted_keys() -> None:
+    """A map built inside a placeholder renders the same in every run: keys sorted."""
+    assert render("{{ {'b': 1, 'a': [inputs.count]} }}") == '{"a":[3],"b":1}'

@@ -9,6 +9,7 @@ included, not just the shell.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -51,10 +52,8 @@ async def _collect(stream: ByteReceiveStream | None, sink: bytearray) -> None:
 
 
 def _kill_group(process: Process, sig: signal.Signals) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(process.pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 async def _stop(process: Process) -> None:
@@ -98,11 +97,10 @@ async def run_command(
             group.start_soon(_collect, process.stdout, stdout)
             group.start_soon(_collect, process.stderr, stderr)
             if process.stdin is not None and stdin is not None:
+                # The command may exit without reading all of its input.
                 async with process.stdin:
-                    try:
+                    with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
                         await process.stdin.send(stdin.encode())
-                    except (anyio.BrokenResourceError, anyio.ClosedResourceError):
-                        pass  # the command exited without reading all of its input
             await process.wait()
             # A background grandchild may still hold the pipes open: the step is over when
             # its main process is, so the rest of the group goes too (no orphans).

@@ -14,12 +14,37 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from ..protocols import StepRecord
-from ..runtime import Clock, Supervisor
-from ..workflow import LoadedWorkflow, Options, Step
+from cadenza.protocols import StepRecord
+from cadenza.runtime import Clock, Supervisor
+from cadenza.workflow import LoadedWorkflow, Options, Step
+
 from ._journal import RunJournal
 
-__all__ = ["Cancellable", "RunContext", "Scope", "collect_step_ids"]
+__all__ = ["Brief", "Cancellable", "RunContext", "Scope", "collect_step_ids"]
+
+
+@dataclass(frozen=True, slots=True)
+class Brief:
+    """What a controller tells a step it starts, beyond its scope's ``steps``.
+
+    Agent steps turn these into prompt sections; handler steps see them in
+    `StepContext.extra`; commands ignore them.
+
+    Attributes:
+        feedback: Revision feedback: the previous iteration's output (loops,
+            ``feedback: true``) or judge feedback, shown under ``## Revision feedback``.
+        previous: This step's own output on its previous visit (graph revisits).
+        routed_from: The graph state that routed here.
+        routed_content: That state's output.
+        item_index: The forEach position, shown with the item under
+            ``## forEach Item (index: N)``; the item itself is the ``item`` variable.
+    """
+
+    feedback: str | None = None
+    previous: str | None = None
+    routed_from: str | None = None
+    routed_content: str | None = None
+    item_index: int | None = None
 
 
 class Cancellable(Protocol):
@@ -64,7 +89,9 @@ class Scope:
 
     __slots__ = ("_steps", "parent", "variables")
 
-    def __init__(self, parent: Scope | None = None, variables: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self, parent: Scope | None = None, variables: dict[str, Any] | None = None
+    ) -> None:
         self.parent = parent
         self.variables = variables or {}
         self._steps: dict[str, dict[str, Any]] = {}

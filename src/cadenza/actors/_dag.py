@@ -21,11 +21,13 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..protocols import ErrorInfo, StepRecord
-from ..runtime import Actor, Address
-from ..workflow import LoadedWorkflow, Step, compile_expression
-from ._context import RunContext, Scope
-from ._step import StepActor, StepFinished, work_error
+from cadenza.protocols import ErrorInfo, StepRecord
+from cadenza.runtime import Actor, Address
+from cadenza.workflow import LoadedWorkflow, Step, compile_expression
+
+from ._children import spawn_step
+from ._context import Cancellable, RunContext, Scope
+from ._step import StepFinished, work_error
 
 __all__ = ["DagController", "DagOutcome"]
 
@@ -67,7 +69,7 @@ class DagController(Actor):
             for dependency in set(step.depends_on):
                 self.dependents[dependency].append(step.id)
         self.records: dict[str, StepRecord] = {}
-        self.running: dict[str, StepActor] = {}
+        self.running: dict[str, Cancellable] = {}
         self.aborting = False
         self.first_error: ErrorInfo | None = None
         self.reported = False
@@ -126,9 +128,9 @@ class DagController(Actor):
         if record is not None:
             await self.run.journal.step_finished(str(address), record)
             return record
-        child = StepActor(self.run, self.document, step_id, step, self.scope, self.ref.send)
-        self.running[step_id] = child
-        self.supervisor.spawn(address, lambda: child)
+        self.running[step_id] = spawn_step(
+            self.run, self.document, step_id, step, self.scope, address, self.ref.send
+        )
         return None
 
     def _decide(self, step: Step, address: Address) -> StepRecord | None:
@@ -170,9 +172,9 @@ class DagController(Actor):
         self.records[step_id] = record
         self.scope.record(step_id, record)
         failed = record.status == "failed" and self.steps[step_id].on_error != "continue"
-        if (failed or record.status == "cancelled") and self.first_error is None:
-            if record.error is None or record.error.type != "DependencyFailed":
-                self.first_error = record.error
+        caused_here = record.error is None or record.error.type != "DependencyFailed"
+        if (failed or record.status == "cancelled") and self.first_error is None and caused_here:
+            self.first_error = record.error
         if failed and self.run.options.on_step_failure == "abort" and not self.aborting:
             self.cancel(f"step {step_id!r} failed and onStepFailure is abort")
 

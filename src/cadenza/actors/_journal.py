@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ..protocols import (
+from cadenza.protocols import (
     ErrorInfo,
     Event,
     EventType,
@@ -27,7 +27,7 @@ from ..protocols import (
     format_duration,
     timestamp,
 )
-from ..runtime import RunStore
+from cadenza.runtime import RunStore
 
 __all__ = ["EventSink", "RunJournal"]
 
@@ -101,10 +101,15 @@ class RunJournal:
         self.records[address] = record
         self.store.put_step(self.run_id, address, record)
         self.emit(
-            EventType.STEP_START, step_id=address, agent=agent, data={"kind": kind, "attempt": attempt}
+            EventType.STEP_START,
+            step_id=address,
+            agent=agent,
+            data={"kind": kind, "attempt": attempt},
         )
 
-    async def step_finished(self, address: str, record: StepRecord, *, agent: str | None = None) -> None:
+    async def step_finished(
+        self, address: str, record: StepRecord, *, agent: str | None = None
+    ) -> None:
         """Records an address's outcome and waits until it is durable.
 
         Controllers start nothing that depends on the address before this returns.

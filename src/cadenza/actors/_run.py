@@ -16,9 +16,10 @@ from typing import Any
 
 import msgspec
 
-from ..protocols import ErrorInfo, EventType, RunResult, RunStatus, Tokens
-from ..runtime import Address, Clock, DeadLetter, RunRow, RunStore, Supervisor
-from ..workflow import LoadedWorkflow, compile_expression, parse_duration
+from cadenza.protocols import ErrorInfo, EventType, RunResult, RunStatus, Tokens
+from cadenza.runtime import Address, Clock, DeadLetter, RunRow, RunStore, Supervisor
+from cadenza.workflow import LoadedWorkflow, compile_expression, parse_duration
+
 from ._context import RunContext, Scope, collect_step_ids
 from ._dag import DagController, DagOutcome
 from ._journal import RunJournal
@@ -70,7 +71,9 @@ async def execute_run(
             updated_at=now,
         )
     )
-    journal.emit(EventType.WORKFLOW_START, message=workflow.name, data={"total": len(workflow.steps)})
+    journal.emit(
+        EventType.WORKFLOW_START, message=workflow.name, data={"total": len(workflow.steps)}
+    )
     await store.flush()
     started = clock.now()
     loop = asyncio.get_running_loop()
@@ -80,7 +83,9 @@ async def execute_run(
 
     def on_crash(address: Address, error: BaseException) -> None:
         info = ErrorInfo(type=type(error).__name__, message=str(error), address=str(address))
-        journal.emit(EventType.ACTOR_CRASHED, step_id=str(address), error=f"{info.type}: {info.message}")
+        journal.emit(
+            EventType.ACTOR_CRASHED, step_id=str(address), error=f"{info.type}: {info.message}"
+        )
         crash.append(info)
         context.cancel(f"actor {address} crashed")
         if not done.done():
@@ -97,7 +102,9 @@ async def execute_run(
         if not done.done():
             done.set_result(outcome)
 
-    async with Supervisor(clock=clock, on_crash=on_crash, on_dead_letter=on_dead_letter) as supervisor:
+    async with Supervisor(
+        clock=clock, on_crash=on_crash, on_dead_letter=on_dead_letter
+    ) as supervisor:
         context = RunContext(
             run_id=run_id,
             document=document,
@@ -150,7 +157,9 @@ async def execute_run(
         message=status,
         duration=clock.now() - started,
         tokens=Tokens(
-            usage.prompt_tokens, usage.completion_tokens, usage.prompt_tokens + usage.completion_tokens
+            usage.prompt_tokens,
+            usage.completion_tokens,
+            usage.prompt_tokens + usage.completion_tokens,
         ),
         error=f"{error.type}: {error.message}" if error else None,
         data={"status": status},

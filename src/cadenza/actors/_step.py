@@ -10,25 +10,25 @@ recorded failure; only a bug in the actor itself would crash it.
 
 from __future__ import annotations
 
-import contextlib
+import asyncio
 import os
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-import anyio
 import msgspec
 
-from ..errors import CadenzaError
-from ..protocols import ErrorInfo, EventType, StepRecord, StepStatus
-from ..runtime import Actor
-from ..workflow import LoadedWorkflow, Step, parse_duration, parse_template
-from ..workflow._spec import State
+from cadenza.errors import CadenzaError
+from cadenza.protocols import ErrorInfo, EventType, StepRecord, StepStatus
+from cadenza.runtime import Actor
+from cadenza.workflow import LoadedWorkflow, Step, parse_duration, parse_template
+from cadenza.workflow._spec import State
+
 from ._command import run_command
-from ._context import RunContext, Scope
+from ._context import Brief, RunContext, Scope
 from ._handler import StepContext, StepsView, call_handler, resolve_handler
 
-__all__ = ["Report", "StepActor", "StepFinished", "StepFailure", "work_error"]
+__all__ = ["Report", "StepActor", "StepFailure", "StepFinished", "work_error"]
 
 
 class StepFinished(msgspec.Struct, frozen=True):
@@ -74,14 +74,16 @@ class StepActor(Actor):
         step: Step | State,
         scope: Scope,
         report: Report,
+        brief: Brief = Brief(),
     ) -> None:
         self.run = run
+        self.brief = brief
         self.document = document
         self.step_id = step_id
         self.step = step
         self.scope = scope
         self.report = report
-        self._cancel_scope: anyio.CancelScope | None = None
+        self._task: asyncio.Task[Any] | None = None
         self._cancel_reason: str | None = None
 
     async def receive(self, message: Any) -> None:
@@ -89,9 +91,11 @@ class StepActor(Actor):
 
     def cancel(self, reason: str) -> None:
         """Cancels the running attempt; the step is recorded as ``cancelled``."""
+        if self._cancel_reason is not None:
+            return
         self._cancel_reason = reason
-        if self._cancel_scope is not None:
-            self._cancel_scope.cancel()
+        if self._task is not None:
+            self._task.cancel(reason)
 
     async def on_start(self) -> None:
         """Runs the step to its final outcome, records it, reports it, and stops."""
@@ -115,8 +119,8 @@ class StepActor(Actor):
         for attempt in range(1, attempts + 1):
             if self._cancel_reason is not None or self.run.cancelled is not None:
                 reason = self._cancel_reason or self.run.cancelled or "cancelled"
-                error = ErrorInfo(type="Cancelled", message=reason, address=address)
-                return StepRecord(status="cancelled", attempts=attempt - 1, error=error)
+                cancelled = ErrorInfo(type="Cancelled", message=reason, address=address)
+                return StepRecord(status="cancelled", attempts=attempt - 1, error=cancelled)
             async with self.run.limiter:
                 started = self.run.clock.now()
                 self.run.journal.step_started(
@@ -137,7 +141,7 @@ class StepActor(Actor):
             self.run.journal.emit(
                 EventType.STEP_RETRY,
                 step_id=address,
-                error=f"{error.type}: {error.message}" if error else None,
+                error=f"{error.type}: {error.message}" if error is not None else None,
                 data={"attempt": attempt, "of": attempts},
             )
         return record
@@ -145,30 +149,35 @@ class StepActor(Actor):
     async def _attempt(
         self, address: str, attempt: int, seconds: float | None
     ) -> tuple[StepStatus, str | None, Any, ErrorInfo | None]:
-        with anyio.CancelScope() as cancel_scope:
-            self._cancel_scope = cancel_scope
-            if self._cancel_reason is not None or self.run.cancelled is not None:
-                cancel_scope.cancel()  # asked to stop between attempts or before this one
-            try:
-                timeout = (
-                    self.run.clock.fail_after(seconds)
-                    if seconds is not None
-                    else contextlib.nullcontext()
-                )
-                with timeout:
+        if self._cancel_reason is not None or self.run.cancelled is not None:
+            reason = self._cancel_reason or self.run.cancelled or "cancelled"
+            return "cancelled", None, None, ErrorInfo("Cancelled", reason, address)
+        task = asyncio.current_task()
+        assert task is not None
+        # Cancellation of the work is the task's own: cheaper than a cancel scope per
+        # step, and `cancel()` only fires it while the task is parked inside the work.
+        self._task = task
+        try:
+            if seconds is None:
+                content, result = await self._work(address, attempt)
+            else:
+                with self.run.clock.fail_after(seconds):
                     content, result = await self._work(address, attempt)
-                return "completed", content, result, None
-            except TimeoutError:
-                message = f"timed out after {seconds:g}s"
-                return "failed", None, None, ErrorInfo("Timeout", message, address)
-            except StepFailure as failure:
-                return "failed", failure.content, failure.result, failure.error
-            except Exception as error:  # the step's own failure, recorded, not a crash
-                return "failed", None, None, work_error(error, address)
-            finally:
-                self._cancel_scope = None
-        reason = self._cancel_reason or self.run.cancelled or "cancelled"
-        return "cancelled", None, None, ErrorInfo("Cancelled", reason, address)
+            return "completed", content, result, None
+        except asyncio.CancelledError:
+            if self._cancel_reason is None:
+                raise  # the run itself is being torn down: not ours to swallow
+            task.uncancel()
+            return "cancelled", None, None, ErrorInfo("Cancelled", self._cancel_reason, address)
+        except TimeoutError:
+            message = f"timed out after {seconds:g}s"
+            return "failed", None, None, ErrorInfo("Timeout", message, address)
+        except StepFailure as failure:
+            return "failed", failure.content, failure.result, failure.error
+        except Exception as error:  # the step's own failure, recorded, not a crash
+            return "failed", None, None, work_error(error, address)
+        finally:
+            self._task = None
 
     async def _work(self, address: str, attempt: int) -> tuple[str, Any]:
         step = self.step
@@ -190,7 +199,9 @@ class StepActor(Actor):
             return text
         return template.render(self.scope.activation(self.run.inputs))
 
-    async def _command(self, address: str, attempt: int, command: str | list[str]) -> tuple[str, Any]:
+    async def _command(
+        self, address: str, attempt: int, command: str | list[str]
+    ) -> tuple[str, Any]:
         step = self.step
         env = dict(os.environ)
         for name, value in (step.env or {}).items():
@@ -231,5 +242,6 @@ class StepActor(Actor):
             item=variables.get("item"),
             index=variables.get("index"),
             iteration=variables.get("iteration"),
+            brief=self.brief,
         )
         return await call_handler(handler, context)

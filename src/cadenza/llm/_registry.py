@@ -233,12 +233,16 @@ class ProviderRegistry:
         if self._http is not None:
             return self._http
         async with self._http_lock:
-            if self._closed:
-                raise LLMError("the provider registry is closed; create one per run")
             if self._http is None:
+                if self._closed:
+                    raise LLMError("the provider registry is closed; create one per run")
                 # Building the client loads the CA bundle: ~0.1 s of blocking
                 # work that would stall every actor if done on the event loop.
-                self._http = await anyio.to_thread.run_sync(self._new_http_client)
+                http = await anyio.to_thread.run_sync(self._new_http_client)
+                if self._closed:  # closed while we were building it
+                    await http.aclose()
+                    raise LLMError("the provider registry is closed; create one per run")
+                self._http = http
             return self._http
 
     def _new_http_client(self) -> httpx.AsyncClient:

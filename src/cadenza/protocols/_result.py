@@ -26,7 +26,7 @@ class _Record(msgspec.Struct, frozen=True, rename="camel"):
     """Base: immutable, camelCase on the wire."""
 
 
-class ErrorInfo(_Record):
+class ErrorInfo(_Record, frozen=True):
     """Why something failed: the error's type name, a message, and where."""
 
     type: str
@@ -34,7 +34,7 @@ class ErrorInfo(_Record):
     address: str | None = None
 
 
-class StepRecord(_Record):
+class StepRecord(_Record, frozen=True):
     """The outcome of one executed address (a step, iteration or container).
 
     ``content`` is the step's text; ``result`` its structured value (a command's
@@ -50,7 +50,7 @@ class StepRecord(_Record):
     error: ErrorInfo | None = None
 
 
-class LoopSummary(_Record):
+class LoopSummary(_Record, frozen=True):
     """How a loop ended."""
 
     iterations: int
@@ -58,14 +58,14 @@ class LoopSummary(_Record):
     flagged: bool = False
 
 
-class GraphSummary(_Record):
+class GraphSummary(_Record, frozen=True):
     """The states a graph visited and why it stopped."""
 
     path: list[str]
     termination_reason: str
 
 
-class MessageRecord(_Record):
+class MessageRecord(_Record, frozen=True):
     """A message carried between agents by the coordinator."""
 
     from_: str = msgspec.field(name="from")
@@ -74,7 +74,7 @@ class MessageRecord(_Record):
     kind: str | None = None
 
 
-class Usage(_Record):
+class Usage(_Record, frozen=True):
     """Token usage and LLM calls of a whole run."""
 
     prompt_tokens: int = 0
@@ -82,7 +82,7 @@ class Usage(_Record):
     llm_calls: int = 0
 
 
-class RunResult(_Record):
+class RunResult(_Record, frozen=True):
     """The result JSON printed by ``cadenza run --json`` and ``cadenza runs show``."""
 
     run_id: str

@@ -43,11 +43,14 @@ class FakeClock(Clock):
     run until the event loop is idle before going on, so a task that sleeps
     again within the same span is woken in the same call.
 
-    Example:
-        >>> clock = FakeClock()
-        >>> async with Supervisor(clock=clock) as sup:  # doctest: +SKIP
-        ...     ask = tg.start_soon(...)  # an ask with timeout=30
-        ...     await clock.advance(30)  # the ask raises AskTimeout now
+    Example::
+
+        clock = FakeClock()
+        async with Supervisor(clock=clock) as sup:
+            ask = asyncio.create_task(sup.ask("slow", Ping(), timeout=30))
+            await clock.advance(30)  # no real waiting
+            with pytest.raises(AskTimeout):
+                await ask
 
     Args:
         start: The initial value of ``now()``.

@@ -52,7 +52,7 @@ class ActorRef:
         "_by_owner",
         "_factory",
         "_inbox",
-        "_inbox_size",
+        "_key",
         "_restart",
         "_state",
         "_stop_requested",
@@ -72,8 +72,8 @@ class ActorRef:
         self._address = address
         self._factory = factory
         self._restart = restart
-        self._inbox_size = inbox_size
-        self._inbox: Inbox[Any] = Inbox(inbox_size, owner=str(address))
+        self._key = str(address)  # the table key, inbox owner and task name
+        self._inbox: Inbox[Any] = Inbox(inbox_size, owner=self._key)
         self._actor: Actor | None = None
         self._state = _STARTING
         self._stop_requested = False
@@ -147,7 +147,7 @@ class ActorRef:
             Exception: Whatever ``receive`` raised for this message.
         """
         if asyncio.current_task() is self._task:
-            raise RuntimeError(f"actor {str(self._address)!r} asked itself; use a tell")
+            raise RuntimeError(f"actor {self._key!r} asked itself; use a tell")
         reply: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         envelope = _Ask(message, reply)
         remaining = timeout
@@ -211,14 +211,11 @@ class ActorRef:
 
     def _refused(self, message: Any) -> ActorStopped:
         return ActorStopped(
-            f"actor {str(self._address)!r} is stopping or stopped; "
-            f"it cannot take {type(message).__name__}"
+            f"actor {self._key!r} is stopping or stopped; it cannot take {type(message).__name__}"
         )
 
     def _stopped(self, message: Any, how: str) -> ActorStopped:
-        return ActorStopped(
-            f"actor {str(self._address)!r} {how} before answering {type(message).__name__}"
-        )
+        return ActorStopped(f"actor {self._key!r} {how} before answering {type(message).__name__}")
 
     def __repr__(self) -> str:
         return f"<ActorRef {self._address} {self._state.value}>"

@@ -27,8 +27,9 @@ from typing import Any
 import anyio
 import msgspec
 
-from ..errors import StoreError
-from ..protocols import Event, RunResult, RunStatus, StepRecord
+from cadenza.errors import StoreError
+from cadenza.protocols import Event, RunResult, RunStatus, StepRecord
+
 from ._store import RunRow
 
 __all__ = ["SCHEMA_VERSION", "SqliteRunStore"]
@@ -108,8 +109,7 @@ class SqliteRunStore:
         self._writer.start()
 
     def _open_sync(self) -> None:
-        if self.path.parent and not self.path.parent.exists():
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
         connection = _connect(self.path)
         try:
             version = connection.execute("PRAGMA user_version").fetchone()[0]

@@ -14,7 +14,7 @@ from typing import Any, Protocol
 
 import msgspec
 
-from ..protocols import Event, RunResult, RunStatus, StepRecord
+from cadenza.protocols import Event, RunResult, RunStatus, StepRecord
 
 __all__ = ["MemoryRunStore", "RunRow", "RunStore"]
 

@@ -81,7 +81,7 @@ class SupervisionCore:
         self._restarts = self._crashes = self._dead_letters = 0
 
     def _start(self, ref: ActorRef) -> None:
-        ref._task = asyncio.get_running_loop().create_task(run_actor(ref), name=str(ref._address))
+        ref._task = asyncio.get_running_loop().create_task(run_actor(ref), name=ref._key)
         self._running += 1
 
     def _dead_letter(self, address: Address | str, message: Any, reason: str) -> None:
@@ -123,7 +123,7 @@ class SupervisionCore:
 
     def _report_crash(self, ref: ActorRef, error: BaseException) -> None:
         if self._on_crash is None:
-            _log.error("actor_crashed", address=str(ref._address), exc_info=error)
+            _log.error("actor_crashed", address=ref._key, exc_info=error)
             return
         try:
             self._on_crash(ref._address, error)
@@ -145,7 +145,7 @@ class SupervisionCore:
         if count is not None:
             how = "crashed" if error is not None else "stopped"
             escalation = SupervisorEscalation(
-                f"actor {str(ref._address)!r} {how}; {count} restarts within {self._within}s "
+                f"actor {ref._key!r} {how}; {count} restarts within {self._within}s "
                 f"exceed max_restarts={self._max_restarts}, so the supervisor gave up"
             )
             escalation.__cause__ = error
@@ -173,7 +173,7 @@ class SupervisionCore:
                 self._remove(member)
 
     def _restart(self, ref: ActorRef) -> None:
-        ref._inbox = Inbox(ref._inbox_size, owner=str(ref._address))
+        ref._inbox = Inbox(ref._inbox.maxsize, owner=ref._key)
         ref._actor = None
         ref._state = ActorState.STARTING
         ref._stop_requested = False
@@ -181,9 +181,8 @@ class SupervisionCore:
         self._start(ref)
 
     def _remove(self, ref: ActorRef) -> None:
-        key = str(ref._address)
-        if self._table.get(key) is ref:
-            del self._table[key]
+        if self._table.get(ref._key) is ref:
+            del self._table[ref._key]
             named = self._by_name[ref._address.name]
             del named[ref]
             if not named:

@@ -179,12 +179,11 @@ class Supervisor(SupervisionCore):
             raise ActorStopped(f"the supervisor is stopping; cannot spawn {str(address)!r}")
         if isinstance(address, str):
             address = Address.parse(address)
-        key = str(address)
-        if key in self._table:
-            raise AddressError(f"a live actor already has the address {key!r}", text=key)
         ref = ActorRef(self, address, factory, restart, inbox_size or self._inbox_size)
+        if ref._key in self._table:
+            raise AddressError(f"a live actor already has the address {ref._key!r}", text=ref._key)
         ref._instantiate()
-        self._table[key] = ref
+        self._table[ref._key] = ref
         named = self._by_name.get(address.name)
         if named is None:
             named = self._by_name[address.name] = {}

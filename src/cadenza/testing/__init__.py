@@ -1,4 +1,4 @@
-"""Test helpers for Cadenza users: a scripted chat-model server, and its pytest fixture.
+"""Test helpers for Cadenza users: a scripted chat-model server, canned HTTP, a fixture.
 
 ``ScriptedLLMServer`` is a real local HTTP server speaking the OpenAI or
 Anthropic wire format from rules, so a test can drive the real providers end
@@ -10,9 +10,10 @@ to end, faults included::
         environ = server.environ()  # OPENAI_BASE_URL and OPENAI_API_KEY
         ...
 
-With pytest, ``pytest_plugins = ["cadenza.testing.pytest_plugin"]`` in the
-root ``conftest.py`` adds an ``llm_server`` fixture. This package itself does
-not import pytest.
+``ScriptedTransport`` answers a ``ProviderRegistry`` from canned responses
+without any sockets. With pytest, ``pytest_plugins =
+["cadenza.testing.pytest_plugin"]`` in the root ``conftest.py`` adds an
+``llm_server`` fixture. This package itself does not import pytest.
 """
 
 from ._llm_rules import ReplyLike as ReplyLike
@@ -24,14 +25,18 @@ from ._llm_rules import ServerRule as ServerRule
 from ._llm_rules import ServerToolCall as ServerToolCall
 from ._llm_server import RecordedRequest as RecordedRequest
 from ._llm_server import ScriptedLLMServer as ScriptedLLMServer
+from ._transport import CannedAnswer as CannedAnswer
+from ._transport import ScriptedTransport as ScriptedTransport
 
 __all__ = [
+    "CannedAnswer",
     "RecordedRequest",
     "ReplyLike",
     "RequestMatch",
     "RequestView",
     "RuleLike",
     "ScriptedLLMServer",
+    "ScriptedTransport",
     "ServerReply",
     "ServerRule",
     "ServerToolCall",

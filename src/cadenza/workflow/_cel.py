@@ -11,8 +11,11 @@ the caps of :mod:`._cel_lexer`, rewrites hyphenated step ids written as fields
 type-checks against the context names of SPEC section 4, so a misspelt name
 fails at load rather than mid-run.
 
-Evaluation hands the engine only the parts of the context the expression can
-reach (``steps.test.result.exitCode`` needs ``steps["test"]["result"]
+An expression that is only a path into the context (``inputs.topic``,
+``steps['list-services'].result``: most template placeholders) is looked up in
+Python and returns a copy of the value as the caller built it, keys in their
+order. Anything else goes to the engine, which is handed only the parts of the
+context the expression can reach (``steps.test.result.exitCode`` needs ``steps["test"]["result"]
 ["exitCode"]``, not the other forty steps), which keeps its cost independent of
 the size of the run's state. Failures become :class:`ExpressionEvaluationError`
 messages that quote the expression and name the missing key, with the keys that
@@ -40,6 +43,7 @@ from ._cel_lexer import (
     access_paths,
     check_length,
     check_nesting,
+    is_one_path,
     original_position,
     plan_of,
     rewrite_step_ids,
@@ -88,13 +92,17 @@ class Expression:
         source: The expression as the user wrote it.
     """
 
-    __slots__ = ("_paths", "_plan", "_program", "source")
+    __slots__ = ("_path", "_paths", "_plan", "_program", "source")
 
-    def __init__(self, source: str, program: Program, paths: list[Path], plan: Plan) -> None:
+    def __init__(
+        self, source: str, program: Program, paths: list[Path], plan: Plan, *, is_path: bool
+    ) -> None:
         self.source = source
         self._program = program
         self._paths = tuple(paths)
         self._plan = tuple(plan.items())
+        # When the whole expression is one constant path, this is it.
+        self._path = paths[0] if is_path else None
 
     def __repr__(self) -> str:
         return f"Expression({self.source!r})"
@@ -114,6 +122,10 @@ class Expression:
             ExpressionEvaluationError: A missing name or key, a wrong type, or
                 too much work; the message quotes the expression.
         """
+        if self._path is not None:
+            value = self._lookup(activation, self._path)
+            if value is not _MISSING:
+                return _copy(value)
         try:
             return self._program.run(self._select(activation))
         except EvalFailure as failure:
@@ -131,10 +143,12 @@ class Expression:
             ExpressionEvaluationError: As :meth:`evaluate`, and when the value is
                 not a bool (the message names the type it was).
         """
-        try:
-            value = self._program.run(self._select(activation))
-        except EvalFailure as failure:
-            raise self._explain(failure, activation) from None
+        value = _MISSING if self._path is None else self._lookup(activation, self._path)
+        if value is _MISSING:
+            try:
+                value = self._program.run(self._select(activation))
+            except EvalFailure as failure:
+                raise self._explain(failure, activation) from None
         if value is True or value is False:
             return value
         raise ExpressionEvaluationError(
@@ -142,6 +156,16 @@ class Expression:
             f" but it gave {type_name(value)} {preview(value)}",
             source=self.source,
         )
+
+    @staticmethod
+    def _lookup(activation: Mapping[str, object], path: Path) -> object:
+        """The value at ``path``, or _MISSING for the engine to explain why not."""
+        value = activation.get(path[0], _MISSING)
+        for key in path[1]:
+            if not isinstance(value, dict) or key not in value:
+                return _MISSING
+            value = value[key]
+        return value
 
     def _select(self, activation: Mapping[str, object]) -> dict[str, object]:
         """The part of ``activation`` this expression can reach."""
@@ -192,6 +216,15 @@ class Expression:
                         return f"{shown} is {type_name(value)}, so it has no field '{key}'", key
                     break
         return None
+
+
+def _copy(value: object) -> object:
+    """A copy of a plain value's containers, so callers never share the context's."""
+    if isinstance(value, dict):
+        return {k: _copy(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_copy(v) for v in value]
+    return value
 
 
 def _project(value: object, node: Plan) -> object:
@@ -254,7 +287,8 @@ def _compile(source: str, step_ids: frozenset[str], names: frozenset[str]) -> Ex
         column = original_position(position, edits) + 1
         raise kind(failure.description, source=source, column=column) from None
     paths = access_paths(tokens, names)
-    return Expression(source, program, paths, plan_of(paths))
+    is_path = is_one_path(tokens, names)
+    return Expression(source, program, paths, plan_of(paths), is_path=is_path)
 
 
 def _name_position(tokens: list[Token], name: str, near: int) -> int:

@@ -107,11 +107,14 @@ class Program:
 
 
 def _plain(value: object) -> object:
-    """The few engine types that are not plain Python yet: bytes, type values."""
+    """The few engine types that are not plain Python yet: bytes, type values; map order."""
     if isinstance(value, list):
         return [_plain(v) for v in value]
     if isinstance(value, dict):
-        return {_plain(k): _plain(v) for k, v in value.items()}
+        # CEL maps have no order and cel-cpp's differs from process to process;
+        # sorted keys make results (and rendered templates) the same every run.
+        items = sorted(value.items(), key=lambda kv: (type(kv[0]).__name__, kv[0]))
+        return {_plain(k): _plain(v) for k, v in items}
     if isinstance(value, bytearray):
         return bytes(value)
     if isinstance(value, cel.Type):

@@ -29,7 +29,9 @@ __all__ = [
     "access_paths",
     "check_length",
     "check_nesting",
+    "is_one_path",
     "original_position",
+    "plain_string",
     "plan_of",
     "rewrite_step_ids",
     "scan_placeholder",
@@ -273,16 +275,52 @@ def access_paths(tokens: list[Token], names: frozenset[str]) -> list[Path]:
                     break  # a method call uses the receiver whole
                 keys.append(nxt.text.strip("`"))
                 j += 2
-            elif tokens[j].text == "[" and nxt.kind == "string":
-                literal = _PLAIN_STRING.fullmatch(nxt.text)
-                if literal is None or j + 2 >= len(tokens) or tokens[j + 2].text != "]":
+            elif tokens[j].text == "[" and j + 2 < len(tokens) and tokens[j + 2].text == "]":
+                key = plain_string(nxt)
+                if key is None:
                     break
-                keys.append(literal.group(1) if literal.group(1) is not None else literal[2])
+                keys.append(key)
                 j += 3
             else:
                 break
         paths.append((token.text, tuple(keys)))
     return paths
+
+
+def plain_string(token: Token) -> str | None:
+    """The value of a string literal without escapes or a bytes prefix, else None."""
+    literal = _PLAIN_STRING.fullmatch(token.text) if token.kind == "string" else None
+    if literal is None:
+        return None
+    return literal[1] if literal[1] is not None else literal[2]
+
+
+def is_one_path(tokens: list[Token], names: frozenset[str]) -> bool:
+    """Whether the tokens are exactly one context name and constant keys, nothing else."""
+    if not tokens or tokens[0].kind != "ident" or tokens[0].text not in names:
+        return False
+    i = 1
+    while i < len(tokens):
+        if (
+            i + 1 < len(tokens)
+            and tokens[i].text == "."
+            and tokens[i + 1].kind
+            in (
+                "ident",
+                "quoted",
+            )
+        ):
+            i += 2
+        elif (
+            i + 2 < len(tokens)
+            and tokens[i].text == "["
+            and plain_string(tokens[i + 1]) is not None
+            and tokens[i + 2].text == "]"
+        ):
+            i += 3
+        else:
+            return False
+    return True
 
 
 def plan_of(paths: list[Path]) -> Plan:

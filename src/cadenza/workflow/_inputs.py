@@ -8,7 +8,8 @@ from typing import Any
 
 import msgspec
 
-from ..errors import InputError
+from cadenza.errors import InputError
+
 from ._spec import InputSpec
 
 __all__ = ["resolve_inputs"]

@@ -47,7 +47,7 @@ class LoadedWorkflow:
 
     Attributes:
         workflow: The document, with ``@file`` prompts and instructions read in.
-        path: The file it came from (absolute), or None for text.
+        path: The file it came from (absolute, symlinks resolved), or None for text.
         base_dir: Where its relative paths (contextFiles, cwd, includes) resolve.
         includes: The workflows its steps include or its control steps run, keyed
             by the reference exactly as written (``include: deploy`` -> ``"deploy"``).
@@ -155,7 +155,9 @@ class _Session:
             self.order.setdefault(name, len(self.order))
             self.problems.append(Problem(name, line, column, "", "the file is not UTF-8 text"))
             return None, 0
-        return self.load_text(text, name, path.parent.absolute(), path.absolute(), chain)
+        # Resolved, so that a file reached by two spellings is one file (cycles, caching).
+        path = path.resolve()
+        return self.load_text(text, name, path.parent, path, chain)
 
     def load_text(
         self,

@@ -1,0 +1,43 @@
+"""Model specs: ``provider:model`` and zenflow's ``provider/model``."""
+
+from __future__ import annotations
+
+import pytest
+
+from cadenza.llm import PROVIDERS, LLMConfigError, parse_model
+
+
+@pytest.mark.parametrize(
+    ("spec", "expected"),
+    [
+        ("openai:gpt-4o-mini", ("openai", "gpt-4o-mini")),
+        ("openai/gpt-4o-mini", ("openai", "gpt-4o-mini")),
+        ("anthropic:claude-3-5-haiku-latest", ("anthropic", "claude-3-5-haiku-latest")),
+        ("ollama:llama3.1:8b", ("ollama", "llama3.1:8b")),
+        ("openai/meta-llama/Llama-3-8b", ("openai", "meta-llama/Llama-3-8b")),
+        ("OpenAI:gpt-4o", ("openai", "gpt-4o")),
+        ("scripted:demo", ("scripted", "demo")),
+        ("scripted", ("scripted", "scripted")),
+    ],
+)
+def test_splits_at_the_first_separator(spec: str, expected: tuple[str, str]) -> None:
+    """The first ``:`` or ``/`` separates provider and model; the model keeps the rest."""
+    assert parse_model(spec) == expected
+
+
+def test_unknown_provider_lists_the_known_ones() -> None:
+    """An unknown provider is a config error that names every known provider and a close match."""
+    with pytest.raises(LLMConfigError) as caught:
+        parse_model("opnai:gpt-4o")
+    message = str(caught.value)
+    assert "'opnai'" in message
+    assert "did you mean 'openai'" in message
+    for provider in PROVIDERS:
+        assert provider in message
+
+
+@pytest.mark.parametrize("spec", ["gpt-4o", ":gpt-4o", "openai:", ""])
+def test_rejects_specs_without_provider_or_model(spec: str) -> None:
+    """A spec must name both a provider and a model."""
+    with pytest.raises(LLMConfigError, match="names no"):
+        parse_model(spec)

@@ -1,0 +1,107 @@
+"""The scripted provider: replies in order, the last repeating, with estimated usage."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from cadenza.llm import (
+    Completion,
+    LLMClient,
+    LLMConfigError,
+    LLMRequest,
+    Message,
+    ProviderRegistry,
+    ToolCall,
+)
+from cadenza.runtime import FakeClock
+
+HI = LLMRequest(model="demo", messages=(Message("user", "x" * 40),))
+
+
+@dataclass
+class _ToolCallObject:
+    name: str
+    arguments: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class _ReplyObject:
+    """Shaped like ``cadenza.workflow.ScriptReply``."""
+
+    content: str | None = None
+    tool_calls: list[_ToolCallObject] = field(default_factory=list)
+
+
+async def replies(client: LLMClient, count: int) -> list[Completion]:
+    return [await client.complete(HI) for _ in range(count)]
+
+
+async def test_replies_in_order_then_the_last_repeats() -> None:
+    """Each call takes the next reply; after the last, the last one repeats."""
+    providers = ProviderRegistry(environ={}, clock=FakeClock())
+    client = providers.client("scripted", script=["one", "two"])
+    contents = [c.content for c in await replies(client, 4)]
+    assert contents == ["one", "two", "two", "two"]
+
+
+async def test_tool_calls_from_mappings_and_objects() -> None:
+    """Dict replies (toolCalls or tool_calls) and ScriptReply-like objects both give tool calls."""
+    script = [
+        {"toolCalls": [{"name": "search", "arguments": {"q": "fugue"}}]},
+        {"content": "two calls", "tool_calls": [{"name": "a"}, {"name": "b", "arguments": "{bad"}]},
+        _ReplyObject(tool_calls=[_ToolCallObject("submit_result", {"done": True})]),
+        _ReplyObject(content="done"),
+    ]
+    client = ProviderRegistry(environ={}).client("scripted", script=script)
+    first, second, third, fourth = await replies(client, 4)
+    assert first.tool_calls == (ToolCall("call_1_1", "search", '{"q":"fugue"}'),)
+    assert first.content is None
+    assert first.finish_reason == "tool_calls"
+    assert second.content == "two calls"
+    assert second.tool_calls == (ToolCall("call_2_1", "a", "{}"), ToolCall("call_2_2", "b", "{bad"))
+    assert third.tool_calls == (ToolCall("call_3_1", "submit_result", '{"done":true}'),)
+    assert (fourth.content, fourth.tool_calls, fourth.finish_reason) == ("done", (), "stop")
+
+
+async def test_usage_is_estimated_from_text_length() -> None:
+    """Prompt and completion tokens are about a quarter of the characters."""
+    client = ProviderRegistry(environ={}).client("scripted", script=["y" * 20])
+    completion = await client.complete(HI)
+    assert (completion.usage.prompt_tokens, completion.usage.completion_tokens) == (10, 5)
+    assert completion.model == "demo"
+    assert completion.attempts == 1
+
+
+async def test_each_key_keeps_its_own_position() -> None:
+    """Clients are cached per key: the same key resumes, another key starts over."""
+    providers = ProviderRegistry(environ={})
+    writer = providers.client("scripted", script=["w1", "w2"], key="writer")
+    assert (await writer.complete(HI)).content == "w1"
+    critic = providers.client("scripted", script=["c1", "c2"], key="critic")
+    assert (await critic.complete(HI)).content == "c1"
+    again = providers.client("scripted", script=["ignored"], key="writer")
+    assert again is writer
+    assert (await again.complete(HI)).content == "w2"
+
+
+@pytest.mark.parametrize(
+    ("script", "expected"),
+    [
+        (None, "needs a script"),
+        ([], "needs a script"),
+        ([{"text": "hi"}], "script reply 1: unknown key(s) text"),
+        (["ok", {"toolCalls": [{"arguments": {}}]}], "script reply 2: toolCalls[0] has no name"),
+        ([{"toolCalls": "search"}], "toolCalls must be a list"),
+        ([{"content": 5}], "content must be a string"),
+        ([{"toolCalls": [{"name": "f", "arguments": 3}]}], "arguments must be an object"),
+        ([42], "expected a string or {content, toolCalls}, got int"),
+    ],
+)
+def test_bad_scripts_are_config_errors(script: Any, expected: str) -> None:
+    """An empty or malformed script is reported when the client is made, naming the reply."""
+    with pytest.raises(LLMConfigError, match=re.escape(expected)):
+        ProviderRegistry(environ={}).client("scripted", script=script)
