@@ -91,6 +91,14 @@ async def test_spawn_refuses_a_live_address_and_bad_text(settle: Settle) -> None
         assert sup.spawn("solo", Named) is not ref
 
 
+async def test_spawn_checks_the_inbox_size() -> None:
+    """An inbox must hold at least one message."""
+    async with Supervisor(inbox_size=5) as sup:
+        with pytest.raises(ValueError, match="at least 1"):
+            sup.spawn("tiny", Named, inbox_size=0)
+        assert sup.lookup("tiny") is None
+
+
 async def test_spawn_needs_a_running_supervisor() -> None:
     """spawn() before entering the block is a usage error."""
     sup = Supervisor()

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+import cadenza
 from cadenza.errors import (
     CadenzaError,
     ExpressionError,
@@ -20,8 +21,7 @@ from cadenza.errors import (
     ExpressionSyntaxError,
     ExpressionTooComplex,
 )
-from cadenza.workflow import _cel as cel_module
-from cadenza.workflow._cel import CONTEXT_NAMES, Expression, compile_expression
+from cadenza.workflow import Expression, compile_expression
 
 STEP_IDS = frozenset({"build", "test", "review", "list-services", "list"})
 
@@ -181,7 +181,7 @@ def test_hyphenated_step_ids_read_as_fields(
     source: str, step_ids: frozenset[str], activation: dict[str, object], want: object
 ) -> None:
     """``steps.a-b`` means ``steps['a-b']`` for an id in scope, longest first, never in strings."""
-    names = CONTEXT_NAMES | {"b", "bc"}
+    names = frozenset({"steps", "b", "bc"})
     expression = compile_expression(source, step_ids=step_ids, names=names)
     assert same(expression.evaluate(activation), want)
 
@@ -408,7 +408,7 @@ def test_recursion_limit_is_left_alone() -> None:
         "print(before, sys.getrecursionlimit())"
     )
     # A fresh interpreter, so that the import itself is observed; it finds cadenza where we do.
-    src = str(Path(cel_module.__file__).parents[2])
+    src = str(Path(cadenza.__file__).parents[1])
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([src, os.environ.get("PYTHONPATH", "")])}
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env

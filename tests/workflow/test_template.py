@@ -12,8 +12,7 @@ from cadenza.errors import (
     ExpressionTooComplex,
     TemplateSyntaxError,
 )
-from cadenza.workflow._cel import Expression
-from cadenza.workflow._template import Template, has_template, parse_template
+from cadenza.workflow import Expression, Template, has_template, parse_template
 
 
 def context() -> dict[str, Any]:

@@ -14,7 +14,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from cadenza.protocols import StepRecord
+from cadenza.llm import ProviderRegistry
+from cadenza.protocols import ErrorInfo, StepRecord
 from cadenza.runtime import Clock, Supervisor
 from cadenza.workflow import LoadedWorkflow, Options, Step
 
@@ -66,14 +67,22 @@ class RunContext:
     clock: Clock
     limiter: asyncio.Semaphore
     step_ids: frozenset[str]
+    providers: ProviderRegistry
     default_model: str | None = None
     cancelled: str | None = None
+    failure: ErrorInfo | None = None
     active: set[Cancellable] = field(default_factory=set)
 
     @property
     def options(self) -> Options:
         """The root workflow's options."""
         return self.document.workflow.options
+
+    def exhaust_budget(self, error: ErrorInfo) -> None:
+        """Ends the run as ``failed`` with ``error``: the token budget is spent."""
+        if self.failure is None:
+            self.failure = error
+        self.cancel(error.message)
 
     def cancel(self, reason: str) -> None:
         """Stops the run: nothing new starts and everything running is cancelled."""

@@ -16,6 +16,7 @@ from typing import Any
 
 import msgspec
 
+from cadenza.llm import ProviderRegistry
 from cadenza.protocols import ErrorInfo, EventType, RunResult, RunStatus, Tokens
 from cadenza.runtime import Address, Clock, DeadLetter, RunRow, RunStore, Supervisor
 from cadenza.workflow import LoadedWorkflow, compile_expression, parse_duration
@@ -102,9 +103,10 @@ async def execute_run(
         if not done.done():
             done.set_result(outcome)
 
-    async with Supervisor(
-        clock=clock, on_crash=on_crash, on_dead_letter=on_dead_letter
-    ) as supervisor:
+    async with (
+        ProviderRegistry(clock=clock) as providers,
+        Supervisor(clock=clock, on_crash=on_crash, on_dead_letter=on_dead_letter) as supervisor,
+    ):
         context = RunContext(
             run_id=run_id,
             document=document,
@@ -114,6 +116,7 @@ async def execute_run(
             clock=clock,
             limiter=asyncio.Semaphore(max_concurrency),
             step_ids=collect_step_ids(workflow.steps),
+            providers=providers,
             default_model=default_model,
         )
         control.context = context
@@ -141,6 +144,8 @@ async def execute_run(
         if crash:
             supervisor.cancel()
     status, error = _final_status(outcome, control, timed_out, crash)
+    if context.failure is not None:
+        status, error = "failed", context.failure
     output: Any = outcome.content
     if status == "completed" and workflow.output is not None:
         try:

@@ -24,6 +24,7 @@ from cadenza.runtime import Actor
 from cadenza.workflow import LoadedWorkflow, Step, parse_duration, parse_template
 from cadenza.workflow._spec import State
 
+from ._agent import run_agent
 from ._command import run_command
 from ._context import Brief, RunContext, Scope
 from ._handler import StepContext, StepsView, call_handler, resolve_handler
@@ -185,6 +186,8 @@ class StepActor(Actor):
             return await self._command(address, attempt, step.command)
         if step.handler is not None:
             return await self._handler(address, attempt, step.handler)
+        if step.kind == "agent":
+            return await self._agent(address)
         raise StepFailure(
             ErrorInfo(
                 type="Unsupported",
@@ -192,6 +195,26 @@ class StepActor(Actor):
                 address=address,
             )
         )
+
+    async def _agent(self, address: str) -> tuple[str, Any]:
+        step = self.step
+        outputs = self.scope.own_steps()
+        depends_on = step.depends_on if isinstance(step, Step) else []
+        outcome = await run_agent(
+            self.run,
+            self.document,
+            address=address,
+            agent_name=step.agent,
+            instructions=self._render(step.instructions or ""),
+            scope=self.scope,
+            brief=self.brief,
+            step_model=step.model,
+            dependencies=[(d, outputs[d]["content"]) for d in depends_on if d in outputs],
+            context_files=step.context_files,
+        )
+        if outcome.error is not None:
+            raise StepFailure(outcome.error, content=outcome.content or None, result=outcome.result)
+        return outcome.content, outcome.result
 
     def _render(self, text: str) -> str:
         template = parse_template(text, step_ids=self.run.step_ids)

@@ -23,7 +23,8 @@ class ActorState(enum.Enum):
 
     Transitions::
 
-        STARTING --on_start returned--> RUNNING --stop requested--> STOPPING
+        STARTING --on_start returned--> RUNNING
+        STARTING / RUNNING --stop requested--> STOPPING
         STOPPING --current message done, on_stop returned--> STOPPED
         STARTING / RUNNING / STOPPING --on_start, receive or on_stop raised--> FAILED
         STARTING / RUNNING / STOPPING --task cancelled--> STOPPED

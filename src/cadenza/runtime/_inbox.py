@@ -76,10 +76,7 @@ class Inbox(Generic[T]):
             raise ActorStopped(f"inbox of {self._owner!r} is closed")
         if self._putters or len(self._items) >= self._maxsize:
             raise InboxFull(f"inbox of {self._owner!r} is full ({self._maxsize} messages)")
-        self._items.append(item)
-        getter = self._getter
-        if getter is not None and not getter.done():
-            getter.set_result(None)
+        self._push(item)
 
     async def send(self, item: T) -> None:
         """Append ``item``, waiting for room while the inbox is full.
@@ -89,13 +86,11 @@ class Inbox(Generic[T]):
         """
         if self._closed:
             raise ActorStopped(f"inbox of {self._owner!r} is closed")
-        if not self._putters and len(self._items) < self._maxsize:
-            self._items.append(item)
-            getter = self._getter
-            if getter is not None and not getter.done():
-                getter.set_result(None)
-            return
-        await self._wait_for_room()
+        if self._putters or len(self._items) >= self._maxsize:
+            await self._wait_for_room()  # returns holding a reserved slot
+        self._push(item)
+
+    def _push(self, item: T) -> None:
         self._items.append(item)
         getter = self._getter
         if getter is not None and not getter.done():

@@ -1,4 +1,4 @@
-"""``ActorRef``, the handle to an actor, and the consumer loop behind it.
+"""``ActorRef``: the handle to an actor, and how tells and asks reach its inbox.
 
 A ref outlives restarts: the supervisor puts a fresh instance and inbox
 behind the same ref, so holders keep a working handle. Tells go into the

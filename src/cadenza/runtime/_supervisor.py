@@ -179,7 +179,8 @@ class Supervisor(SupervisionCore):
             raise ActorStopped(f"the supervisor is stopping; cannot spawn {str(address)!r}")
         if isinstance(address, str):
             address = Address.parse(address)
-        ref = ActorRef(self, address, factory, restart, inbox_size or self._inbox_size)
+        size = self._inbox_size if inbox_size is None else inbox_size
+        ref = ActorRef(self, address, factory, restart, size)
         if ref._key in self._table:
             raise AddressError(f"a live actor already has the address {ref._key!r}", text=ref._key)
         ref._instantiate()

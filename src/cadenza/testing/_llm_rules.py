@@ -105,6 +105,8 @@ class ServerReply:
         reset: Close the connection without any response.
         trickle: When positive, send the body one byte at a time, this many
             seconds apart (headers go out at once).
+        hold: When given, answer only once the test sets this event: a way
+            to keep requests in flight without guessing at delays.
     """
 
     content: str | None = None
@@ -116,6 +118,7 @@ class ServerReply:
     delay: float = 0.0
     reset: bool = False
     trickle: float = 0.0
+    hold: threading.Event | None = None
 
     @classmethod
     def coerce(cls, value: ReplyLike) -> ServerReply:

@@ -10,24 +10,23 @@ thread, so it serves synchronous and asynchronous tests alike.
 
 from __future__ import annotations
 
-import contextlib
 import json
-import socket
-import struct
-import sys
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
-from typing import Any, Literal, Self
+from typing import Any, Final, Literal, Self
 
 from ._llm_rules import RuleLike, Script, ServerReply
 from ._llm_wire import WIRES, ServerWire
+from ._local_http import LocalHTTPServer, RequestHandler
 
 __all__ = ["RecordedRequest", "ScriptedLLMServer"]
 
 Wire = Literal["openai", "anthropic"]
+
+# How often a held reply checks whether the server is stopping.
+_HOLD_POLL: Final = 0.05
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,13 +96,13 @@ class ScriptedLLMServer:
         self._script = Script(rules)
         self._address = (host, port)
         self._lock = threading.Lock()
+        self._recorded = threading.Condition(self._lock)
         self._requests: list[RecordedRequest] = []
         self._inflight = 0
         self._max_inflight = 0
         self._serial = 0
         self._stopping = threading.Event()
-        self._httpd: _Server | None = None
-        self._thread: threading.Thread | None = None
+        self._httpd: LocalHTTPServer | None = None
 
     @property
     def url(self) -> str:
@@ -129,6 +128,22 @@ class ScriptedLLMServer:
         with self._lock:
             return list(self._requests)
 
+    def wait_for_requests(self, count: int, timeout: float = 5.0) -> list[RecordedRequest]:
+        """Block until ``count`` requests have arrived; returns them all.
+
+        From async code run it on a thread
+        (``await anyio.to_thread.run_sync(server.wait_for_requests, 3)``).
+
+        Raises:
+            TimeoutError: Fewer arrived within ``timeout`` seconds.
+        """
+        with self._recorded:
+            if not self._recorded.wait_for(lambda: len(self._requests) >= count, timeout):
+                raise TimeoutError(
+                    f"{len(self._requests)} of {count} requests arrived within {timeout} s"
+                )
+            return list(self._requests)
+
     @property
     def max_inflight(self) -> int:
         """The most completion requests that were in flight at once."""
@@ -139,27 +154,16 @@ class ScriptedLLMServer:
         """Listen and serve on a background thread; returns the server itself."""
         if self._httpd is not None:
             raise RuntimeError("the server is already running")
-        self._stopping.clear()
-        self._httpd = _Server(self._address, self)
-        self._thread = threading.Thread(
-            target=self._serve, args=(self._httpd,), name=f"ScriptedLLMServer {self.url}"
-        )
-        self._thread.daemon = True
-        self._thread.start()
+        self._stopping = threading.Event()
+        self._httpd = LocalHTTPServer(self._address, self._on_post, self._stopping)
+        self._httpd.start()
         return self
 
     def stop(self) -> None:
         """Stop serving: close open connections, end delays and trickles, free the port."""
-        httpd, thread = self._httpd, self._thread
-        if httpd is None or thread is None:
-            return
-        self._stopping.set()
-        httpd.close_connections()
-        with contextlib.suppress(OSError):  # wake the accept loop now, not at its timeout
-            socket.create_connection(httpd.bound, timeout=1).close()
-        thread.join()
-        httpd.server_close()
-        self._httpd = self._thread = None
+        if self._httpd is not None:
+            httpd, self._httpd = self._httpd, None
+            httpd.stop()
 
     def __enter__(self) -> Self:
         return self.start()
@@ -176,15 +180,12 @@ class ScriptedLLMServer:
         where = self.url if self._httpd is not None else "stopped"
         return f"ScriptedLLMServer(wire={self._wire.name!r}, {where})"
 
-    def _serve(self, httpd: _Server) -> None:
-        while not self._stopping.is_set():
-            httpd.handle_request()
-
     def _record(self, request: RecordedRequest) -> None:
-        with self._lock:
+        with self._recorded:
             self._requests.append(request)
+            self._recorded.notify_all()
 
-    def _on_post(self, handler: _Handler) -> None:
+    def _on_post(self, handler: RequestHandler) -> None:
         raw = handler.rfile.read(int(handler.headers.get("Content-Length") or 0))
         headers = {name.lower(): value for name, value in handler.headers.items()}
         path = handler.path
@@ -192,10 +193,16 @@ class ScriptedLLMServer:
             body = json.loads(raw)
         except ValueError:
             body = None
-        if not self._wire.accepts(path) or body is None:
+        problem = (
+            (404, f"unknown path {path}")
+            if not self._wire.accepts(path)
+            else (400, "the body is not JSON")
+            if body is None
+            else None
+        )
+        if problem is not None:
             self._record(RecordedRequest(path, headers, body, None, 0))
-            status, problem = (404, f"unknown path {path}") if body is not None else (400, "")
-            handler.send_body(status, self._error(status, problem or "body is not JSON"))
+            handler.send_body(problem[0], self._error(*problem))
             return
         with self._lock:
             self._inflight += 1
@@ -214,10 +221,14 @@ class ScriptedLLMServer:
             with self._lock:
                 self._inflight -= 1
 
-    def _reply(self, handler: _Handler, body: Any, reply: ServerReply, serial: int) -> None:
+    def _reply(self, handler: RequestHandler, body: Any, reply: ServerReply, serial: int) -> None:
         if reply.delay > 0 and self._stopping.wait(reply.delay):
             handler.close_connection = True
             return
+        while reply.hold is not None and not reply.hold.wait(_HOLD_POLL):
+            if self._stopping.is_set():
+                handler.close_connection = True
+                return
         if reply.reset:
             handler.reset()
             return
@@ -227,90 +238,7 @@ class ScriptedLLMServer:
             data = self._error(reply.status, "scripted failure")
         else:
             data = json.dumps(self._wire.success(body, reply, serial)).encode()
-        handler.send_body(reply.status, data, reply.headers, reply.trickle, self._stopping)
+        handler.send_body(reply.status, data, reply.headers, reply.trickle)
 
     def _error(self, status: int, message: str) -> bytes:
         return json.dumps(self._wire.error(status, message)).encode()
-
-
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    timeout = 0.5  # the accept loop's fallback wake-up, should the poke in stop() fail
-
-    def __init__(self, address: tuple[str, int], owner: ScriptedLLMServer) -> None:
-        super().__init__(address, _Handler)
-        self.owner = owner
-        self.bound = (address[0], self.socket.getsockname()[1])  # the port 0 picked
-        self._connections: set[socket.socket] = set()
-        self._connections_lock = threading.Lock()
-
-    def process_request(
-        self, request: socket.socket | tuple[bytes, socket.socket], client_address: Any
-    ) -> None:
-        if isinstance(request, socket.socket):
-            with self._connections_lock:
-                self._connections.add(request)
-        super().process_request(request, client_address)
-
-    def shutdown_request(self, request: socket.socket | tuple[bytes, socket.socket]) -> None:
-        if isinstance(request, socket.socket):
-            with self._connections_lock:
-                self._connections.discard(request)
-        super().shutdown_request(request)
-
-    def close_connections(self) -> None:
-        """Shut every open connection, so handler threads waiting on one finish."""
-        with self._connections_lock:
-            connections = list(self._connections)
-        for connection in connections:
-            with contextlib.suppress(OSError):  # already closed by the client
-                connection.shutdown(socket.SHUT_RDWR)
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        # A client that hung up (deadline, reset) is routine here, not an error to print.
-        if isinstance(sys.exc_info()[1], OSError):
-            return
-        super().handle_error(request, client_address)
-
-
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    server: _Server
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass  # quiet: requests are recorded instead
-
-    def do_POST(self) -> None:
-        self.server.owner._on_post(self)
-
-    def do_GET(self) -> None:
-        self.send_body(404, b'{"error": {"message": "not found"}}')
-
-    def send_body(
-        self,
-        status: int,
-        data: bytes,
-        headers: Mapping[str, str] | None = None,
-        trickle: float = 0.0,
-        stopping: threading.Event | None = None,
-    ) -> None:
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        for name, value in (headers or {}).items():
-            self.send_header(name, value)
-        self.end_headers()
-        if trickle <= 0:
-            self.wfile.write(data)
-            return
-        for index in range(len(data)):
-            self.wfile.write(data[index : index + 1])
-            if stopping is not None and stopping.wait(trickle):
-                self.close_connection = True
-                return
-
-    def reset(self) -> None:
-        """Drop the connection with a TCP reset instead of answering."""
-        self.close_connection = True
-        # Linger on with a zero timeout makes close() send RST, not a graceful FIN.
-        self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))

@@ -1,0 +1,118 @@
+"""Provider overhead: sequential calls/s through the ``openai`` provider vs bare httpx.
+
+Both loops send the same Chat Completions request to the same local
+``ScriptedLLMServer``, which answers at once, so the difference is what the
+provider adds per call: encoding the request from Structs, the retry loop and
+its per-attempt deadline scope, the capped streamed read, decoding the reply
+into a ``Completion``, and the (filtered) debug log call. The floor is a bare
+``httpx.AsyncClient.post`` of pre-encoded bytes plus ``response.json()``.
+Debug logging is filtered out while measuring, as in a production setup.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
+
+import httpx
+import structlog
+from _harness import Figure, best_of, now
+
+from cadenza.llm import LLMRequest, Message, ProviderRegistry, ToolSpec
+from cadenza.testing import ScriptedLLMServer, ServerRule
+
+GROUP = "llm"
+
+_REQUEST = LLMRequest(
+    model="gpt-test",
+    messages=(
+        Message("system", "You are a terse assistant that answers in one sentence."),
+        Message("user", "Summarise the plot of a three-act play about a fugue."),
+    ),
+    tools=(
+        ToolSpec(
+            "submit_result",
+            "Finish the step with a result.",
+            {"type": "object", "properties": {"summary": {"type": "string"}}},
+        ),
+    ),
+)
+_RULES = [ServerRule(["A fugue returns, changed, three times; the third time it resolves."])]
+
+
+async def _bare_calls_per_s(server: ScriptedLLMServer, calls: int) -> float:
+    url = f"{server.base_url}/chat/completions"
+    body = json.dumps(
+        {
+            "model": _REQUEST.model,
+            "messages": [{"role": m.role, "content": m.content} for m in _REQUEST.messages],
+            "tools": [
+                {
+                    "type": "function",
+                    "function": {
+                        "name": t.name,
+                        "description": t.description,
+                        "parameters": t.parameters,
+                    },
+                }
+                for t in _REQUEST.tools
+            ],
+        }
+    ).encode()
+    headers = {"Authorization": "Bearer bench-key", "Content-Type": "application/json"}
+    async with httpx.AsyncClient() as http:
+
+        async def one() -> None:
+            response = await http.post(url, content=body, headers=headers)
+            response.raise_for_status()
+            response.json()
+
+        return await _rate(one, calls)
+
+
+async def _provider_calls_per_s(server: ScriptedLLMServer, calls: int) -> float:
+    async with ProviderRegistry(environ=server.environ(api_key="bench-key")) as providers:
+        client = providers.client("openai")
+
+        async def one() -> None:
+            await client.complete(_REQUEST)
+
+        return await _rate(one, calls)
+
+
+async def _rate(one: Callable[[], Awaitable[None]], calls: int) -> float:
+    for _ in range(20):  # warm up: connection, client, caches
+        await one()
+    started = now()
+    for _ in range(calls):
+        await one()
+    return calls / (now() - started)
+
+
+@contextmanager
+def _debug_logs_filtered() -> Iterator[None]:
+    saved = structlog.get_config()
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.INFO))
+    try:
+        yield
+    finally:
+        structlog.configure(**saved)
+
+
+def run(quick: bool) -> list[Figure]:
+    """Measure calls/s through the openai provider and bare httpx; ``quick`` shrinks the sizes."""
+    calls = 300 if quick else 2_000
+    repeats = 3 if quick else 5
+    with _debug_logs_filtered(), ScriptedLLMServer(_RULES) as server:
+        # Higher is better here; best_of takes medians, and rates invert cleanly.
+        bare = 1 / best_of(repeats, lambda: 1 / asyncio.run(_bare_calls_per_s(server, calls)))
+        provider = 1 / best_of(
+            repeats, lambda: 1 / asyncio.run(_provider_calls_per_s(server, calls))
+        )
+    return [
+        Figure(GROUP, "openai provider complete() (sequential)", provider, "ops/s",
+               bare, "bare httpx POST + json", ">= 0.8x raw", provider >= 0.8 * bare),
+    ]  # fmt: skip

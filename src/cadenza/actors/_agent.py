@@ -1,0 +1,310 @@
+"""An agent step: the tool-calling loop of one LLM agent, up to ``maxTurns`` calls.
+
+Each turn: check the run's token budget, drain the inbox into the conversation,
+call the model, run the tools it asked for (in order), and stop when it answers
+without tools, when ``submit_result`` got valid arguments, or when turns run
+out. ``content`` is the text of every turn joined; ``result`` is the first valid
+``submit_result`` arguments. A step whose agent has a ``resultSchema`` and never
+submits fails with zenflow's message; a judge fails open (its caller decides).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+
+from cadenza._redact import redact
+from cadenza.errors import CadenzaError
+from cadenza.llm import LLMRequest, Message, ToolCall, ToolSpec
+from cadenza.protocols import ErrorInfo, MessageRecord, Tokens
+from cadenza.workflow import Agent, LoadedWorkflow
+
+from ._context import Brief, RunContext, Scope
+from ._prompt import build_prompt, cap, read_context_files
+from ._tools import Tool, ToolError, python_tool, schema_errors
+
+__all__ = ["AgentOutcome", "BudgetExceeded", "run_agent"]
+
+DEFAULT_SYSTEM = "You are a helpful assistant. Do the task you are given."
+NEVER_SUBMITTED = "resultSchema defined but submit_result never called"
+_OUTPUT_PREVIEW = 2000
+
+
+class BudgetExceeded(CadenzaError):
+    """The run's token budget (``options.maxTokens``) is spent; the run ends ``failed``."""
+
+
+@dataclass(frozen=True, slots=True)
+class AgentOutcome:
+    """What an agent produced: its text, its submitted result, or why it failed."""
+
+    content: str
+    result: Any
+    error: ErrorInfo | None
+
+
+def _model_spec(
+    run: RunContext, agent: Agent | None, agent_name: str | None, step_model: str | None
+) -> str:
+    if step_model:
+        return step_model
+    if agent is not None and agent.model:
+        return agent.model
+    if agent is not None and agent.script is not None:
+        return f"scripted:{agent_name or 'agent'}"
+    if run.default_model:
+        return run.default_model
+    who = f"agent {agent_name!r}" if agent_name else "a step without an agent"
+    raise CadenzaError(f"no model for {who}: set its model, or give --model / CADENZA_MODEL")
+
+
+def _spent(run: RunContext) -> int:
+    return run.journal.prompt_tokens + run.journal.completion_tokens
+
+
+class _Conversation:
+    """One agent visit: the messages so far and the tools on offer."""
+
+    def __init__(
+        self, run: RunContext, address: str, agent_name: str | None, agent: Agent | None
+    ) -> None:
+        self.run = run
+        self.address = address
+        self.agent_name = agent_name
+        self.agent = agent
+        self.tools: dict[str, Tool] = {}
+        self.result: Any = None
+        self.submitted = False
+
+    def offer(self, tool: Tool) -> None:
+        self.tools[tool.spec.name] = tool
+
+    async def call(self, call: ToolCall) -> str:
+        """Runs one tool call; any failure becomes an error message for the model."""
+        journal = self.run.journal
+        redacted = redact(call.arguments)[:_OUTPUT_PREVIEW]
+        journal.emit(
+            "tool_call",
+            step_id=self.address,
+            agent=self.agent_name,
+            data={
+                "phase": "start",
+                "tool_name": call.name,
+                "tool_call_id": call.id,
+                "input": redacted,
+            },
+        )
+        error: str | None = None
+        try:
+            tool = self.tools.get(call.name)
+            if tool is None:
+                raise ToolError(
+                    f"unknown tool {call.name!r}; available: {', '.join(sorted(self.tools))}"
+                )
+            try:
+                arguments = msgspec.json.decode(call.arguments or "{}")
+            except msgspec.DecodeError:
+                raise ToolError("arguments are not valid JSON") from None
+            if not isinstance(arguments, dict):
+                raise ToolError("arguments must be a JSON object")
+            output = await tool.run(arguments)
+        except ToolError as failure:
+            error = str(failure)
+        except Exception as failure:  # a tool's own bug is the model's problem to hear about
+            error = f"{type(failure).__name__}: {failure}"
+        text = (
+            output
+            if error is None
+            else msgspec.json.encode({"status": "error", "message": error}).decode()
+        )
+        journal.emit(
+            "tool_call",
+            step_id=self.address,
+            agent=self.agent_name,
+            data={
+                "phase": "end",
+                "tool_name": call.name,
+                "tool_call_id": call.id,
+                "input": redacted,
+                "output": redact(text)[:_OUTPUT_PREVIEW],
+                "error": error,
+            },
+        )
+        return text
+
+
+def _submit_result(conversation: _Conversation, schema: dict[str, Any]) -> Tool:
+    async def submit(arguments: dict[str, Any]) -> str:
+        problems = schema_errors(schema, arguments)
+        if problems:
+            raise ToolError("the result does not match resultSchema: " + "; ".join(problems))
+        if not conversation.submitted:  # parallel calls in one turn: the first valid one wins
+            conversation.result = arguments
+            conversation.submitted = True
+        return '{"status": "ok"}'
+
+    spec = ToolSpec(
+        name="submit_result",
+        description="Submit your final structured result. Calling it ends your task.",
+        parameters=schema,
+    )
+    return Tool(spec, submit)
+
+
+def _send_message(run: RunContext, address: str) -> Tool:
+    async def send(arguments: dict[str, Any]) -> str:
+        text = arguments.get("text")
+        if not isinstance(text, str) or not text:
+            raise ToolError("send_message needs a non-empty 'text' string")
+        run.journal.messages.append(MessageRecord(from_=address, to="coordinator", text=text))
+        run.journal.emit(
+            "message_sent", step_id=address, data={"to": "coordinator", "text": text, "msg_type": 0}
+        )
+        return '{"status": "sent"}'
+
+    spec = ToolSpec(
+        name="send_message",
+        description="Send a message to the coordinator of this run.",
+        parameters={
+            "type": "object",
+            "properties": {"text": {"type": "string", "description": "The message."}},
+            "required": ["text"],
+        },
+    )
+    return Tool(spec, send)
+
+
+def _tools(conversation: _Conversation, document: LoadedWorkflow) -> None:
+    agent = conversation.agent
+    allowed = None if agent is None or agent.tools is None else set(agent.tools)
+    denied = (
+        set() if agent is None or agent.disallowed_tools is None else set(agent.disallowed_tools)
+    )
+
+    def wanted(name: str) -> bool:
+        return (allowed is None or name in allowed) and name not in denied
+
+    if agent is not None and agent.result_schema is not None:
+        conversation.offer(_submit_result(conversation, agent.result_schema))
+    if wanted("send_message"):
+        conversation.offer(_send_message(conversation.run, conversation.address))
+    for reference in sorted(allowed or ()):
+        if ":" in reference and reference not in denied:
+            conversation.offer(python_tool(reference, document.base_dir))
+
+
+async def run_agent(
+    run: RunContext,
+    document: LoadedWorkflow,
+    *,
+    address: str,
+    agent_name: str | None,
+    instructions: str,
+    scope: Scope,
+    brief: Brief,
+    context: str | None = None,
+    step_model: str | None = None,
+    dependencies: Sequence[tuple[str, str]] = (),
+    context_files: Sequence[str] = (),
+    drain_inbox: Callable[[], list[str]] = list,
+) -> AgentOutcome:
+    """Runs an agent's tool-calling loop and returns its outcome.
+
+    Expected failures (no submit, a model error, the budget) come back as
+    ``AgentOutcome.error``; only cancellation propagates.
+    """
+    agent = document.workflow.agents.get(agent_name) if agent_name else None
+    conversation = _Conversation(run, address, agent_name, agent)
+    contents: list[str] = []
+    try:
+        spec = _model_spec(run, agent, agent_name, step_model)
+        providers = run.providers
+        provider, model = providers.check(spec)
+        script = agent.script if agent is not None and provider == "scripted" else None
+        client = providers.client(provider, script=script, key=agent_name or address)
+        _tools(conversation, document)
+        variables = scope.activation(run.inputs)
+        prompt = build_prompt(
+            instructions,
+            brief=brief,
+            item=variables.get("item"),
+            dependencies=dependencies,
+            context=context,
+            context_files=read_context_files(document.base_dir, context_files),
+            inbox=drain_inbox(),
+        )
+        messages: list[Message] = [
+            Message(
+                "system", agent.prompt if agent is not None and agent.prompt else DEFAULT_SYSTEM
+            ),
+            Message("user", prompt),
+        ]
+        specs = tuple(tool.spec for tool in conversation.tools.values())
+        turns = agent.turns if agent is not None else 50
+        for turn in range(1, turns + 1):
+            budget = run.options.max_tokens
+            if budget is not None and _spent(run) >= budget:
+                raise BudgetExceeded(
+                    f"the run's token budget is spent: {_spent(run)} of {budget} tokens used "
+                    "(options.maxTokens)"
+                )
+            if turn > 1:
+                waiting = drain_inbox()
+                if waiting:
+                    messages.append(
+                        Message("user", "## Inbox\n" + "\n".join(f"- {m}" for m in waiting))
+                    )
+            run.journal.emit(
+                "agent_turn",
+                step_id=address,
+                agent=agent_name,
+                data={"phase": "request", "turn": turn, "model": spec},
+            )
+            completion = await client.complete(
+                LLMRequest(
+                    model=model,
+                    messages=tuple(messages),
+                    tools=specs,
+                    temperature=agent.temperature if agent is not None else None,
+                    top_p=agent.top_p if agent is not None else None,
+                )
+            )
+            usage = completion.usage
+            run.journal.prompt_tokens += usage.prompt_tokens
+            run.journal.completion_tokens += usage.completion_tokens
+            run.journal.llm_calls += 1
+            run.journal.emit(
+                "agent_turn",
+                step_id=address,
+                agent=agent_name,
+                tokens=Tokens(
+                    usage.prompt_tokens,
+                    usage.completion_tokens,
+                    usage.prompt_tokens + usage.completion_tokens,
+                ),
+                data={"phase": "response", "model": spec, "attempts": completion.attempts},
+            )
+            if completion.content:
+                contents.append(completion.content)
+            messages.append(
+                Message("assistant", completion.content, tool_calls=completion.tool_calls)
+            )
+            if not completion.tool_calls:
+                break
+            for call in completion.tool_calls:
+                output = await conversation.call(call)
+                messages.append(Message("tool", output, tool_call_id=call.id, name=call.name))
+            if conversation.submitted:
+                break
+    except CadenzaError as error:
+        if isinstance(error, BudgetExceeded):
+            run.exhaust_budget(ErrorInfo("BudgetExceeded", str(error), address))
+        info = ErrorInfo(type=type(error).__name__, message=redact(str(error)), address=address)
+        return AgentOutcome("\n\n".join(contents), None, info)
+    content = "\n\n".join(contents)
+    if agent is not None and agent.result_schema is not None and not conversation.submitted:
+        return AgentOutcome(content, None, ErrorInfo("NoResult", NEVER_SUBMITTED, address))
+    return AgentOutcome(cap(content, 1024 * 1024), conversation.result, None)

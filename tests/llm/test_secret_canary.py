@@ -1,0 +1,44 @@
+"""A canary API key never shows in errors, reprs or logs, even when the server echoes it."""
+
+from __future__ import annotations
+
+import structlog
+
+from cadenza.llm import LLMError, LLMRequest, Message, ProviderRegistry, RetryPolicy
+from cadenza.runtime import Clock
+from cadenza.testing import ServerRule
+from cadenza.testing.pytest_plugin import StartLLMServer
+
+CANARY = "canary-7f3a9c41e2b8d605"
+
+
+async def test_canary_key_is_never_shown(llm_server: StartLLMServer, clock: Clock) -> None:
+    """401 and 500 bodies that echo the key reach the caller with the key masked."""
+    echo = f'{{"error": {{"message": "Incorrect API key provided: {CANARY}"}}}}'
+    server = llm_server(
+        [
+            ServerRule([{"status": 401, "body": echo}], match={"model": "gpt-401"}),
+            ServerRule([{"status": 500, "body": f"upstream said Bearer {CANARY}"}]),
+        ]
+    )
+    environ = server.environ(api_key=CANARY)
+    request = LLMRequest("gpt-401", (Message("user", "hi"),))
+    errors: list[LLMError] = []
+    with structlog.testing.capture_logs() as logs:
+        async with ProviderRegistry(
+            environ=environ, clock=clock, policy=RetryPolicy(max_attempts=2)
+        ) as providers:
+            client = providers.client("openai")
+            for model in ("gpt-401", "gpt-500"):
+                try:
+                    await client.complete(LLMRequest(model, request.messages))
+                except LLMError as error:
+                    errors.append(error)
+            shown = [repr(providers), repr(client), *map(str, errors), *map(repr, errors)]
+    assert [type(e).__name__ for e in errors] == ["LLMHTTPError", "LLMHTTPError"]
+    assert "Incorrect API key provided: ***" in str(errors[0])
+    assert "upstream said Bearer ***" in str(errors[1])
+    assert server.requests[0].headers["authorization"] == f"Bearer {CANARY}"
+    assert logs  # every attempt is logged at debug level
+    for text in [*shown, *map(repr, logs)]:
+        assert CANARY not in text
