@@ -27,8 +27,9 @@ import anyio
 import anyio.abc
 
 from .actors import EventSink, RunControl, RunJournal, execute_run
+from .actors._coordinator import COORDINATOR, PostMessage
 from .errors import CadenzaError, InputError, RunNotFound
-from .protocols import Event, EventType, RunResult
+from .protocols import Event, EventType, MessageRecord, RunResult
 from .runtime import Clock, MemoryRunStore, RunRow, RunStore, SqliteRunStore, SystemClock
 from .workflow import (
     DEFAULT_MAX_CONCURRENCY,
@@ -71,6 +72,23 @@ class RunHandle:
     async def result(self) -> RunResult:
         """Waits for the run to end and returns its result JSON as a `RunResult`."""
         return await asyncio.shield(self._result)
+
+    @property
+    def messages(self) -> list[MessageRecord]:
+        """Every message carried between agents so far, in order."""
+        return list(self._journal.messages)
+
+    def post_message(self, target: str, text: str, *, kind: str = "info") -> None:
+        """Sends a message to a step, as the coordinator would: a bare step id (its
+        newest instance) or an address; it lands in that agent's next turn.
+
+        Raises:
+            CadenzaError: The run has not started its actors yet, or has ended.
+        """
+        context = self._control.context
+        if context is None or self.done:
+            raise CadenzaError(f"run {self.run_id!r} is not running; it cannot take messages")
+        context.supervisor.tell_nowait(COORDINATOR, PostMessage(target, text, kind))
 
     def cancel(self, reason: str = "cancelled by the caller") -> None:
         """Cancels the run: running steps stop and are recorded ``cancelled``."""

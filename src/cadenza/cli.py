@@ -20,6 +20,7 @@ import msgspec
 
 from . import __version__
 from ._api import Runtime
+from ._logging import configure_logging
 from .errors import CadenzaError, InputError
 from .protocols import Event, EventType, RunResult
 from .workflow import WorkflowError, describe_workflow, load_workflow, to_mermaid, validate_file
@@ -245,6 +246,7 @@ async def _runs(args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     """Runs the command line; returns the process exit code."""
     args = _parser().parse_args(argv)
+    configure_logging()
     try:
         if args.command == "run":
             return anyio.run(_run, args)

@@ -17,12 +17,13 @@ from typing import Any
 import msgspec
 
 from cadenza._redact import redact
-from cadenza.errors import CadenzaError
+from cadenza.errors import CadenzaError, InboxFull
 from cadenza.llm import LLMRequest, Message, ToolCall, ToolSpec
-from cadenza.protocols import ErrorInfo, MessageRecord, Tokens
+from cadenza.protocols import ErrorInfo, Tokens
 from cadenza.workflow import Agent, LoadedWorkflow
 
 from ._context import Brief, RunContext, Scope
+from ._coordinator import COORDINATOR, Outgoing
 from ._prompt import build_prompt, cap, read_context_files
 from ._tools import Tool, ToolError, python_tool, schema_errors
 
@@ -159,10 +160,14 @@ def _send_message(run: RunContext, address: str) -> Tool:
         text = arguments.get("text")
         if not isinstance(text, str) or not text:
             raise ToolError("send_message needs a non-empty 'text' string")
-        run.journal.messages.append(MessageRecord(from_=address, to="coordinator", text=text))
-        run.journal.emit(
-            "message_sent", step_id=address, data={"to": "coordinator", "text": text, "msg_type": 0}
-        )
+        data = {"from": address, "to": "coordinator", "text": text, "msg_type": 0}
+        run.journal.emit("message_sent", step_id=address, data=data)
+        try:
+            run.supervisor.tell_nowait(COORDINATOR, Outgoing(address, text))
+        except InboxFull:
+            reason = "the coordinator's inbox is full"
+            run.journal.emit("message_dropped", step_id=address, data={**data, "reason": reason})
+            raise ToolError(f"message dropped: {reason}") from None
         return '{"status": "sent"}'
 
     spec = ToolSpec(
@@ -177,7 +182,7 @@ def _send_message(run: RunContext, address: str) -> Tool:
     return Tool(spec, send)
 
 
-def _tools(conversation: _Conversation, document: LoadedWorkflow) -> None:
+def _tools(conversation: _Conversation, document: LoadedWorkflow, *, can_send: bool) -> None:
     agent = conversation.agent
     allowed = None if agent is None or agent.tools is None else set(agent.tools)
     denied = (
@@ -189,7 +194,7 @@ def _tools(conversation: _Conversation, document: LoadedWorkflow) -> None:
 
     if agent is not None and agent.result_schema is not None:
         conversation.offer(_submit_result(conversation, agent.result_schema))
-    if wanted("send_message"):
+    if can_send and wanted("send_message"):
         conversation.offer(_send_message(conversation.run, conversation.address))
     for reference in sorted(allowed or ()):
         if ":" in reference and reference not in denied:
@@ -210,6 +215,8 @@ async def run_agent(
     dependencies: Sequence[tuple[str, str]] = (),
     context_files: Sequence[str] = (),
     drain_inbox: Callable[[], list[str]] = list,
+    extra_tools: Sequence[Tool] = (),
+    can_send_messages: bool = True,
 ) -> AgentOutcome:
     """Runs an agent's tool-calling loop and returns its outcome.
 
@@ -225,7 +232,9 @@ async def run_agent(
         provider, model = providers.check(spec)
         script = agent.script if agent is not None and provider == "scripted" else None
         client = providers.client(provider, script=script, key=agent_name or address)
-        _tools(conversation, document)
+        _tools(conversation, document, can_send=can_send_messages)
+        for tool in extra_tools:
+            conversation.offer(tool)
         variables = scope.activation(run.inputs)
         prompt = build_prompt(
             instructions,

@@ -10,6 +10,7 @@ nest, so a loop body sees its own steps over those of the workflow around it.
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -21,7 +22,7 @@ from cadenza.workflow import LoadedWorkflow, Options, Step
 
 from ._journal import RunJournal
 
-__all__ = ["Brief", "Cancellable", "RunContext", "Scope", "collect_step_ids"]
+__all__ = ["NO_BRIEF", "Brief", "Cancellable", "RunContext", "Scope", "collect_step_ids"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +49,10 @@ class Brief:
     item_index: int | None = None
 
 
+NO_BRIEF = Brief()
+"""The brief of a step whose controller has nothing to add."""
+
+
 class Cancellable(Protocol):
     """Something running under a run that can be told to stop its current work."""
 
@@ -72,6 +77,8 @@ class RunContext:
     cancelled: str | None = None
     failure: ErrorInfo | None = None
     active: set[Cancellable] = field(default_factory=set)
+    mail: dict[str, deque[Any]] = field(default_factory=dict)
+    """Messages forwarded to a step with no live instance, kept for its next one."""
 
     @property
     def options(self) -> Options:

@@ -20,7 +20,7 @@ from typing import Any
 import anyio
 import msgspec
 
-from cadenza.actors._context import Brief
+from cadenza.actors._context import NO_BRIEF, Brief
 from cadenza.errors import CadenzaError
 
 __all__ = [
@@ -76,7 +76,7 @@ class StepContext:
     item: Any = None
     index: int | None = None
     iteration: int | None = None
-    brief: Brief = Brief()
+    brief: Brief = NO_BRIEF
 
 
 class StepsView(Mapping[str, StepOutput]):

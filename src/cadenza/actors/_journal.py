@@ -118,7 +118,9 @@ class RunJournal:
         self.store.put_step(self.run_id, address, record)
         duration = record.duration_ms / 1000
         if record.status == "completed":
-            self.emit(EventType.STEP_END, step_id=address, agent=agent, duration=duration)
+            self.emit(
+                EventType.STEP_END, step_id=address, agent=agent, duration=duration, tokens=tokens
+            )
         elif record.status == "skipped":
             self.emit(EventType.STEP_SKIPPED, step_id=address, message=_reason(record))
         else:
@@ -127,6 +129,7 @@ class RunJournal:
                 step_id=address,
                 agent=agent,
                 duration=duration,
+                tokens=tokens,
                 error=_reason(record),
                 data={"status": record.status},
             )

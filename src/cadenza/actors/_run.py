@@ -22,6 +22,7 @@ from cadenza.runtime import Address, Clock, DeadLetter, RunRow, RunStore, Superv
 from cadenza.workflow import LoadedWorkflow, compile_expression, parse_duration
 
 from ._context import RunContext, Scope, collect_step_ids
+from ._coordinator import COORDINATOR, INBOX_SIZE, Coordinator, Drain
 from ._dag import DagController, DagOutcome
 from ._journal import RunJournal
 
@@ -132,12 +133,16 @@ async def execute_run(
 
             timer = clock.call_later(parse_duration(limit), expire)
         scope = Scope()
+        supervisor.spawn(COORDINATOR, lambda: Coordinator(context, document), inbox_size=INBOX_SIZE)
         supervisor.spawn(
             ROOT,
             lambda: DagController(context, document, workflow.steps, scope, None, report),
         )
         try:
             outcome = await done
+            if not crash:
+                # Messages sent by the last steps are recorded before the result is.
+                await supervisor.ask(COORDINATOR, Drain())
         finally:
             if timer is not None:
                 timer.cancel()

@@ -19,14 +19,15 @@ from typing import Any
 import msgspec
 
 from cadenza.errors import CadenzaError
-from cadenza.protocols import ErrorInfo, EventType, StepRecord, StepStatus
+from cadenza.protocols import ErrorInfo, EventType, StepRecord, StepStatus, Tokens
 from cadenza.runtime import Actor
 from cadenza.workflow import LoadedWorkflow, Step, parse_duration, parse_template
 from cadenza.workflow._spec import State
 
 from ._agent import run_agent
 from ._command import run_command
-from ._context import Brief, RunContext, Scope
+from ._context import NO_BRIEF, Brief, RunContext, Scope
+from ._coordinator import MSG_TYPES, AgentMessage
 from ._handler import StepContext, StepsView, call_handler, resolve_handler
 
 __all__ = ["Report", "StepActor", "StepFailure", "StepFinished", "work_error"]
@@ -75,7 +76,7 @@ class StepActor(Actor):
         step: Step | State,
         scope: Scope,
         report: Report,
-        brief: Brief = Brief(),
+        brief: Brief = NO_BRIEF,
     ) -> None:
         self.run = run
         self.brief = brief
@@ -100,13 +101,19 @@ class StepActor(Actor):
 
     async def on_start(self) -> None:
         """Runs the step to its final outcome, records it, reports it, and stops."""
+        journal = self.run.journal
+        before = (journal.prompt_tokens, journal.completion_tokens)
         self.run.active.add(self)
         try:
             record = await self._execute()
         finally:
             self.run.active.discard(self)
-        address = str(self.address)
-        await self.run.journal.step_finished(address, record, agent=self.step.agent)
+        tokens = None
+        if self.step.kind == "agent":
+            prompt = journal.prompt_tokens - before[0]
+            completion = journal.completion_tokens - before[1]
+            tokens = Tokens(prompt, completion, prompt + completion)
+        await journal.step_finished(str(self.address), record, agent=self.step.agent, tokens=tokens)
         await self.report(StepFinished(self.step_id, record))
         self.stop()
 
@@ -211,10 +218,28 @@ class StepActor(Actor):
             step_model=step.model,
             dependencies=[(d, outputs[d]["content"]) for d in depends_on if d in outputs],
             context_files=step.context_files,
+            drain_inbox=self._drain_inbox,
         )
         if outcome.error is not None:
             raise StepFailure(outcome.error, content=outcome.content or None, result=outcome.result)
         return outcome.content, outcome.result
+
+    def _drain_inbox(self) -> list[str]:
+        """Messages for this step: kept for it before it started, then its inbox."""
+        waiting = self.run.mail.pop(self.address.name, None) or ()
+        letters = [*waiting, *self.take_messages()]
+        texts = []
+        for letter in letters:
+            if not isinstance(letter, AgentMessage):
+                continue
+            self.run.journal.emit(
+                "agent_inbox_drain",
+                step_id=str(self.address),
+                agent=self.step.agent,
+                data={"from": letter.sender, "msg_type": MSG_TYPES.get(letter.kind, 0)},
+            )
+            texts.append(f"from {letter.sender} ({letter.kind}): {letter.text}")
+        return texts
 
     def _render(self, text: str) -> str:
         template = parse_template(text, step_ids=self.run.step_ids)

@@ -48,7 +48,7 @@ def python_tool(reference: str, workflow_dir: Path) -> Tool:
     Raises:
         HandlerError: The reference cannot be imported.
     """
-    function = resolve_handler(reference, workflow_dir)
+    function: Callable[..., Any] = resolve_handler(reference, workflow_dir)
     signature = inspect.signature(function)
     hints = get_type_hints(function)
     fields: list[tuple[str, Any] | tuple[str, Any, Any]] = []

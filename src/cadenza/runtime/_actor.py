@@ -109,6 +109,14 @@ class Actor(ABC):
         """The handle others use to reach this actor."""
         return self._ref
 
+    def take_messages(self) -> list[Any]:
+        """Remove and return every message waiting in this actor's inbox, oldest first.
+
+        For an actor busy with one long message (an agent between two model calls)
+        that wants to act on what arrived meanwhile; blocked senders get room.
+        """
+        return self._ref._inbox.drain()
+
     def stop(self) -> None:
         """Stop after the current message: ``on_stop`` runs, queued messages are refused.
 

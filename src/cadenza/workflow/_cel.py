@@ -6,7 +6,7 @@
 
 :func:`compile_expression` memoizes, so the runtime may call it again with the
 same text and get the compiled expression back for free. Compilation applies
-the caps of :mod:`._cel_lexer`, rewrites hyphenated step ids written as fields
+the caps of ``_cel_lexer``, rewrites hyphenated step ids written as fields
 (``steps.list-services.result`` becomes ``steps.`list-services`.result``), and
 type-checks against the context names of SPEC section 4, so a misspelt name
 fails at load rather than mid-run.
@@ -36,19 +36,15 @@ from cadenza.errors import (
 
 from ._cel_cpp import CompileFailure, EvalFailure, Program, compile_program
 from ._cel_lexer import (
-    Path,
-    Plan,
     TextError,
     Token,
-    access_paths,
     check_length,
     check_nesting,
-    is_one_path,
     original_position,
-    plan_of,
     rewrite_step_ids,
     tokenize,
 )
+from ._cel_paths import Path, Plan, access_paths, is_one_path, plan_of
 
 __all__ = [
     "CONTEXT_NAMES",

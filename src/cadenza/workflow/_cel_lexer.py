@@ -1,7 +1,6 @@
-"""What Cadenza reads off CEL text before the engine sees it: tokens, caps, rewrites, paths.
+"""What Cadenza reads off CEL text before the engine sees it: tokens, caps, rewrites.
 
-Three jobs, all on tokens so that string literals and comments are never
-mistaken for code:
+All on tokens, so that string literals and comments are never mistaken for code:
 
 - the compile-time caps (length, bracket nesting, macro nesting) that bound
   what one evaluation can cost;
@@ -9,9 +8,9 @@ mistaken for code:
   ``steps.`list-services`.result`` for hyphenated step ids (SPEC section 4
   reads it as ``steps['list-services']``; the quoted field also works in
   ``has()``, which refuses an index);
-- the constant access paths (``steps.test.result.exitCode``) of each context
-  name, so that evaluation can hand the engine only the values the
-  expression can reach, and explain a missing key by walking those paths.
+- the end of a ``{{ }}`` template placeholder.
+
+What an expression reads from the context is worked out in ``_cel_paths``.
 """
 
 from __future__ import annotations
@@ -23,16 +22,13 @@ __all__ = [
     "MAX_MACRO_NESTING",
     "MAX_NESTING",
     "MAX_SOURCE_LENGTH",
-    "Plan",
     "TextError",
     "Token",
-    "access_paths",
     "check_length",
     "check_nesting",
-    "is_one_path",
+    "is_root",
     "original_position",
     "plain_string",
-    "plan_of",
     "rewrite_step_ids",
     "scan_placeholder",
     "tokenize",
@@ -81,8 +77,11 @@ class TextError(Exception):
 
 @dataclass(frozen=True, slots=True)
 class Token:
-    """One lexical token: ``kind`` is string, number, ident, quoted (a field in backticks),
-    punct or other."""
+    """One lexical token.
+
+    ``kind`` is string, number, ident, quoted (a field name in backticks),
+    punct or other; whitespace and comments are dropped.
+    """
 
     kind: str
     text: str
@@ -186,11 +185,6 @@ def check_nesting(tokens: list[Token]) -> None:
             macros -= stack.pop()
 
 
-def _is_root(tokens: list[Token], i: int) -> bool:
-    """Whether ``tokens[i]`` names a variable rather than a field after a dot."""
-    return tokens[i].kind == "ident" and (i == 0 or tokens[i - 1].text != ".")
-
-
 def rewrite_step_ids(
     source: str, tokens: list[Token], step_ids: frozenset[str]
 ) -> tuple[str, list[tuple[int, int, int]]]:
@@ -210,7 +204,7 @@ def rewrite_step_ids(
     longest_first = sorted(hyphenated, key=len, reverse=True)
     edits: list[tuple[int, int, str]] = []
     for i in range(len(tokens) - 2):
-        if not (tokens[i].text == "steps" and _is_root(tokens, i) and tokens[i + 1].text == "."):
+        if not (tokens[i].text == "steps" and is_root(tokens, i) and tokens[i + 1].text == "."):
             continue
         field = tokens[i + 2]
         run = _STEP_ID_RUN.match(source, field.start)
@@ -248,45 +242,6 @@ def original_position(position: int, edits: list[tuple[int, int, int]]) -> int:
     return position - shift
 
 
-Path = tuple[str, tuple[str, ...]]
-"""A context name and the constant keys selected below it: ``("steps", ("test", "result"))``."""
-
-Plan = dict[str, "Plan | None"]
-"""Which keys to keep below each name; None keeps the whole value."""
-
-
-def access_paths(tokens: list[Token], names: frozenset[str]) -> list[Path]:
-    """Every use of a context name, with the constant keys selected right after it.
-
-    A path stops at the first selection that is not a constant key (an index
-    by variable, a method call, an operator); the value there is then used
-    whole. ``has(steps.x)`` reads ``steps.x``; ``steps.all(...)`` reads ``steps``.
-    """
-    paths = []
-    for i, token in enumerate(tokens):
-        if token.text not in names or not _is_root(tokens, i):
-            continue
-        keys: list[str] = []
-        j = i + 1
-        while j + 1 < len(tokens):
-            nxt = tokens[j + 1]
-            if tokens[j].text == "." and nxt.kind in ("ident", "quoted"):
-                if j + 2 < len(tokens) and tokens[j + 2].text == "(":
-                    break  # a method call uses the receiver whole
-                keys.append(nxt.text.strip("`"))
-                j += 2
-            elif tokens[j].text == "[" and j + 2 < len(tokens) and tokens[j + 2].text == "]":
-                key = plain_string(nxt)
-                if key is None:
-                    break
-                keys.append(key)
-                j += 3
-            else:
-                break
-        paths.append((token.text, tuple(keys)))
-    return paths
-
-
 def plain_string(token: Token) -> str | None:
     """The value of a string literal without escapes or a bytes prefix, else None."""
     literal = _PLAIN_STRING.fullmatch(token.text) if token.kind == "string" else None
@@ -295,50 +250,6 @@ def plain_string(token: Token) -> str | None:
     return literal[1] if literal[1] is not None else literal[2]
 
 
-def is_one_path(tokens: list[Token], names: frozenset[str]) -> bool:
-    """Whether the tokens are exactly one context name and constant keys, nothing else."""
-    if not tokens or tokens[0].kind != "ident" or tokens[0].text not in names:
-        return False
-    i = 1
-    while i < len(tokens):
-        if (
-            i + 1 < len(tokens)
-            and tokens[i].text == "."
-            and tokens[i + 1].kind
-            in (
-                "ident",
-                "quoted",
-            )
-        ):
-            i += 2
-        elif (
-            i + 2 < len(tokens)
-            and tokens[i].text == "["
-            and plain_string(tokens[i + 1]) is not None
-            and tokens[i + 2].text == "]"
-        ):
-            i += 3
-        else:
-            return False
-    return True
-
-
-def plan_of(paths: list[Path]) -> Plan:
-    """Merge access paths into one plan: the union of what they can reach."""
-    plan: Plan = {}
-    for name, keys in paths:
-        _insert(plan, (name, *keys))
-    return plan
-
-
-def _insert(node: Plan, keys: tuple[str, ...]) -> None:
-    head, rest = keys[0], keys[1:]
-    if head in node and node[head] is None:
-        return  # already kept whole
-    if not rest:
-        node[head] = None
-        return
-    child = node.get(head)
-    if child is None:
-        child = node[head] = {}
-    _insert(child, rest)
+def is_root(tokens: list[Token], i: int) -> bool:
+    """Whether ``tokens[i]`` names a variable rather than a field after a dot."""
+    return tokens[i].kind == "ident" and (i == 0 or tokens[i - 1].text != ".")

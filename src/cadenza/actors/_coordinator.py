@@ -1,0 +1,219 @@
+"""The coordinator: carries messages between agents (SPEC section 5).
+
+Agents call ``send_message(text)``; the message reaches the coordinator actor,
+which records it in the run and, when the workflow names a coordinator agent
+(``coordinator: {agent: NAME}``), wakes that agent with it. The coordinator agent
+may ``forward_to_agent(target_step_id, text, kind?)``, ``narrate(text)`` and
+``finalize(summary?)``. A forward to a bare step id reaches the newest live
+instance; to an address, that instance, or the step's next instance if that one
+has finished. Every inbox is bounded: what does not fit is dropped with a
+``message_dropped`` event that says why — never silently.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Any
+
+import msgspec
+
+from cadenza.errors import ActorStopped, InboxFull
+from cadenza.protocols import MessageRecord
+from cadenza.runtime import Actor, Address
+from cadenza.workflow import LoadedWorkflow
+
+from ._context import NO_BRIEF, RunContext, Scope
+from ._tools import Tool, ToolError
+
+__all__ = [
+    "COORDINATOR",
+    "INBOX_SIZE",
+    "AgentMessage",
+    "Coordinator",
+    "Drain",
+    "Outgoing",
+    "PostMessage",
+]
+
+COORDINATOR = Address.root("Coordinator")
+"""The coordinator's address: capitalised, so no step id can take it."""
+
+INBOX_SIZE = 10_000
+"""Messages an agent step (and the coordinator) may hold before new ones are dropped."""
+
+MSG_TYPES = {"info": 0, "cancel": 1, "context": 2, "reply": 3}
+
+
+class AgentMessage(msgspec.Struct, frozen=True):
+    """A message delivered into an agent step's inbox."""
+
+    sender: str
+    text: str
+    kind: str = "info"
+
+
+class Outgoing(msgspec.Struct, frozen=True):
+    """An agent's ``send_message``: to the coordinator."""
+
+    sender: str
+    text: str
+
+
+class PostMessage(msgspec.Struct, frozen=True):
+    """A message the embedding service posts to a step (``RunHandle.post_message``)."""
+
+    target: str
+    text: str
+    kind: str = "info"
+
+
+class Drain(msgspec.Struct, frozen=True):
+    """Asked at the end of a run: answered once every earlier message is handled."""
+
+
+class Coordinator(Actor):
+    """Records messages between agents and, with a coordinator agent, routes them."""
+
+    def __init__(self, run: RunContext, document: LoadedWorkflow) -> None:
+        self.run = run
+        self.document = document
+        coordinator = document.workflow.coordinator
+        self.agent_name = coordinator.agent if coordinator is not None else None
+        self.max_wakes = coordinator.max_wakes if coordinator is not None else 0
+        self.wakes = 0
+
+    async def receive(self, message: Any) -> None:
+        """Handles one message: an agent's outgoing message, a post, or a drain."""
+        if isinstance(message, Outgoing):
+            await self._incoming(message)
+        elif isinstance(message, PostMessage):
+            self.deliver(message.target, message.text, message.kind, sender="coordinator")
+
+    async def _incoming(self, message: Outgoing) -> None:
+        journal = self.run.journal
+        journal.messages.append(
+            MessageRecord(from_=message.sender, to="coordinator", text=message.text)
+        )
+        if self.agent_name is None or self.run.cancelled is not None:
+            return
+        if self.wakes >= self.max_wakes:
+            journal.emit(
+                "max_wake_cycles_reached",
+                step_id=str(COORDINATOR),
+                message=f"the coordinator agent woke {self.wakes} times, its cap; not waking it",
+            )
+            return
+        self.wakes += 1
+        if self.wakes == max(1, int(self.max_wakes * 0.8)):
+            journal.emit(
+                "max_wake_cycles_warning",
+                step_id=str(COORDINATOR),
+                data={"current_cycle": self.wakes, "max_cycles": self.max_wakes},
+            )
+        from ._agent import run_agent  # the agent loop imports this module's tools
+
+        outcome = await run_agent(
+            self.run,
+            self.document,
+            address=str(COORDINATOR),
+            agent_name=self.agent_name,
+            instructions=f"Message from {message.sender}:\n{message.text}",
+            scope=Scope(),
+            brief=NO_BRIEF,
+            extra_tools=self._tools(),
+            can_send_messages=False,
+        )
+        if outcome.error is not None:
+            journal.emit(
+                "error",
+                step_id=str(COORDINATOR),
+                agent=self.agent_name,
+                error=f"{outcome.error.type}: {outcome.error.message}",
+            )
+
+    def deliver(self, target: str, text: str, kind: str, *, sender: str) -> None:
+        """Puts a message into a step's inbox, or keeps it for the step's next instance."""
+        journal = self.run.journal
+        data = {"from": sender, "to": target, "msg_type": MSG_TYPES.get(kind, 0)}
+        journal.messages.append(MessageRecord(from_=sender, to=target, text=text, kind=kind))
+        journal.emit("message_sent", step_id=sender, data={**data, "text": text})
+        letter = AgentMessage(sender, text, kind)
+        ref = self.run.supervisor.lookup(target)
+        if ref is not None:
+            try:
+                ref.send_nowait(letter)
+                return
+            except InboxFull:
+                journal.emit(
+                    "message_dropped", step_id=target, data={**data, "reason": "inbox full"}
+                )
+                return
+            except ActorStopped:
+                pass  # that instance finished: the next one gets it
+        name = target.rsplit(".", 1)[-1].split("[", 1)[0]
+        waiting = self.run.mail.setdefault(name, deque())
+        if len(waiting) >= INBOX_SIZE:
+            reason = f"{INBOX_SIZE} messages already wait for {name!r}"
+            journal.emit("message_dropped", step_id=target, data={**data, "reason": reason})
+            return
+        waiting.append(letter)
+
+    def _tools(self) -> list[Tool]:
+        from cadenza.llm import ToolSpec
+
+        journal = self.run.journal
+
+        async def forward(arguments: dict[str, Any]) -> str:
+            target = arguments.get("target_step_id")
+            text = arguments.get("text")
+            kind = arguments.get("kind") or "info"
+            if not isinstance(target, str) or not isinstance(text, str):
+                raise ToolError("forward_to_agent needs 'target_step_id' and 'text' strings")
+            if kind not in MSG_TYPES:
+                raise ToolError(f"kind must be one of {sorted(MSG_TYPES)}")
+            self.deliver(target, text, kind, sender="coordinator")
+            return '{"status": "forwarded"}'
+
+        async def narrate(arguments: dict[str, Any]) -> str:
+            text = str(arguments.get("text", ""))
+            journal.emit("coordinator_narration", step_id=str(COORDINATOR), message=text)
+            return '{"status": "ok"}'
+
+        async def finalize(arguments: dict[str, Any]) -> str:
+            summary = str(arguments.get("summary", ""))
+            journal.emit("coordinator_synthesis", step_id=str(COORDINATOR), message=summary)
+            return '{"status": "ok"}'
+
+        def spec(
+            name: str, description: str, properties: dict[str, Any], required: list[str]
+        ) -> ToolSpec:
+            schema = {"type": "object", "properties": properties, "required": required}
+            return ToolSpec(name=name, description=description, parameters=schema)
+
+        text = {"type": "string"}
+        return [
+            Tool(
+                spec(
+                    "forward_to_agent",
+                    "Forward a message to a step: a bare step id (its newest instance)"
+                    " or an address.",
+                    {
+                        "target_step_id": text,
+                        "text": text,
+                        "kind": {"type": "string", "enum": sorted(MSG_TYPES)},
+                    },
+                    ["target_step_id", "text"],
+                ),
+                forward,
+            ),
+            Tool(
+                spec(
+                    "narrate",
+                    "Say what is happening, for the people watching.",
+                    {"text": text},
+                    ["text"],
+                ),
+                narrate,
+            ),
+            Tool(spec("finalize", "Sum up the exchange.", {"summary": text}, []), finalize),
+        ]

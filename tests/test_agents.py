@@ -1,0 +1,233 @@
+"""Agent steps end to end: real providers against a real local model server."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cadenza import RunResult, Runtime
+from cadenza.testing import RecordedRequest, ScriptedLLMServer, ServerRule
+
+WriteFlow = Callable[..., Path]
+
+REVIEWED = """
+name: reviewed
+agents:
+  writer:
+    model: "{provider}:test-model"
+    prompt: "You are a writer."
+  reviewer:
+    model: "{provider}:test-model"
+    prompt: "You are a reviewer."
+    resultSchema:
+      type: object
+      required: [verdict, score]
+      properties:
+        verdict: {{type: string}}
+        score: {{type: integer, minimum: 0, maximum: 10}}
+steps:
+  - id: write
+    agent: writer
+    instructions: "Write about {{{{ inputs.topic }}}}."
+  - id: review
+    agent: reviewer
+    dependsOn: [write]
+    instructions: "Review the draft."
+inputs:
+  topic: {{type: string, default: actors}}
+output: "steps.review.result"
+"""
+
+RULES = [
+    ServerRule(["A short draft about actors."], match={"system": "writer"}, name="writer"),
+    ServerRule(
+        [
+            {
+                "tool_calls": [
+                    {"name": "submit_result", "arguments": {"verdict": "ok", "score": 11}}
+                ]
+            },
+            {
+                "content": "Solid draft.",
+                "tool_calls": [
+                    {"name": "submit_result", "arguments": {"verdict": "ok", "score": 8}}
+                ],
+            },
+        ],
+        match={"system": "reviewer"},
+        name="reviewer",
+    ),
+]
+
+
+def text_of(request: RecordedRequest) -> str:
+    """Everything a request showed the model, whatever the wire format."""
+    return json.dumps(request.body)
+
+
+async def run_flow(path: Path, **kwargs: Any) -> RunResult:
+    async with Runtime() as runtime:
+        return await runtime.run(path, **kwargs)
+
+
+@pytest.mark.parametrize("wire", ["openai", "anthropic"])
+async def test_writer_and_reviewer_against_a_real_server(
+    wire: str, write_flow: WriteFlow, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A two-agent DAG: the reviewer sees the draft, its bad submit is corrected, result kept."""
+    with ScriptedLLMServer(RULES, wire=wire) as server:  # type: ignore[arg-type]
+        for name, value in server.environ().items():
+            monkeypatch.setenv(name, value)
+        result = await run_flow(write_flow(REVIEWED.format(provider=wire)))
+        requests = server.requests
+    assert result.status == "completed", result.error
+    assert result.output == {"verdict": "ok", "score": 8}
+    assert result.steps["review"].content == "Solid draft."
+    assert result.usage.llm_calls == 3
+    reviews = [r for r in requests if r.rule == "reviewer"]
+    assert "A short draft about actors." in text_of(reviews[0]), "dependency content not injected"
+    assert "Write about actors." in text_of(next(r for r in requests if r.rule == "writer"))
+    assert "score" in text_of(reviews[1]), "the schema error did not go back to the model"
+    assert "maximum" in text_of(reviews[1])
+
+
+async def test_never_submitting_fails_the_step(
+    write_flow: WriteFlow, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An agent with a resultSchema that never calls submit_result fails with zenflow's words."""
+    rules = [ServerRule(["I will not call the tool."])]
+    with ScriptedLLMServer(rules) as server:
+        for name, value in server.environ().items():
+            monkeypatch.setenv(name, value)
+        result = await run_flow(write_flow(REVIEWED.format(provider="openai")))
+    assert result.status == "failed"
+    assert result.error is not None
+    assert result.error.address == "review"
+    assert result.error.message == "resultSchema defined but submit_result never called"
+
+
+BUDGET = """
+name: budget
+options: {maxTokens: 100}
+agents:
+  talker:
+    model: "openai:test-model"
+steps:
+  - id: one
+    agent: talker
+    instructions: "Talk."
+  - id: two
+    dependsOn: [one]
+    agent: talker
+    instructions: "Talk more."
+  - id: three
+    dependsOn: [two]
+    agent: talker
+    instructions: "Talk even more."
+"""
+
+
+async def test_token_budget_stops_the_run_after_one_call_past_it(
+    write_flow: WriteFlow, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """maxTokens: checked before each call, so the run overshoots by at most one call."""
+    rules = [
+        ServerRule([{"content": "words", "usage": {"prompt_tokens": 60, "completion_tokens": 20}}])
+    ]
+    with ScriptedLLMServer(rules) as server:
+        for name, value in server.environ().items():
+            monkeypatch.setenv(name, value)
+        result = await run_flow(write_flow(BUDGET))
+        calls = len(server.requests)
+    assert calls == 2  # 80 tokens < 100 allows a second call; 160 >= 100 stops the third
+    assert result.status == "failed"
+    assert result.error is not None
+    assert result.error.type == "BudgetExceeded"
+    assert "160 of 100 tokens" in result.error.message
+    assert result.usage.prompt_tokens + result.usage.completion_tokens == 160
+
+
+CANARY = "sk-canary-7f3a9c1e5b"
+CLI = [sys.executable, "-m", "cadenza"]
+
+
+def test_api_key_never_leaks(write_flow: WriteFlow, tmp_path: Path) -> None:
+    """A run that fails on purpose: the key is nowhere in stdout, stderr, result, events, store."""
+    rules = [ServerRule([{"status": 401, "body": {"error": {"message": f"bad key {CANARY}"}}}])]
+    path = write_flow(REVIEWED.format(provider="openai"))
+    with ScriptedLLMServer(rules) as server:
+        env = {
+            **server.environ(api_key=CANARY),
+            "PATH": "/usr/bin:/bin",
+            "CADENZA_LOG_LEVEL": "debug",
+        }
+        proc = subprocess.run(
+            [*CLI, "run", str(path), "--json", "--events", "--store", str(tmp_path / "runs.db")],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=60,
+        )
+    assert proc.returncode == 1, proc.stderr
+    assert json.loads(proc.stdout)["status"] == "failed"
+    assert CANARY not in proc.stdout + proc.stderr
+    connection = sqlite3.connect(tmp_path / "runs.db")
+    events = connection.execute("SELECT count(*) FROM events").fetchone()[0]
+    connection.close()
+    assert events > 0
+    for stored in tmp_path.glob("runs.db*"):  # the database, its WAL and shared memory
+        assert CANARY.encode() not in stored.read_bytes(), stored
+
+
+MESSAGING = """
+name: messaging
+coordinator: {agent: boss}
+agents:
+  boss:
+    prompt: "You coordinate."
+    script:
+      - toolCalls:
+          - name: forward_to_agent
+            arguments: {target_step_id: listener, text: "price is 42"}
+      - "done"
+  teller:
+    script:
+      - {toolCalls: [{name: send_message, arguments: {text: "tell the listener: price is 42"}}]}
+      - "told"
+  listener:
+    model: "openai:test-model"
+steps:
+  - id: tell
+    agent: teller
+    instructions: "Tell."
+  - id: listener
+    dependsOn: [tell]
+    agent: listener
+    instructions: "Listen."
+"""
+
+
+async def test_coordinator_forwards_a_message_into_the_next_step(
+    write_flow: WriteFlow, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """send_message wakes the coordinator agent; its forward lands in the listener's Inbox."""
+    with ScriptedLLMServer([ServerRule(["heard"])]) as server:
+        for name, value in server.environ().items():
+            monkeypatch.setenv(name, value)
+        result = await run_flow(write_flow(MESSAGING))
+        prompt = text_of(server.requests[0])
+    assert result.status == "completed", result.error
+    assert "## Inbox" in prompt
+    assert "price is 42" in prompt
+    routes = [(m.from_, m.to, m.text) for m in result.messages]
+    assert routes == [
+        ("tell", "coordinator", "tell the listener: price is 42"),
+        ("coordinator", "listener", "price is 42"),
+    ]
