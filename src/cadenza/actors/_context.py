@@ -13,16 +13,24 @@ import asyncio
 from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from cadenza.llm import ProviderRegistry
 from cadenza.protocols import ErrorInfo, StepRecord
 from cadenza.runtime import Clock, Supervisor
-from cadenza.workflow import LoadedWorkflow, Options, Step
+from cadenza.workflow import LoadedWorkflow, MemoryWindow, Options, State, Step
 
 from ._journal import RunJournal
 
-__all__ = ["NO_BRIEF", "Brief", "Cancellable", "RunContext", "Scope", "collect_step_ids"]
+__all__ = [
+    "NO_BRIEF",
+    "Brief",
+    "Cancellable",
+    "RunContext",
+    "Scope",
+    "collect_step_ids",
+    "document_step_ids",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +48,10 @@ class Brief:
         routed_content: That state's output.
         item_index: The forEach position, shown with the item under
             ``## forEach Item (index: N)``; the item itself is the ``item`` variable.
+        memory: The enclosing loop's ``memory`` mode: ``fresh``, ``accumulate``
+            or ``MemoryWindow(window=N)``; what an agent keeps across iterations.
+        memory_key: Stable across the iterations of one loop and unique per body
+            step (``dev-cycle:implement``): where an agent keeps that conversation.
     """
 
     feedback: str | None = None
@@ -47,6 +59,8 @@ class Brief:
     routed_from: str | None = None
     routed_content: str | None = None
     item_index: int | None = None
+    memory: Literal["fresh", "accumulate"] | MemoryWindow = "fresh"
+    memory_key: str | None = None
 
 
 NO_BRIEF = Brief()
@@ -73,6 +87,8 @@ class RunContext:
     limiter: asyncio.Semaphore
     step_ids: frozenset[str]
     providers: ProviderRegistry
+    max_concurrency: int = 0
+    """The size of ``limiter`` (0: unknown); forEach never keeps more iterations alive."""
     default_model: str | None = None
     cancelled: str | None = None
     failure: ErrorInfo | None = None
@@ -103,13 +119,23 @@ class RunContext:
 class Scope:
     """The outputs of the steps visible at one level, and that level's variables."""
 
-    __slots__ = ("_steps", "parent", "variables")
+    __slots__ = ("_steps", "inputs", "parent", "variables")
 
     def __init__(
-        self, parent: Scope | None = None, variables: dict[str, Any] | None = None
+        self,
+        parent: Scope | None = None,
+        variables: dict[str, Any] | None = None,
+        *,
+        inputs: dict[str, Any] | None = None,
     ) -> None:
+        """A scope below ``parent`` (None: a fresh top level).
+
+        ``inputs`` overrides the run's inputs here and below: an included workflow
+        sees its own inputs, not the root's. Without it a scope inherits its parent's.
+        """
         self.parent = parent
         self.variables = variables or {}
+        self.inputs = inputs if inputs is not None or parent is None else parent.inputs
         self._steps: dict[str, dict[str, Any]] = {}
 
     def record(self, step_id: str, record: StepRecord) -> None:
@@ -138,7 +164,7 @@ class Scope:
         for scope in self._chain():
             for key, value in scope.variables.items():
                 names.setdefault(key, value)
-        names["inputs"] = inputs
+        names["inputs"] = self.inputs if self.inputs is not None else inputs
         names["steps"] = self.steps()
         return names
 
@@ -150,12 +176,30 @@ class Scope:
 
 
 def collect_step_ids(steps: Iterable[Step]) -> frozenset[str]:
-    """Every step id declared in a list of steps, loop bodies included."""
+    """Every step id declared in a list of steps, loop bodies and graph states included."""
     ids: set[str] = set()
-    stack = list(steps)
+    stack: list[Step | State] = list(steps)
     while stack:
-        step = stack.pop()
-        ids.add(step.id)
-        if step.loop is not None and step.loop.steps:
-            stack.extend(step.loop.steps)
+        body = stack.pop()
+        if isinstance(body, Step):
+            ids.add(body.id)
+        if body.loop is not None and body.loop.steps:
+            stack.extend(body.loop.steps)
+        if body.graph is not None:
+            stack.extend(body.graph.states.values())
+    return frozenset(ids)
+
+
+def document_step_ids(document: LoadedWorkflow) -> frozenset[str]:
+    """Every step id of a workflow and of everything it includes (for ``steps.a-b``)."""
+    ids: set[str] = set()
+    seen: set[int] = set()
+    pending = [document]
+    while pending:
+        loaded = pending.pop()
+        if id(loaded) in seen:
+            continue
+        seen.add(id(loaded))
+        ids.update(collect_step_ids(loaded.workflow.steps))
+        pending.extend(loaded.includes.values())
     return frozenset(ids)

@@ -17,7 +17,7 @@ can test ``steps.<id>.status``.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,7 +26,7 @@ from cadenza.runtime import Actor, Address
 from cadenza.workflow import LoadedWorkflow, Step, compile_expression
 
 from ._children import spawn_step
-from ._context import Cancellable, RunContext, Scope
+from ._context import NO_BRIEF, Brief, Cancellable, RunContext, Scope
 from ._step import StepFinished, work_error
 
 __all__ = ["DagController", "DagOutcome"]
@@ -55,8 +55,11 @@ class DagController(Actor):
         scope: Scope,
         prefix: Address | None,
         report: DagReport,
+        briefs: Mapping[str, Brief] | None = None,
     ) -> None:
         self.run = run
+        # What a loop or forEach controller tells some of its body steps.
+        self.briefs = briefs or {}
         self.document = document
         self.steps = {step.id: step for step in steps}
         self.order = [step.id for step in steps]
@@ -128,8 +131,9 @@ class DagController(Actor):
         if record is not None:
             await self.run.journal.step_finished(str(address), record)
             return record
+        brief = self.briefs.get(step_id, NO_BRIEF)
         self.running[step_id] = spawn_step(
-            self.run, self.document, step_id, step, self.scope, address, self.ref.send
+            self.run, self.document, step_id, step, self.scope, address, self.ref.send, brief
         )
         return None
 

@@ -108,7 +108,12 @@ class RunJournal:
         )
 
     async def step_finished(
-        self, address: str, record: StepRecord, *, agent: str | None = None
+        self,
+        address: str,
+        record: StepRecord,
+        *,
+        agent: str | None = None,
+        tokens: Tokens | None = None,
     ) -> None:
         """Records an address's outcome and waits until it is durable.
 

@@ -29,6 +29,26 @@ class EventType:
     MESSAGE = "message"
     DEAD_LETTER = "dead_letter"
     ACTOR_CRASHED = "actor_crashed"
+    # Loops, forEach and graphs (Cadenza extensions; ``stepId`` is the namespaced address).
+    ITERATION_START = "iteration_start"
+    """A repeat-until iteration began; ``stepId`` is ``loop.N``, data ``{iteration}``."""
+    ITERATION_END = "iteration_end"
+    """A repeat-until iteration ended; data ``{iteration, status}``."""
+    JUDGE_VERDICT = "judge_verdict"
+    """An ``untilAgent`` judged an iteration; data ``{iteration, done, reason}``.
+
+    ``done`` is null when the judge gave no valid verdict (fail-open; ``error`` says why).
+    """
+    LOOP_END = "loop_end"
+    """A loop stopped; ``stepId`` is the loop, data ``{iterations, terminationReason, flagged}``."""
+    ITEM_START = "item_start"
+    """A forEach iteration began; ``stepId`` is ``loop[N]``, data ``{index, total}``."""
+    ITEM_END = "item_end"
+    """A forEach iteration ended; data ``{index, status}``."""
+    GRAPH_TRANSITION = "graph_transition"
+    """A graph took an edge; data ``{from, to, step, edge, condition, reason}``."""
+    GRAPH_END = "graph_end"
+    """A graph stopped; data ``{path, terminationReason}``."""
 
 
 class Tokens(msgspec.Struct, frozen=True):
