@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -21,6 +22,16 @@ def running(pid: int) -> bool:
     except FileNotFoundError:
         return False
     return state != "Z"
+
+
+def gone(pid: int, *, within: float = 5.0) -> bool:
+    """Waits (bounded) for a killed process to disappear: signal delivery is asynchronous."""
+    deadline = time.monotonic() + within
+    while running(pid):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
 
 
 async def run(path: Path, **kwargs: object) -> RunResult:
@@ -75,6 +86,7 @@ async def test_a_fast_branch_does_not_wait_for_a_slow_one(write_flow: WriteFlow)
         """,
         handlers="""
         import asyncio
+import time
         gate = None
         async def slow(ctx):
             global gate
@@ -210,6 +222,7 @@ async def test_abort_cancels_running_steps_and_starts_nothing_new(write_flow: Wr
         """,
         handlers="""
         import asyncio
+import time
         async def hang(ctx):
             await asyncio.Event().wait()
         async def broken(ctx):
@@ -257,6 +270,7 @@ async def test_a_step_timeout_fails_the_step(write_flow: WriteFlow) -> None:
         """,
         handlers="""
         import asyncio
+import time
         async def hang(ctx):
             await asyncio.Event().wait()
         """,
@@ -281,7 +295,7 @@ async def test_command_timeout_kills_grandchildren(write_flow: WriteFlow, tmp_pa
     )
     result = await run(path)
     assert result.steps["spawn"].status == "failed"
-    assert not running(int(pid_file.read_text()))
+    assert gone(int(pid_file.read_text()))
 
 
 async def test_stdin_reaches_the_command_verbatim(write_flow: WriteFlow) -> None:
@@ -314,6 +328,7 @@ async def test_max_concurrency_is_never_exceeded(write_flow: WriteFlow) -> None:
         "name: wide\noptions: {maxConcurrency: 3}\nsteps:\n" + steps + "\noutput: \"'done'\"\n",
         handlers="""
         import asyncio
+import time
         active = 0
         peak = 0
         async def probe(ctx):
@@ -358,6 +373,7 @@ async def test_cancel_records_cancelled_steps_and_leaves_no_task(write_flow: Wri
         """,
         handlers="""
         import asyncio
+import time
         async def hang(ctx):
             await asyncio.Event().wait()
         """,

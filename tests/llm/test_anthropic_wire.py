@@ -93,7 +93,12 @@ async def test_tool_turns_become_blocks() -> None:
             "role": "assistant",
             "content": [
                 {"type": "text", "text": "Looking up."},
-                {"type": "tool_use", "id": "toolu_1", "name": "lookup", "input": {"word": "cadenza"}},
+                {
+                    "type": "tool_use",
+                    "id": "toolu_1",
+                    "name": "lookup",
+                    "input": {"word": "cadenza"},
+                },
                 {"type": "tool_use", "id": "toolu_2", "name": "lookup", "input": {}},
             ],
         },
@@ -101,7 +106,11 @@ async def test_tool_turns_become_blocks() -> None:
             "role": "user",
             "content": [
                 {"type": "tool_result", "tool_use_id": "toolu_1", "content": "a solo passage"},
-                {"type": "tool_result", "tool_use_id": "toolu_2", "content": "error: bad arguments"},
+                {
+                    "type": "tool_result",
+                    "tool_use_id": "toolu_2",
+                    "content": "error: bad arguments",
+                },
                 {"type": "text", "text": "Thanks."},
             ],
         },
@@ -109,7 +118,7 @@ async def test_tool_turns_become_blocks() -> None:
 
 
 async def test_reply_maps_to_completion() -> None:
-    """Text blocks join into content, tool_use input becomes JSON text, cache tokens count as prompt."""
+    """Text blocks join into content, tool_use input turns into JSON text, cache reads count."""
     reply = anthropic_reply(
         {"type": "thinking", "thinking": "hmm", "signature": "x"},
         {"type": "text", "text": "Let me look."},

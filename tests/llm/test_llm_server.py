@@ -101,7 +101,9 @@ async def test_records_requests_and_the_peak_in_flight(llm_server: StartLLMServe
     server = llm_server([ServerRule([ServerReply("done", hold=gate)])])
     async with ProviderRegistry(environ=server.environ(api_key="k-123")) as providers:
         client = providers.client("openai")
-        calls = [asyncio.create_task(client.complete(request(Message("user", "hi")))) for _ in "abc"]
+        calls = [
+            asyncio.create_task(client.complete(request(Message("user", "hi")))) for _ in "abc"
+        ]
         arrived = await anyio.to_thread.run_sync(server.wait_for_requests, 3)
         gate.set()
         results = await asyncio.gather(*calls)

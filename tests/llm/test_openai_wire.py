@@ -184,9 +184,7 @@ async def test_oversized_body_is_refused() -> None:
     streamed = httpx.Response(200, content=undeclared())
     for answer in (big, streamed):
         http = ScriptedTransport(answer)
-        async with ProviderRegistry(
-            environ=ENV, transport=http, max_body=4096
-        ) as providers:
+        async with ProviderRegistry(environ=ENV, transport=http, max_body=4096) as providers:
             with pytest.raises(LLMResponseError, match="over the 4096-byte limit"):
                 await providers.client("openai").complete(ask())
 

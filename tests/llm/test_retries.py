@@ -67,7 +67,11 @@ async def test_retry_after_is_capped_at_max_delay(
 
 @pytest.mark.parametrize(
     ("retry_after", "expected"),
-    [("soon", None), ("Thu, 01 Jan 2099 00:00:00 GMT", 10.0), ("Mon, 01 Jan 2001 00:00:00 GMT", 0.0)],
+    [
+        ("soon", None),
+        ("Thu, 01 Jan 2099 00:00:00 GMT", 10.0),
+        ("Mon, 01 Jan 2001 00:00:00 GMT", 0.0),
+    ],
 )
 async def test_retry_after_http_date(
     retry_after: str, expected: float | None, clock: Clock, sleeps: list[float]
@@ -198,9 +202,7 @@ def test_backoff_is_full_jitter_under_a_doubling_cap() -> None:
         assert max(waits) > cap / 2  # jittered across the range, not pinned to zero
 
 
-@pytest.mark.parametrize(
-    "fields", [{"max_attempts": 0}, {"base_delay": -1.0}, {"deadline": 0.0}]
-)
+@pytest.mark.parametrize("fields", [{"max_attempts": 0}, {"base_delay": -1.0}, {"deadline": 0.0}])
 def test_policy_rejects_nonsense(fields: dict[str, float]) -> None:
     """A policy with no attempts, a negative delay or no deadline cannot be built."""
     with pytest.raises(ValueError):

@@ -15,6 +15,7 @@ from cadenza.llm import (
     LLMRequest,
     Message,
     ProviderRegistry,
+    ScriptReplyLike,
     ToolCall,
 )
 from cadenza.runtime import FakeClock
@@ -50,7 +51,7 @@ async def test_replies_in_order_then_the_last_repeats() -> None:
 
 async def test_tool_calls_from_mappings_and_objects() -> None:
     """Dict replies (toolCalls or tool_calls) and ScriptReply-like objects both give tool calls."""
-    script = [
+    script: list[ScriptReplyLike] = [
         {"toolCalls": [{"name": "search", "arguments": {"q": "fugue"}}]},
         {"content": "two calls", "tool_calls": [{"name": "a"}, {"name": "b", "arguments": "{bad"}]},
         _ReplyObject(tool_calls=[_ToolCallObject("submit_result", {"done": True})]),

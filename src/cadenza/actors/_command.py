@@ -61,7 +61,7 @@ async def _stop(process: Process) -> None:
     _kill_group(process, signal.SIGTERM)
     with anyio.move_on_after(_KILL_GRACE):
         await process.wait()
-        return
+    # Whatever of the group outlived the grace period (or ignored SIGTERM) goes now.
     _kill_group(process, signal.SIGKILL)
     await process.wait()
 

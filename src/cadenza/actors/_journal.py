@@ -95,17 +95,23 @@ class RunJournal:
             sink(event)
         return event
 
-    def step_started(self, address: str, *, kind: str, attempt: int, agent: str | None) -> None:
-        """Records that an address began executing."""
+    def step_started(
+        self,
+        address: str,
+        *,
+        kind: str,
+        attempt: int,
+        agent: str | None,
+        extra: dict[str, Any] | None = None,
+    ) -> None:
+        """Records that an address began executing; ``extra`` adds to the event's data."""
         record = StepRecord(status="running", attempts=attempt)
         self.records[address] = record
         self.store.put_step(self.run_id, address, record)
-        self.emit(
-            EventType.STEP_START,
-            step_id=address,
-            agent=agent,
-            data={"kind": kind, "attempt": attempt},
-        )
+        data: dict[str, Any] = {"kind": kind, "attempt": attempt}
+        if extra:
+            data.update(extra)
+        self.emit(EventType.STEP_START, step_id=address, agent=agent, data=data)
 
     async def step_finished(
         self,

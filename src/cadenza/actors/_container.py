@@ -1,0 +1,274 @@
+"""What every container step shares: a loop, forEach, graph or include controller.
+
+A container is an actor at the step's address that runs children (leaf steps,
+sub-DAGs, other containers) and reports one `StepFinished` for itself. This
+base holds the life cycle they all follow, as zenflow defines it for loops and
+includes: ``timeout`` bounds one attempt of the whole container, ``retries``
+re-runs it from the beginning, cancellation reaches every running child and
+whatever the controller is awaiting itself (a judge, a delay). The container's
+own record is written durably before its controller hears of it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar, TypeVar
+
+from cadenza.protocols import ErrorInfo, EventType, StepRecord, StepStatus
+from cadenza.runtime import Actor, Address
+from cadenza.workflow import LoadedWorkflow, State, Step, parse_duration
+
+from ._context import NO_BRIEF, Brief, Cancellable, RunContext, Scope
+from ._dag import DagController, DagOutcome
+from ._step import Report, StepFinished
+
+__all__ = ["ChildDone", "Container", "Outcome", "last_output"]
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class ChildDone:
+    """A child of a container finished: ``key`` tells which (iteration, item, visit)."""
+
+    key: int
+    record: StepRecord
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What a container ends with, before it becomes its step record."""
+
+    status: StepStatus
+    content: str | None = None
+    result: Any = None
+    error: ErrorInfo | None = None
+
+
+def last_output(steps: Sequence[Step], scope: Scope) -> tuple[str | None, Any]:
+    """Content and result of the last step, in declaration order, that ran in ``scope``."""
+    outputs = scope.own_steps()
+    for step in reversed(steps):
+        output = outputs.get(step.id)
+        if output is not None and output["status"] not in ("skipped", "cancelled"):
+            return output["content"], output["result"]
+    return None, None
+
+
+class Container(Actor):
+    """Base of the container controllers: attempts, timeout, cancellation, the final record.
+
+    Subclasses implement `begin` (start an attempt from scratch) and `child_done`
+    (a child finished), spawn children with `reporter` or `spawn_body`, and end
+    with `finish`. Before starting anything new they check `stopping`.
+    """
+
+    kind: ClassVar[str] = "container"
+
+    def __init__(
+        self,
+        run: RunContext,
+        document: LoadedWorkflow,
+        step_id: str,
+        step: Step | State,
+        scope: Scope,
+        report: Report,
+        brief: Brief = NO_BRIEF,
+    ) -> None:
+        self.run = run
+        self.document = document
+        self.step_id = step_id
+        self.step = step
+        self.scope = scope
+        self.report = report
+        self.brief = brief
+        self.children: dict[int, Cancellable] = {}
+        self.attempt = 0
+        self.done = False
+        self.here = ""
+        self._started = 0.0
+        self._cancel_reason: str | None = None
+        self._expired: str | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._parked: asyncio.Task[Any] | None = None
+
+    # Subclass hooks ----------------------------------------------------------
+
+    async def begin(self) -> None:
+        """Starts an attempt from a clean state."""
+        raise NotImplementedError
+
+    async def child_done(self, key: int, record: StepRecord) -> None:
+        """Takes the outcome of child ``key``."""
+        raise NotImplementedError
+
+    def start_data(self) -> dict[str, Any] | None:
+        """Extra data for the container's ``step_start`` event."""
+        return None
+
+    # Life cycle --------------------------------------------------------------
+
+    async def on_start(self) -> None:
+        """Starts the first attempt."""
+        self.here = str(self.address)
+        self.run.active.add(self)
+        self._started = self.run.clock.now()
+        await self._next_attempt()
+
+    async def receive(self, message: Any) -> None:
+        """Takes a child's `ChildDone`."""
+        if type(message) is ChildDone:
+            self.children.pop(message.key, None)
+            if not self.done:
+                await self.child_done(message.key, message.record)
+
+    @property
+    def stopping(self) -> str | None:
+        """Why nothing new may start (cancelled, timed out), or None."""
+        return self._expired or self._cancel_reason or self.run.cancelled
+
+    def cancel(self, reason: str) -> None:
+        """Cancels every running child and whatever the controller awaits itself."""
+        if self._cancel_reason is not None or self.done:
+            return
+        self._cancel_reason = reason
+        self._interrupt(reason)
+
+    def _interrupt(self, reason: str) -> None:
+        for child in list(self.children.values()):
+            child.cancel(reason)
+        if self._parked is not None:
+            self._parked.cancel(reason)
+
+    def _expire(self) -> None:
+        self._timer = None
+        if self.done or self.stopping is not None:
+            return
+        self._expired = f"timed out after {self.step.timeout}"
+        self._interrupt(self._expired)
+
+    async def _next_attempt(self) -> None:
+        self.attempt += 1
+        self._expired = None
+        self.children.clear()
+        self.run.journal.step_started(
+            self.here, kind=self.kind, attempt=self.attempt, agent=None, extra=self.start_data()
+        )
+        if self.step.timeout:
+            seconds = parse_duration(self.step.timeout)
+            self._timer = self.run.clock.call_later(seconds, self._expire)
+        await self.begin()
+
+    async def park(self, awaitable: Awaitable[T]) -> T | None:
+        """Awaits the controller's own work (a judge, a delay) so `cancel` can interrupt it.
+
+        Returns None when it was interrupted; the caller then checks `stopping`.
+        """
+        task = asyncio.current_task()
+        assert task is not None
+        self._parked = task
+        try:
+            return await awaitable
+        except asyncio.CancelledError:
+            if self.stopping is None:
+                raise  # the run itself is being torn down: not ours to swallow
+            task.uncancel()
+            return None
+        finally:
+            self._parked = None
+
+    async def finish(self, outcome: Outcome) -> None:
+        """Ends an attempt: retries a failure if ``retries`` allow, else records and reports."""
+        if self.done:
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        status, error = outcome.status, outcome.error
+        if self._expired is not None and status != "completed":
+            status, error = "failed", ErrorInfo("Timeout", self._expired, self.here)
+        elif status == "cancelled" and error is None:
+            error = ErrorInfo("Cancelled", self.stopping or "cancelled", self.here)
+        retry = self._cancel_reason is None and self.run.cancelled is None
+        if status == "failed" and retry and self.attempt <= self.step.retries:
+            self.run.journal.emit(
+                EventType.STEP_RETRY,
+                step_id=self.here,
+                error=f"{error.type}: {error.message}" if error is not None else None,
+                data={"attempt": self.attempt, "of": self.step.retries + 1},
+            )
+            await self._next_attempt()
+            return
+        self.done = True
+        self.run.active.discard(self)
+        elapsed = self.run.clock.now() - self._started
+        record = StepRecord(
+            status=status,
+            content=outcome.content,
+            result=outcome.result,
+            attempts=self.attempt,
+            duration_ms=int(elapsed * 1000),
+            error=error,
+        )
+        await self.run.journal.step_finished(self.here, record)
+        await self.report(StepFinished(self.step_id, record))
+        self.stop()
+
+    # Children ----------------------------------------------------------------
+
+    def reporter(self, key: int) -> Report:
+        """How child ``key`` reports: its `StepFinished` arrives here as `ChildDone`."""
+        send = self.ref.send
+
+        async def report(finished: StepFinished) -> None:
+            await send(ChildDone(key, finished.record))
+
+        return report
+
+    def spawn_body(
+        self,
+        key: int,
+        steps: Sequence[Step],
+        scope: Scope,
+        prefix: Address,
+        *,
+        document: LoadedWorkflow | None = None,
+        briefs: Mapping[str, Brief] | None = None,
+        at: Address | None = None,
+        kind: str = "iteration",
+    ) -> None:
+        """Runs ``steps`` as a sub-DAG under ``prefix``; it comes back as `ChildDone(key)`.
+
+        The sub-DAG's own record (status, and the content and result of its last
+        step that ran) is written at ``prefix`` unless its actor lives elsewhere
+        (``at``), as an include's does.
+        """
+        run = self.run
+        send = self.ref.send
+        address = at or prefix
+        started = run.clock.now()
+        if at is None:
+            run.journal.step_started(str(prefix), kind=kind, attempt=1, agent=None)
+
+        async def report(outcome: DagOutcome) -> None:
+            content, result = last_output(steps, scope)
+            elapsed = run.clock.now() - started
+            record = StepRecord(
+                status="failed" if outcome.status == "failed" else outcome.status,  # type: ignore[arg-type]
+                content=content,
+                result=result,
+                attempts=1,
+                duration_ms=int(elapsed * 1000),
+                error=outcome.error,
+            )
+            if at is None:
+                await run.journal.step_finished(str(prefix), record)
+            await send(ChildDone(key, record))
+
+        dag = DagController(
+            run, document or self.document, steps, scope, prefix, report, briefs
+        )
+        run.supervisor.spawn(address, lambda: dag)
+        self.children[key] = dag
