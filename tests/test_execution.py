@@ -86,7 +86,6 @@ async def test_a_fast_branch_does_not_wait_for_a_slow_one(write_flow: WriteFlow)
         """,
         handlers="""
         import asyncio
-import time
         gate = None
         async def slow(ctx):
             global gate
@@ -222,7 +221,6 @@ async def test_abort_cancels_running_steps_and_starts_nothing_new(write_flow: Wr
         """,
         handlers="""
         import asyncio
-import time
         async def hang(ctx):
             await asyncio.Event().wait()
         async def broken(ctx):
@@ -270,7 +268,6 @@ async def test_a_step_timeout_fails_the_step(write_flow: WriteFlow) -> None:
         """,
         handlers="""
         import asyncio
-import time
         async def hang(ctx):
             await asyncio.Event().wait()
         """,
@@ -328,7 +325,6 @@ async def test_max_concurrency_is_never_exceeded(write_flow: WriteFlow) -> None:
         "name: wide\noptions: {maxConcurrency: 3}\nsteps:\n" + steps + "\noutput: \"'done'\"\n",
         handlers="""
         import asyncio
-import time
         active = 0
         peak = 0
         async def probe(ctx):
@@ -373,7 +369,6 @@ async def test_cancel_records_cancelled_steps_and_leaves_no_task(write_flow: Wri
         """,
         handlers="""
         import asyncio
-import time
         async def hang(ctx):
             await asyncio.Event().wait()
         """,

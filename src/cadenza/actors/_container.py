@@ -28,6 +28,8 @@ __all__ = ["ChildDone", "Container", "Outcome", "last_output"]
 
 T = TypeVar("T")
 
+_STATUSES: dict[str, StepStatus] = {"completed": "completed", "cancelled": "cancelled"}
+
 
 @dataclass(frozen=True, slots=True)
 class ChildDone:
@@ -256,7 +258,7 @@ class Container(Actor):
             content, result = last_output(steps, scope)
             elapsed = run.clock.now() - started
             record = StepRecord(
-                status="failed" if outcome.status == "failed" else outcome.status,  # type: ignore[arg-type]
+                status=_STATUSES.get(outcome.status, "failed"),
                 content=content,
                 result=result,
                 attempts=1,

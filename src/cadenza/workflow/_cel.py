@@ -96,7 +96,7 @@ class Expression:
         self.source = source
         self._program = program
         self._paths = tuple(paths)
-        self._plan = tuple(plan.items())
+        self._plan = _freeze(plan)
         # When the whole expression is one constant path, this is it.
         self._path = paths[0] if is_path else None
 
@@ -223,12 +223,20 @@ def _copy(value: object) -> object:
     return value
 
 
-def _project(value: object, node: Plan) -> object:
+_Frozen = tuple[tuple[str, "_Frozen | None"], ...]
+
+
+def _freeze(plan: Plan) -> _Frozen:
+    """A plan as nested tuples: cheaper to walk on every evaluation than dicts."""
+    return tuple((key, None if child is None else _freeze(child)) for key, child in plan.items())
+
+
+def _project(value: object, node: _Frozen) -> object:
     """``value`` cut down to the keys in ``node``; non-dicts pass whole (the engine judges)."""
     if not isinstance(value, dict):
         return value
     out = {}
-    for key, child in node.items():
+    for key, child in node:
         if key in value:
             item = value[key]
             out[key] = item if child is None else _project(item, child)

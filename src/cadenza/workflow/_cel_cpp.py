@@ -91,7 +91,8 @@ class Program:
             EvalFailure: The engine reported an error.
         """
         try:
-            value = self._eval(data=data)
+            # Positional: pybind11 parses keyword arguments at a measurable cost here.
+            value = self._eval(None, data)
         except RuntimeError as exc:  # the iteration budget, and bad input values
             raise _eval_failure(str(exc)) from None
         plain = value.value()
