@@ -45,7 +45,9 @@ _SK_KEY = re.compile(r"\bsk-[A-Za-z0-9_\-]{8,}")
 _BEARER = re.compile(r"\b(Bearer|Basic)\s+[A-Za-z0-9._~+/=\-]{6,}", re.IGNORECASE)
 _SENSITIVE_FIELD = re.compile(rf"\A(?:{_KEY_NAMES}|password|secret)\Z", re.IGNORECASE)
 
-_known: set[str] = set()
+# Replaced, never mutated, so a redact() on another thread (a log call) never
+# sees the set change under it.
+_known: frozenset[str] = frozenset()
 
 
 def secrets_from(environ: Mapping[str, str]) -> frozenset[str]:
@@ -59,13 +61,17 @@ def secrets_from(environ: Mapping[str, str]) -> frozenset[str]:
 
 def register_secret(value: str) -> None:
     """Mask ``value`` from now on wherever ``redact`` runs (logs included)."""
-    if len(value) >= _MIN_SECRET_LENGTH:
-        _known.add(value)
+    global _known
+    if len(value) >= _MIN_SECRET_LENGTH and value not in _known:
+        _known = _known | {value}
 
 
 def register_secrets_from(environ: Mapping[str, str]) -> None:
     """Register the value of every ``*_API_KEY`` and ``*_TOKEN`` variable in ``environ``."""
-    _known.update(secrets_from(environ))
+    global _known
+    found = secrets_from(environ)
+    if not found <= _known:
+        _known = _known | found
 
 
 def redact(text: str, secrets: Iterable[str] = ()) -> str:
@@ -82,7 +88,7 @@ def redact(text: str, secrets: Iterable[str] = ()) -> str:
         (``api_key``, ``*_API_KEY``, ``authorization``, ``x-api-key``,
         ``*_token``) masked.
     """
-    known = frozenset(_known.union(s for s in secrets if len(s) >= _MIN_SECRET_LENGTH))
+    known = _known.union(s for s in secrets if len(s) >= _MIN_SECRET_LENGTH)
     if known:
         text = _secret_pattern(known).sub(MASK, text)
     text = _KEY_VALUE.sub(_mask_value, text)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import socket
 import threading
+from typing import Any
 
 import anyio.to_thread
 import httpx
@@ -147,10 +148,19 @@ async def test_anthropic_wire_end_to_end(llm_server: StartLLMServer) -> None:
     assert sent.messages[-1]["content"][0]["tool_use_id"] == call.id
 
 
-def test_unknown_reply_keys_are_rejected() -> None:
-    """A reply dict with a key a reply does not have is a ValueError naming it."""
-    with pytest.raises(ValueError, match="unknown reply key"):
-        ScriptedLLMServer([{"replies": [{"contnet": "typo"}]}])
+@pytest.mark.parametrize(
+    ("rule", "expected"),
+    [
+        ({"replies": [{"contnet": "typo"}]}, "unknown reply key"),
+        ({"replies": ["x"], "match": {"usr": "typo"}}, "unexpected keyword argument 'usr'"),
+        ({"replies": []}, "has no replies"),
+        ({"replies": ["x"], "after": "loop"}, "after must be"),
+    ],
+)
+def test_malformed_rules_are_rejected(rule: dict[str, Any], expected: str) -> None:
+    """A malformed rule dict is a ValueError saying what is wrong."""
+    with pytest.raises(ValueError, match=expected):
+        ScriptedLLMServer([rule])
 
 
 def test_stops_on_leaving_the_block() -> None:

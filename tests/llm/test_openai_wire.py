@@ -240,3 +240,15 @@ async def test_ollama_speaks_openai_without_a_key(environ: dict[str, str], url: 
     assert str(http.requests[0].url) == url
     assert "authorization" not in http.requests[0].headers
     assert http.json()["model"] == "llama3.1"
+
+
+async def test_undecodable_body_is_a_response_error() -> None:
+    """A body that claims gzip but is not is a response error, not a raw httpx exception."""
+
+    async def not_gzip() -> AsyncIterator[bytes]:
+        yield b"not gzip"
+
+    bad = httpx.Response(200, headers={"Content-Encoding": "gzip"}, content=not_gzip())
+    async with ProviderRegistry(environ=ENV, transport=ScriptedTransport(bad)) as providers:
+        with pytest.raises(LLMResponseError, match="cannot decode the response body"):
+            await providers.client("openai").complete(ask())

@@ -19,6 +19,7 @@ from cadenza.llm import (
     ToolCall,
 )
 from cadenza.runtime import FakeClock
+from cadenza.workflow import ScriptReply, ScriptToolCall
 
 HI = LLMRequest(model="demo", messages=(Message("user", "x" * 40),))
 
@@ -106,3 +107,15 @@ def test_bad_scripts_are_config_errors(script: Any, expected: str) -> None:
     """An empty or malformed script is reported when the client is made, naming the reply."""
     with pytest.raises(LLMConfigError, match=re.escape(expected)):
         ProviderRegistry(environ={}).client("scripted", script=script)
+
+
+async def test_accepts_the_workflow_script_types() -> None:
+    """The workflow's own ScriptReply and ScriptToolCall work as script entries."""
+    script: list[str | ScriptReplyLike] = [
+        ScriptReply(tool_calls=[ScriptToolCall(name="send_message", arguments={"text": "hi"})]),
+        "plain",
+    ]
+    client = ProviderRegistry(environ={}).client("scripted", script=script)
+    first, second = await replies(client, 2)
+    assert first.tool_calls == (ToolCall("call_1_1", "send_message", '{"text":"hi"}'),)
+    assert second.content == "plain"

@@ -1,4 +1,4 @@
-"""Which actor runs a step: a leaf `StepActor`, or a controller for loops and graphs.
+"""Which actor runs a step: a leaf `StepActor`, or a controller for loops, graphs, includes.
 
 Controllers spawn their children through `spawn_step`, so a loop body, a graph
 state and a top-level step are started the same way and nest freely.
@@ -28,10 +28,44 @@ def spawn_step(
 ) -> Cancellable:
     """Spawns the actor that runs ``step`` at ``address``; it reports `StepFinished`.
 
+    A step with ``loop`` gets a loop or forEach controller, ``graph`` a graph
+    controller, ``include`` an include controller; anything else a `StepActor`.
     Returns the actor so the caller can cancel it.
     """
+    if step.loop is not None or step.graph is not None or step.include is not None:
+        return _spawn_container(run, document, step_id, step, scope, address, report, brief)
     child = StepActor(run, document, step_id, step, scope, report, brief)
     # An agent's inbox is where the coordinator delivers: it gets the larger bound.
     inbox = INBOX_SIZE if step.kind == "agent" else None
     run.supervisor.spawn(address, lambda: child, inbox_size=inbox)
     return child
+
+
+def _spawn_container(
+    run: RunContext,
+    document: LoadedWorkflow,
+    step_id: str,
+    step: Step | State,
+    scope: Scope,
+    address: Address,
+    report: Report,
+    brief: Brief,
+) -> Cancellable:
+    # Imported here: the controllers spawn their own children through this module.
+    from ._container import Container
+    from ._foreach import ForEachController
+    from ._graph import GraphController
+    from ._include import spawn_include
+    from ._loop import LoopController
+
+    controller: Container
+    if step.loop is not None and step.loop.is_for_each:
+        controller = ForEachController(run, document, step_id, step, scope, report, brief)
+    elif step.loop is not None:
+        controller = LoopController(run, document, step_id, step, scope, report, brief)
+    elif step.graph is not None:
+        controller = GraphController(run, document, step_id, step, scope, report, brief)
+    else:
+        return spawn_include(run, document, step_id, step, scope, address, report, brief)
+    run.supervisor.spawn(address, lambda: controller)
+    return controller

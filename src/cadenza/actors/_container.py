@@ -18,6 +18,7 @@ from typing import Any, ClassVar, TypeVar
 
 from cadenza.protocols import ErrorInfo, EventType, StepRecord, StepStatus
 from cadenza.runtime import Actor, Address
+from cadenza.runtime import Cancellable as Timer
 from cadenza.workflow import LoadedWorkflow, State, Step, parse_duration
 
 from ._context import NO_BRIEF, Brief, Cancellable, RunContext, Scope
@@ -93,7 +94,7 @@ class Container(Actor):
         self._started = 0.0
         self._cancel_reason: str | None = None
         self._expired: str | None = None
-        self._timer: asyncio.TimerHandle | None = None
+        self._timer: Timer | None = None
         self._parked: asyncio.Task[Any] | None = None
 
     # Subclass hooks ----------------------------------------------------------
@@ -269,8 +270,6 @@ class Container(Actor):
                 await run.journal.step_finished(str(prefix), record)
             await send(ChildDone(key, record))
 
-        dag = DagController(
-            run, document or self.document, steps, scope, prefix, report, briefs
-        )
+        dag = DagController(run, document or self.document, steps, scope, prefix, report, briefs)
         run.supervisor.spawn(address, lambda: dag)
         self.children[key] = dag

@@ -135,7 +135,9 @@ class Scope:
         """
         self.parent = parent
         self.variables = variables or {}
-        self.inputs = inputs if inputs is not None or parent is None else parent.inputs
+        self.inputs: dict[str, Any] | None = (
+            inputs if inputs is not None or parent is None else parent.inputs
+        )
         self._steps: dict[str, dict[str, Any]] = {}
 
     def record(self, step_id: str, record: StepRecord) -> None:

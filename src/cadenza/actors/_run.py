@@ -21,10 +21,11 @@ from cadenza.protocols import ErrorInfo, EventType, RunResult, RunStatus, Tokens
 from cadenza.runtime import Address, Clock, DeadLetter, RunRow, RunStore, Supervisor
 from cadenza.workflow import LoadedWorkflow, compile_expression, parse_duration
 
-from ._context import RunContext, Scope, collect_step_ids
+from ._context import RunContext, Scope, document_step_ids
 from ._coordinator import COORDINATOR, INBOX_SIZE, Coordinator, Drain
 from ._dag import DagController, DagOutcome
 from ._journal import RunJournal
+from ._loop import spawn_root_loop
 
 __all__ = ["RunControl", "execute_run"]
 
@@ -116,7 +117,8 @@ async def execute_run(
             supervisor=supervisor,
             clock=clock,
             limiter=asyncio.Semaphore(max_concurrency),
-            step_ids=collect_step_ids(workflow.steps),
+            max_concurrency=max_concurrency,
+            step_ids=document_step_ids(document),
             providers=providers,
             default_model=default_model,
         )
@@ -134,10 +136,13 @@ async def execute_run(
             timer = clock.call_later(parse_duration(limit), expire)
         scope = Scope()
         supervisor.spawn(COORDINATOR, lambda: Coordinator(context, document), inbox_size=INBOX_SIZE)
-        supervisor.spawn(
-            ROOT,
-            lambda: DagController(context, document, workflow.steps, scope, None, report),
-        )
+        if workflow.loop is None:
+            supervisor.spawn(
+                ROOT,
+                lambda: DagController(context, document, workflow.steps, scope, None, report),
+            )
+        else:  # a workflow-level loop: the whole DAG re-runs at loop.N.<step>
+            spawn_root_loop(context, document, scope, report)
         try:
             outcome = await done
             if not crash:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import random
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
 from typing import Final
 
 import httpx
@@ -17,7 +18,14 @@ import structlog
 from cadenza._redact import redact
 from cadenza.runtime import Clock
 
-from ._errors import LLMConnectionError, LLMError, LLMHTTPError, LLMResponseError, LLMTimeout
+from ._errors import (
+    LLMConfigError,
+    LLMConnectionError,
+    LLMError,
+    LLMHTTPError,
+    LLMResponseError,
+    LLMTimeout,
+)
 from ._retry import RetryPolicy, is_retryable_status
 from ._types import RetryHook
 
@@ -34,6 +42,16 @@ _log = structlog.get_logger("cadenza.llm")
 class _BodyTooLarge(Exception):
     def __init__(self, size: int) -> None:
         self.size = size
+
+
+@dataclass(frozen=True, slots=True)
+class _Failure:
+    """A failed attempt: the error to raise if it is the last, and why, for logs and hooks."""
+
+    error: LLMError
+    reason: str
+    retryable: bool = True
+    headers: httpx.Headers | None = None  # of the error response, for Retry-After
 
 
 class HTTPCaller:
@@ -89,74 +107,91 @@ class HTTPCaller:
             LLMHTTPError: A non-retryable status, or 429/5xx on the last attempt.
             LLMConnectionError: A connection failure on the last attempt.
             LLMTimeout: The last attempt ran past the deadline.
-            LLMResponseError: The body was larger than the cap.
+            LLMResponseError: The body was larger than the cap, or undecodable.
+            LLMConfigError: The URL is not valid.
         """
         policy = self._policy
         attempt = 0
         while True:
             attempt += 1
             started = self._clock.now()
-            reply_headers: httpx.Headers | None = None
-            try:
-                with self._clock.fail_after(policy.deadline):
-                    status, reply_headers, data = await self._send_once(url, headers, body)
-            except _BodyTooLarge as exc:
-                raise LLMResponseError(
-                    f"{what}: response body of {exc.size} bytes or more is over the "
-                    f"{self._max_body}-byte limit",
-                    attempts=attempt,
-                ) from None
-            except TimeoutError:
-                error: LLMError = LLMTimeout(
-                    f"{what}: an attempt took longer than the {policy.deadline:g} s "
-                    f"deadline (after {attempt} attempt{_s(attempt)})",
-                    attempts=attempt,
-                )
-                reason = f"deadline of {policy.deadline:g} s exceeded"
-            except httpx.TimeoutException as exc:
-                reason = f"timeout: {type(exc).__name__}"
-                error = LLMTimeout(
-                    f"{what}: {type(exc).__name__} (no progress for {policy.deadline:g} s; "
-                    f"after {attempt} attempt{_s(attempt)})",
-                    attempts=attempt,
-                )
-            except httpx.TransportError as exc:
-                reason = f"connection error: {type(exc).__name__}"
-                error = LLMConnectionError(
-                    redact(
-                        f"{what}: cannot reach {url}: {type(exc).__name__}: {exc} "
-                        f"(after {attempt} attempt{_s(attempt)})",
-                        secrets,
-                    ),
-                    attempts=attempt,
-                )
-            else:
-                if 200 <= status < 300:
-                    _log.debug("llm_attempt", call=what, attempt=attempt, status=status)
-                    return data, attempt
-                reason = f"HTTP {status}"
-                error = LLMHTTPError(
-                    f"{what}: HTTP {status} (after {attempt} attempt{_s(attempt)}): "
-                    f"{error_preview(data, secrets)}",
-                    status=status,
-                    attempts=attempt,
-                )
-                if not is_retryable_status(status):
-                    _log.debug("llm_attempt", call=what, attempt=attempt, status=status)
-                    raise error
+            outcome = await self._attempt(url, headers, body, what, attempt, secrets)
+            elapsed = round(self._clock.now() - started, 4)
+            if isinstance(outcome, bytes):
+                _log.debug("llm_attempt", call=what, attempt=attempt, ok=True, elapsed_s=elapsed)
+                return outcome, attempt
             _log.debug(
-                "llm_attempt",
-                call=what,
-                attempt=attempt,
-                failure=reason,
-                elapsed_s=round(self._clock.now() - started, 3),
+                "llm_attempt", call=what, attempt=attempt, failure=outcome.reason, elapsed_s=elapsed
             )
-            if attempt >= policy.max_attempts:
-                raise error
-            delay = policy.wait(attempt, self._rng, reply_headers)
+            if not outcome.retryable or attempt >= policy.max_attempts:
+                raise outcome.error
+            delay = policy.wait(attempt, self._rng, outcome.headers)
             if on_retry is not None:
-                on_retry(attempt, reason)
+                on_retry(attempt, outcome.reason)
             await self._clock.sleep(delay)
+
+    async def _attempt(
+        self,
+        url: str,
+        headers: Mapping[str, str],
+        body: bytes,
+        what: str,
+        attempt: int,
+        secrets: frozenset[str],
+    ) -> bytes | _Failure:
+        """One attempt under the deadline: the 2xx body, or what went wrong."""
+        deadline = self._policy.deadline
+        after = f"after {attempt} attempt{'' if attempt == 1 else 's'}"
+        try:
+            with self._clock.fail_after(deadline):
+                status, reply_headers, data = await self._send_once(url, headers, body)
+        except _BodyTooLarge as exc:
+            raise LLMResponseError(
+                f"{what}: response body of {exc.size} bytes or more is over the "
+                f"{self._max_body}-byte limit",
+                attempts=attempt,
+            ) from None
+        except httpx.DecodingError as exc:
+            raise LLMResponseError(
+                redact(f"{what}: cannot decode the response body: {exc}", secrets),
+                attempts=attempt,
+            ) from None
+        except httpx.InvalidURL as exc:
+            raise LLMConfigError(redact(f"{what}: invalid URL {url}: {exc}", secrets)) from None
+        except TimeoutError:
+            return _Failure(
+                LLMTimeout(
+                    f"{what}: an attempt took longer than the {deadline:g} s deadline ({after})",
+                    attempts=attempt,
+                ),
+                reason=f"deadline of {deadline:g} s exceeded",
+            )
+        except httpx.TimeoutException as exc:
+            name = type(exc).__name__
+            return _Failure(
+                LLMTimeout(
+                    f"{what}: {name} (no progress for {deadline:g} s; {after})", attempts=attempt
+                ),
+                reason=f"timeout: {name}",
+            )
+        except httpx.TransportError as exc:
+            name = type(exc).__name__
+            message = redact(f"{what}: cannot reach {url}: {name}: {exc} ({after})", secrets)
+            return _Failure(
+                LLMConnectionError(message, attempts=attempt), reason=f"connection error: {name}"
+            )
+        if 200 <= status < 300:
+            return data
+        return _Failure(
+            LLMHTTPError(
+                f"{what}: HTTP {status} ({after}): {error_preview(data, secrets)}",
+                status=status,
+                attempts=attempt,
+            ),
+            reason=f"HTTP {status}",
+            retryable=is_retryable_status(status),
+            headers=reply_headers,
+        )
 
     async def _send_once(
         self, url: str, headers: Mapping[str, str], body: bytes
@@ -204,7 +239,3 @@ def error_preview(data: bytes, secrets: frozenset[str] = frozenset()) -> str:
     if len(flat) > _PREVIEW_CHARS:
         return flat[: _PREVIEW_CHARS - 3] + "..."
     return flat
-
-
-def _s(count: int) -> str:
-    return "" if count == 1 else "s"

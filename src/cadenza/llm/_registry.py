@@ -31,6 +31,13 @@ PROVIDERS: Final = ("anthropic", "ollama", "openai", "scripted")
 """The providers a model spec may name."""
 
 _KEY_VARIABLES: Final = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY"}
+_VARIABLES: Final = (
+    "ANTHROPIC_API_KEY",
+    "ANTHROPIC_BASE_URL",
+    "OLLAMA_HOST",
+    "OPENAI_API_KEY",
+    "OPENAI_BASE_URL",
+)
 _CONNECT_TIMEOUT: Final = 10.0
 
 
@@ -71,11 +78,12 @@ class ProviderRegistry:
     client. The HTTP client is created on the first HTTP call, so a run that
     only uses ``scripted`` models opens no connections.
 
-    Example:
-        >>> async with ProviderRegistry(environ=os.environ, clock=clock) as providers:
-        ...     provider, model = providers.check("openai:gpt-4o-mini")
-        ...     client = providers.client(provider, key="writer")
-        ...     completion = await client.complete(LLMRequest(model, messages))
+    Example::
+
+        async with ProviderRegistry(environ=os.environ, clock=clock) as providers:
+            provider, model = providers.check("openai:gpt-4o-mini")
+            client = providers.client(provider, key="writer")
+            completion = await client.complete(LLMRequest(model, messages))
 
     Args:
         environ: Where keys and base URLs come from (``OPENAI_API_KEY``,
@@ -100,9 +108,11 @@ class ProviderRegistry:
         rng: random.Random | None = None,
         max_body: int = DEFAULT_MAX_BODY,
     ) -> None:
-        self._environ = dict(os.environ if environ is None else environ)
-        register_secrets_from(self._environ)
-        self._secrets = secrets_from(self._environ)
+        source = os.environ if environ is None else environ
+        register_secrets_from(source)
+        self._secrets = secrets_from(source)
+        # Keep only what the providers read, so fewer secrets linger here.
+        self._environ = {name: source[name] for name in _VARIABLES if name in source}
         self._clock: Clock = clock if clock is not None else SystemClock()
         self._policy = policy if policy is not None else RetryPolicy()
         self._transport = transport

@@ -193,13 +193,18 @@ class Script:
     def __init__(self, rules: Sequence[RuleLike]) -> None:
         self._rules: list[tuple[str, RequestMatch, tuple[ServerReply, ...], bool]] = []
         for index, value in enumerate(rules):
-            rule = ServerRule.coerce(value)
-            if not rule.replies:
+            try:
+                rule = ServerRule.coerce(value)
+                match = rule.match
+                if not isinstance(match, RequestMatch):
+                    match = RequestMatch(**(match or {}))
+                replies = tuple(ServerReply.coerce(r) for r in rule.replies)
+            except TypeError as exc:  # a dict with keys the dataclass does not have
+                raise ValueError(f"rule {index}: {exc}") from None
+            if not replies:
                 raise ValueError(f"rule {rule.name or index} has no replies")
-            match = rule.match
-            if not isinstance(match, RequestMatch):
-                match = RequestMatch(**(match or {}))
-            replies = tuple(ServerReply.coerce(r) for r in rule.replies)
+            if rule.after not in ("repeat-last", "cycle"):
+                raise ValueError(f"rule {rule.name or index}: after must be repeat-last or cycle")
             self._rules.append((rule.name or str(index), match, replies, rule.after == "cycle"))
         self._counts = [0] * len(self._rules)
         self._lock = threading.Lock()

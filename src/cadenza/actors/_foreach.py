@@ -1,0 +1,205 @@
+"""The forEach controller (SPEC 2.2): one iteration per item, at most N alive at once.
+
+``forEach`` is a list, or CEL evaluated once when the step starts that must
+yield one. Iteration i runs at ``loop[i]`` (the looped step itself) or as the
+loop's ``steps`` at ``loop[i].<id>``, in a scope holding ``item`` and
+``index``; agents get the item under ``## forEach Item (index: i)``.
+
+At most ``maxConcurrency`` iterations are alive (default: all), and never more
+than the run's ``maxConcurrency``: the rest wait as list positions, not as
+actors, so a 10,000-item forEach holds a handful of actors at any moment. Each
+completion costs O(1): a counter, a slot in two arrays and the next launch.
+
+A failed iteration fails the forEach: no further iteration starts, those
+running finish. With ``onError: continue`` on a looped single step, every item
+runs and the step is failed if any item failed (without stopping its workflow).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import msgspec
+
+from cadenza.protocols import ErrorInfo, EventType, LoopSummary, StepRecord, StepStatus
+from cadenza.workflow import LoadedWorkflow, State, Step, compile_expression
+from cadenza.workflow._cel import preview, quote, type_name
+
+from ._children import spawn_step
+from ._container import Container, Outcome
+from ._context import NO_BRIEF, Brief, RunContext, Scope
+from ._step import Report, work_error
+
+__all__ = ["ForEachController"]
+
+SEPARATOR = "\n\n---\n\n"
+"""Between the iterations' contents in the forEach step's content."""
+
+
+class ForEachController(Container):
+    """Runs one iteration per item, keeping at most ``limit`` of them alive."""
+
+    kind = "forEach"
+
+    def __init__(
+        self,
+        run: RunContext,
+        document: LoadedWorkflow,
+        step_id: str,
+        step: Step | State,
+        scope: Scope,
+        report: Report,
+        brief: Brief = NO_BRIEF,
+    ) -> None:
+        super().__init__(run, document, step_id, step, scope, report, brief)
+        assert step.loop is not None
+        self.loop = step.loop
+        self.body_steps = self.loop.steps
+        self.body = (
+            None
+            if self.body_steps
+            else msgspec.structs.replace(step, loop=None, timeout=None, retries=0)
+        )
+        self.roots = {s.id for s in self.body_steps or () if not s.depends_on}
+        self.tolerant = self.body is not None and step.on_error == "continue"
+        self.items: list[Any] = []
+        self.limit = 1
+        self.launched = 0
+        self.settled = 0
+        self.contents: list[str | None] = []
+        self.results: list[Any] = []
+        self.statuses: list[StepStatus | None] = []
+        self.first_error: ErrorInfo | None = None
+        self.halted = False
+
+    def start_data(self) -> dict[str, object]:
+        """``loop_type`` as zenflow's ``step_start`` carries it."""
+        return {"loop_type": "forEach"}
+
+    async def begin(self) -> None:
+        """Evaluates the items and starts the first ``limit`` iterations."""
+        try:
+            items = self._items()
+        except Exception as error:  # a bad forEach fails the step, naming the expression
+            await self.finish(Outcome("failed", error=work_error(error, self.here)))
+            return
+        count = len(items)
+        self.items = items
+        self.launched = self.settled = 0
+        self.contents = [None] * count
+        self.results = [None] * count
+        self.statuses = [None] * count
+        self.first_error = None
+        self.halted = False
+        limit = self.loop.max_concurrency or count
+        if self.run.max_concurrency > 0:
+            limit = min(limit, self.run.max_concurrency)
+        self.limit = max(limit, 1)
+        self.run.journal.emit(
+            EventType.MESSAGE,
+            step_id=self.here,
+            message=f"forEach over {count} item(s), at most {self.limit} at once",
+            data={"items": count, "maxConcurrency": self.limit},
+        )
+        if count == 0:
+            await self._complete()
+            return
+        while self.launched < count and len(self.children) < self.limit:
+            if self.stopping is not None:
+                break
+            self._launch(self.launched)
+        if not self.children:
+            await self._complete()
+
+    def _items(self) -> list[Any]:
+        source = self.loop.for_each
+        if isinstance(source, list):
+            return source
+        assert source is not None
+        expression = compile_expression(source, step_ids=self.run.step_ids)
+        value = expression.evaluate(self.scope.activation(self.run.inputs))
+        if not isinstance(value, list):
+            raise TypeError(
+                f"forEach {quote(source)} must yield a list, but it gave "
+                f"{type_name(value)} {preview(value)}"
+            )
+        return value
+
+    def _launch(self, index: int) -> None:
+        self.launched = index + 1
+        address = self.address.item(index)
+        scope = Scope(self.scope, {"item": self.items[index], "index": index})
+        self.run.journal.emit(
+            EventType.ITEM_START,
+            step_id=str(address),
+            data={"index": index, "total": len(self.items)},
+        )
+        item_brief = dataclasses.replace(self.brief, item_index=index)
+        if self.body is not None:
+            self.children[index] = spawn_step(
+                self.run,
+                self.document,
+                self.step_id,
+                self.body,
+                scope,
+                address,
+                self.reporter(index),
+                item_brief,
+            )
+            return
+        inner = Brief(item_index=index)
+        steps = self.body_steps or ()
+        briefs = {s.id: item_brief if s.id in self.roots else inner for s in steps}
+        self.spawn_body(index, steps, scope, address, briefs=briefs, kind="item")
+
+    async def child_done(self, key: int, record: StepRecord) -> None:
+        """Notes iteration ``key`` and starts the next waiting one, if any may start."""
+        self.settled += 1
+        self.contents[key] = record.content
+        self.results[key] = record.result
+        self.statuses[key] = record.status
+        self.run.journal.emit(
+            EventType.ITEM_END,
+            step_id=str(self.address.item(key)),
+            data={"index": key, "status": record.status},
+        )
+        if record.status in ("failed", "cancelled"):
+            if self.first_error is None:
+                self.first_error = record.error
+            if not (self.tolerant and record.status == "failed"):
+                self.halted = True
+        if not self.halted and self.stopping is None and self.launched < len(self.items):
+            self._launch(self.launched)
+        if not self.children:
+            await self._complete()
+
+    async def _complete(self) -> None:
+        statuses = self.statuses
+        if self.stopping is not None or "cancelled" in statuses:
+            status: StepStatus = "cancelled" if "failed" not in statuses else "failed"
+        elif "failed" in statuses:
+            status = "failed"
+        else:
+            status = "completed"
+        reason = "forEach" if status == "completed" else ("timeout" if self._expired else status)
+        self.run.journal.loops[self.here] = LoopSummary(self.launched, reason)
+        self.run.journal.emit(
+            EventType.LOOP_END,
+            step_id=self.here,
+            data={"iterations": self.launched, "terminationReason": reason, "flagged": False},
+        )
+        ran = range(self.launched)
+        content = SEPARATOR.join(self.contents[i] or "" for i in ran)
+        iterations = [
+            {
+                "index": i,
+                "item": self.items[i],
+                "status": self.statuses[i] or "cancelled",
+                "content": self.contents[i] or "",
+                "result": self.results[i],
+            }
+            for i in ran
+        ]
+        error = self.first_error if status != "completed" else None
+        await self.finish(Outcome(status, content, {"iterations": iterations}, error))

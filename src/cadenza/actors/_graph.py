@@ -1,0 +1,194 @@
+"""The graph controller (SPEC 3): a state machine, one state at a time.
+
+Visit N (0-based) of state S runs at ``graph.N.S``. When it completes, the
+state's outgoing edges are tried in declaration order: the first whose
+``condition`` holds, or that has none, wins. Conditions see ``content``,
+``result``, ``status`` of the visit, ``state``, ``step`` (1-based), ``visits``
+(per state, this visit included), and ``steps``: the steps around the graph,
+plus each visited state's latest output under its name (``steps.analyze``).
+``END`` finishes the graph; no matching edge fails it with the candidates and
+a preview of the output. ``maxSteps`` visits at most, then ``onMaxSteps``.
+
+The next state hears where it was routed from and that state's output; on a
+revisit it also gets its own previous output, unless ``feedback: false`` on it
+or ``feedbackOnRevisit: false`` on the graph.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from cadenza.protocols import ErrorInfo, EventType, GraphSummary, StepRecord, StepStatus
+from cadenza.workflow import Edge, LoadedWorkflow, State, Step, compile_expression
+from cadenza.workflow._cel import quote
+
+from ._children import spawn_step
+from ._container import Container, Outcome
+from ._context import NO_BRIEF, Brief, RunContext, Scope
+from ._step import Report, work_error
+
+__all__ = ["PREVIEW", "GraphController"]
+
+PREVIEW = 200
+"""Characters of a state's output quoted when no edge matches."""
+
+
+class GraphController(Container):
+    """Visits states along the first matching edge until END or ``maxSteps``."""
+
+    kind = "graph"
+
+    def __init__(
+        self,
+        run: RunContext,
+        document: LoadedWorkflow,
+        step_id: str,
+        step: Step | State,
+        scope: Scope,
+        report: Report,
+        brief: Brief = NO_BRIEF,
+    ) -> None:
+        super().__init__(run, document, step_id, step, scope, report, brief)
+        assert step.graph is not None
+        self.graph = step.graph
+        self.edges: dict[str, list[tuple[int, Edge]]] = {name: [] for name in self.graph.states}
+        for index, edge in enumerate(self.graph.edges):
+            self.edges.setdefault(edge.from_, []).append((index, edge))
+        self.path: list[str] = []
+        self.visits: dict[str, int] = {}
+        self.previous: dict[str, str] = {}
+        self.states = Scope(scope)
+        self.last: StepRecord | None = None
+
+    def start_data(self) -> dict[str, object]:
+        """Where the graph starts and how far it may go."""
+        return {"start": self.graph.start, "maxSteps": self.graph.max_steps}
+
+    async def begin(self) -> None:
+        """Visits the start state, in a fresh state."""
+        self.path = []
+        self.visits = {}
+        self.previous = {}
+        self.states = Scope(self.scope)
+        self.last = None
+        await self._visit(self.graph.start, self.brief)
+
+    async def _visit(self, state: str, brief: Brief) -> None:
+        if self.stopping is not None:
+            await self._end("cancelled", "cancelled")
+            return
+        n = len(self.path)
+        self.path.append(state)
+        self.visits[state] = self.visits.get(state, 0) + 1
+        body = self.graph.states[state]
+        address = self.address.iteration(n).child(state)
+        self.children[n] = spawn_step(
+            self.run, self.document, state, body, self.states, address, self.reporter(n), brief
+        )
+
+    async def child_done(self, key: int, record: StepRecord) -> None:
+        """Routes from the state just visited, or ends the graph."""
+        state = self.path[key]
+        self.last = record
+        self.states.record(state, record)
+        if record.status == "cancelled" or self.stopping is not None:
+            await self._end("cancelled", "cancelled")
+            return
+        body = self.graph.states[state]
+        if record.status == "failed" and body.on_error != "continue":
+            await self._end("failed", "failed", record.error)
+            return
+        try:
+            chosen = self._route(state, key, record)
+        except Exception as error:  # a bad edge condition fails the graph, naming it
+            await self._end("failed", "failed", work_error(error, self.here))
+            return
+        if chosen is None:
+            await self._end("failed", "failed", self._no_match(state, record))
+            return
+        index, edge, why = chosen
+        self.run.journal.emit(
+            EventType.GRAPH_TRANSITION,
+            step_id=self.here,
+            message=f"{state} -> {edge.to} ({why})",
+            data={
+                "from": state,
+                "to": edge.to,
+                "step": key + 1,
+                "edge": index,
+                "condition": edge.condition,
+                "reason": why,
+            },
+        )
+        content = record.content or ""
+        if edge.to == "END":
+            await self._end("completed", "end")
+        elif len(self.path) >= self.graph.max_steps:
+            await self._at_limit(edge.to)
+        else:
+            self.previous[state] = content
+            await self._visit(edge.to, self._brief(edge.to, state, content))
+
+    def _route(self, state: str, key: int, record: StepRecord) -> tuple[int, Edge, str] | None:
+        names = self.states.activation(self.run.inputs)
+        names["content"] = record.content or ""
+        names["result"] = record.result
+        names["status"] = record.status
+        names["state"] = state
+        names["step"] = key + 1
+        names["visits"] = dict(self.visits)
+        for index, edge in self.edges.get(state, ()):
+            if edge.condition is None:
+                return index, edge, "unconditional"
+            expression = compile_expression(edge.condition, step_ids=self.run.step_ids)
+            if expression.evaluate_bool(names, what="edge condition"):
+                return index, edge, f"condition {quote(edge.condition)} is true"
+        return None
+
+    def _no_match(self, state: str, record: StepRecord) -> ErrorInfo:
+        candidates = "; ".join(
+            f"-> {edge.to} if {edge.condition}" for _, edge in self.edges.get(state, ())
+        )
+        text = " ".join((record.content or "").split())
+        shown = text if len(text) <= PREVIEW else text[: PREVIEW - 3] + "..."
+        message = (
+            f"no edge from state {state!r} matched (tried: {candidates or 'none'}); "
+            f"its output was {shown!r}"
+        )
+        return ErrorInfo("NoEdgeMatched", message, self.here)
+
+    def _brief(self, state: str, came_from: str, content: str) -> Brief:
+        body = self.graph.states[state]
+        again = self.graph.feedback_on_revisit and body.feedback is not False
+        previous = self.previous.get(state) if again else None
+        return dataclasses.replace(
+            self.brief, routed_from=came_from, routed_content=content, previous=previous
+        )
+
+    async def _at_limit(self, following: str) -> None:
+        policy = self.graph.on_max_steps
+        if policy == "fail":
+            message = (
+                f"the graph reached maxSteps ({self.graph.max_steps}) without reaching END; "
+                f"it would have gone on to {following!r}"
+            )
+            await self._end("failed", "maxSteps", ErrorInfo("MaxSteps", message, self.here))
+            return
+        await self._end("completed", "maxSteps", flagged=policy == "returnWithFlag")
+
+    async def _end(
+        self, status: StepStatus, reason: str, error: ErrorInfo | None = None, flagged: bool = False
+    ) -> None:
+        if self._expired is not None and status == "cancelled":
+            reason = "timeout"
+        self.run.journal.graphs[self.here] = GraphSummary(list(self.path), reason)
+        self.run.journal.emit(
+            EventType.GRAPH_END,
+            step_id=self.here,
+            data={"path": list(self.path), "terminationReason": reason, "flagged": flagged},
+        )
+        result: dict[str, object] = {"path": list(self.path), "terminationReason": reason}
+        if flagged:
+            result["flagged"] = True
+        content = self.last.content if self.last is not None else None
+        await self.finish(Outcome(status, content, result, error))

@@ -1,0 +1,137 @@
+"""The ``untilAgent`` judge of a repeat-until loop: one agent visit per iteration.
+
+The judge reads the iteration's outputs and ends by calling ``submit_result``
+with ``{done: bool, ...}``. A judge that gives no valid verdict (turns spent,
+a model error, a schema mismatch, no ``done``) does not fail the loop: it
+continues, bounded by ``maxIterations``, and the failure is recorded as the
+judge's own failed record and a ``judge_verdict`` event with ``done: null``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import msgspec
+
+from cadenza.protocols import ErrorInfo, EventType, StepRecord
+from cadenza.workflow import LoadedWorkflow, Step
+
+from ._agent import run_agent
+from ._context import NO_BRIEF, RunContext, Scope
+
+__all__ = ["JUDGE", "Verdict", "iteration_report", "run_judge"]
+
+JUDGE = "untilAgent"
+"""The judge's address under its iteration (``loop.2.untilAgent``).
+
+camelCase, so no step id (lowercase only) can take it.
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """What the judge decided: ``done`` (None when it gave no valid verdict) and its words."""
+
+    done: bool | None
+    feedback: str | None
+
+
+def iteration_report(
+    address: str,
+    content: str | None,
+    result: object,
+    steps: Sequence[Step] | None,
+    scope: Scope,
+) -> str:
+    """The iteration's outputs as the judge reads them, each labelled by step."""
+    parts: list[str] = []
+    if steps is None:
+        parts.append(_section(address, "completed", content or "", result))
+    else:
+        outputs = scope.own_steps()
+        for step in steps:
+            output = outputs.get(step.id)
+            if output is not None:
+                parts.append(
+                    _section(step.id, output["status"], output["content"], output["result"])
+                )
+    return "## Iteration outputs\n\n" + "\n\n".join(parts)
+
+
+def _section(label: str, status: str, content: str, result: object) -> str:
+    text = f"### {label} ({status})\n{content}"
+    if result is not None:
+        text += f"\n\nResult: {msgspec.json.encode(result).decode()}"
+    return text
+
+
+async def run_judge(
+    run: RunContext,
+    document: LoadedWorkflow,
+    *,
+    agent_name: str,
+    address: str,
+    loop_address: str,
+    iteration: int,
+    limit: int,
+    context: str,
+    scope: Scope,
+) -> Verdict:
+    """Runs the judge on one iteration and records its verdict (or why there is none)."""
+    instructions = (
+        f"You judge the loop {loop_address!r}: iteration {iteration} of at most {limit} "
+        "has finished; its outputs are below. Decide whether the work is done. Call "
+        "submit_result with done: true to stop the loop, or done: false with a reason "
+        "saying what the next iteration must fix."
+    )
+    run.journal.step_started(address, kind="judge", attempt=1, agent=agent_name)
+    started = run.clock.now()
+    try:
+        async with run.limiter:
+            outcome = await run_agent(
+                run,
+                document,
+                address=address,
+                agent_name=agent_name,
+                instructions=instructions,
+                scope=scope,
+                brief=NO_BRIEF,
+                context=context,
+            )
+        content, result, error = outcome.content, outcome.result, outcome.error
+    except asyncio.CancelledError:
+        cancelled = ErrorInfo("Cancelled", "the loop was cancelled", address)
+        record = StepRecord(status="cancelled", error=cancelled)
+        # No await while being cancelled: the record is queued, the loop's own flush saves it.
+        run.journal.records[address] = record
+        run.journal.store.put_step(run.run_id, address, record)
+        raise
+    except Exception as failure:  # a judge fails open, whatever went wrong
+        content, result = "", None
+        error = ErrorInfo(type(failure).__name__, str(failure) or type(failure).__name__, address)
+    done = result.get("done") if isinstance(result, dict) else None
+    if error is None and not isinstance(done, bool):
+        error = ErrorInfo("NoVerdict", "the judge's result has no boolean 'done'", address)
+    reason = result.get("reason") if isinstance(result, dict) else None
+    words = [text for text in (content.strip(), reason) if isinstance(text, str) and text]
+    verdict = Verdict(done if error is None else None, "\n".join(words) or None)
+    record = StepRecord(
+        status="completed" if error is None else "failed",
+        content=content,
+        result=result,
+        attempts=1,
+        duration_ms=int((run.clock.now() - started) * 1000),
+        error=error,
+    )
+    await run.journal.step_finished(address, record, agent=agent_name)
+    run.journal.emit(
+        EventType.JUDGE_VERDICT,
+        step_id=address,
+        agent=agent_name,
+        message="fail-open: the loop goes on" if error is not None else None,
+        error=f"{error.type}: {error.message}" if error is not None else None,
+        data={"iteration": iteration, "done": verdict.done, "reason": reason},
+    )
+    return verdict

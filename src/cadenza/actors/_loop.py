@@ -1,0 +1,291 @@
+"""The repeat-until loop controller (SPEC 2.1 and 2.4).
+
+Iteration N runs at ``loop.N``: the looped step itself (a single-step loop) or
+the loop's ``steps`` as a sub-DAG whose steps are ``loop.N.<id>``. Each
+iteration gets a fresh scope below the loop's, holding ``iteration``, so its
+``steps`` are its own. After an iteration: ``until`` (CEL), then the judge
+(``untilAgent``), then ``maxIterations`` (``onMaxIterations`` decides), then
+``delay`` on the run's clock before the next one. An iteration whose step
+failed fails the loop, unless that step has ``onError: continue``.
+
+The same controller runs a workflow-level ``loop:``: the whole workflow's steps
+are the body, at ``loop.N.<id>`` for the workflow that is run, and at
+``parent.N.<id>`` for an included one (see `_include`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Awaitable, Callable, Sequence
+
+import msgspec
+
+from cadenza.protocols import ErrorInfo, EventType, LoopSummary, StepRecord, StepStatus
+from cadenza.runtime import Address
+from cadenza.workflow import LoadedWorkflow, Loop, State, Step, compile_expression, parse_duration
+
+from ._children import spawn_step
+from ._container import Container, Outcome
+from ._context import NO_BRIEF, Brief, Cancellable, RunContext, Scope
+from ._dag import DagOutcome
+from ._judge import JUDGE, Verdict, iteration_report, run_judge
+from ._step import Report, StepFinished, work_error
+
+__all__ = ["CUMULATIVE_SEPARATOR", "ROOT_LOOP", "SAFETY_CAP", "LoopController", "spawn_root_loop"]
+
+SAFETY_CAP = 100
+"""Iterations of a loop built in Python without ``maxIterations`` (zenflow's cap)."""
+
+CUMULATIVE_SEPARATOR = "\n\n---\n\n"
+"""Between iterations in ``outputMode: cumulative`` content (zenflow's separator)."""
+
+ROOT_LOOP = "loop"
+"""The address of a run's workflow-level loop; its iterations are ``loop.N.<step>``."""
+
+FinishHook = Callable[[Outcome, Scope | None], Outcome]
+"""Turns a loop's outcome into its step's, given the last iteration's scope (includes)."""
+
+
+class LoopController(Container):
+    """Runs iterations one after another until ``until``, the judge or the cap stops them."""
+
+    kind = "loop"
+
+    def __init__(
+        self,
+        run: RunContext,
+        document: LoadedWorkflow,
+        step_id: str,
+        step: Step | State,
+        scope: Scope,
+        report: Report,
+        brief: Brief = NO_BRIEF,
+        *,
+        loop: Loop | None = None,
+        steps: Sequence[Step] | None = None,
+        prepare: Callable[[], Scope] | None = None,
+        hook: FinishHook | None = None,
+    ) -> None:
+        super().__init__(run, document, step_id, step, scope, report, brief)
+        spec = loop if loop is not None else step.loop
+        assert spec is not None, "a loop controller needs a loop"
+        self.loop = spec
+        self.body_steps = steps if steps is not None else spec.steps
+        # A single-step loop repeats the step itself; its timeout and retries are the loop's.
+        self.body = (
+            None
+            if self.body_steps
+            else msgspec.structs.replace(step, loop=None, timeout=None, retries=0)
+        )
+        self.roots = {s.id for s in self.body_steps or () if not s.depends_on}
+        self.limit = spec.max_iterations or SAFETY_CAP
+        self.prepare = prepare
+        self.hook = hook
+        self.cumulative = spec.output_mode == "cumulative"
+        self.outer = scope
+        self.current = scope
+        self.iterations = 0
+        self.blocks: list[str] = []
+        self.feedback: str | None = None
+        self.last: StepRecord | None = None
+
+    def start_data(self) -> dict[str, object]:
+        """``loop_type`` and the cap, as zenflow's ``step_start`` carries them."""
+        return {"loop_type": "repeat", "maxIterations": self.limit}
+
+    async def begin(self) -> None:
+        """Starts iteration 0 (of this attempt) in a fresh state."""
+        self.iterations = 0
+        self.blocks = []
+        self.feedback = None
+        self.last = None
+        if self.prepare is not None:
+            try:
+                self.outer = self.prepare()
+            except Exception as error:  # bad include inputs fail the step, located
+                await self.finish(Outcome("failed", error=work_error(error, self.here)))
+                return
+        await self._launch(0)
+
+    async def _launch(self, n: int) -> None:
+        if self.stopping is not None:
+            await self._end("cancelled")
+            return
+        address = self.address.iteration(n)
+        scope = self.current = Scope(self.outer, {"iteration": n})
+        self.run.journal.emit(
+            EventType.ITERATION_START,
+            step_id=str(address),
+            data={"iteration": n, "maxIterations": self.limit},
+        )
+        feedback = self.feedback if self.loop.feedback else None
+        if self.body is not None:
+            brief = self._brief(self.step_id, True, feedback)
+            report = self.reporter(n)
+            self.children[n] = spawn_step(
+                self.run, self.document, self.step_id, self.body, scope, address, report, brief
+            )
+            return
+        steps = self.body_steps or ()
+        briefs = {s.id: self._brief(s.id, s.id in self.roots, feedback) for s in steps}
+        self.spawn_body(n, steps, scope, address, briefs=briefs)
+
+    def _brief(self, step_id: str, root: bool, feedback: str | None) -> Brief:
+        """What a body step hears: the loop's own brief (roots), feedback, memory."""
+        brief = self.brief if root else Brief(item_index=self.brief.item_index)
+        if root and feedback is not None:
+            brief = dataclasses.replace(brief, feedback=feedback)
+        if self.loop.memory != "fresh":
+            key = f"{self.here}:{step_id}"
+            brief = dataclasses.replace(brief, memory=self.loop.memory, memory_key=key)
+        return brief
+
+    async def child_done(self, key: int, record: StepRecord) -> None:
+        """Decides after iteration ``key``: stop (why), or go on to the next one."""
+        self.run.journal.emit(
+            EventType.ITERATION_END,
+            step_id=str(self.address.iteration(key)),
+            data={"iteration": key, "status": record.status},
+        )
+        self.iterations = key + 1
+        self.last = record
+        if record.status == "cancelled" or self.stopping is not None:
+            await self._end("cancelled")
+            return
+        tolerated = self.body is not None and self.step.on_error == "continue"
+        if record.status == "failed" and not tolerated:
+            await self._end("failed", error=record.error)
+            return
+        reason = None
+        try:
+            if self.loop.until is not None and self._until(key, record):
+                reason = "until"
+        except Exception as error:  # a bad until fails the loop, naming the expression
+            await self._end("failed", error=work_error(error, self.here))
+            return
+        verdict = None
+        if reason is None and self.loop.until_agent is not None:
+            verdict = await self.park(self._judge(key, record))
+            if verdict is None or self.stopping is not None:
+                await self._end("cancelled")
+                return
+            reason = "judge" if verdict.done else None
+        block = record.content or ""
+        if verdict is not None and verdict.feedback:
+            block += f"\n\nJudge feedback: {verdict.feedback}"
+        if self.cumulative:
+            self.blocks.append(block)
+        self.feedback = block
+        if reason is not None:
+            await self._end("completed", reason=reason)
+        elif key + 1 >= self.limit:
+            await self._at_limit()
+        else:
+            if self.loop.delay:
+                await self.park(self.run.clock.sleep(parse_duration(self.loop.delay)))
+            await self._launch(key + 1)
+
+    def _until(self, n: int, record: StepRecord) -> bool:
+        expression = compile_expression(self.loop.until or "", step_ids=self.run.step_ids)
+        names = self.current.activation(self.run.inputs)
+        names["content"] = record.content or ""
+        names["result"] = record.result
+        names["status"] = record.status
+        return expression.evaluate_bool(names, what="until")
+
+    def _judge(self, n: int, record: StepRecord) -> Awaitable[Verdict]:
+        iteration = self.address.iteration(n)
+        inner = None if self.body is not None else self.body_steps
+        context = iteration_report(
+            str(iteration), record.content, record.result, inner, self.current
+        )
+        return run_judge(
+            self.run,
+            self.document,
+            agent_name=self.loop.until_agent or "",
+            address=str(iteration.child(JUDGE)),
+            loop_address=self.here,
+            iteration=n,
+            limit=self.limit,
+            context=context,
+            scope=self.current,
+        )
+
+    async def _at_limit(self) -> None:
+        policy = self.loop.on_max_iterations
+        if policy == "fail":
+            watched = [w for w in (self.loop.until, self.loop.until_agent) if w]
+            why = " before until or the judge stopped it" if watched else ""
+            message = f"the loop reached maxIterations ({self.limit}){why}"
+            error = ErrorInfo("MaxIterations", message, self.here)
+            await self._end("failed", reason="maxIterations", error=error)
+            return
+        last = self.last
+        failed = last is not None and last.status == "failed"
+        await self._end(
+            "failed" if failed else "completed",
+            reason="maxIterations",
+            error=last.error if failed and last is not None else None,
+            flagged=policy == "returnWithFlag",
+        )
+
+    async def _end(
+        self,
+        status: StepStatus,
+        *,
+        reason: str | None = None,
+        error: ErrorInfo | None = None,
+        flagged: bool = False,
+    ) -> None:
+        why = reason or ("timeout" if self._expired else status)
+        self.run.journal.loops[self.here] = LoopSummary(self.iterations, why, flagged)
+        self.run.journal.emit(
+            EventType.LOOP_END,
+            step_id=self.here,
+            data={"iterations": self.iterations, "terminationReason": why, "flagged": flagged},
+        )
+        last = self.last
+        content = last.content if last is not None else None
+        if self.cumulative and self.blocks:
+            content = CUMULATIVE_SEPARATOR.join(self.blocks)
+        outcome = Outcome(status, content, last.result if last is not None else None, error)
+        if self.hook is not None:
+            outcome = self.hook(outcome, self.current if last is not None else None)
+        await self.finish(outcome)
+
+
+def spawn_root_loop(
+    run: RunContext,
+    document: LoadedWorkflow,
+    scope: Scope,
+    report: Callable[[DagOutcome], Awaitable[None]],
+) -> Cancellable:
+    """Runs a workflow with a root ``loop:`` at `ROOT_LOOP`; its end arrives as a `DagOutcome`.
+
+    After the loop, ``scope`` shows the last iteration's steps, so the workflow's
+    ``output`` reads them as it would without a loop.
+    """
+    workflow = document.workflow
+
+    async def finished(message: StepFinished) -> None:
+        record = message.record
+        await report(DagOutcome(status=record.status, content=record.content, error=record.error))
+
+    def expose(outcome: Outcome, last: Scope | None) -> Outcome:
+        if last is not None:
+            scope.own_steps().update(last.own_steps())
+        return outcome
+
+    controller = LoopController(
+        run,
+        document,
+        ROOT_LOOP,
+        Step(id=ROOT_LOOP),
+        scope,
+        finished,
+        loop=workflow.loop,
+        steps=workflow.steps,
+        hook=expose,
+    )
+    run.supervisor.spawn(Address.root(ROOT_LOOP), lambda: controller)
+    return controller
