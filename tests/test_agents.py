@@ -231,3 +231,57 @@ async def test_coordinator_forwards_a_message_into_the_next_step(
         ("tell", "coordinator", "tell the listener: price is 42"),
         ("coordinator", "listener", "price is 42"),
     ]
+
+
+TOOLS = """
+name: tools
+agents:
+  calc:
+    model: "openai:test-model"
+    tools: ["HANDLERS:add", "send_message"]
+steps:
+  - id: sum
+    agent: calc
+    instructions: "Add two and three."
+"""
+
+
+async def test_python_tools_get_schemas_and_errors_go_back_to_the_model(
+    write_flow: WriteFlow, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Python tool's schema comes from its signature; bad arguments and raises are reported."""
+    rules = [
+        ServerRule(
+            [
+                {"tool_calls": [{"name": "add", "arguments": {"a": "two", "b": 3}}]},
+                {"tool_calls": [{"name": "add", "arguments": {"a": 2, "b": 3}}]},
+                {"tool_calls": [{"name": "add", "arguments": {"a": -1, "b": 3}}]},
+                "The sum is 5.",
+            ]
+        )
+    ]
+    path = write_flow(
+        TOOLS,
+        handlers='''
+        def add(a: int, b: int = 0) -> int:
+            """Adds two whole numbers."""
+            if a < 0:
+                raise ValueError("no negatives")
+            return a + b
+        ''',
+    )
+    with ScriptedLLMServer(rules) as server:
+        for name, value in server.environ().items():
+            monkeypatch.setenv(name, value)
+        result = await run_flow(path)
+        bodies = [r.body for r in server.requests]
+    assert result.status == "completed", result.error
+    assert result.steps["sum"].content == "The sum is 5."
+    offered = {t["function"]["name"]: t["function"] for t in bodies[0]["tools"]}
+    assert set(offered) == {"add", "send_message"}
+    assert offered["add"]["description"] == "Adds two whole numbers."
+    assert offered["add"]["parameters"]["required"] == ["a"]
+    tool_replies = [m["content"] for m in bodies[-1]["messages"] if m["role"] == "tool"]
+    assert "invalid arguments" in tool_replies[0]
+    assert tool_replies[1] == "5"
+    assert "ValueError: no negatives" in tool_replies[2]

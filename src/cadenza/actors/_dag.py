@@ -76,9 +76,16 @@ class DagController(Actor):
         self.aborting = False
         self.first_error: ErrorInfo | None = None
         self.reported = False
+        self.addresses: dict[str, Address] = {}
 
     def _address(self, step_id: str) -> Address:
-        return self.prefix.child(step_id) if self.prefix is not None else Address.root(step_id)
+        address = self.addresses.get(step_id)
+        if address is None:  # built once per step: Address.root validates its name
+            address = (
+                self.prefix.child(step_id) if self.prefix is not None else Address.root(step_id)
+            )
+            self.addresses[step_id] = address
+        return address
 
     async def on_start(self) -> None:
         """Starts every step without dependencies."""

@@ -83,6 +83,7 @@ class StepActor(Actor):
         self.document = document
         self.step_id = step_id
         self.step = step
+        self.kind = step.kind
         self.scope = scope
         self.report = report
         self._task: asyncio.Task[Any] | None = None
@@ -109,7 +110,7 @@ class StepActor(Actor):
         finally:
             self.run.active.discard(self)
         tokens = None
-        if self.step.kind == "agent":
+        if self.kind == "agent":
             prompt = journal.prompt_tokens - before[0]
             completion = journal.completion_tokens - before[1]
             tokens = Tokens(prompt, completion, prompt + completion)
@@ -132,7 +133,7 @@ class StepActor(Actor):
             async with self.run.limiter:
                 started = self.run.clock.now()
                 self.run.journal.step_started(
-                    address, kind=step.kind, attempt=attempt, agent=step.agent
+                    address, kind=self.kind, attempt=attempt, agent=step.agent
                 )
                 status, content, result, error = await self._attempt(address, attempt, seconds)
                 elapsed = self.run.clock.now() - started
@@ -193,7 +194,7 @@ class StepActor(Actor):
             return await self._command(address, attempt, step.command)
         if step.handler is not None:
             return await self._handler(address, attempt, step.handler)
-        if step.kind == "agent":
+        if self.kind == "agent":
             return await self._agent(address)
         raise StepFailure(
             ErrorInfo(
