@@ -6,12 +6,15 @@ import json
 import sqlite3
 import subprocess
 import sys
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
+import cadenza
 from cadenza import RunResult, Runtime
 from cadenza.testing import RecordedRequest, ScriptedLLMServer, ServerRule
 
@@ -285,3 +288,29 @@ async def test_python_tools_get_schemas_and_errors_go_back_to_the_model(
     assert "invalid arguments" in tool_replies[0]
     assert tool_replies[1] == "5"
     assert "ValueError: no negatives" in tool_replies[2]
+
+
+async def test_a_full_step_inbox_drops_with_an_event(
+    write_flow: WriteFlow, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Messages past a step's 10,000-message inbox are dropped, each with a reason."""
+    hold = threading.Event()
+    path = write_flow(
+        "name: inbox\nagents:\n  ear: {model: 'openai:m'}\n"
+        "steps:\n  - id: listen\n    agent: ear\n    instructions: Listen.\n"
+    )
+    events: list[cadenza.Event] = []
+    with ScriptedLLMServer([ServerRule([{"content": "heard", "hold": hold}])]) as server:
+        for name, value in server.environ().items():
+            monkeypatch.setenv(name, value)
+        async with Runtime() as runtime:
+            handle = await runtime.start(path, on_event=events.append)
+            await anyio.to_thread.run_sync(server.wait_for_requests, 1)
+            for n in range(10_003):
+                await handle.post_message("listen", f"message {n}")
+            hold.set()
+            result = await handle.result()
+    assert result.status == "completed"
+    dropped = [e for e in events if e.type == "message_dropped"]
+    assert len(dropped) == 3
+    assert all(e.data is not None and e.data["reason"] == "inbox full" for e in dropped)

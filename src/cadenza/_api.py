@@ -78,9 +78,13 @@ class RunHandle:
         """Every message carried between agents so far, in order."""
         return list(self._journal.messages)
 
-    def post_message(self, target: str, text: str, *, kind: str = "info") -> None:
-        """Sends a message to a step, as the coordinator would: a bare step id (its
-        newest instance) or an address; it lands in that agent's next turn.
+    async def post_message(self, target: str, text: str, *, kind: str = "info") -> None:
+        """Sends a message to a step, as the coordinator would.
+
+        ``target`` is a bare step id (its newest instance) or an address; the
+        message lands in that agent's next turn, or waits for the step's next
+        instance. Waits while the coordinator's inbox is full (backpressure); a
+        step whose own inbox is full drops it with a ``message_dropped`` event.
 
         Raises:
             CadenzaError: The run has not started its actors yet, or has ended.
@@ -88,7 +92,7 @@ class RunHandle:
         context = self._control.context
         if context is None or self.done:
             raise CadenzaError(f"run {self.run_id!r} is not running; it cannot take messages")
-        context.supervisor.tell_nowait(COORDINATOR, PostMessage(target, text, kind))
+        await context.supervisor.tell(COORDINATOR, PostMessage(target, text, kind))
 
     def cancel(self, reason: str = "cancelled by the caller") -> None:
         """Cancels the run: running steps stop and are recorded ``cancelled``."""

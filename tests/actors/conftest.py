@@ -32,9 +32,10 @@ def run_with_events() -> RunWithEvents:
     """Runs a workflow and returns its result with every event it emitted, in order."""
 
     async def run(workflow: Path | Any, **kwargs: Any) -> tuple[RunResult, list[Event]]:
+        events: list[Event] = []
         async with Runtime() as runtime:
-            handle = await runtime.start(workflow, **kwargs)
-            events = [event async for event in handle.events()]
-            return await handle.result(), events
+            handle = await runtime.start(workflow, on_event=events.append, **kwargs)
+            result = await handle.result()
+        return result, events
 
     return run

@@ -246,9 +246,12 @@ class ProviderRegistry:
             if self._http is None:
                 if self._closed:
                     raise LLMError("the provider registry is closed; create one per run")
-                # Building the client loads the CA bundle: ~0.1 s of blocking
-                # work that would stall every actor if done on the event loop.
-                http = await anyio.to_thread.run_sync(self._new_http_client)
+                if self._transport is not None:  # nothing to load: build it here
+                    http = self._new_http_client()
+                else:
+                    # Building the default client loads the CA bundle: up to 0.1 s
+                    # of blocking work that would stall every actor on the loop.
+                    http = await anyio.to_thread.run_sync(self._new_http_client)
                 if self._closed:  # closed while we were building it
                     await http.aclose()
                     raise LLMError("the provider registry is closed; create one per run")
