@@ -25,10 +25,12 @@ from typing import Any
 
 import anyio
 import anyio.abc
+import httpx
 
 from .actors import EventSink, RunControl, RunJournal, execute_run
 from .actors._coordinator import COORDINATOR, PostMessage
 from .errors import CadenzaError, InputError, RunNotFound
+from .llm import RetryPolicy
 from .protocols import Event, EventType, MessageRecord, RunResult
 from .runtime import Clock, MemoryRunStore, RunRow, RunStore, SqliteRunStore, SystemClock
 from .workflow import (
@@ -176,6 +178,20 @@ class Runtime:
         self.default_model = default_model or os.environ.get("CADENZA_MODEL")
         self._group: anyio.abc.TaskGroup | None = None
         self._runs: dict[str, RunHandle] = {}
+        self._http: httpx.AsyncClient | None = None
+        self._http_lock = anyio.Lock()
+
+    async def _shared_http(self) -> httpx.AsyncClient:
+        """The HTTP client every run's model calls share, built on first use.
+
+        Building one loads the CA bundle (tens of milliseconds of blocking work),
+        so it happens once per runtime, in a worker thread, not once per run.
+        """
+        if self._http is None:
+            async with self._http_lock:
+                if self._http is None:
+                    self._http = await anyio.to_thread.run_sync(_new_http_client)
+        return self._http
 
     async def __aenter__(self) -> Runtime:
         await self.store.open()
@@ -203,6 +219,9 @@ class Runtime:
             else:
                 await group.__aexit__(exc_type, exc, traceback)
         finally:
+            if self._http is not None:
+                await self._http.aclose()
+                self._http = None
             await self.store.close()
 
     async def start(
@@ -260,6 +279,7 @@ class Runtime:
                     max_concurrency=limit,
                     default_model=self.default_model,
                     control=control,
+                    http=self._shared_http,
                 )
             except Exception as error:  # delivered to whoever awaits the result
                 handle._finish(error)
@@ -313,6 +333,11 @@ class Runtime:
         """
         await self.get_run(run_id)
         return await self.store.events(run_id)
+
+
+def _new_http_client() -> httpx.AsyncClient:
+    policy = RetryPolicy()
+    return httpx.AsyncClient(timeout=httpx.Timeout(policy.deadline, connect=10.0))
 
 
 def _as_document(workflow: LoadedWorkflow | Workflow | str | os.PathLike[str]) -> LoadedWorkflow:

@@ -210,7 +210,7 @@ def _validate(args: argparse.Namespace) -> int:
 
 
 def _graph(args: argparse.Namespace) -> int:
-    workflow = load_workflow(args.file).workflow
+    workflow = load_workflow(args.file)
     if args.format == "json":
         sys.stdout.write(json.dumps(describe_workflow(workflow), indent=2) + "\n")
     else:

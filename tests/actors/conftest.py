@@ -12,6 +12,7 @@ from cadenza import RunResult, Runtime
 from cadenza.protocols import Event
 from cadenza.testing.pytest_plugin import llm_server as llm_server
 
+WriteFlow = Callable[..., Path]
 RunFlow = Callable[..., Awaitable[RunResult]]
 RunWithEvents = Callable[..., Awaitable[tuple[RunResult, list[Event]]]]
 

@@ -165,6 +165,26 @@ async def test_trickling_body_hits_the_deadline(llm_server: StartLLMServer) -> N
     assert caught.value.attempts == 1
 
 
+async def test_the_deadline_runs_on_the_run_clock() -> None:
+    """An attempt that never answers fails as soon as the clock passes the deadline."""
+    clock = FakeClock()
+    never = asyncio.Event()
+
+    async def hang(request: httpx.Request) -> httpx.Response:
+        await never.wait()
+        raise AssertionError("unreachable")
+
+    policy = RetryPolicy(max_attempts=1, deadline=30.0)
+    transport = httpx.MockTransport(hang)
+    async with ProviderRegistry(environ=ENV, clock=clock, policy=policy, transport=transport) as p:
+        task = asyncio.create_task(p.client("openai").complete(HI))
+        await clock.advance(29.9)
+        assert not task.done()
+        await clock.advance(0.1)
+        with pytest.raises(LLMTimeout, match="longer than the 30 s deadline"):
+            await task
+
+
 async def test_a_timed_out_attempt_is_retried(llm_server: StartLLMServer) -> None:
     """An attempt past its deadline is retried like any transient failure."""
     server = llm_server([ServerRule([{"content": "x" * 500, "trickle": 0.2}, "ok"])])

@@ -17,7 +17,6 @@ runs and the step is failed if any item failed (without stopping its workflow).
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 import msgspec
@@ -27,7 +26,7 @@ from cadenza.workflow import LoadedWorkflow, State, Step, compile_expression
 from cadenza.workflow._cel import preview, quote, type_name
 
 from ._children import spawn_step
-from ._container import Container, Outcome
+from ._container import Container, Outcome, amend
 from ._context import NO_BRIEF, Brief, RunContext, Scope
 from ._step import Report, work_error
 
@@ -72,6 +71,10 @@ class ForEachController(Container):
         self.statuses: list[StepStatus | None] = []
         self.first_error: ErrorInfo | None = None
         self.halted = False
+        # Item events share their data: at 10,000 items a dict per event is megabytes
+        # kept by the store, and the index is already in the address (loop[i]).
+        self.start_event: dict[str, Any] = {}
+        self.end_events: dict[str, dict[str, Any]] = {}
 
     def start_data(self) -> dict[str, object]:
         """``loop_type`` as zenflow's ``step_start`` carries it."""
@@ -96,6 +99,7 @@ class ForEachController(Container):
         if self.run.max_concurrency > 0:
             limit = min(limit, self.run.max_concurrency)
         self.limit = max(limit, 1)
+        self.start_event = {"total": count}
         self.run.journal.emit(
             EventType.MESSAGE,
             step_id=self.here,
@@ -130,12 +134,8 @@ class ForEachController(Container):
         self.launched = index + 1
         address = self.address.item(index)
         scope = Scope(self.scope, {"item": self.items[index], "index": index})
-        self.run.journal.emit(
-            EventType.ITEM_START,
-            step_id=str(address),
-            data={"index": index, "total": len(self.items)},
-        )
-        item_brief = dataclasses.replace(self.brief, item_index=index)
+        self.run.journal.emit(EventType.ITEM_START, step_id=str(address), data=self.start_event)
+        item_brief = amend(self.brief, item_index=index)
         if self.body is not None:
             self.children[index] = spawn_step(
                 self.run,
@@ -159,11 +159,10 @@ class ForEachController(Container):
         self.contents[key] = record.content
         self.results[key] = record.result
         self.statuses[key] = record.status
-        self.run.journal.emit(
-            EventType.ITEM_END,
-            step_id=str(self.address.item(key)),
-            data={"index": key, "status": record.status},
-        )
+        ended = self.end_events.get(record.status)
+        if ended is None:
+            ended = self.end_events[record.status] = {"status": record.status}
+        self.run.journal.emit(EventType.ITEM_END, step_id=str(self.address.item(key)), data=ended)
         if record.status in ("failed", "cancelled"):
             if self.first_error is None:
                 self.first_error = record.error

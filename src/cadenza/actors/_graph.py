@@ -16,14 +16,12 @@ or ``feedbackOnRevisit: false`` on the graph.
 
 from __future__ import annotations
 
-import dataclasses
-
 from cadenza.protocols import ErrorInfo, EventType, GraphSummary, StepRecord, StepStatus
 from cadenza.workflow import Edge, LoadedWorkflow, State, Step, compile_expression
 from cadenza.workflow._cel import quote
 
 from ._children import spawn_step
-from ._container import Container, Outcome
+from ._container import Container, Outcome, amend
 from ._context import NO_BRIEF, Brief, RunContext, Scope
 from ._step import Report, work_error
 
@@ -130,16 +128,19 @@ class GraphController(Container):
             await self._visit(edge.to, self._brief(edge.to, state, content))
 
     def _route(self, state: str, key: int, record: StepRecord) -> tuple[int, Edge, str] | None:
-        names = self.states.activation(self.run.inputs)
-        names["content"] = record.content or ""
-        names["result"] = record.result
-        names["status"] = record.status
-        names["state"] = state
-        names["step"] = key + 1
-        names["visits"] = dict(self.visits)
+        names: dict[str, object] | None = None  # built for the first condition only
         for index, edge in self.edges.get(state, ()):
             if edge.condition is None:
                 return index, edge, "unconditional"
+            if names is None:
+                names = self.states.activation(self.run.inputs)
+                names["content"] = record.content or ""
+                names["result"] = record.result
+                names["status"] = record.status
+                names["state"] = state
+                names["step"] = key + 1
+                # Evaluation is synchronous: the live counts cannot change under it.
+                names["visits"] = self.visits
             expression = compile_expression(edge.condition, step_ids=self.run.step_ids)
             if expression.evaluate_bool(names, what="edge condition"):
                 return index, edge, f"condition {quote(edge.condition)} is true"
@@ -161,9 +162,7 @@ class GraphController(Container):
         body = self.graph.states[state]
         again = self.graph.feedback_on_revisit and body.feedback is not False
         previous = self.previous.get(state) if again else None
-        return dataclasses.replace(
-            self.brief, routed_from=came_from, routed_content=content, previous=previous
-        )
+        return amend(self.brief, routed_from=came_from, routed_content=content, previous=previous)
 
     async def _at_limit(self, following: str) -> None:
         policy = self.graph.on_max_steps

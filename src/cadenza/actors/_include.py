@@ -126,6 +126,9 @@ class IncludeController(Container):
 
     async def begin(self) -> None:
         """Renders the inputs and starts the child's steps."""
+        if self.stopping is not None:
+            await self.finish(Outcome("cancelled"))
+            return
         try:
             self.inner = child_scope(self.run, self.step, self.scope, self.child)
         except Exception as error:  # bad inputs fail the include step, located

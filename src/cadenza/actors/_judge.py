@@ -40,15 +40,14 @@ class Verdict:
 
 def iteration_report(
     address: str,
-    content: str | None,
-    result: object,
+    record: StepRecord,
     steps: Sequence[Step] | None,
     scope: Scope,
 ) -> str:
     """The iteration's outputs as the judge reads them, each labelled by step."""
     parts: list[str] = []
     if steps is None:
-        parts.append(_section(address, "completed", content or "", result))
+        parts.append(_section(address, record.status, record.content or "", record.result))
     else:
         outputs = scope.own_steps()
         for step in steps:
@@ -57,7 +56,7 @@ def iteration_report(
                 parts.append(
                     _section(step.id, output["status"], output["content"], output["result"])
                 )
-    return "## Iteration outputs\n\n" + "\n\n".join(parts)
+    return f"## Iteration outputs ({address})\n\n" + "\n\n".join(parts)
 
 
 def _section(label: str, status: str, content: str, result: object) -> str:

@@ -15,7 +15,6 @@ are the body, at ``loop.N.<id>`` for the workflow that is run, and at
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Awaitable, Callable, Sequence
 
 import msgspec
@@ -25,7 +24,7 @@ from cadenza.runtime import Address
 from cadenza.workflow import LoadedWorkflow, Loop, State, Step, compile_expression, parse_duration
 
 from ._children import spawn_step
-from ._container import Container, Outcome
+from ._container import Container, Outcome, amend
 from ._context import NO_BRIEF, Brief, Cancellable, RunContext, Scope
 from ._dag import DagOutcome
 from ._judge import JUDGE, Verdict, iteration_report, run_judge
@@ -78,12 +77,16 @@ class LoopController(Container):
             else msgspec.structs.replace(step, loop=None, timeout=None, retries=0)
         )
         self.roots = {s.id for s in self.body_steps or () if not s.depends_on}
+        # Later body steps keep only the forEach item they belong to.
+        index = brief.item_index
+        self.inner_brief = NO_BRIEF if index is None else Brief(item_index=index)
         self.limit = spec.max_iterations or SAFETY_CAP
         self.prepare = prepare
         self.hook = hook
         self.cumulative = spec.output_mode == "cumulative"
         self.outer = scope
         self.current = scope
+        self.current_address = ""
         self.iterations = 0
         self.blocks: list[str] = []
         self.feedback: str | None = None
@@ -112,10 +115,11 @@ class LoopController(Container):
             await self._end("cancelled")
             return
         address = self.address.iteration(n)
+        self.current_address = str(address)
         scope = self.current = Scope(self.outer, {"iteration": n})
         self.run.journal.emit(
             EventType.ITERATION_START,
-            step_id=str(address),
+            step_id=self.current_address,
             data={"iteration": n, "maxIterations": self.limit},
         )
         feedback = self.feedback if self.loop.feedback else None
@@ -132,19 +136,19 @@ class LoopController(Container):
 
     def _brief(self, step_id: str, root: bool, feedback: str | None) -> Brief:
         """What a body step hears: the loop's own brief (roots), feedback, memory."""
-        brief = self.brief if root else Brief(item_index=self.brief.item_index)
+        brief = self.brief if root else self.inner_brief
         if root and feedback is not None:
-            brief = dataclasses.replace(brief, feedback=feedback)
+            brief = amend(brief, feedback=feedback)
         if self.loop.memory != "fresh":
             key = f"{self.here}:{step_id}"
-            brief = dataclasses.replace(brief, memory=self.loop.memory, memory_key=key)
+            brief = amend(brief, memory=self.loop.memory, memory_key=key)
         return brief
 
     async def child_done(self, key: int, record: StepRecord) -> None:
         """Decides after iteration ``key``: stop (why), or go on to the next one."""
         self.run.journal.emit(
             EventType.ITERATION_END,
-            step_id=str(self.address.iteration(key)),
+            step_id=self.current_address,
             data={"iteration": key, "status": record.status},
         )
         self.iterations = key + 1
@@ -196,9 +200,7 @@ class LoopController(Container):
     def _judge(self, n: int, record: StepRecord) -> Awaitable[Verdict]:
         iteration = self.address.iteration(n)
         inner = None if self.body is not None else self.body_steps
-        context = iteration_report(
-            str(iteration), record.content, record.result, inner, self.current
-        )
+        context = iteration_report(str(iteration), record, inner, self.current)
         return run_judge(
             self.run,
             self.document,

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import httpx
 import msgspec
 
 from cadenza.llm import ProviderRegistry
@@ -59,6 +61,7 @@ async def execute_run(
     max_concurrency: int,
     default_model: str | None,
     control: RunControl,
+    http: Callable[[], Awaitable[httpx.AsyncClient]] | None = None,
 ) -> RunResult:
     """Runs a loaded workflow to its end and returns (and records) its result."""
     workflow = document.workflow

@@ -206,7 +206,7 @@ class StepActor(Actor):
 
     async def _agent(self, address: str) -> tuple[str, Any]:
         step = self.step
-        outputs = self.scope.own_steps()
+        outputs = self.scope.steps()
         depends_on = step.depends_on if isinstance(step, Step) else []
         outcome = await run_agent(
             self.run,
@@ -285,7 +285,7 @@ class StepActor(Actor):
             address=address,
             attempt=attempt,
             idempotency_key=f"{self.run.run_id}:{address}:{attempt}",
-            inputs=self.run.inputs,
+            inputs=variables["inputs"],
             steps=StepsView(variables["steps"]),
             workflow_dir=self.document.base_dir,
             item=variables.get("item"),

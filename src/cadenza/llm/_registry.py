@@ -6,7 +6,7 @@ import asyncio
 import difflib
 import os
 import random
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from types import TracebackType
 from typing import Final, Self
 
@@ -96,6 +96,9 @@ class ProviderRegistry:
             ``httpx.MockTransport``); httpx's default when None.
         rng: The source of backoff jitter (seed it for repeatable waits).
         max_body: The largest response body accepted, in bytes.
+        http: Where to get a shared ``httpx.AsyncClient`` owned by the caller (a
+            `Runtime` shares one across its runs, so connections and the loaded
+            CA bundle are reused); the registry then neither builds nor closes one.
     """
 
     def __init__(
@@ -107,6 +110,7 @@ class ProviderRegistry:
         transport: httpx.AsyncBaseTransport | None = None,
         rng: random.Random | None = None,
         max_body: int = DEFAULT_MAX_BODY,
+        http: Callable[[], Awaitable[httpx.AsyncClient]] | None = None,
     ) -> None:
         source = os.environ if environ is None else environ
         register_secrets_from(source)
@@ -118,6 +122,7 @@ class ProviderRegistry:
         self._transport = transport
         self._http: httpx.AsyncClient | None = None
         self._http_lock = asyncio.Lock()
+        self._shared_http = http
         self._closed = False
         self._clients: dict[tuple[str, str], LLMClient] = {}
         self._caller = HTTPCaller(
@@ -240,6 +245,8 @@ class ProviderRegistry:
         return variable
 
     async def _http_client(self) -> httpx.AsyncClient:
+        if self._shared_http is not None:
+            return await self._shared_http()
         if self._http is not None:
             return self._http
         async with self._http_lock:

@@ -1,0 +1,266 @@
+"""forEach: items from a list or CEL, loop[N] addresses, concurrency caps, failures."""
+
+from __future__ import annotations
+
+from .conftest import RunFlow, RunWithEvents, WriteFlow
+
+PROBE = """
+import asyncio
+
+alive = 0
+peak = 0
+
+async def probe(ctx):
+    global alive, peak
+    alive += 1
+    peak = max(peak, alive)
+    for _ in range(20):  # stay alive across many turns of the event loop
+        await asyncio.sleep(0)
+    alive -= 1
+    return f"{ctx.index}:{ctx.item}"
+
+def peak_seen(ctx):
+    return {"peak": peak}
+"""
+
+
+async def test_a_literal_list_runs_the_step_once_per_item(
+    write_flow: WriteFlow, run_flow: RunFlow
+) -> None:
+    """Iteration i runs at loop[i] with item, index and the brief's item_index."""
+    path = write_flow(
+        """
+        name: greet
+        steps:
+          - id: greet
+            handler: "HANDLERS:greet"
+            loop:
+              forEach: ["ann", {"name": "bob"}, 3]
+        """,
+        handlers="""
+        def greet(ctx):
+            return f"{ctx.index}/{ctx.brief.item_index}: {ctx.item}"
+        """,
+    )
+    result = await run_flow(path)
+    assert result.status == "completed", result.error
+    assert result.steps["greet[1]"].content == "1/1: {'name': 'bob'}"
+    assert (
+        result.steps["greet"].content == "0/0: ann\n\n---\n\n1/1: {'name': 'bob'}\n\n---\n\n2/2: 3"
+    )
+    iterations = result.steps["greet"].result["iterations"]
+    assert [i["item"] for i in iterations] == ["ann", {"name": "bob"}, 3]
+    assert iterations[2] == {
+        "index": 2,
+        "item": 3,
+        "status": "completed",
+        "content": "2/2: 3",
+        "result": None,
+    }
+    assert result.loops["greet"].iterations == 3
+    assert result.loops["greet"].termination_reason == "forEach"
+
+
+async def test_a_cel_list_feeds_a_multi_step_body(write_flow: WriteFlow, run_flow: RunFlow) -> None:
+    """forEach CEL is evaluated when the step starts; the body runs at loop[i].<id>."""
+    path = write_flow(
+        """
+        name: deploy
+        steps:
+          - id: list-services
+            handler: "HANDLERS:services"
+          - id: deploy-each
+            dependsOn: [list-services]
+            loop:
+              forEach: "steps.list-services.result.services"
+              steps:
+                - id: deploy
+                  handler: "HANDLERS:deploy"
+                - id: verify
+                  dependsOn: [deploy]
+                  command: 'echo "verified $SERVICE"'
+                  env: {SERVICE: "{{ item }}"}
+        """,
+        handlers="""
+        def services(ctx):
+            return {"services": ["auth", "billing"]}
+        def deploy(ctx):
+            return f"deployed {ctx.item} ({ctx.brief.item_index})"
+        """,
+    )
+    result = await run_flow(path)
+    assert result.status == "completed", result.error
+    assert result.steps["deploy-each[1].deploy"].content == "deployed billing (1)"
+    assert result.steps["deploy-each[0].verify"].content == "verified auth\n"
+    assert result.steps["deploy-each[0]"].status == "completed"
+    assert result.steps["deploy-each[1]"].result["exitCode"] == 0
+
+
+async def test_a_foreach_that_is_not_a_list_fails_naming_expression_and_type(
+    write_flow: WriteFlow, run_flow: RunFlow
+) -> None:
+    """A CEL forEach yielding a map fails the step with the expression and the type it got."""
+    path = write_flow(
+        """
+        name: wrong
+        steps:
+          - id: data
+            handler: "HANDLERS:data"
+          - id: each
+            dependsOn: [data]
+            handler: "HANDLERS:data"
+            loop: {forEach: "steps.data.result"}
+        """,
+        handlers="""
+        def data(ctx):
+            return {"not": "a list"}
+        """,
+    )
+    result = await run_flow(path)
+    assert result.status == "failed"
+    error = result.steps["each"].error
+    assert error is not None
+    assert "steps.data.result" in error.message
+    assert "map" in error.message
+    assert "each[0]" not in result.steps
+
+
+async def test_max_concurrency_is_never_exceeded_and_no_item_is_dropped(
+    write_flow: WriteFlow, run_flow: RunFlow
+) -> None:
+    """A probe handler counts live iterations: the peak is exactly maxConcurrency."""
+    path = write_flow(
+        """
+        name: probe
+        options: {maxConcurrency: 10}
+        steps:
+          - id: fan
+            handler: "HANDLERS:probe"
+            loop:
+              forEach: [a, b, c, d, e, f, g, h, i, j, k]
+              maxConcurrency: 3
+          - id: report
+            dependsOn: [fan]
+            handler: "HANDLERS:peak_seen"
+        """,
+        handlers=PROBE,
+    )
+    result = await run_flow(path)
+    assert result.status == "completed", result.error
+    assert result.steps["report"].result == {"peak": 3}
+    assert [result.steps[f"fan[{i}]"].content for i in range(11)] == [
+        f"{i}:{item}" for i, item in enumerate("abcdefghijk")
+    ]
+
+
+async def test_the_run_wide_limit_caps_live_iterations(
+    write_flow: WriteFlow, run_with_events: RunWithEvents
+) -> None:
+    """Without maxConcurrency, no more iterations are alive than the run's maxConcurrency."""
+    path = write_flow(
+        """
+        name: wide
+        options: {maxConcurrency: 4}
+        steps:
+          - id: fan
+            handler: "HANDLERS:probe"
+            loop:
+              forEach: "[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20]"
+        """,
+        handlers=PROBE,
+    )
+    result, events = await run_with_events(path)
+    assert result.status == "completed", result.error
+    alive = peak = 0
+    for event in events:
+        if event.type == "item_start":
+            alive += 1
+            peak = max(peak, alive)
+        elif event.type == "item_end":
+            alive -= 1
+    assert peak == 4
+    assert sum(e.type == "item_end" for e in events) == 20
+
+
+async def test_a_failed_item_stops_new_items_and_fails_the_step(
+    write_flow: WriteFlow, run_flow: RunFlow
+) -> None:
+    """After a failure no further item starts; the step fails with the item's error."""
+    path = write_flow(
+        """
+        name: halt
+        steps:
+          - id: each
+            handler: "HANDLERS:check"
+            loop: {forEach: [0, 1, 2, 3], maxConcurrency: 1}
+        """,
+        handlers="""
+        def check(ctx):
+            if ctx.item == 1:
+                raise ValueError("item 1 is bad")
+            return "ok"
+        """,
+    )
+    result = await run_flow(path)
+    assert result.status == "failed"
+    record = result.steps["each"]
+    assert record.status == "failed"
+    assert record.error is not None
+    assert "item 1 is bad" in record.error.message
+    assert "each[2]" not in result.steps
+    assert result.loops["each"].iterations == 2
+
+
+async def test_on_error_continue_runs_every_item(write_flow: WriteFlow, run_flow: RunFlow) -> None:
+    """With onError: continue every item runs; the step is failed but the run goes on."""
+    path = write_flow(
+        """
+        name: tolerant
+        steps:
+          - id: each
+            handler: "HANDLERS:check"
+            onError: continue
+            loop: {forEach: [0, 1, 2], maxConcurrency: 1}
+          - id: after
+            dependsOn: [each]
+            handler: "HANDLERS:after"
+        """,
+        handlers="""
+        def check(ctx):
+            if ctx.item == 0:
+                raise ValueError("first is bad")
+            return "ok"
+        def after(ctx):
+            return ctx.steps["each"].status
+        """,
+    )
+    result = await run_flow(path)
+    assert result.status == "completed", result.error
+    assert [result.steps[f"each[{i}]"].status for i in range(3)] == [
+        "failed",
+        "completed",
+        "completed",
+    ]
+    assert result.steps["after"].content == "failed"
+
+
+async def test_an_empty_list_completes_at_once(write_flow: WriteFlow, run_flow: RunFlow) -> None:
+    """A CEL forEach yielding [] completes with empty content and no iterations."""
+    path = write_flow(
+        """
+        name: none
+        steps:
+          - id: each
+            handler: "HANDLERS:never"
+            loop: {forEach: "[]"}
+        """,
+        handlers="""
+        def never(ctx):
+            raise AssertionError("no item, no call")
+        """,
+    )
+    result = await run_flow(path)
+    assert result.status == "completed", result.error
+    assert result.steps["each"].content == ""
+    assert result.steps["each"].result == {"iterations": []}
+    assert result.loops["each"].iterations == 0

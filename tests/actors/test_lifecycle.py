@@ -1,0 +1,170 @@
+"""Container life cycle on an injected clock: delay, timeout, retries and cancellation."""
+
+from __future__ import annotations
+
+import asyncio
+
+from cadenza import Runtime
+from cadenza.protocols import Event
+from cadenza.runtime import FakeClock
+
+from .conftest import WriteFlow
+
+HANDLERS = """
+import asyncio
+
+def tick(ctx):
+    return f"tick {ctx.iteration}"
+
+async def hang(ctx):
+    await asyncio.Event().wait()
+"""
+
+
+class Watch:
+    """Collects events and lets a test wait for one of them."""
+
+    def __init__(self) -> None:
+        self.events: list[Event] = []
+        self._waiters: list[tuple[str, str | None, asyncio.Future[Event]]] = []
+
+    def __call__(self, event: Event) -> None:
+        self.events.append(event)
+        for waiter in list(self._waiters):
+            kind, step_id, future = waiter
+            if event.type == kind and step_id in (None, event.step_id) and not future.done():
+                future.set_result(event)
+                self._waiters.remove(waiter)
+
+    async def wait_for(self, kind: str, step_id: str | None = None) -> Event:
+        for event in self.events:
+            if event.type == kind and step_id in (None, event.step_id):
+                return event
+        future: asyncio.Future[Event] = asyncio.get_running_loop().create_future()
+        self._waiters.append((kind, step_id, future))
+        return await future
+
+    def seen(self, kind: str, step_id: str) -> bool:
+        return any(e.type == kind and e.step_id == step_id for e in self.events)
+
+
+async def test_delay_waits_on_the_clock_between_iterations(write_flow: WriteFlow) -> None:
+    """delay: the next iteration starts only once the injected clock has moved past it."""
+    path = write_flow(
+        """
+        name: paced
+        steps:
+          - id: poll
+            handler: "HANDLERS:tick"
+            loop: {maxIterations: 2, delay: 30s}
+        """,
+        handlers=HANDLERS,
+    )
+    clock = FakeClock()
+    watch = Watch()
+    async with Runtime(clock=clock) as runtime:
+        handle = await runtime.start(path, on_event=watch)
+        await watch.wait_for("iteration_end", "poll.0")
+        await clock.advance(29)
+        assert not watch.seen("iteration_start", "poll.1")
+        await clock.advance(1)
+        result = await handle.result()
+    assert result.status == "completed", result.error
+    assert result.steps["poll.1"].content == "tick 1"
+
+
+async def test_a_loop_timeout_bounds_all_iterations_and_retries_restart_it(
+    write_flow: WriteFlow,
+) -> None:
+    """timeout on a loop fails it as Timeout; retries: 1 runs the whole loop again first."""
+    path = write_flow(
+        """
+        name: slow
+        steps:
+          - id: slow
+            handler: "HANDLERS:hang"
+            timeout: 10s
+            retries: 1
+            loop: {maxIterations: 3}
+        """,
+        handlers=HANDLERS,
+    )
+    clock = FakeClock()
+    watch = Watch()
+    async with Runtime(clock=clock) as runtime:
+        handle = await runtime.start(path, on_event=watch)
+        await watch.wait_for("step_start", "slow.0")
+        await clock.advance(10)
+        await watch.wait_for("step_retry", "slow")
+        await clock.advance(10)
+        result = await handle.result()
+    record = result.steps["slow"]
+    assert result.status == "failed"
+    assert record.status == "failed"
+    assert record.attempts == 2
+    assert record.error is not None
+    assert record.error.type == "Timeout"
+    assert result.steps["slow.0"].status == "cancelled"
+    assert "slow.1" not in result.steps
+
+
+async def test_cancelling_a_run_interrupts_a_loop_waiting_out_its_delay(
+    write_flow: WriteFlow,
+) -> None:
+    """A loop parked in its delay is cancelled at once: the run and the loop end cancelled."""
+    path = write_flow(
+        """
+        name: patient
+        steps:
+          - id: wait
+            handler: "HANDLERS:tick"
+            loop: {maxIterations: 5, delay: 1h}
+        """,
+        handlers=HANDLERS,
+    )
+    clock = FakeClock()
+    watch = Watch()
+    async with Runtime(clock=clock) as runtime:
+        handle = await runtime.start(path, on_event=watch)
+        await watch.wait_for("iteration_end", "wait.0")
+        handle.cancel("enough")
+        result = await handle.result()
+    assert result.status == "cancelled"
+    assert result.steps["wait"].status == "cancelled"
+    assert result.loops["wait"].termination_reason == "cancelled"
+    assert "wait.1" not in result.steps
+
+
+async def test_cancelling_a_run_cancels_running_foreach_items_and_graph_states(
+    write_flow: WriteFlow,
+) -> None:
+    """Cancellation reaches every running child of a forEach and of a graph."""
+    path = write_flow(
+        """
+        name: busy
+        steps:
+          - id: fan
+            handler: "HANDLERS:hang"
+            loop: {forEach: [1, 2, 3]}
+          - id: machine
+            graph:
+              start: wait
+              states:
+                wait: {handler: "HANDLERS:hang"}
+              edges:
+                - {from: wait, to: END}
+        """,
+        handlers=HANDLERS,
+    )
+    watch = Watch()
+    async with Runtime() as runtime:
+        handle = await runtime.start(path, on_event=watch)
+        for address in ("fan[0]", "fan[1]", "fan[2]", "machine.0.wait"):
+            await watch.wait_for("step_start", address)
+        handle.cancel("stop")
+        result = await handle.result()
+    assert result.status == "cancelled"
+    assert result.steps["fan"].status == "cancelled"
+    assert result.steps["fan[2]"].status == "cancelled"
+    assert result.steps["machine"].status == "cancelled"
+    assert result.graphs["machine"].path == ["wait"]

@@ -1,0 +1,341 @@
+"""Repeat-until loops: until, maxIterations and its policies, feedback, output modes, delay."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from cadenza.workflow import LoadedWorkflow, Loop, Step, Workflow
+
+from .conftest import RunFlow, RunWithEvents, WriteFlow
+
+
+async def test_until_stops_a_single_step_loop_with_content_and_iteration(
+    write_flow: WriteFlow, run_flow: RunFlow
+) -> None:
+    """A single-step loop runs at loop.N; until sees content and iteration; it stops when true."""
+    path = write_flow(
+        """
+        name: count
+        steps:
+          - id: count
+            handler: "HANDLERS:count"
+            loop:
+              maxIterations: 10
+              until: "content == 'n=2' && iteration == 2"
+        """,
+        handlers="""
+        def count(ctx):
+            return f"n={ctx.iteration}"
+        """,
+    )
+    result = await run_flow(path)
+    assert result.status == "completed", result.error
+    assert [result.steps[f"count.{n}"].content for n in range(3)] == ["n=0", "n=1", "n=2"]
+    assert "count.3" not in result.steps
+    assert result.steps["count"].content == "n=2"
+    assert result.loops["count"].iterations == 3
+    assert result.loops["count"].termination_reason == "until"
+
+
+async def test_multi_step_iterations_have_their_own_steps(
+    write_flow: WriteFlow, run_flow: RunFlow
+) -> None:
+    """Each iteration's steps are loop.N.<id>; until reads them; outer steps stay visible."""
+    path = write_flow(
+        """
+        name: cycle
+        steps:
+          - id: setup
+            handler: "HANDLERS:setup"
+          - id: cycle
+            dependsOn: [setup]
+            loop:
+              maxIterations: 5
+              until: "steps.check.result.ok"
+              steps:
+                - id: work
+                  handler: "HANDLERS:work"
+                - id: check
+                  dependsOn: [work]
+                  handler: "HANDLERS:check"
+        output: "steps.cycle.content"
+        """,
+        handlers="""
+        def setup(ctx):
+            return "ready"
+        def work(ctx):
+            # A fresh scope per iteration: last iteration's check is not visible here.
+            seen = "check" in ctx.steps
+            return f"work {ctx.iteration} after {ctx.steps['setup'].content} saw-check={seen}"
+        def check(ctx):
+            return {"ok": ctx.iteration == 1, "of": ctx.steps["work"].content}
+        """,
+    )
+    result = await run_flow(path)
+    assert result.status == "completed", result.error
+    assert result.steps["cycle.0.work"].content == "work 0 after ready saw-check=False"
+    assert result.steps["cycle.1.check"].result == {
+        "ok": True,
+        "of": "work 1 after ready saw-check=False",
+    }
+    assert result.steps["cycle.1"].status == "completed"
+    assert "cycle.2.work" not in result.steps
+    assert result.loops["cycle"].termination_reason == "until"
+    assert result.steps["cycle"].result == result.steps["cycle.1.check"].result
+
+
+async def test_on_error_continue_lets_a_failing_step_retry_until_valid(
+    write_flow: WriteFlow, run_flow: RunFlow
+) -> None:
+    """With onError: continue a failed iteration is not fatal; until can test status."""
+    path = write_flow(
+        """
+        name: retry
+        steps:
+          - id: fetch
+            handler: "HANDLERS:flaky"
+            onError: continue
+            loop:
+              maxIterations: 5
+              until: "status == 'completed'"
+        """,
+        handlers="""
+        def flaky(ctx):
+            if ctx.iteration < 2:
+                raise RuntimeError(f"not yet ({ctx.iteration})")
+            return "valid"
+        """,
+    )
+    result = await run_flow(path)
+    assert result.status == "completed", result.error
+    assert [result.steps[f"fetch.{n}"].status for n in range(3)] == [
+        "failed",
+        "failed",
+        "completed",
+    ]
+    assert result.steps["fetch"].status == "completed"
+    assert result.steps["fetch"].content == "valid"
+
+
+async def test_a_failed_iteration_fails_the_loop(write_flow: WriteFlow, run_flow: RunFlow) -> None:
+    """Without onError: continue, the first failing iteration ends the loop as failed."""
+    path = write_flow(
+        """
+        name: boom
+        steps:
+          - id: boom
+            handler: "HANDLERS:boom"
+            loop: {maxIterations: 5}
+        """,
+        handlers="""
+        def boom(ctx):
+            raise ValueError("broken on purpose")
+        """,
+    )
+    result = await run_flow(path)
+    assert result.status == "failed"
+    assert result.steps["boom"].status == "failed"
+    assert result.steps["boom"].error is not None
+    assert "broken on purpose" in result.steps["boom"].error.message
+    assert "boom.1" not in result.steps
+    assert result.loops["boom"].termination_reason == "failed"
+
+
+@pytest.mark.parametrize(
+    ("policy", "status", "flagged"),
+    [
+        ("returnLast", "completed", False),
+        ("fail", "failed", False),
+        ("returnWithFlag", "completed", True),
+    ],
+)
+async def test_on_max_iterations_policies(
+    write_flow: WriteFlow, run_flow: RunFlow, policy: str, status: str, flagged: bool
+) -> None:
+    """Reaching maxIterations returns the last output, fails, or returns it flagged."""
+    path = write_flow(
+        f"""
+        name: capped
+        steps:
+          - id: capped
+            handler: "HANDLERS:same"
+            onError: continue
+            loop:
+              maxIterations: 2
+              until: "content == 'never'"
+              onMaxIterations: {policy}
+        """,
+        handlers="""
+        def same(ctx):
+            return f"try {ctx.iteration}"
+        """,
+    )
+    result = await run_flow(path)
+    loop = result.loops["capped"]
+    assert (loop.iterations, loop.termination_reason, loop.flagged) == (2, "maxIterations", flagged)
+    record = result.steps["capped"]
+    assert record.status == status
+    if status == "completed":
+        assert record.content == "try 1"
+    else:
+        assert record.error is not None
+        assert record.error.type == "MaxIterations"
+
+
+async def test_a_loop_built_without_max_iterations_stops_at_the_safety_cap(
+    tmp_path: Path, run_flow: RunFlow
+) -> None:
+    """A loop built in Python without maxIterations runs at most 100 iterations."""
+    (tmp_path / "cap_handlers.py").write_text("async def tick(ctx):\n    return 'tick'\n")
+    step = Step(id="spin", handler="cap_handlers:tick", loop=Loop(until="content == 'tock'"))
+    document = LoadedWorkflow(Workflow(name="cap", steps=[step]), None, tmp_path)
+    result = await run_flow(document)
+    assert result.status == "completed", result.error
+    assert result.loops["spin"].iterations == 100
+    assert result.loops["spin"].termination_reason == "maxIterations"
+    assert "spin.99" in result.steps
+    assert "spin.100" not in result.steps
+
+
+async def test_feedback_reaches_the_first_body_step_from_iteration_one(
+    write_flow: WriteFlow, run_flow: RunFlow
+) -> None:
+    """The first body step gets the previous iteration's output; later steps do not."""
+    path = write_flow(
+        """
+        name: reflect
+        steps:
+          - id: reflect
+            loop:
+              maxIterations: 3
+              steps:
+                - id: write
+                  handler: "HANDLERS:write"
+                - id: critique
+                  dependsOn: [write]
+                  handler: "HANDLERS:critique"
+          - id: quiet
+            handler: "HANDLERS:write"
+            loop: {maxIterations: 2, feedback: false}
+        """,
+        handlers="""
+        def write(ctx):
+            return f"draft {ctx.iteration} (feedback: {ctx.brief.feedback})"
+        def critique(ctx):
+            return f"critique {ctx.iteration} (feedback: {ctx.brief.feedback})"
+        """,
+    )
+    result = await run_flow(path)
+    assert result.status == "completed", result.error
+    assert result.steps["reflect.0.write"].content == "draft 0 (feedback: None)"
+    assert result.steps["reflect.1.write"].content == (
+        "draft 1 (feedback: critique 0 (feedback: None))"
+    )
+    assert result.steps["reflect.2.critique"].content == "critique 2 (feedback: None)"
+    assert result.steps["quiet.1"].content == "draft 1 (feedback: None)"
+
+
+async def test_memory_mode_and_a_stable_key_reach_body_steps(
+    write_flow: WriteFlow, run_flow: RunFlow
+) -> None:
+    """memory: accumulate gives every iteration of a body step the same memory key."""
+    path = write_flow(
+        """
+        name: remember
+        steps:
+          - id: chat
+            handler: "HANDLERS:chat"
+            loop: {maxIterations: 2, memory: accumulate}
+        """,
+        handlers="""
+        def chat(ctx):
+            return f"{ctx.brief.memory} {ctx.brief.memory_key}"
+        """,
+    )
+    result = await run_flow(path)
+    assert result.steps["chat.0"].content == "accumulate chat:chat"
+    assert result.steps["chat.1"].content == "accumulate chat:chat"
+
+
+async def test_cumulative_output_joins_every_iteration(
+    write_flow: WriteFlow, run_flow: RunFlow
+) -> None:
+    """outputMode: cumulative makes the loop's content every iteration's, in order."""
+    path = write_flow(
+        """
+        name: rounds
+        steps:
+          - id: rounds
+            handler: "HANDLERS:round"
+            loop: {maxIterations: 3, outputMode: cumulative}
+        """,
+        handlers="""
+        def round(ctx):
+            return f"round {ctx.iteration}"
+        """,
+    )
+    result = await run_flow(path)
+    assert result.steps["rounds"].content == "round 0\n\n---\n\nround 1\n\n---\n\nround 2"
+
+
+async def test_a_bad_until_fails_the_loop_naming_the_expression(
+    write_flow: WriteFlow, run_flow: RunFlow
+) -> None:
+    """An until that cannot be evaluated fails the loop step with the expression in the error."""
+    path = write_flow(
+        """
+        name: bad-until
+        steps:
+          - id: spin
+            handler: "HANDLERS:spin"
+            loop:
+              maxIterations: 3
+              until: "result.missing == 1"
+        """,
+        handlers="""
+        def spin(ctx):
+            return {"present": 1}
+        """,
+    )
+    result = await run_flow(path)
+    assert result.status == "failed"
+    error = result.steps["spin"].error
+    assert error is not None
+    assert "result.missing == 1" in error.message
+    assert "missing" in error.message
+
+
+async def test_iteration_events_carry_namespaced_addresses(
+    write_flow: WriteFlow, run_with_events: RunWithEvents
+) -> None:
+    """iteration_start/iteration_end per iteration at loop.N, then loop_end with the reason."""
+    path = write_flow(
+        """
+        name: events
+        steps:
+          - id: tick
+            handler: "HANDLERS:tick"
+            loop: {maxIterations: 2}
+        """,
+        handlers="""
+        def tick(ctx):
+            return "tick"
+        """,
+    )
+    result, events = await run_with_events(path)
+    assert result.status == "completed"
+    mine = [(e.type, e.step_id) for e in events if e.type.startswith(("iteration", "loop"))]
+    assert mine == [
+        ("iteration_start", "tick.0"),
+        ("iteration_end", "tick.0"),
+        ("iteration_start", "tick.1"),
+        ("iteration_end", "tick.1"),
+        ("loop_end", "tick"),
+    ]
+    end = next(e for e in events if e.type == "loop_end")
+    assert end.data == {"iterations": 2, "terminationReason": "maxIterations", "flagged": False}
+    start = next(e for e in events if e.type == "step_start" and e.step_id == "tick")
+    assert start.data is not None
+    assert start.data["loop_type"] == "repeat"
