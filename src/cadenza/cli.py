@@ -150,7 +150,22 @@ class _Progress:
 
 
 def _print_summary(result: RunResult, stream: TextIO) -> None:
+    """The run as a person reads it: status, loops and graphs, messages, output."""
     stream.write(f"run {result.run_id} ({result.workflow}): {result.status}\n")
+    for address, loop in result.loops.items():
+        flag = ", flagged" if loop.flagged else ""
+        stream.write(
+            f"  loop {address}: {loop.iterations} iteration(s), {loop.termination_reason}{flag}\n"
+        )
+    for address, graph in result.graphs.items():
+        path = " -> ".join(graph.path)
+        stream.write(f"  graph {address}: {path} ({graph.termination_reason})\n")
+    for message in result.messages:
+        stream.write(f"  {message.from_} -> {message.to}: {message.text}\n")
+    if result.usage.llm_calls:
+        usage = result.usage
+        tokens = usage.prompt_tokens + usage.completion_tokens
+        stream.write(f"  {usage.llm_calls} model call(s), {tokens} tokens\n")
     if result.error is not None:
         where = f" at {result.error.address}" if result.error.address else ""
         stream.write(f"error{where}: {result.error.type}: {result.error.message}\n")
