@@ -168,7 +168,11 @@ class StepActor(Actor):
         self._task = task
         try:
             if seconds is None:
-                content, result = await self._work(address, attempt)
+                handler = self.step.handler
+                if handler is not None:  # the common case, one coroutine frame fewer
+                    content, result = await self._handler(address, attempt, handler)
+                else:
+                    content, result = await self._work(address, attempt)
             else:
                 with self.run.clock.fail_after(seconds):
                     content, result = await self._work(address, attempt)
