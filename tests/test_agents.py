@@ -314,3 +314,42 @@ async def test_a_full_step_inbox_drops_with_an_event(
     dropped = [e for e in events if e.type == "message_dropped"]
     assert len(dropped) == 3
     assert all(e.data is not None and e.data["reason"] == "inbox full" for e in dropped)
+
+
+MEMORY = """
+name: memory
+agents:
+  poet: {{model: "openai:m", prompt: "You are a poet."}}
+steps:
+  - id: verse
+    agent: poet
+    instructions: "Write the next verse."
+    loop:
+      maxIterations: 3
+      memory: {memory}
+      feedback: false
+"""
+
+
+@pytest.mark.parametrize(
+    ("memory", "seen_in_third"),
+    [
+        ("fresh", []),
+        ("accumulate", ["verse one", "verse two"]),
+        ("{window: 1}", ["verse two"]),
+    ],
+)
+async def test_loop_memory_modes_decide_what_an_agent_remembers(
+    write_flow: WriteFlow, monkeypatch: pytest.MonkeyPatch, memory: str, seen_in_third: list[str]
+) -> None:
+    """memory: fresh forgets, accumulate keeps every visit, window: N keeps the last N."""
+    rules = [ServerRule(["verse one", "verse two", "verse three"])]
+    with ScriptedLLMServer(rules) as server:
+        for name, value in server.environ().items():
+            monkeypatch.setenv(name, value)
+        result = await run_flow(write_flow(MEMORY.format(memory=memory)))
+        third = server.requests[2].messages
+    assert result.status == "completed", result.error
+    remembered = [m["content"] for m in third if m["role"] == "assistant"]
+    assert remembered == seen_in_third
+    assert [m["role"] for m in third].count("system") == 1

@@ -20,7 +20,7 @@ from cadenza._redact import redact
 from cadenza.errors import CadenzaError, InboxFull
 from cadenza.llm import LLMRequest, Message, ToolCall, ToolSpec
 from cadenza.protocols import ErrorInfo, Tokens
-from cadenza.workflow import Agent, LoadedWorkflow
+from cadenza.workflow import Agent, LoadedWorkflow, MemoryWindow
 
 from ._context import Brief, RunContext, Scope
 from ._coordinator import COORDINATOR, Outgoing
@@ -201,6 +201,25 @@ def _tools(conversation: _Conversation, document: LoadedWorkflow, *, can_send: b
             conversation.offer(python_tool(reference, document.base_dir))
 
 
+def _remembered(run: RunContext, brief: Brief) -> list[Message]:
+    """Earlier visits' turns this visit should see (loop ``memory``), oldest first."""
+    if brief.memory == "fresh" or brief.memory_key is None:
+        return []
+    visits = run.conversations.get(brief.memory_key, [])
+    if isinstance(brief.memory, MemoryWindow):
+        visits = visits[-brief.memory.window :] if brief.memory.window > 0 else []
+    return [message for visit in visits for message in visit]
+
+
+def _remember(run: RunContext, brief: Brief, turns: list[Message]) -> None:
+    if brief.memory == "fresh" or brief.memory_key is None:
+        return
+    visits = run.conversations.setdefault(brief.memory_key, [])
+    visits.append(turns)
+    if isinstance(brief.memory, MemoryWindow):
+        del visits[: max(0, len(visits) - brief.memory.window)]  # keep only what is shown
+
+
 async def run_agent(
     run: RunContext,
     document: LoadedWorkflow,
@@ -245,12 +264,11 @@ async def run_agent(
             context_files=read_context_files(document.base_dir, context_files),
             inbox=drain_inbox(),
         )
-        messages: list[Message] = [
-            Message(
-                "system", agent.prompt if agent is not None and agent.prompt else DEFAULT_SYSTEM
-            ),
-            Message("user", prompt),
-        ]
+        system_prompt = agent.prompt if agent is not None and agent.prompt else DEFAULT_SYSTEM
+        history = _remembered(run, brief)
+        messages: list[Message] = [Message("system", system_prompt), *history]
+        first_own = len(messages)
+        messages.append(Message("user", prompt))
         specs = tuple(tool.spec for tool in conversation.tools.values())
         turns = agent.turns if agent is not None else 50
         for turn in range(1, turns + 1):
@@ -308,6 +326,7 @@ async def run_agent(
                 messages.append(Message("tool", output, tool_call_id=call.id, name=call.name))
             if conversation.submitted:
                 break
+        _remember(run, brief, messages[first_own:])
     except CadenzaError as error:
         if isinstance(error, BudgetExceeded):
             run.exhaust_budget(ErrorInfo("BudgetExceeded", str(error), address))

@@ -94,6 +94,8 @@ class RunContext:
     failure: ErrorInfo | None = None
     active: set[Cancellable] = field(default_factory=set)
     mail: dict[str, deque[Any]] = field(default_factory=dict)
+    conversations: dict[str, list[list[Any]]] = field(default_factory=dict)
+    """Per ``Brief.memory_key``: each earlier visit's turns, for ``memory`` other than fresh."""
     """Messages forwarded to a step with no live instance, kept for its next one."""
 
     @property
