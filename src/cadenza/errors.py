@@ -13,6 +13,10 @@
     │   ├── ActorStopped         the actor stopped before it could take or answer a message
     │   ├── AskTimeout           an ask got no reply in time
     │   └── SupervisorEscalation restarts exceeded their intensity; the supervisor gave up
+    ├── RemoteError              remote workers (``cadenza.remote``) could not be set up or used
+    │   ├── InsecureEndpoint     a non-loopback bind without CURVE keys (and no ``insecure``)
+    │   ├── KeysError            CURVE key files are missing, unreadable or not keys
+    │   └── DispatcherClosed     the dispatcher stopped while a step still needed it
     ├── InputError               a run input is missing or has the wrong type
     ├── StoreError               the run store cannot be opened or is inconsistent
     └── RunNotFound              no run with that id in the store
@@ -29,12 +33,16 @@ __all__ = [
     "AddressError",
     "AskTimeout",
     "CadenzaError",
+    "DispatcherClosed",
     "ExpressionError",
     "ExpressionEvaluationError",
     "ExpressionSyntaxError",
     "ExpressionTooComplex",
     "InboxFull",
     "InputError",
+    "InsecureEndpoint",
+    "KeysError",
+    "RemoteError",
     "RunNotFound",
     "RuntimeFailure",
     "StoreError",
@@ -186,4 +194,31 @@ class SupervisorEscalation(RuntimeFailure):
     Raised out of ``async with Supervisor(...)``; ``__cause__`` is the crash
     that tipped it over, and the message names the actor and the count. Fix
     the crash, or give that supervisor a higher ``max_restarts``/``within``.
+    """
+
+
+class RemoteError(CadenzaError):
+    """Remote workers could not be set up or used; the subclass says which and why."""
+
+
+class InsecureEndpoint(RemoteError):
+    """A supervisor was asked to bind a non-loopback address without CURVE keys.
+
+    Anyone who can reach that address could take steps and see their inputs.
+    Give ``curve_keys`` (``--curve-keys DIR``, made by ``cadenza keys generate``),
+    bind 127.0.0.1, or pass ``insecure=True`` (``--insecure``) on a trusted network.
+    """
+
+
+class KeysError(RemoteError):
+    """CURVE key files are missing, unreadable or do not hold keys.
+
+    The message names the file; ``cadenza keys generate DIR`` writes a usable set.
+    """
+
+
+class DispatcherClosed(RemoteError):
+    """The dispatcher stopped (its runtime is closing) while a step still needed it.
+
+    The step is recorded as failed with this error; nothing was lost silently.
     """

@@ -29,10 +29,16 @@ def spawn_step(
     """Spawns the actor that runs ``step`` at ``address``; it reports `StepFinished`.
 
     A step with ``loop`` gets a loop or forEach controller, ``graph`` a graph
-    controller, ``include`` an include controller; anything else a `StepActor`.
+    controller, ``include`` an include controller, ``control`` a control-loop
+    controller; anything else a `StepActor`.
     Returns the actor so the caller can cancel it.
     """
-    if step.loop is not None or step.graph is not None or step.include is not None:
+    if (
+        step.loop is not None
+        or step.graph is not None
+        or step.include is not None
+        or step.control is not None
+    ):
         return _spawn_container(run, document, step_id, step, scope, address, report, brief)
     child = StepActor(run, document, step_id, step, scope, report, brief)
     # An agent's inbox is where the coordinator delivers: it gets the larger bound.
@@ -53,6 +59,7 @@ def _spawn_container(
 ) -> Cancellable:
     # Imported here: the controllers spawn their own children through this module.
     from ._container import Container
+    from ._control import ControlController
     from ._foreach import ForEachController
     from ._graph import GraphController
     from ._include import spawn_include
@@ -65,6 +72,8 @@ def _spawn_container(
         controller = LoopController(run, document, step_id, step, scope, report, brief)
     elif step.graph is not None:
         controller = GraphController(run, document, step_id, step, scope, report, brief)
+    elif step.control is not None:
+        controller = ControlController(run, document, step_id, step, scope, report, brief)
     else:
         return spawn_include(run, document, step_id, step, scope, address, report, brief)
     run.supervisor.spawn(address, lambda: controller)

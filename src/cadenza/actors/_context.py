@@ -13,7 +13,7 @@ import asyncio
 from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from cadenza.llm import ProviderRegistry
 from cadenza.protocols import ErrorInfo, StepRecord
@@ -21,6 +21,9 @@ from cadenza.runtime import Clock, Supervisor
 from cadenza.workflow import LoadedWorkflow, MemoryWindow, Options, State, Step
 
 from ._journal import RunJournal
+
+if TYPE_CHECKING:
+    from ._remote import StepDispatcher
 
 __all__ = [
     "NO_BRIEF",
@@ -97,6 +100,8 @@ class RunContext:
     conversations: dict[str, list[list[Any]]] = field(default_factory=dict)
     """Per ``Brief.memory_key``: each earlier visit's turns, for ``memory`` other than fresh."""
     """Messages forwarded to a step with no live instance, kept for its next one."""
+    dispatcher: StepDispatcher | None = None
+    """Where leaf steps run when the run has remote workers (None: in this process)."""
 
     @property
     def options(self) -> Options:

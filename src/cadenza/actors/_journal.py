@@ -130,7 +130,12 @@ class RunJournal:
         duration = record.duration_ms / 1000
         if record.status == "completed":
             self.emit(
-                EventType.STEP_END, step_id=address, agent=agent, duration=duration, tokens=tokens
+                EventType.STEP_END,
+                step_id=address,
+                agent=agent,
+                duration=duration,
+                tokens=tokens,
+                data=None if record.worker is None else {"worker": record.worker},
             )
         elif record.status == "skipped":
             self.emit(EventType.STEP_SKIPPED, step_id=address, message=_reason(record))
@@ -142,7 +147,9 @@ class RunJournal:
                 duration=duration,
                 tokens=tokens,
                 error=_reason(record),
-                data={"status": record.status},
+                data={"status": record.status}
+                if record.worker is None
+                else {"status": record.status, "worker": record.worker},
             )
         await self.store.flush()
 

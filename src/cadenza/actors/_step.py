@@ -29,6 +29,7 @@ from ._command import run_command
 from ._context import NO_BRIEF, Brief, RunContext, Scope
 from ._coordinator import MSG_TYPES, AgentMessage
 from ._handler import StepContext, StepsView, call_handler, resolve_handler
+from ._remote import remote_work
 
 __all__ = ["Report", "StepActor", "StepFailure", "StepFinished", "work_error"]
 
@@ -88,6 +89,8 @@ class StepActor(Actor):
         self.report = report
         self._task: asyncio.Task[Any] | None = None
         self._cancel_reason: str | None = None
+        self.worker: str | None = None
+        """The remote worker that ran the latest attempt (None: this process)."""
 
     async def receive(self, message: Any) -> None:
         """A step actor takes no messages while it runs its one piece of work."""
@@ -144,6 +147,7 @@ class StepActor(Actor):
                 attempts=attempt,
                 duration_ms=int(elapsed * 1000),
                 error=error,
+                worker=self.worker,
             )
             if status != "failed" or attempt == attempts:
                 break
@@ -167,7 +171,9 @@ class StepActor(Actor):
         # step, and `cancel()` only fires it while the task is parked inside the work.
         self._task = task
         try:
-            if seconds is None:
+            if self.run.dispatcher is not None:  # a worker runs it, and applies its timeout
+                content, result = await remote_work(self, self.run.dispatcher, address, attempt)
+            elif seconds is None:
                 handler = self.step.handler
                 if handler is not None:  # the common case, one coroutine frame fewer
                     content, result = await self._handler(address, attempt, handler)

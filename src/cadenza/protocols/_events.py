@@ -49,6 +49,15 @@ class EventType:
     """A graph took an edge; data ``{from, to, step, edge, condition, reason}``."""
     GRAPH_END = "graph_end"
     """A graph stopped; data ``{path, terminationReason}``."""
+    # Remote workers (Cadenza extensions; docs/protocol.md).
+    STEP_DISPATCHED = "step_dispatched"
+    """A step attempt was sent to a worker; data ``{worker, job, dispatch}``."""
+    STEP_QUEUED = "step_queued"
+    """A step waits for a worker: none is connected (it does not fail); data ``{job}``."""
+    STEP_REQUEUED = "step_requeued"
+    """A step's worker was lost; it goes out again; data ``{worker, job, dispatch, reason}``."""
+    RESULT_REJECTED = "result_rejected"
+    """A stale result (a lost worker's, fenced by ``dispatch``) was refused; data as above."""
 
 
 class Tokens(msgspec.Struct, frozen=True):

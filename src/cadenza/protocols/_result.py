@@ -39,7 +39,8 @@ class StepRecord(_Record, frozen=True):
 
     ``content`` is the step's text; ``result`` its structured value (a command's
     ``{exitCode, stdout, stderr}``, a handler's returned dict, an agent's
-    ``submit_result`` arguments) or None.
+    ``submit_result`` arguments) or None. ``worker`` names the remote worker
+    that ran it (None: run in the supervisor's process).
     """
 
     status: StepStatus
@@ -48,6 +49,7 @@ class StepRecord(_Record, frozen=True):
     attempts: int = 0
     duration_ms: int = 0
     error: ErrorInfo | None = None
+    worker: str | None = None
 
 
 class LoopSummary(_Record, frozen=True):

@@ -281,7 +281,9 @@ class Validator:
                 self.exprs.template((*where, "feedback"), check.feedback, field="check feedback")
         for key in ("planner", "actor", "delegate", "evaluator"):
             ref = getattr(control, key)
-            if ref is not None:
+            if ref is not None and has_template(ref):  # resolved and loaded when it runs
+                self.exprs.template((*path, key), ref, field=key)
+            elif ref is not None:
                 self.include((*path, key), ref)
 
     def _human(self, human: Human, path: DocPath) -> None:

@@ -1,0 +1,389 @@
+"""The control loop controller (SPEC 2.5): planner -> actor -> checks -> evaluator -> decide.
+
+Iteration N lives at ``control.N`` (its record holds the decision) and calls
+its workflows at ``control.N.planner`` (the first iteration and after a
+replan), ``control.N.actor`` (``control.N.delegate`` once the loop delegated)
+and ``control.N.evaluator``; their steps are ``control.N.actor.<id>``. Between
+the actor and the evaluator the checks run over the actor's ``result``. Then
+`decide` (``_decide.py``, pure) rules, and the ruling is written down: in the
+decision log, as a ``decision`` event, and durably as the iteration's record,
+before the next iteration starts.
+
+Before every call `admit` checks the budget: the tokens spent by this step's
+children (counted from the ``agent_turn`` events under its address, so
+concurrent steps elsewhere do not count) plus the most a call of that role has
+cost so far must stay within ``limits.maxTokens``. ``limits.timeout`` runs on
+the run's clock; when it passes, the running call is cancelled and the loop
+stops as ``stopped_budget``. The step's own ``timeout`` and ``retries`` work as
+for every container (``_container.py``).
+
+The loop runs as one coroutine in the actor's ``on_start``: its calls come back
+through futures rather than the inbox, so the sequence reads top to bottom.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from typing import Any
+
+import msgspec
+
+from cadenza.protocols import ErrorInfo, Event, EventType, LoopSummary, StepRecord, StepStatus
+from cadenza.runtime import Address
+from cadenza.runtime import Cancellable as Timer
+from cadenza.workflow import (
+    LoadedWorkflow,
+    State,
+    Step,
+    compile_expression,
+    parse_duration,
+    parse_template,
+)
+
+from ._container import Container, Outcome
+from ._context import NO_BRIEF, Brief, RunContext, Scope
+from ._decide import (
+    CheckResult,
+    History,
+    InfraFailure,
+    Ruling,
+    Setup,
+    Spent,
+    admit,
+    advance,
+    decide,
+    effective_score,
+)
+from ._step import Report, StepFinished, work_error
+from ._subflow import call_workflow, read_verdict, resolve_workflow
+
+__all__ = ["DECISION", "ControlController"]
+
+DECISION = "decision"
+"""Event type: a control loop ruled on an iteration (``stepId`` is the control step).
+
+Data: ``{iteration, decision, reason, feedback, score, status}``; ``status`` is
+the loop's terminal status, or null when it goes on.
+"""
+
+Called = dict[str, Any] | InfraFailure | Ruling | None
+"""What a call gives back: its output map, an infrastructure failure, a budget
+stop, or None when the loop is being cancelled."""
+
+
+class ControlController(Container):
+    """Runs a ``control:`` step's iterations until the decide policy ends the loop."""
+
+    kind = "control"
+
+    def __init__(
+        self,
+        run: RunContext,
+        document: LoadedWorkflow,
+        step_id: str,
+        step: Step | State,
+        scope: Scope,
+        report: Report,
+        brief: Brief = NO_BRIEF,
+    ) -> None:
+        super().__init__(run, document, step_id, step, scope, report, brief)
+        assert step.control is not None, "a control controller needs a control step"
+        self.spec = step.control
+        self.limits = self.spec.limits
+        self.setup = Setup(
+            has_planner=self.spec.planner is not None,
+            has_delegate=self.spec.delegate is not None,
+            escalate=self.spec.escalate,
+        )
+        self.tokens = 0
+        self.history = History()
+        self.log: list[dict[str, Any]] = []
+        self.objective = self.criteria = self.feedback = ""
+        self.plan: Any = ""
+        self.needs_plan = self.setup.has_planner
+        self.best: tuple[float, Any] | None = None
+        self.last: Any = None
+        self._prefix = ""
+        self._began = 0.0
+        self._late = False
+        self._deadline: Timer | None = None
+        self._reserve: dict[str, int] = {}
+        self._calls = 0
+
+    def start_data(self) -> dict[str, object]:
+        """The iteration cap, in the ``step_start`` event."""
+        return {"maxIterations": self.limits.max_iterations}
+
+    async def on_start(self) -> None:
+        """Counts the tokens of this step's children while the whole loop runs."""
+        self._prefix = f"{self.address}."
+        unsubscribe = self.run.journal.subscribe(self._count)
+        try:
+            await super().on_start()
+        finally:
+            unsubscribe()
+
+    def _count(self, event: Event) -> None:
+        step_id = event.step_id
+        if (
+            event.tokens is not None
+            and event.type == "agent_turn"
+            and step_id is not None
+            and step_id.startswith(self._prefix)
+        ):
+            self.tokens += event.tokens.total
+
+    async def begin(self) -> None:
+        """Runs one attempt of the whole loop, from a clean state, to its end."""
+        self.tokens, self.history, self.log = 0, History(), []
+        self.best, self.last = None, None
+        self.feedback, self.plan, self.needs_plan = "", "", self.setup.has_planner
+        self._reserve, self._late = {}, False
+        self._began = self.run.clock.now()
+        if self.limits.timeout is not None:
+            seconds = parse_duration(self.limits.timeout)
+            self._deadline = self.run.clock.call_later(seconds, self._time_up)
+        try:
+            names = self.scope.activation(self.run.inputs)
+            self.objective = self._render(self.spec.objective, names)
+            self.criteria = self._render(self.spec.criteria or "", names)
+        except Exception as error:  # a bad objective template fails the step, located
+            await self._end(None, error=work_error(error, self.here))
+            return
+        ruling: Ruling | None = None
+        n = 0
+        while self.stopping is None:
+            ruling = await self._iteration(n)
+            if ruling is None or ruling.status is not None:
+                break
+            n += 1
+        await self._end(ruling if self.stopping is None else None)
+
+    def _time_up(self) -> None:
+        self._deadline = None
+        self._late = True
+        for child in list(self.children.values()):
+            child.cancel(f"the control loop's limits.timeout ({self.limits.timeout}) passed")
+
+    def _spent(self) -> Spent:
+        seconds = self.run.clock.now() - self._began
+        if self._late and self.limits.timeout is not None:  # the timer is the authority
+            seconds = max(seconds, parse_duration(self.limits.timeout))
+        return Spent(self.tokens, seconds)
+
+    def _render(self, text: str, names: dict[str, Any]) -> str:
+        return parse_template(text, step_ids=self.run.step_ids).render(names)
+
+    # One iteration -------------------------------------------------------------
+
+    async def _iteration(self, n: int) -> Ruling | None:
+        address = self.address.iteration(n)
+        where = str(address)
+        journal = self.run.journal
+        journal.step_started(where, kind="iteration", attempt=1, agent=None)
+        journal.emit(
+            EventType.ITERATION_START,
+            step_id=where,
+            data={"iteration": n, "maxIterations": self.limits.max_iterations},
+        )
+        started = self.run.clock.now()
+        detail: dict[str, Any] = {}
+        ruling = await self._work(n, address, detail)
+        elapsed = int((self.run.clock.now() - started) * 1000)
+        if ruling is None:
+            error = ErrorInfo("Cancelled", self.stopping or "cancelled", where)
+            await journal.step_finished(where, StepRecord("cancelled", error=error))
+            journal.emit(
+                EventType.ITERATION_END, step_id=where, data={"iteration": n, "status": "cancelled"}
+            )
+            return None
+        if ruling.infra:  # the next attempt hears what the last real verdict said
+            ruling = dataclasses.replace(ruling, feedback=self.feedback)
+        self.feedback = ruling.feedback
+        self.history = advance(self.history, ruling)
+        if ruling.decision == "replan":
+            self.needs_plan = True
+        entry = {
+            "iteration": n,
+            "decision": ruling.decision,
+            "reason": ruling.reason,
+            "feedback": ruling.feedback,
+        }
+        self.log.append(entry)
+        data = {**entry, "score": ruling.score, "status": ruling.status}
+        journal.emit(DECISION, step_id=self.here, message=ruling.reason, data=data)
+        status: StepStatus = "failed" if ruling.infra else "completed"
+        record = StepRecord(
+            status,
+            content=f"{ruling.decision}: {ruling.reason}",
+            result={**data, **detail},
+            attempts=1,
+            duration_ms=elapsed,
+            error=ErrorInfo("InfraFailure", ruling.reason, where) if ruling.infra else None,
+        )
+        await journal.step_finished(where, record)
+        journal.emit(
+            EventType.ITERATION_END, step_id=where, data={"iteration": n, "status": status}
+        )
+        return ruling
+
+    async def _work(self, n: int, address: Address, detail: dict[str, Any]) -> Ruling | None:
+        if self.needs_plan:
+            inputs: dict[str, Any] = {
+                "objective": self.objective,
+                "criteria": self.criteria,
+                "feedback": self.feedback,
+                "history": list(self.log),
+            }
+            planned = await self._call("planner", address, inputs)
+            if not isinstance(planned, dict):
+                return self._settle(planned)
+            if "plan" not in planned:
+                return self._settle(InfraFailure("planner", "its output map has no 'plan'"))
+            self.plan, self.needs_plan = planned["plan"], False
+            detail["plan"] = self.plan
+        role = "delegate" if self.history.delegated else "actor"
+        inputs = {
+            "objective": self.objective,
+            "plan": self.plan,
+            "feedback": self.feedback,
+            "iteration": n,
+        }
+        result = await self._call(role, address, inputs)
+        if not isinstance(result, dict):
+            return self._settle(result)
+        self.last = result
+        checks = self._checks(result)
+        detail["checks"] = [
+            {"expr": c.expr, "passed": c.passed, "feedback": c.feedback} for c in checks
+        ]
+        inputs = {"objective": self.objective, "criteria": self.criteria, "result": result}
+        output = await self._call("evaluator", address, inputs)
+        if not isinstance(output, dict):
+            return self._settle(output)
+        verdict = read_verdict(output)
+        if not isinstance(verdict, InfraFailure):
+            detail["verdict"] = output
+            score = effective_score(verdict, checks)
+            if self.best is None or score >= self.best[0]:
+                self.best = (score, result)
+        return decide(verdict, checks, self.history, self.limits, self._spent(), self.setup)
+
+    def _settle(self, called: InfraFailure | Ruling | None) -> Ruling | None:
+        if isinstance(called, InfraFailure):
+            return decide(called, (), self.history, self.limits, self._spent(), self.setup)
+        return called
+
+    def _checks(self, result: dict[str, Any]) -> list[CheckResult]:
+        names = self.scope.activation(self.run.inputs)
+        names["result"] = result
+        results = []
+        for check in self.spec.checks:
+            try:
+                expression = compile_expression(check.expr, step_ids=self.run.step_ids)
+                passed = expression.evaluate_bool(names, what="check")
+            except Exception as error:  # a result the check cannot read fails the check
+                results.append(CheckResult(check.expr, False, f"check {check.expr!r}: {error}"))
+                continue
+            feedback = ""
+            if not passed:
+                feedback = f"check failed: {check.expr}"
+                if check.feedback is not None:
+                    try:
+                        feedback = self._render(check.feedback, names)
+                    except Exception as error:  # keep the verdict, say what went wrong
+                        feedback += f" (its feedback could not be rendered: {error})"
+            results.append(CheckResult(check.expr, passed, feedback))
+        return results
+
+    # Calls ---------------------------------------------------------------------
+
+    async def _call(self, role: str, iteration: Address, inputs: dict[str, Any]) -> Called:
+        reserve = self._reserve.get(role, 0)
+        stop = admit(role, reserve, self.limits, self._spent())
+        if stop is not None:
+            return stop
+        reference = getattr(self.spec, role)
+        try:
+            child = await resolve_workflow(self.run, self.document, reference, self.scope)
+        except Exception as error:  # a workflow that cannot be had is the call's failure
+            return InfraFailure(role, f"cannot load workflow {reference!r}: {error}")
+        if self.stopping is not None:
+            return None
+        before = self.tokens
+        record = await self._run(child, role, iteration.child(role), inputs)
+        self._reserve[role] = max(reserve, self.tokens - before)
+        if record.status == "cancelled" and self.stopping is not None:
+            return None
+        if record.status == "cancelled" and self._late:
+            return admit(role, 0, self.limits, self._spent())
+        if record.status != "completed":
+            failure = record.error
+            why = f"{failure.type}: {failure.message}" if failure else record.status
+            return InfraFailure(role, why)
+        if not isinstance(record.result, dict):
+            return InfraFailure(role, "its output is not a map; give its workflow an `output:`")
+        return record.result
+
+    async def _run(
+        self, child: LoadedWorkflow, role: str, address: Address, inputs: dict[str, Any]
+    ) -> StepRecord:
+        done: asyncio.Future[StepRecord] = asyncio.get_running_loop().create_future()
+
+        async def report(finished: StepFinished) -> None:
+            if not done.done():
+                done.set_result(finished.record)
+
+        self._calls += 1
+        key = self._calls
+        self.children[key] = call_workflow(self.run, child, role, address, inputs, report)
+        try:
+            return await done
+        finally:
+            self.children.pop(key, None)
+
+    # The end -------------------------------------------------------------------
+
+    async def _end(self, ruling: Ruling | None, *, error: ErrorInfo | None = None) -> None:
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
+        iterations = self.history.iterations
+        journal = self.run.journal
+        if ruling is None or ruling.status is None:
+            why = "failed" if error else "timeout" if self._expired else "cancelled"
+            journal.loops[self.here] = LoopSummary(iterations, why)
+            journal.emit(
+                EventType.LOOP_END,
+                step_id=self.here,
+                data={"iterations": iterations, "terminationReason": why, "flagged": False},
+            )
+            await self.finish(Outcome("failed" if error else "cancelled", error=error))
+            return
+        score: float | None = None
+        chosen = self.last
+        if ruling.status == "succeeded":
+            score = ruling.score
+        elif self.best is not None:  # stopped: the best attempt, the latest among equals
+            score, chosen = self.best
+        result = {
+            "status": ruling.status,
+            "result": chosen,
+            "score": score,
+            "iterations": iterations,
+            "decisionLog": list(self.log),
+            "tokensSpent": self.tokens,
+        }
+        journal.loops[self.here] = LoopSummary(iterations, ruling.status)
+        journal.emit(
+            EventType.LOOP_END,
+            step_id=self.here,
+            data={"iterations": iterations, "terminationReason": ruling.status, "flagged": False},
+        )
+        content = "" if chosen is None else msgspec.json.encode(chosen).decode()
+        if ruling.status == "succeeded":
+            await self.finish(Outcome("completed", content, result))
+            return
+        failure = ErrorInfo("ControlStopped", f"{ruling.status}: {ruling.reason}", self.here)
+        await self.finish(Outcome("failed", content, result, failure))

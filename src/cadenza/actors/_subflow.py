@@ -1,0 +1,175 @@
+"""A control loop's planner, actor, delegate and evaluator: workflows called like functions.
+
+Each call runs a child workflow exactly as an include runs one (a fresh scope,
+its steps at ``<call>.<id>``, its sub-DAG controller at ``<call>.Steps``, a
+root ``loop:`` honoured, its ``output`` as its result), except that its inputs
+are the values of the SPEC 2.5 contract, passed as data: they are never
+rendered as templates, so a model's text cannot inject one. The child receives
+the contract inputs it declares, and no others.
+
+A reference (``actor: "{{ inputs.actor }}.yaml"``) may be a template rendered
+in the control step's scope when the loop needs it; a workflow the loader did
+not load with the document is loaded then, relative to the document's
+directory. Whatever goes wrong (no such file, a bad document, inputs that do
+not fit, an output of the wrong shape) is an infrastructure failure of the
+call, which the decide policy bounds with ``maxInfraRetries``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import anyio
+
+from cadenza.protocols import StepRecord
+from cadenza.runtime import Address
+from cadenza.workflow import (
+    LoadedWorkflow,
+    Step,
+    has_template,
+    load_workflow,
+    parse_template,
+    resolve_inputs,
+)
+
+from ._container import Container, Outcome
+from ._context import Cancellable, RunContext, Scope
+from ._decide import RECOMMENDATIONS, InfraFailure, Verdict
+from ._include import BODY, output_hook
+from ._loop import LoopController
+from ._step import Report, work_error
+
+__all__ = ["WorkflowCall", "call_workflow", "read_verdict", "resolve_workflow"]
+
+
+async def resolve_workflow(
+    run: RunContext, document: LoadedWorkflow, reference: str, scope: Scope
+) -> LoadedWorkflow:
+    """The workflow ``reference`` names, rendered in ``scope`` and loaded if need be.
+
+    Raises:
+        ExpressionEvaluationError: The template failed.
+        WorkflowError: The file is missing or not a valid workflow.
+    """
+    if has_template(reference):
+        template = parse_template(reference, step_ids=run.step_ids)
+        reference = template.render(scope.activation(run.inputs)).strip()
+    loaded = document.includes.get(reference)
+    if loaded is not None:
+        return loaded
+    path = document.base_dir / document.workflow.includes.get(reference, reference)
+    # Reading and validating a file blocks; a thread keeps every other actor going.
+    return await anyio.to_thread.run_sync(load_workflow, path)
+
+
+class WorkflowCall(Container):
+    """Runs one child workflow (without a root loop) with contract inputs, as an include."""
+
+    kind = "include"
+
+    def __init__(
+        self,
+        run: RunContext,
+        child: LoadedWorkflow,
+        role: str,
+        inputs: Mapping[str, Any],
+        report: Report,
+    ) -> None:
+        super().__init__(run, child, role, Step(id=role), Scope(), report)
+        self.child = child
+        self.inputs = inputs
+        self.inner = self.scope
+
+    def start_data(self) -> dict[str, object]:
+        """The child workflow's name, in the ``step_start`` event."""
+        return {"include": self.child.workflow.name, "role": self.step_id}
+
+    async def begin(self) -> None:
+        """Checks the inputs and starts the child's steps."""
+        if self.stopping is not None:
+            await self.finish(Outcome("cancelled"))
+            return
+        try:
+            self.inner = contract_scope(self.child, self.inputs)
+        except Exception as error:  # inputs the child cannot take fail this call
+            await self.finish(Outcome("failed", error=work_error(error, self.here)))
+            return
+        steps = self.child.workflow.steps
+        at = self.address.child(BODY)
+        self.spawn_body(0, steps, self.inner, self.address, document=self.child, at=at)
+
+    async def child_done(self, key: int, record: StepRecord) -> None:
+        """Ends with the child's output."""
+        if self.stopping is not None and record.status != "completed":
+            await self.finish(Outcome("cancelled"))
+            return
+        hook = output_hook(self.run, self.child, self.here)
+        await self.finish(
+            hook(Outcome(record.status, record.content, None, record.error), self.inner)
+        )
+
+
+def contract_scope(child: LoadedWorkflow, inputs: Mapping[str, Any]) -> Scope:
+    """A fresh scope holding the contract inputs ``child`` declares.
+
+    Raises:
+        InputError: The child requires an input the contract does not give, or
+            one has the wrong type.
+    """
+    declared = child.workflow.inputs
+    given = {name: value for name, value in inputs.items() if name in declared}
+    return Scope(inputs=resolve_inputs(declared, given))
+
+
+def call_workflow(
+    run: RunContext,
+    child: LoadedWorkflow,
+    role: str,
+    address: Address,
+    inputs: Mapping[str, Any],
+    report: Report,
+) -> Cancellable:
+    """Spawns the call of ``child`` at ``address``; its record arrives through ``report``."""
+    controller: Container
+    loop = child.workflow.loop
+    if loop is None:
+        controller = WorkflowCall(run, child, role, inputs, report)
+    else:
+        controller = LoopController(
+            run,
+            child,
+            role,
+            Step(id=role),
+            Scope(),
+            report,
+            loop=loop,
+            steps=child.workflow.steps,
+            prepare=lambda: contract_scope(child, inputs),
+            hook=output_hook(run, child, str(address)),
+        )
+    run.supervisor.spawn(address, lambda: controller)
+    return controller
+
+
+def read_verdict(output: Mapping[str, Any]) -> Verdict | InfraFailure:
+    """The evaluator's output as a `Verdict`, or why it does not fit the contract."""
+    passed: Any = output.get("passed")
+    score: Any = output.get("score")
+    feedback: Any = output.get("feedback") or ""
+    recommend: Any = output.get("recommend")
+    problems = []
+    if not isinstance(passed, bool):
+        problems.append("'passed' must be true or false")
+    if isinstance(score, bool) or not isinstance(score, int | float) or not math.isfinite(score):
+        problems.append("'score' must be a number")
+    if not isinstance(feedback, str):
+        problems.append("'feedback' must be a string")
+    if recommend is not None and recommend not in RECOMMENDATIONS:
+        allowed = ", ".join(sorted(RECOMMENDATIONS))
+        problems.append(f"'recommend' must be one of {allowed} or null, not {recommend!r}")
+    if problems:
+        what = "its output does not fit {passed, score, feedback, recommend?}: "
+        return InfraFailure("evaluator", what + "; ".join(problems))
+    return Verdict(passed, float(score), feedback, recommend)

@@ -1,0 +1,261 @@
+"""The worker wire protocol: what a supervisor and its workers say over ZeroMQ.
+
+Every message is one msgpack frame holding one msgspec Struct of a tagged union
+(the tag is the field ``t``). A worker's DEALER sends `WorkerMessage`; the
+supervisor's ROUTER sends `SupervisorMessage`. Each socket owner builds its own
+typed decoder (`supervisor_decoder`, `worker_decoder`): a frame that is not
+valid msgpack, names an unknown tag or has a field of the wrong type fails to
+decode and is rejected at the edge. Nothing is ever pickled.
+
+Conversation (docs/protocol.md has the whole of it)::
+
+    worker                                  supervisor
+    Hello(version, name, capacity)    -->
+                                      <--   Welcome(version, heartbeat, liveness)
+                                      <--   Dispatch(job, attempt, order)   (credit: capacity)
+    Event / Mail(job, attempt, ...)   -->
+    Result(job, attempt, status, ...) -->   (one credit back)
+    Heartbeat                        <-->   Heartbeat            (every interval, both ways)
+    Ready(capacity=0)                 -->   (draining: no more work)
+    Disconnect                        -->
+
+Schema evolution: new fields get defaults and go last; no field changes type;
+an incompatible change bumps `PROTOCOL_VERSION`, which `Hello` and `Welcome`
+carry and both ends check.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final, Literal
+
+import msgspec
+
+from ._events import Tokens
+from ._result import ErrorInfo, Usage
+
+__all__ = [
+    "PROTOCOL_VERSION",
+    "AgentOrder",
+    "Cancel",
+    "CommandOrder",
+    "Disconnect",
+    "Dispatch",
+    "HandlerOrder",
+    "Heartbeat",
+    "Hello",
+    "Mail",
+    "Ready",
+    "Result",
+    "StepEvent",
+    "SupervisorMessage",
+    "Welcome",
+    "WireError",
+    "WorkOrder",
+    "WorkerMessage",
+    "supervisor_decoder",
+    "worker_decoder",
+]
+
+PROTOCOL_VERSION: Final = 1
+"""The wire protocol's version; a peer with another one is refused."""
+
+
+class _Message(msgspec.Struct, frozen=True, tag_field="t", omit_defaults=True):
+    """Base of every wire message: a tagged, immutable Struct."""
+
+
+# -- work orders: everything a worker needs to run one step attempt -------------------
+
+
+class _Order(msgspec.Struct, frozen=True, kw_only=True, tag_field="kind", omit_defaults=True):
+    """What every work order carries.
+
+    Attributes:
+        run_id: The run the step belongs to.
+        address: The step's namespaced address.
+        attempt: The step's own attempt (1, then 2 for its first retry...); a
+            re-dispatch after a lost worker keeps it, so the idempotency key stays.
+        idempotency_key: ``run_id:address:attempt``.
+        base_dir: The workflow's directory (handlers, tools and ``cwd`` resolve there).
+        timeout: Seconds one attempt may take on the worker, or None.
+    """
+
+    run_id: str
+    address: str
+    attempt: int
+    idempotency_key: str
+    base_dir: str
+    timeout: float | None = None
+
+
+class CommandOrder(_Order, frozen=True, kw_only=True, tag="command"):
+    """Run a ``command`` step: its templates are already rendered by the supervisor.
+
+    ``env`` holds the step's own variables and ``CADENZA_*``; the worker adds them
+    to its own environment (secrets of the supervisor's environment never travel).
+    ``cwd`` is None for the worker's working directory.
+    """
+
+    command: str | list[str]
+    env: dict[str, str] = {}
+    cwd: str | None = None
+    stdin: str | None = None
+
+
+class HandlerOrder(_Order, frozen=True, kw_only=True, tag="handler"):
+    """Run a ``handler`` step: the reference and what its `StepContext` shows.
+
+    ``steps`` maps a step id to ``{content, result, status}``; ``brief`` is the
+    controller's `Brief` as plain data (empty for none).
+    """
+
+    handler: str
+    inputs: dict[str, Any] = {}
+    steps: dict[str, dict[str, Any]] = {}
+    item: Any = None
+    index: int | None = None
+    iteration: int | None = None
+    brief: dict[str, Any] = {}
+
+
+class AgentOrder(_Order, frozen=True, kw_only=True, tag="agent"):
+    """Run an ``agent`` step's tool-calling loop from a prompt built by the supervisor.
+
+    ``agent`` is the agent's definition in workflow-file form (None: the default
+    agent); ``model`` the resolved ``provider:model``. ``tokens_spent`` is the
+    run's usage when dispatched, so the worker checks ``max_tokens`` as the run would.
+    """
+
+    agent_name: str | None = None
+    agent: dict[str, Any] | None = None
+    model: str
+    prompt: str
+    max_tokens: int | None = None
+    tokens_spent: int = 0
+    can_send_messages: bool = True
+
+
+WorkOrder = CommandOrder | HandlerOrder | AgentOrder
+"""One step attempt to run on a worker."""
+
+
+# -- supervisor -> worker --------------------------------------------------------------
+
+
+class Welcome(_Message, frozen=True, tag="welcome"):
+    """The supervisor accepted a `Hello`; both ends now heartbeat at this rate.
+
+    A peer silent for ``heartbeat * liveness`` seconds is declared lost.
+    """
+
+    version: int
+    heartbeat: float
+    liveness: int
+
+
+class Dispatch(_Message, frozen=True, tag="dispatch"):
+    """Run ``order``. ``attempt`` is the delivery fence: it grows on every re-dispatch."""
+
+    job: int
+    attempt: int
+    order: WorkOrder
+
+
+class Cancel(_Message, frozen=True, tag="cancel"):
+    """Stop a job; the worker answers with a ``cancelled`` `Result` (its credit back)."""
+
+    job: int
+    attempt: int
+    reason: str = ""
+
+
+# -- either way ------------------------------------------------------------------------
+
+
+class Heartbeat(_Message, frozen=True, tag="heartbeat"):
+    """I am alive (any message counts too)."""
+
+
+class WireError(_Message, frozen=True, tag="error"):
+    """A protocol-level problem, e.g. ``code="version"``; about a job when ``job`` > 0."""
+
+    code: str
+    message: str
+    job: int = 0
+    attempt: int = 0
+
+
+class Disconnect(_Message, frozen=True, tag="disconnect"):
+    """The sender is leaving (worker), or does not know the receiver: hello again."""
+
+    reason: str = ""
+
+
+# -- worker -> supervisor --------------------------------------------------------------
+
+
+class Hello(_Message, frozen=True, tag="hello"):
+    """A worker introduces itself and grants ``capacity`` credits (steps at once)."""
+
+    version: int
+    name: str
+    capacity: int
+    pid: int = 0
+    host: str = ""
+
+
+class Ready(_Message, frozen=True, tag="ready"):
+    """The worker's capacity changed; 0 means draining (finish, take no more)."""
+
+    capacity: int
+
+
+class StepEvent(_Message, frozen=True, tag="event"):
+    """An event of a running step (an agent's turn, a tool call), for the run's stream."""
+
+    job: int
+    attempt: int
+    type: str
+    agent: str | None = None
+    message: str | None = None
+    duration: float | None = None
+    tokens: Tokens | None = None
+    error: str | None = None
+    data: dict[str, Any] | None = None
+
+
+class Mail(_Message, frozen=True, tag="mail"):
+    """An agent's ``send_message`` to the run's coordinator."""
+
+    job: int
+    attempt: int
+    text: str
+
+
+class Result(_Message, frozen=True, tag="result"):
+    """The outcome of one dispatch: exactly one per `Dispatch` a worker took."""
+
+    job: int
+    attempt: int
+    status: Literal["completed", "failed", "cancelled"]
+    content: str | None = None
+    result: Any = None
+    error: ErrorInfo | None = None
+    usage: Usage | None = None
+
+
+SupervisorMessage = Welcome | Dispatch | Cancel | Heartbeat | WireError | Disconnect
+"""What a worker's DEALER receives."""
+
+WorkerMessage = Hello | Ready | Heartbeat | StepEvent | Mail | Result | WireError | Disconnect
+"""What the supervisor's ROUTER receives (after the peer's identity frame)."""
+
+
+def supervisor_decoder() -> msgspec.msgpack.Decoder[WorkerMessage]:
+    """A typed decoder for the supervisor's socket: one per socket, never shared."""
+    return msgspec.msgpack.Decoder(WorkerMessage)
+
+
+def worker_decoder() -> msgspec.msgpack.Decoder[SupervisorMessage]:
+    """A typed decoder for a worker's socket: one per socket, never shared."""
+    return msgspec.msgpack.Decoder(SupervisorMessage)
