@@ -212,15 +212,13 @@ def decide(
     last = history.iterations + 1 >= limits.max_iterations
     if isinstance(verdict, InfraFailure):
         count = history.infra_failures + 1
-        failure = f"the {verdict.role} failed: {verdict.message}"
+        what = f"the {verdict.role} failed: {verdict.message}"
         if count > limits.max_infra_retries:
             allowed = limits.max_infra_retries
-            reason = f"{failure} ({count} infrastructure failures, maxInfraRetries is {allowed})"
+            reason = f"{what} ({count} infrastructure failures, maxInfraRetries is {allowed})"
             return Ruling("stop", reason, "stopped_infra_failure", infra=True)
-        ruling = _limits(limits, spent, last) or Ruling(
-            "retry", f"{failure} (infrastructure failure {count}, retried)"
-        )
-        return dataclasses.replace(ruling, infra=True)
+        ruling = _limits(limits, spent, last) or Ruling("retry", f"infrastructure failure {count}")
+        return dataclasses.replace(ruling, reason=f"{what}; {ruling.reason}", infra=True)
     score = effective_score(verdict, checks)
     failed = [check for check in checks if not check.passed]
     parts = [check.feedback for check in failed]
@@ -232,10 +230,16 @@ def decide(
         if checks:
             reason = f"every check passed and {reason}"
         return Ruling("accept", reason, "succeeded", feedback, score)
-    ruling = _limits(limits, spent, last) or _quality(
-        verdict, failed, score, history, limits, setup
+    if failed:
+        what = f"check{'s' * (len(failed) > 1)} failed: " + ", ".join(c.expr for c in failed)
+        if verdict.passed:
+            what += " (the evaluator passed it; the checks win)"
+    else:
+        what = f"the evaluator did not pass it (score {score:g})"
+    ruling = _limits(limits, spent, last) or _quality(verdict, score, history, limits, setup)
+    return dataclasses.replace(
+        ruling, reason=f"{what}; {ruling.reason}", feedback=feedback, score=score
     )
-    return dataclasses.replace(ruling, feedback=feedback, score=score)
 
 
 def advance(history: History, ruling: Ruling) -> History:
@@ -280,39 +284,27 @@ def _timed_out(limits: ControlLimits, spent: Spent) -> Ruling | None:
 
 
 def _quality(
-    verdict: Verdict,
-    failed: Sequence[CheckResult],
-    score: float,
-    history: History,
-    limits: ControlLimits,
-    setup: Setup,
+    verdict: Verdict, score: float, history: History, limits: ControlLimits, setup: Setup
 ) -> Ruling:
     """Rules 7-14: what to do about an iteration whose work was not good enough."""
-    if failed:
-        names = ", ".join(check.expr for check in failed)
-        what = f"check{'s' * (len(failed) > 1)} failed: {names}"
-        if verdict.passed:
-            what += " (the evaluator passed it; the checks win)"
-    else:
-        what = f"the evaluator did not pass it (score {score:g})"
     can_replan = setup.has_planner and history.replans < limits.max_replans
     replan = f"replan {history.replans + 1} of {limits.max_replans}"
     if verdict.recommend == "escalate":
-        return _escalate(f"{what}; the evaluator recommends escalating", setup)
+        return _escalate("the evaluator recommends escalating", setup)
     if verdict.recommend == "delegate" and setup.has_delegate and not history.delegated:
-        return Ruling("delegate", f"{what}; the evaluator recommends the delegate")
+        return Ruling("delegate", "the evaluator recommends the delegate")
     if stalled((*history.scores, score), limits.no_progress_after):
-        stuck = f"{what}; no progress for {limits.no_progress_after} iterations"
+        stuck = f"no progress for {limits.no_progress_after} iterations"
         if can_replan:
             return Ruling("replan", f"{stuck}: {replan}")
         return Ruling("stop", stuck, "stopped_no_progress")
     if verdict.recommend == "replan" and can_replan:
-        return Ruling("replan", f"{what}; the evaluator recommends replanning: {replan}")
+        return Ruling("replan", f"the evaluator recommends replanning: {replan}")
     if history.retries < limits.max_retries:
-        return Ruling("retry", f"{what}; retry {history.retries + 1} of {limits.max_retries}")
+        return Ruling("retry", f"retry {history.retries + 1} of {limits.max_retries}")
     if can_replan:
-        return Ruling("replan", f"{what}; retries are spent: {replan}")
-    return _escalate(f"{what}; retries and replans are spent", setup)
+        return Ruling("replan", f"retries are spent: {replan}")
+    return _escalate("retries and replans are spent", setup)
 
 
 def _escalate(reason: str, setup: Setup) -> Ruling:

@@ -1,0 +1,237 @@
+"""Running a work order: the worker's half of a remote step.
+
+A worker gets a self-contained `WorkOrder` (built by `remote_work` in the
+supervisor) and runs it with the executors the supervisor would have used in
+its own process: `run_command`, `call_handler`, `run_agent`, under the order's
+timeout. The outcome is one `Result`: whatever goes wrong inside the work
+becomes its error exactly as `StepActor` would have recorded it; only
+cancellation propagates. An agent's events and ``send_message`` calls go back
+through ``send`` while it runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from cadenza.llm import ProviderRegistry
+from cadenza.protocols import (
+    AgentOrder,
+    CommandOrder,
+    ErrorInfo,
+    Event,
+    HandlerOrder,
+    Mail,
+    Result,
+    StepEvent,
+    Usage,
+    WorkOrder,
+)
+from cadenza.runtime import Actor, Clock, MemoryRunStore, Supervisor
+from cadenza.workflow import Agent, LoadedWorkflow, Options, Workflow
+
+from ._agent import run_agent
+from ._command import CommandOutcome, run_command
+from ._context import NO_BRIEF, Brief, RunContext, Scope
+from ._coordinator import COORDINATOR, Outgoing
+from ._handler import StepContext, StepsView, call_handler, resolve_handler
+from ._journal import RunJournal
+from ._step import StepFailure, work_error
+
+__all__ = ["command_result", "run_work_order"]
+
+Send = Callable[[StepEvent | Mail], None]
+"""How a running order reaches its supervisor (events, messages); must not block."""
+
+
+def command_result(outcome: CommandOutcome, address: str) -> tuple[str, Any]:
+    """A finished command as ``(content, result)``, as an in-process step records it.
+
+    Raises:
+        StepFailure: The exit code was not 0.
+    """
+    result = {"exitCode": outcome.exit_code, "stdout": outcome.stdout, "stderr": outcome.stderr}
+    if outcome.exit_code != 0:
+        tail = outcome.stderr.strip().splitlines()[-1:] or [""]
+        message = f"exit code {outcome.exit_code}" + (f": {tail[0][:500]}" if tail[0] else "")
+        raise StepFailure(
+            ErrorInfo(type="CommandFailed", message=message, address=address),
+            content=outcome.stdout,
+            result=result,
+        )
+    return outcome.stdout, result
+
+
+async def run_work_order(
+    order: WorkOrder,
+    job: int,
+    attempt: int,
+    *,
+    clock: Clock,
+    providers: Callable[[str], ProviderRegistry],
+    send: Send,
+) -> Result:
+    """Runs one work order to its `Result` (for dispatch ``job``, fence ``attempt``).
+
+    ``providers`` gives the model registry of a run id (agents of one run share
+    it, so a scripted agent keeps its place across visits to this worker).
+    """
+    address = order.address
+    usage: list[Usage] = []
+    try:
+        if order.timeout is None:
+            content, result = await _run(order, job, attempt, clock, providers, send, usage)
+        else:
+            with clock.fail_after(order.timeout):
+                content, result = await _run(order, job, attempt, clock, providers, send, usage)
+    except TimeoutError:
+        message = f"timed out after {order.timeout:g}s"
+        error = ErrorInfo("Timeout", message, address)
+        return Result(job, attempt, "failed", error=error, usage=_one(usage))
+    except StepFailure as failure:
+        return Result(
+            job,
+            attempt,
+            "failed",
+            content=failure.content,
+            result=failure.result,
+            error=failure.error,
+            usage=_one(usage),
+        )
+    except Exception as failure:  # the step's own failure, reported, not a crash
+        error = work_error(failure, address)
+        return Result(job, attempt, "failed", error=error, usage=_one(usage))
+    return Result(job, attempt, "completed", content=content, result=result, usage=_one(usage))
+
+
+def _one(usage: list[Usage]) -> Usage | None:
+    return usage[0] if usage else None
+
+
+async def _run(
+    order: WorkOrder,
+    job: int,
+    attempt: int,
+    clock: Clock,
+    providers: Callable[[str], ProviderRegistry],
+    send: Send,
+    usage: list[Usage],
+) -> tuple[str, Any]:
+    if isinstance(order, HandlerOrder):
+        workflow_dir = Path(order.base_dir)
+        handler = resolve_handler(order.handler, workflow_dir)
+        brief = NO_BRIEF if not order.brief else msgspec.convert(order.brief, Brief)
+        context = StepContext(
+            run_id=order.run_id,
+            address=order.address,
+            attempt=order.attempt,
+            idempotency_key=order.idempotency_key,
+            inputs=order.inputs,
+            steps=StepsView(order.steps),
+            workflow_dir=workflow_dir,
+            item=order.item,
+            index=order.index,
+            iteration=order.iteration,
+            brief=brief,
+        )
+        return await call_handler(handler, context)
+    if isinstance(order, CommandOrder):
+        env = dict(os.environ)
+        env.update(order.env)
+        cwd = Path(order.cwd) if order.cwd else Path.cwd()
+        outcome = await run_command(order.command, env=env, cwd=cwd, stdin=order.stdin)
+        return command_result(outcome, order.address)
+    return await _agent(order, job, attempt, clock, providers(order.run_id), send, usage)
+
+
+class _Courier(Actor):
+    """Stands in for the run's coordinator on a worker: forwards ``send_message``."""
+
+    def __init__(self, job: int, attempt: int, send: Send) -> None:
+        self.job = job
+        self.attempt = attempt
+        self.send = send
+
+    async def receive(self, message: Any) -> None:
+        if isinstance(message, Outgoing):
+            self.send(Mail(self.job, self.attempt, message.text))
+
+
+async def _agent(
+    order: AgentOrder,
+    job: int,
+    attempt: int,
+    clock: Clock,
+    providers: ProviderRegistry,
+    send: Send,
+    usage: list[Usage],
+) -> tuple[str, Any]:
+    agent = None if order.agent is None else msgspec.convert(order.agent, Agent)
+    agents = {order.agent_name: agent} if agent is not None and order.agent_name else {}
+    workflow = Workflow(
+        name="remote", steps=[], agents=agents, options=Options(max_tokens=order.max_tokens)
+    )
+    document = LoadedWorkflow(
+        workflow=workflow, path=None, base_dir=Path(order.base_dir), includes={}
+    )
+    journal = RunJournal(order.run_id, workflow.name, MemoryRunStore())
+    journal.prompt_tokens = order.tokens_spent  # the budget counts the whole run's spend
+
+    def forward(event: Event) -> None:
+        duration = float(event.duration.rstrip("s")) if event.duration else None
+        send(
+            StepEvent(
+                job,
+                attempt,
+                event.type,
+                agent=event.agent,
+                message=event.message,
+                duration=duration,
+                tokens=event.tokens,
+                error=event.error,
+                data=event.data,
+            )
+        )
+
+    journal.subscribe(forward)
+    try:
+        async with Supervisor(clock=clock) as supervisor:
+            supervisor.spawn(COORDINATOR, lambda: _Courier(job, attempt, send))
+            context = RunContext(
+                run_id=order.run_id,
+                document=document,
+                inputs={},
+                journal=journal,
+                supervisor=supervisor,
+                clock=clock,
+                limiter=asyncio.Semaphore(1),
+                step_ids=frozenset(),
+                providers=providers,
+            )
+            outcome = await run_agent(
+                context,
+                document,
+                address=order.address,
+                agent_name=order.agent_name,
+                instructions=order.prompt,
+                scope=Scope(),
+                brief=NO_BRIEF,
+                step_model=order.model,
+                can_send_messages=order.can_send_messages,
+            )
+    finally:
+        usage.append(
+            Usage(
+                prompt_tokens=journal.prompt_tokens - order.tokens_spent,
+                completion_tokens=journal.completion_tokens,
+                llm_calls=journal.llm_calls,
+            )
+        )
+    if outcome.error is not None:
+        raise StepFailure(outcome.error, content=outcome.content or None, result=outcome.result)
+    return outcome.content, outcome.result
