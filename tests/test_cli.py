@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import pty
 import subprocess
 import sys
 from collections.abc import Callable
@@ -13,6 +15,7 @@ import pytest
 WriteFlow = Callable[..., Path]
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+CLI = [sys.executable, "-m", "cadenza"]
 
 
 def cadenza(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -148,3 +151,30 @@ def test_validate_examples() -> None:
     for example in sorted(EXAMPLES.glob("*.yaml")):
         proc = cadenza("validate", str(example), cwd=EXAMPLES)
         assert proc.returncode == 0, (example, proc.stderr)
+
+
+def test_a_terminal_gets_live_progress(tmp_path: Path) -> None:
+    """On a TTY, stderr shows each step, iteration and graph move as it happens."""
+    leader, follower = pty.openpty()
+    proc = subprocess.run(
+        [*CLI, "run", str(EXAMPLES / "tool-router.yaml"), "--store", "runs.db"],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=follower,
+        timeout=60,
+    )
+    os.close(follower)
+    shown = b""
+    while True:
+        try:
+            chunk = os.read(leader, 65536)
+        except OSError:
+            break
+        if not chunk:
+            break
+        shown += chunk
+    os.close(leader)
+    text = shown.decode()
+    assert proc.returncode == 0
+    assert "✓ router.0.analyze" in text
+    assert "→ router  analyze → search" in text

@@ -124,7 +124,7 @@ def _inputs(args: argparse.Namespace) -> dict[str, Any]:
 
 
 class _Progress:
-    """Live progress on a terminal: a line per step as it finishes."""
+    """Live progress on a terminal: steps as they finish, iterations, graph moves."""
 
     MARKS: ClassVar[dict[str, str]] = {
         "step_end": "✓",
@@ -137,16 +137,30 @@ class _Progress:
         self.stream = stream
 
     def __call__(self, event: Event) -> None:
+        line = self._line(event)
+        if line is not None:
+            self.stream.write(line + "\n")
+            self.stream.flush()
+
+    def _line(self, event: Event) -> str | None:
+        data = event.data or {}
+        if event.type == EventType.ITERATION_START:
+            return f"  ⟳ {event.step_id}  iteration {data.get('iteration')}"
+        if event.type == EventType.JUDGE_VERDICT:
+            verdict = {True: "done", False: "not done", None: "no verdict"}[data.get("done")]
+            reason = f": {data['reason']}" if data.get("reason") else ""
+            return f"  ⚖ {event.step_id}  {verdict}{reason}"
+        if event.type == EventType.GRAPH_TRANSITION:
+            return f"  → {event.step_id}  {data.get('from')} → {data.get('to')}"
         mark = self.MARKS.get(event.type)
         if mark is None or event.step_id is None:
-            return
+            return None
         detail = event.duration or ""
         if event.error:
             detail = f"{detail} {event.error}".strip()
         if event.type == EventType.STEP_SKIPPED and event.message:
             detail = event.message
-        self.stream.write(f"  {mark} {event.step_id}  {detail}\n")
-        self.stream.flush()
+        return f"  {mark} {event.step_id}  {detail}"
 
 
 def _print_summary(result: RunResult, stream: TextIO) -> None:

@@ -56,7 +56,7 @@ from ._decide import (
     effective_score,
 )
 from ._step import Report, StepFinished, work_error
-from ._subflow import call_workflow, read_verdict, resolve_workflow
+from ._subflow import call_workflow, load_reference, read_verdict, render_reference
 
 __all__ = ["DECISION", "ControlController"]
 
@@ -306,7 +306,8 @@ class ControlController(Container):
             return stop
         reference = getattr(self.spec, role)
         try:
-            child = await resolve_workflow(self.run, self.document, reference, self.scope)
+            reference = render_reference(self.run, reference, self.scope)
+            child = await load_reference(self.document, reference)
         except Exception as error:  # a workflow that cannot be had is the call's failure
             return InfraFailure(role, f"cannot load workflow {reference!r}: {error}")
         if self.stopping is not None:

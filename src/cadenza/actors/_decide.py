@@ -217,7 +217,8 @@ def decide(
             allowed = limits.max_infra_retries
             reason = f"{what} ({count} infrastructure failures, maxInfraRetries is {allowed})"
             return Ruling("stop", reason, "stopped_infra_failure", infra=True)
-        ruling = _limits(limits, spent, last) or Ruling("retry", f"infrastructure failure {count}")
+        retry = Ruling("retry", f"infrastructure failure {count} of {limits.max_infra_retries}")
+        ruling = _limits(limits, spent, last) or retry
         return dataclasses.replace(ruling, reason=f"{what}; {ruling.reason}", infra=True)
     score = effective_score(verdict, checks)
     failed = [check for check in checks if not check.passed]

@@ -41,21 +41,34 @@ from ._include import BODY, output_hook
 from ._loop import LoopController
 from ._step import Report, work_error
 
-__all__ = ["WorkflowCall", "call_workflow", "read_verdict", "resolve_workflow"]
+__all__ = [
+    "WorkflowCall",
+    "call_workflow",
+    "contract_scope",
+    "load_reference",
+    "read_verdict",
+    "render_reference",
+]
 
 
-async def resolve_workflow(
-    run: RunContext, document: LoadedWorkflow, reference: str, scope: Scope
-) -> LoadedWorkflow:
-    """The workflow ``reference`` names, rendered in ``scope`` and loaded if need be.
+def render_reference(run: RunContext, reference: str, scope: Scope) -> str:
+    """The workflow reference with its template rendered in ``scope``.
 
     Raises:
         ExpressionEvaluationError: The template failed.
+    """
+    if not has_template(reference):
+        return reference
+    template = parse_template(reference, step_ids=run.step_ids)
+    return template.render(scope.activation(run.inputs)).strip()
+
+
+async def load_reference(document: LoadedWorkflow, reference: str) -> LoadedWorkflow:
+    """The workflow ``reference`` names: loaded with ``document``, or loaded now.
+
+    Raises:
         WorkflowError: The file is missing or not a valid workflow.
     """
-    if has_template(reference):
-        template = parse_template(reference, step_ids=run.step_ids)
-        reference = template.render(scope.activation(run.inputs)).strip()
     loaded = document.includes.get(reference)
     if loaded is not None:
         return loaded
