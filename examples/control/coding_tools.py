@@ -12,6 +12,7 @@ code can print to.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import shutil
 import signal
@@ -29,7 +30,7 @@ TIMEOUT_SECONDS = 60.0
 LIMITS = {"RLIMIT_CPU": 20, "RLIMIT_AS": 2 << 30, "RLIMIT_FSIZE": 8 << 20, "RLIMIT_NOFILE": 256}
 """Resource limits of the pytest process: CPU seconds, bytes of memory and of files, fds."""
 
-TESTS = '''from solution import slugify
+TESTS = """from solution import slugify
 
 
 def test_lowercases() -> None:
@@ -42,7 +43,7 @@ def test_strips_punctuation() -> None:
 
 def test_collapses_spaces() -> None:
     assert slugify("  many   spaces  ") == "many-spaces"
-'''
+"""
 
 # Sets the limits, then becomes pytest: no preexec_fn (unsafe with threads).
 _LAUNCHER = """
@@ -104,10 +105,8 @@ async def _pytest(workdir: Path, report: Path) -> bool:
 
 
 def _kill_group(pid: int) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError):  # gone already, with all it started
         os.killpg(pid, signal.SIGKILL)
-    except ProcessLookupError:  # already gone, with everything it started
-        pass
 
 
 def _verdict(report: Path) -> dict[str, Any]:

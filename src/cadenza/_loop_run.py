@@ -8,17 +8,18 @@ can show it while the loop works; `LoopResult` is the control step's result
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, Mapping
 from dataclasses import dataclass
 from typing import Any, cast
 
 from ._api import RunHandle
-from .actors._control import DECISION
+from .actors import EventSink
+from .actors._control_log import DECISION
 from .actors._decide import ControlStatus, Decision
 from .errors import CadenzaError
 from .protocols import Event
 
-__all__ = ["DecisionEntry", "LoopError", "LoopResult", "LoopRun"]
+__all__ = ["DecisionEntry", "LoopError", "LoopResult", "LoopRun", "decision_sink"]
 
 
 class LoopError(CadenzaError):
@@ -79,18 +80,23 @@ class LoopResult:
         return self.status == "succeeded"
 
 
+def decision_sink(address: str, log: list[DecisionEntry]) -> EventSink:
+    """An event observer that appends the decisions of the control step at ``address``."""
+
+    def observe(event: Event) -> None:
+        if event.type == DECISION and event.step_id == address and event.data:
+            log.append(DecisionEntry.from_data(event.data))
+
+    return observe
+
+
 class LoopRun:
     """A running loop: its decision log so far, its decisions as they come, its result."""
 
-    def __init__(self, handle: RunHandle, address: str) -> None:
+    def __init__(self, handle: RunHandle, address: str, log: list[DecisionEntry]) -> None:
         self._handle = handle
         self._address = address
-        self._log: list[DecisionEntry] = []
-
-    def _observe(self, event: Event) -> None:
-        """Takes every event of the run (installed before it starts); keeps the decisions."""
-        if event.type == DECISION and event.step_id == self._address and event.data:
-            self._log.append(DecisionEntry.from_data(event.data))
+        self._log = log  # filled by the run's `decision_sink`
 
     @property
     def run_id(self) -> str:
@@ -102,7 +108,7 @@ class LoopRun:
         """The decisions made so far, oldest first (a snapshot)."""
         return list(self._log)
 
-    async def decisions(self) -> AsyncIterator[DecisionEntry]:
+    async def decisions(self) -> AsyncGenerator[DecisionEntry, None]:
         """Every decision, from the first, as it is made; ends when the run does."""
         async for event in self._handle.events():
             if event.type == DECISION and event.step_id == self._address and event.data:

@@ -7,27 +7,19 @@ functions run in a worker thread, ``async`` ones on the event loop), and, with
 a ``pre_planner``, a handler step before it that may rewrite the objective.
 That workflow runs on the ordinary runtime, so the loop is driven by the same
 `ControlController` and ruled by the same `decide` as one written in YAML.
-
-Handler steps name a callable by ``module:attribute``; the decorated functions
-are registered in `HANDLERS` under a fresh name each, and stay registered for
-the life of the process.
 """
 
 from __future__ import annotations
 
-import inspect
-import itertools
 import re
-from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Literal, TypeVar
 
 from ._api import Runtime
-from ._loop_run import LoopResult, LoopRun
-from .actors import StepContext
-from .actors._decide import Recommendation
+from ._loop_functions import HANDLERS, PRE_PLANNER, ROLE_INPUTS, handler
+from ._loop_run import DecisionEntry, LoopResult, LoopRun, decision_sink
 from .errors import CadenzaError
 from .workflow import (
     Check,
@@ -42,170 +34,18 @@ from .workflow import (
     parse_template,
 )
 
-__all__ = [
-    "HANDLERS",
-    "ActorInput",
-    "Evaluation",
-    "EvaluatorInput",
-    "Loop",
-    "PlannerInput",
-    "PrePlannerInput",
-]
+__all__ = ["Loop"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 _STEP_ID = re.compile(r"^[a-z][a-z0-9_-]{0,63}$")
-_PRE = "pre_planner"
-
-
-@dataclass(frozen=True, slots=True)
-class PrePlannerInput:
-    """What a ``pre_planner`` gets, once, before the first iteration."""
-
-    objective: str
-    criteria: str
-
-
-@dataclass(frozen=True, slots=True)
-class PlannerInput:
-    """What a ``planner`` gets: on the first iteration and after each replan."""
-
-    objective: str
-    criteria: str
-    feedback: str
-    history: list[dict[str, Any]]
-
-
-@dataclass(frozen=True, slots=True)
-class ActorInput:
-    """What an ``actor`` (or ``delegate``) gets on every iteration (``plan`` is "" unplanned)."""
-
-    objective: str
-    plan: Any
-    feedback: str
-    iteration: int
-
-
-@dataclass(frozen=True, slots=True)
-class EvaluatorInput:
-    """What an ``evaluator`` gets: the actor's result map."""
-
-    objective: str
-    criteria: str
-    result: dict[str, Any]
-
-
-@dataclass(frozen=True, slots=True)
-class Evaluation:
-    """An evaluator's verdict; a plain ``{passed, score, feedback}`` dict works too."""
-
-    passed: bool
-    score: float
-    feedback: str = ""
-    recommend: Recommendation | None = None
-
-
-class _Registry:
-    """Where handler steps find the decorated functions: ``cadenza._loop_sdk:HANDLERS.f7``."""
-
-    def __init__(self) -> None:
-        self._functions: dict[str, Callable[[StepContext], Any]] = {}
-        self._names = itertools.count(1)
-
-    def add(self, handler: Callable[[StepContext], Any]) -> str:
-        name = f"f{next(self._names)}"
-        self._functions[name] = handler
-        return f"{__name__}:HANDLERS.{name}"
-
-    def __getattr__(self, name: str) -> Callable[[StepContext], Any]:
-        try:
-            return self._functions[name]
-        except KeyError:
-            raise AttributeError(name) from None
-
-
-HANDLERS = _Registry()
-"""The registry of loop functions that handler steps call."""
-
-
-def _pre_planner(inputs: Mapping[str, Any]) -> PrePlannerInput:
-    return PrePlannerInput(str(inputs["objective"]), str(inputs["criteria"]))
-
-
-def _planner(inputs: Mapping[str, Any]) -> PlannerInput:
-    return PlannerInput(
-        str(inputs["objective"]),
-        str(inputs["criteria"]),
-        str(inputs["feedback"]),
-        list(inputs["history"]),
-    )
-
-
-def _actor(inputs: Mapping[str, Any]) -> ActorInput:
-    return ActorInput(
-        str(inputs["objective"]), inputs["plan"], str(inputs["feedback"]), int(inputs["iteration"])
-    )
-
-
-def _evaluator(inputs: Mapping[str, Any]) -> EvaluatorInput:
-    return EvaluatorInput(str(inputs["objective"]), str(inputs["criteria"]), inputs["result"])
-
-
-_ROLES: dict[str, tuple[Callable[[Mapping[str, Any]], Any], tuple[str, ...]]] = {
-    "planner": (_planner, ("objective", "criteria", "feedback", "history")),
-    "actor": (_actor, ("objective", "plan", "feedback", "iteration")),
-    "delegate": (_actor, ("objective", "plan", "feedback", "iteration")),
-    "evaluator": (_evaluator, ("objective", "criteria", "result")),
-}
-
-
-def _shape(role: str, value: Any, given: Any) -> Any:
-    """The function's return value as its workflow's output map (the engine checks it)."""
-    if role == _PRE:
-        if isinstance(value, str):
-            return {"objective": value, "criteria": given.criteria}
-        if isinstance(value, Mapping):
-            return {
-                "objective": str(value.get("objective", given.objective)),
-                "criteria": str(value.get("criteria", given.criteria)),
-            }
-    if isinstance(value, str) and role in ("planner", "actor", "delegate"):
-        return {"plan": value} if role == "planner" else {"text": value}
-    if isinstance(value, Evaluation):
-        verdict = {"passed": value.passed, "score": value.score, "feedback": value.feedback}
-        return verdict | ({"recommend": value.recommend} if value.recommend else {})
-    if isinstance(value, Mapping):
-        return dict(value)
-    return value
-
-
-def _handler(role: str, function: Callable[..., Any]) -> Callable[[StepContext], Any]:
-    """A handler step body that calls ``function`` with its role's typed input."""
-    build = _pre_planner if role == _PRE else _ROLES[role][0]
-    if inspect.iscoroutinefunction(function):
-
-        async def call_async(context: StepContext) -> Any:
-            given = build(context.inputs)
-            return _shape(role, await function(given), given)
-
-        return call_async
-
-    async def finish(pending: Awaitable[Any], given: Any) -> Any:
-        return _shape(role, await pending, given)
-
-    def call(context: StepContext) -> Any:
-        given = build(context.inputs)
-        value = function(given)
-        if inspect.isawaitable(value):  # a sync callable that hands back a coroutine
-            return finish(value, given)
-        return _shape(role, value, given)
-
-    return call
 
 
 class Loop:
     """A control loop written in Python: decorate its parts, then `run` or `start` it.
 
     Example::
+
+        from cadenza.loops import ActorInput, Evaluation, EvaluatorInput, Loop
 
         loop = Loop("Write a tagline for Cadenza", criteria="at most 60 chars",
                     max_iterations=4)
@@ -248,7 +88,7 @@ class Loop:
         max_infra_retries: int = 2,
         escalate: Literal["stop", "human"] = "stop",
     ) -> None:
-        if not _STEP_ID.match(name) or name == _PRE:
+        if not _STEP_ID.match(name) or name == PRE_PLANNER:
             raise ValueError(f"name {name!r} must be a step id (^[a-z][a-z0-9_-]{{0,63}}$)")
         for label, value, least in (
             ("max_iterations", max_iterations, 1),
@@ -276,7 +116,12 @@ class Loop:
             max_infra_retries=max_infra_retries,
         )
         self.checks: list[Check] = []
-        self._functions: dict[str, Callable[..., Any]] = {}
+        self._handlers: dict[str, str] = {}  # role -> the handler reference calling it
+
+    def _register(self, role: str, function: F) -> F:
+        # Registered once here, not per run: a service may run one Loop many times.
+        self._handlers[role] = HANDLERS.add(handler(role, function))
+        return function
 
     def pre_planner(self, function: F) -> F:
         """Decorates the function run once before the loop; it may rewrite the objective.
@@ -284,28 +129,23 @@ class Loop:
         It gets a `PrePlannerInput` and returns the new objective (a string) or a
         map with ``objective`` and/or ``criteria``.
         """
-        self._functions[_PRE] = function
-        return function
+        return self._register(PRE_PLANNER, function)
 
     def planner(self, function: F) -> F:
         """Decorates the planner: `PlannerInput` -> a plan (a string, or ``{plan}``)."""
-        self._functions["planner"] = function
-        return function
+        return self._register("planner", function)
 
     def actor(self, function: F) -> F:
         """Decorates the actor: `ActorInput` -> its result map (a string means ``{text}``)."""
-        self._functions["actor"] = function
-        return function
+        return self._register("actor", function)
 
     def delegate(self, function: F) -> F:
         """Decorates the alternate actor that takes over when the evaluator recommends it."""
-        self._functions["delegate"] = function
-        return function
+        return self._register("delegate", function)
 
     def evaluator(self, function: F) -> F:
         """Decorates the evaluator: `EvaluatorInput` -> an `Evaluation` or its map."""
-        self._functions["evaluator"] = function
-        return function
+        return self._register("evaluator", function)
 
     def check(self, expr: str, feedback: str | None = None) -> None:
         """Adds a check: CEL over ``result``; ``feedback`` (a template) when it fails.
@@ -324,17 +164,24 @@ class Loop:
         Raises:
             CadenzaError: No actor or no evaluator was decorated.
         """
-        missing = [role for role in ("actor", "evaluator") if role not in self._functions]
+        missing = [role for role in ("actor", "evaluator") if role not in self._handlers]
         if missing:
             raise CadenzaError(f"the loop has no {' and no '.join(missing)}: decorate one")
         includes = {
-            role: _child(role, function)
-            for role, function in self._functions.items()
-            if role != _PRE
+            role: _child(role, reference)
+            for role, reference in self._handlers.items()
+            if role != PRE_PLANNER
         }
+        steps: list[Step] = []
+        objective, criteria = "{{ inputs.objective }}", "{{ inputs.criteria }}"
+        pre = self._handlers.get(PRE_PLANNER)
+        if pre is not None:  # the loop works on what the pre-planner made of the objective
+            steps.append(Step(id=PRE_PLANNER, handler=pre))
+            objective = f"{{{{ steps.{PRE_PLANNER}.result.objective }}}}"
+            criteria = f"{{{{ steps.{PRE_PLANNER}.result.criteria }}}}"
         control = Control(
-            objective="{{ inputs.objective }}",
-            criteria="{{ inputs.criteria }}",
+            objective=objective,
+            criteria=criteria,
             planner="planner" if "planner" in includes else None,
             actor="actor",
             delegate="delegate" if "delegate" in includes else None,
@@ -343,21 +190,7 @@ class Loop:
             limits=self.limits,
             escalate=self.escalate,
         )
-        steps = [Step(id=self.name, control=control)]
-        pre = self._functions.get(_PRE)
-        if pre is not None:
-            result = f"steps.{_PRE}.result"
-            control = Control(
-                **{
-                    **{f: getattr(control, f) for f in control.__struct_fields__},
-                    "objective": f"{{{{ {result}.objective }}}}",
-                    "criteria": f"{{{{ {result}.criteria }}}}",
-                }
-            )
-            steps = [
-                Step(id=_PRE, handler=HANDLERS.add(_handler(_PRE, pre))),
-                Step(id=self.name, control=control, depends_on=[_PRE]),
-            ]
+        steps.append(Step(id=self.name, control=control, depends_on=[s.id for s in steps]))
         workflow = Workflow(
             name=self.name,
             inputs={
@@ -370,17 +203,14 @@ class Loop:
 
     async def start(self, runtime: Runtime, *, run_id: str | None = None) -> LoopRun:
         """Starts the loop on ``runtime``; the `LoopRun` shows its decisions as they come."""
-        document = self.workflow()
-        pending: list[LoopRun] = []
+        log: list[DecisionEntry] = []
         handle = await runtime.start(
-            document,
+            self.workflow(),
             inputs={"objective": self.objective, "criteria": self.criteria},
             run_id=run_id,
-            on_event=lambda event: pending[0]._observe(event) if pending else None,
+            on_event=decision_sink(self.name, log),
         )
-        run = LoopRun(handle, self.name)
-        pending.append(run)
-        return run
+        return LoopRun(handle, self.name, log)
 
     async def run(self, runtime: Runtime | None = None) -> LoopResult:
         """Runs the loop to its end (on a runtime of its own unless given one).
@@ -394,13 +224,13 @@ class Loop:
             return await (await self.start(own)).result()
 
 
-def _child(role: str, function: Callable[..., Any]) -> LoadedWorkflow:
-    """A one-step workflow that takes ``role``'s contract inputs and calls ``function``."""
-    names = _ROLES[role][1]
+def _child(role: str, reference: str) -> LoadedWorkflow:
+    """A one-step workflow that takes ``role``'s contract inputs and calls ``reference``."""
+    names = ROLE_INPUTS[role]
     workflow = Workflow(
         name=role,
         inputs={name: InputSpec() for name in names},
-        steps=[Step(id=role, handler=HANDLERS.add(_handler(role, function)))],
+        steps=[Step(id=role, handler=reference)],
         output=f"steps.{role}.result",
     )
     return LoadedWorkflow(workflow, None, Path.cwd())

@@ -11,6 +11,8 @@ from cadenza.workflow import LoadedWorkflow, State, Step
 
 from ._context import NO_BRIEF, Brief, Cancellable, RunContext, Scope
 from ._coordinator import INBOX_SIZE
+from ._human import HumanStep
+from ._replay import ReplayedStep
 from ._step import Report, StepActor
 
 __all__ = ["spawn_step"]
@@ -30,8 +32,10 @@ def spawn_step(
 
     A step with ``loop`` gets a loop or forEach controller, ``graph`` a graph
     controller, ``include`` an include controller, ``control`` a control-loop
-    controller; anything else a `StepActor`.
-    Returns the actor so the caller can cancel it.
+    controller; ``human`` a `HumanStep`; anything else a `StepActor`. In a resumed
+    run, a leaf whose address already has a final record is replayed instead
+    (a `ReplayedStep` reports that record), and one that was in flight runs again
+    from the next attempt number. Returns the actor so the caller can cancel it.
     """
     if (
         step.loop is not None
@@ -40,7 +44,20 @@ def spawn_step(
         or step.control is not None
     ):
         return _spawn_container(run, document, step_id, step, scope, address, report, brief)
+    replay = run.journal.replay
+    if replay is not None:  # a resumed run: a leaf that finished before is not run again
+        record = replay.take(str(address))
+        if record is not None:
+            replayed = ReplayedStep(run.journal, step_id, record, report)
+            run.supervisor.spawn(address, lambda: replayed)
+            return replayed
+    if step.human is not None:
+        human = HumanStep(run, document, step_id, step, scope, report, brief)
+        run.supervisor.spawn(address, lambda: human)
+        return human
     child = StepActor(run, document, step_id, step, scope, report, brief)
+    if replay is not None:
+        child.first_attempt = replay.next_attempt(str(address))
     # An agent's inbox is where the coordinator delivers: it gets the larger bound.
     inbox = INBOX_SIZE if step.kind == "agent" else None
     run.supervisor.spawn(address, lambda: child, inbox_size=inbox)

@@ -1,23 +1,21 @@
 """The control loop controller (SPEC 2.5): planner -> actor -> checks -> evaluator -> decide.
 
-Iteration N lives at ``control.N`` (its record holds the decision) and calls
-its workflows at ``control.N.planner`` (the first iteration and after a
-replan), ``control.N.actor`` (``control.N.delegate`` once the loop delegated)
-and ``control.N.evaluator``; their steps are ``control.N.actor.<id>``. Between
-the actor and the evaluator the checks run over the actor's ``result``. Then
-`decide` (``_decide.py``, pure) rules, and the ruling is written down: in the
-decision log, as a ``decision`` event, and durably as the iteration's record,
-before the next iteration starts.
+Iteration N lives at ``step.N`` and calls its workflows at ``step.N.planner``
+(the first iteration and after a replan), ``step.N.actor`` (``step.N.delegate``
+once the loop delegated) and ``step.N.evaluator``; their own steps are at
+``step.N.actor.<id>``. Between the actor and the evaluator the checks run over
+the actor's ``result``. Then `decide` (``_decide.py``, pure) rules, and the
+ruling is written down (``_control_log.py``) before anything else happens.
 
 Before every call `admit` checks the budget: the tokens spent by this step's
-children (counted from the ``agent_turn`` events under its address, so
-concurrent steps elsewhere do not count) plus the most a call of that role has
-cost so far must stay within ``limits.maxTokens``. ``limits.timeout`` runs on
-the run's clock; when it passes, the running call is cancelled and the loop
-stops as ``stopped_budget``. The step's own ``timeout`` and ``retries`` work as
-for every container (``_container.py``).
+children (counted from the ``agent_turn`` events under its address, so steps
+running beside it do not count) plus the most a call of that role has cost so
+far must stay within ``limits.maxTokens``. ``limits.timeout`` runs on the
+run's clock; when it passes, the running call is cancelled and the loop stops
+as ``stopped_budget``. The step's own ``timeout`` and ``retries`` work as for
+every container (``_container.py``).
 
-The loop runs as one coroutine in the actor's ``on_start``: its calls come back
+The loop runs as one coroutine in the actor's ``on_start``: its calls report
 through futures rather than the inbox, so the sequence reads top to bottom.
 """
 
@@ -29,43 +27,21 @@ from typing import Any
 
 import msgspec
 
-from cadenza.protocols import ErrorInfo, Event, EventType, LoopSummary, StepRecord, StepStatus
+from cadenza.protocols import ErrorInfo, Event, StepRecord
 from cadenza.runtime import Address
 from cadenza.runtime import Cancellable as Timer
-from cadenza.workflow import (
-    LoadedWorkflow,
-    State,
-    Step,
-    compile_expression,
-    parse_duration,
-    parse_template,
-)
+from cadenza.workflow import LoadedWorkflow, State, Step, parse_duration, parse_template
 
 from ._container import Container, Outcome
 from ._context import NO_BRIEF, Brief, RunContext, Scope
-from ._decide import (
-    CheckResult,
-    History,
-    InfraFailure,
-    Ruling,
-    Setup,
-    Spent,
-    admit,
-    advance,
-    decide,
-    effective_score,
-)
+from ._control_log import DecisionLog
+from ._decide import History, InfraFailure, Ruling, Setup, Spent, admit, advance, decide
+from ._decide import effective_score as scored
+from ._evidence import read_verdict, run_checks
 from ._step import Report, StepFinished, work_error
-from ._subflow import call_workflow, load_reference, read_verdict, render_reference
+from ._subflow import call_workflow, load_reference, render_reference
 
-__all__ = ["DECISION", "ControlController"]
-
-DECISION = "decision"
-"""Event type: a control loop ruled on an iteration (``stepId`` is the control step).
-
-Data: ``{iteration, decision, reason, feedback, score, status}``; ``status`` is
-the loop's terminal status, or null when it goes on.
-"""
+__all__ = ["ControlController"]
 
 Called = dict[str, Any] | InfraFailure | Ruling | None
 """What a call gives back: its output map, an infrastructure failure, a budget
@@ -96,9 +72,9 @@ class ControlController(Container):
             has_delegate=self.spec.delegate is not None,
             escalate=self.spec.escalate,
         )
+        self.log = DecisionLog(run.journal, "", self.limits.max_iterations)
         self.tokens = 0
         self.history = History()
-        self.log: list[dict[str, Any]] = []
         self.objective = self.criteria = self.feedback = ""
         self.plan: Any = ""
         self.needs_plan = self.setup.has_planner
@@ -136,8 +112,8 @@ class ControlController(Container):
 
     async def begin(self) -> None:
         """Runs one attempt of the whole loop, from a clean state, to its end."""
-        self.tokens, self.history, self.log = 0, History(), []
-        self.best, self.last = None, None
+        self.log = DecisionLog(self.run.journal, self.here, self.limits.max_iterations)
+        self.tokens, self.history, self.best, self.last = 0, History(), None, None
         self.feedback, self.plan, self.needs_plan = "", "", self.setup.has_planner
         self._reserve, self._late = {}, False
         self._began = self.run.clock.now()
@@ -178,54 +154,20 @@ class ControlController(Container):
     # One iteration -------------------------------------------------------------
 
     async def _iteration(self, n: int) -> Ruling | None:
-        address = self.address.iteration(n)
-        where = str(address)
-        journal = self.run.journal
-        journal.step_started(where, kind="iteration", attempt=1, agent=None)
-        journal.emit(
-            EventType.ITERATION_START,
-            step_id=where,
-            data={"iteration": n, "maxIterations": self.limits.max_iterations},
-        )
+        self.log.started(n)
         started = self.run.clock.now()
         detail: dict[str, Any] = {}
-        ruling = await self._work(n, address, detail)
-        elapsed = int((self.run.clock.now() - started) * 1000)
+        ruling = await self._work(n, self.address.iteration(n), detail)
         if ruling is None:
-            error = ErrorInfo("Cancelled", self.stopping or "cancelled", where)
-            await journal.step_finished(where, StepRecord("cancelled", error=error))
-            journal.emit(
-                EventType.ITERATION_END, step_id=where, data={"iteration": n, "status": "cancelled"}
-            )
+            await self.log.interrupted(n, self.stopping or "cancelled")
             return None
-        if ruling.infra:  # the next attempt hears what the last real verdict said
+        if ruling.infra:  # nothing was judged: the next attempt hears the last verdict again
             ruling = dataclasses.replace(ruling, feedback=self.feedback)
         self.feedback = ruling.feedback
         self.history = advance(self.history, ruling)
-        if ruling.decision == "replan":
-            self.needs_plan = True
-        entry = {
-            "iteration": n,
-            "decision": ruling.decision,
-            "reason": ruling.reason,
-            "feedback": ruling.feedback,
-        }
-        self.log.append(entry)
-        data = {**entry, "score": ruling.score, "status": ruling.status}
-        journal.emit(DECISION, step_id=self.here, message=ruling.reason, data=data)
-        status: StepStatus = "failed" if ruling.infra else "completed"
-        record = StepRecord(
-            status,
-            content=f"{ruling.decision}: {ruling.reason}",
-            result={**data, **detail},
-            attempts=1,
-            duration_ms=elapsed,
-            error=ErrorInfo("InfraFailure", ruling.reason, where) if ruling.infra else None,
-        )
-        await journal.step_finished(where, record)
-        journal.emit(
-            EventType.ITERATION_END, step_id=where, data={"iteration": n, "status": status}
-        )
+        self.needs_plan = self.needs_plan or ruling.decision == "replan"
+        elapsed = int((self.run.clock.now() - started) * 1000)
+        await self.log.decided(n, ruling, detail, elapsed)
         return ruling
 
     async def _work(self, n: int, address: Address, detail: dict[str, Any]) -> Ruling | None:
@@ -234,7 +176,7 @@ class ControlController(Container):
                 "objective": self.objective,
                 "criteria": self.criteria,
                 "feedback": self.feedback,
-                "history": list(self.log),
+                "history": list(self.log.entries),
             }
             planned = await self._call("planner", address, inputs)
             if not isinstance(planned, dict):
@@ -244,20 +186,15 @@ class ControlController(Container):
             self.plan, self.needs_plan = planned["plan"], False
             detail["plan"] = self.plan
         role = "delegate" if self.history.delegated else "actor"
-        inputs = {
-            "objective": self.objective,
-            "plan": self.plan,
-            "feedback": self.feedback,
-            "iteration": n,
-        }
-        result = await self._call(role, address, inputs)
+        inputs = {"objective": self.objective, "plan": self.plan, "feedback": self.feedback}
+        result = await self._call(role, address, {**inputs, "iteration": n})
         if not isinstance(result, dict):
             return self._settle(result)
         self.last = result
-        checks = self._checks(result)
-        detail["checks"] = [
-            {"expr": c.expr, "passed": c.passed, "feedback": c.feedback} for c in checks
-        ]
+        names = self.scope.activation(self.run.inputs)
+        names["result"] = result
+        checks = run_checks(self.spec.checks, names, self.run.step_ids)
+        detail["checks"] = [dataclasses.asdict(check) for check in checks]
         inputs = {"objective": self.objective, "criteria": self.criteria, "result": result}
         output = await self._call("evaluator", address, inputs)
         if not isinstance(output, dict):
@@ -265,7 +202,7 @@ class ControlController(Container):
         verdict = read_verdict(output)
         if not isinstance(verdict, InfraFailure):
             detail["verdict"] = output
-            score = effective_score(verdict, checks)
+            score = scored(verdict, checks)
             if self.best is None or score >= self.best[0]:
                 self.best = (score, result)
         return decide(verdict, checks, self.history, self.limits, self._spent(), self.setup)
@@ -274,28 +211,6 @@ class ControlController(Container):
         if isinstance(called, InfraFailure):
             return decide(called, (), self.history, self.limits, self._spent(), self.setup)
         return called
-
-    def _checks(self, result: dict[str, Any]) -> list[CheckResult]:
-        names = self.scope.activation(self.run.inputs)
-        names["result"] = result
-        results = []
-        for check in self.spec.checks:
-            try:
-                expression = compile_expression(check.expr, step_ids=self.run.step_ids)
-                passed = expression.evaluate_bool(names, what="check")
-            except Exception as error:  # a result the check cannot read fails the check
-                results.append(CheckResult(check.expr, False, f"check {check.expr!r}: {error}"))
-                continue
-            feedback = ""
-            if not passed:
-                feedback = f"check failed: {check.expr}"
-                if check.feedback is not None:
-                    try:
-                        feedback = self._render(check.feedback, names)
-                    except Exception as error:  # keep the verdict, say what went wrong
-                        feedback += f" (its feedback could not be rendered: {error})"
-            results.append(CheckResult(check.expr, passed, feedback))
-        return results
 
     # Calls ---------------------------------------------------------------------
 
@@ -351,37 +266,24 @@ class ControlController(Container):
             self._deadline.cancel()
             self._deadline = None
         iterations = self.history.iterations
-        journal = self.run.journal
         if ruling is None or ruling.status is None:
             why = "failed" if error else "timeout" if self._expired else "cancelled"
-            journal.loops[self.here] = LoopSummary(iterations, why)
-            journal.emit(
-                EventType.LOOP_END,
-                step_id=self.here,
-                data={"iterations": iterations, "terminationReason": why, "flagged": False},
-            )
+            self.log.summarize(iterations, why)
             await self.finish(Outcome("failed" if error else "cancelled", error=error))
             return
-        score: float | None = None
+        score: float | None = ruling.score
         chosen = self.last
-        if ruling.status == "succeeded":
-            score = ruling.score
-        elif self.best is not None:  # stopped: the best attempt, the latest among equals
-            score, chosen = self.best
+        if ruling.status != "succeeded":  # stopped: the best attempt, the latest among equals
+            score, chosen = self.best or (None, self.last)
         result = {
             "status": ruling.status,
             "result": chosen,
             "score": score,
             "iterations": iterations,
-            "decisionLog": list(self.log),
+            "decisionLog": list(self.log.entries),
             "tokensSpent": self.tokens,
         }
-        journal.loops[self.here] = LoopSummary(iterations, ruling.status)
-        journal.emit(
-            EventType.LOOP_END,
-            step_id=self.here,
-            data={"iterations": iterations, "terminationReason": ruling.status, "flagged": False},
-        )
+        self.log.summarize(iterations, ruling.status)
         content = "" if chosen is None else msgspec.json.encode(chosen).decode()
         if ruling.status == "succeeded":
             await self.finish(Outcome("completed", content, result))

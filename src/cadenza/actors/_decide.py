@@ -183,7 +183,7 @@ def effective_score(verdict: Verdict, checks: Sequence[CheckResult]) -> float:
 
 def stalled(scores: Sequence[float], after: int) -> bool:
     """True when the best score is ``after`` or more iterations old (ties do not count)."""
-    if not scores:
+    if len(scores) <= after:  # too few to have gone `after` iterations without a better one
         return False
     best = scores.index(max(scores))
     return len(scores) - 1 - best >= after
@@ -192,7 +192,7 @@ def stalled(scores: Sequence[float], after: int) -> bool:
 def admit(role: str, reserve: int, limits: ControlLimits, spent: Spent) -> Ruling | None:
     """The budget gate before a call of ``role``: None to go ahead, else a stop ruling."""
     budget = limits.max_tokens
-    if budget is not None and spent.tokens + reserve > budget:
+    if budget is not None and (spent.tokens >= budget or spent.tokens + reserve > budget):
         reason = f"token budget: {spent.tokens} of maxTokens {budget} spent"
         if spent.tokens < budget:
             reason += f", and the {role} is reserved {reserve} (the most one call of it took)"

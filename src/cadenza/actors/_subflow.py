@@ -17,7 +17,6 @@ call, which the decide policy bounds with ``maxInfraRetries``.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -36,7 +35,6 @@ from cadenza.workflow import (
 
 from ._container import Container, Outcome
 from ._context import Cancellable, RunContext, Scope
-from ._decide import RECOMMENDATIONS, InfraFailure, Verdict
 from ._include import BODY, output_hook
 from ._loop import LoopController
 from ._step import Report, work_error
@@ -46,7 +44,6 @@ __all__ = [
     "call_workflow",
     "contract_scope",
     "load_reference",
-    "read_verdict",
     "render_reference",
 ]
 
@@ -164,25 +161,3 @@ def call_workflow(
         )
     run.supervisor.spawn(address, lambda: controller)
     return controller
-
-
-def read_verdict(output: Mapping[str, Any]) -> Verdict | InfraFailure:
-    """The evaluator's output as a `Verdict`, or why it does not fit the contract."""
-    passed: Any = output.get("passed")
-    score: Any = output.get("score")
-    feedback: Any = output.get("feedback") or ""
-    recommend: Any = output.get("recommend")
-    problems = []
-    if not isinstance(passed, bool):
-        problems.append("'passed' must be true or false")
-    if isinstance(score, bool) or not isinstance(score, int | float) or not math.isfinite(score):
-        problems.append("'score' must be a number")
-    if not isinstance(feedback, str):
-        problems.append("'feedback' must be a string")
-    if recommend is not None and recommend not in RECOMMENDATIONS:
-        allowed = ", ".join(sorted(RECOMMENDATIONS))
-        problems.append(f"'recommend' must be one of {allowed} or null, not {recommend!r}")
-    if problems:
-        what = "its output does not fit {passed, score, feedback, recommend?}: "
-        return InfraFailure("evaluator", what + "; ".join(problems))
-    return Verdict(passed, float(score), feedback, recommend)

@@ -1,0 +1,90 @@
+"""How a control loop writes down what it decided: log, events, durable records.
+
+Every iteration of a control step is an address (``step.N``) with a record of
+its own: ``running`` when it starts, then, once the decide policy has ruled,
+the decision (content ``"retry: <reason>"``, result the log entry plus the
+score, the plan, the checks and the verdict), written durably before the next
+iteration starts, so each iteration is a checkpoint. The ruling is also a
+``decision`` event on the control step and an entry of the decision log, which
+ends up in the step's result, SPEC 2.5's ``{status, result, score, iterations,
+decisionLog, tokensSpent}``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from cadenza.protocols import ErrorInfo, EventType, LoopSummary, StepRecord, StepStatus
+
+from ._decide import Ruling
+from ._journal import RunJournal
+
+__all__ = ["DECISION", "DecisionLog"]
+
+DECISION = "decision"
+"""Event type: a control loop ruled on an iteration (``stepId`` is the control step).
+
+Data: ``{iteration, decision, reason, feedback, score, status}``; ``status`` is
+the loop's terminal status, or null when it goes on.
+"""
+
+
+class DecisionLog:
+    """The decision log of one attempt of a control step, and the records behind it."""
+
+    def __init__(self, journal: RunJournal, address: str, limit: int) -> None:
+        self.journal = journal
+        self.address = address
+        self.limit = limit
+        self.entries: list[dict[str, Any]] = []
+
+    def started(self, n: int) -> str:
+        """Records that iteration ``n`` began; returns its address."""
+        where = f"{self.address}.{n}"
+        self.journal.step_started(where, kind="iteration", attempt=1, agent=None)
+        data = {"iteration": n, "maxIterations": self.limit}
+        self.journal.emit(EventType.ITERATION_START, step_id=where, data=data)
+        return where
+
+    async def decided(
+        self, n: int, ruling: Ruling, detail: dict[str, Any], duration_ms: int
+    ) -> None:
+        """Writes down the ruling on iteration ``n``: entry, event, durable record."""
+        where = f"{self.address}.{n}"
+        entry = {
+            "iteration": n,
+            "decision": ruling.decision,
+            "reason": ruling.reason,
+            "feedback": ruling.feedback,
+        }
+        self.entries.append(entry)
+        data = {**entry, "score": ruling.score, "status": ruling.status}
+        self.journal.emit(DECISION, step_id=self.address, message=ruling.reason, data=data)
+        status: StepStatus = "failed" if ruling.infra else "completed"
+        record = StepRecord(
+            status,
+            content=f"{ruling.decision}: {ruling.reason}",
+            result={**data, **detail},
+            attempts=1,
+            duration_ms=duration_ms,
+            error=ErrorInfo("InfraFailure", ruling.reason, where) if ruling.infra else None,
+        )
+        await self.journal.step_finished(where, record)
+        self._ended(where, n, status)
+
+    async def interrupted(self, n: int, reason: str) -> None:
+        """Records iteration ``n`` as cancelled: the loop stopped in the middle of it."""
+        where = f"{self.address}.{n}"
+        error = ErrorInfo("Cancelled", reason, where)
+        await self.journal.step_finished(where, StepRecord("cancelled", error=error))
+        self._ended(where, n, "cancelled")
+
+    def _ended(self, where: str, n: int, status: StepStatus) -> None:
+        data = {"iteration": n, "status": status}
+        self.journal.emit(EventType.ITERATION_END, step_id=where, data=data)
+
+    def summarize(self, iterations: int, reason: str) -> None:
+        """The loop's ``loop_end`` event and its entry in the result's ``loops``."""
+        self.journal.loops[self.address] = LoopSummary(iterations, reason)
+        data = {"iterations": iterations, "terminationReason": reason, "flagged": False}
+        self.journal.emit(EventType.LOOP_END, step_id=self.address, data=data)
