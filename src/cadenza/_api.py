@@ -8,6 +8,8 @@
 
 The runtime owns a task group: every run is a task in it, and leaving the
 ``async with`` block cancels the runs still going (each records ``cancelled``).
+A run interrupted by a crash continues with `Runtime.resume`; a run waiting for
+a person takes the answer with `Runtime.signal`, then resumes (``_resume.py``).
 The CLI is a thin layer over exactly this API.
 """
 
@@ -21,18 +23,30 @@ from collections import deque
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.abc
 import httpx
 
+from ._resume import (
+    FINISHED,
+    finished_result,
+    get_row,
+    pending_inputs,
+    prepare_resume,
+    record_signal,
+    resumable_runs,
+    runs_to_prune,
+)
 from .actors import EventSink, RunControl, RunJournal, execute_run
 from .actors._coordinator import COORDINATOR, PostMessage
-from .errors import CadenzaError, InputError, RunNotFound
+from .actors._replay import Replay
+from .errors import CadenzaError, InputError, LeaseHeld
 from .llm import RetryPolicy
 from .protocols import Event, EventType, MessageRecord, RunResult
 from .runtime import Clock, MemoryRunStore, RunRow, RunStore, SqliteRunStore, SystemClock
+from .runtime._lease import LeaseHolder
 from .workflow import (
     DEFAULT_MAX_CONCURRENCY,
     LoadedWorkflow,
@@ -42,6 +56,9 @@ from .workflow import (
     validate_workflow,
 )
 from .workflow import WorkflowError as WorkflowError
+
+if TYPE_CHECKING:
+    from .remote import Dispatcher
 
 __all__ = ["RunHandle", "Runtime", "new_run_id"]
 
@@ -65,6 +82,8 @@ class RunHandle:
         self._store = store
         self._control = control
         self._result: asyncio.Future[RunResult] = asyncio.get_running_loop().create_future()
+        # A resumed run's log holds an earlier workflow_end (a waiting run's): not the end.
+        self._resumed_after = 0
 
     @property
     def done(self) -> bool:
@@ -100,6 +119,17 @@ class RunHandle:
         """Cancels the run: running steps stop and are recorded ``cancelled``."""
         self._control.cancel(reason)
 
+    async def signal(self, address: str, data: Any) -> None:
+        """Records a person's answer for this run's step waiting at ``address``.
+
+        The run must have ended ``waiting``; `Runtime.resume` then continues it.
+
+        Raises:
+            SignalRejected: Nothing waits at ``address``, or ``data`` does not fit its schema.
+            LeaseHeld: The run is still being driven.
+        """
+        await record_signal(self._store, self.run_id, address, data)
+
     async def events(self, *, buffer: int = EVENT_BUFFER) -> AsyncIterator[Event]:
         """Every event of the run, from its first, ending after ``workflow_end``.
 
@@ -123,7 +153,7 @@ class RunHandle:
             for event in await self._store.events(self.run_id):
                 last = event.seq
                 yield event
-                if event.type == EventType.WORKFLOW_END:
+                if event.type == EventType.WORKFLOW_END and last > self._resumed_after:
                     return
             while True:
                 while pending:
@@ -132,7 +162,7 @@ class RunHandle:
                         continue
                     last = event.seq
                     yield event
-                    if event.type == EventType.WORKFLOW_END:
+                    if event.type == EventType.WORKFLOW_END and last > self._resumed_after:
                         return
                 wakeup[:] = [asyncio.get_running_loop().create_future()]
                 await wakeup[0]
@@ -157,6 +187,17 @@ class Runtime:
         clock: The clock for delays and timeouts (tests inject `FakeClock`).
         max_concurrency: Steps in parallel per run when a workflow does not say.
         default_model: The model of steps that name no agent (``provider:model``).
+        workers: Run leaf steps on remote workers: the endpoint to bind for them
+            (``tcp://127.0.0.1:5555``), or a configured `cadenza.remote.Dispatcher`.
+            The runtime starts and stops it; ``runtime.workers`` is the dispatcher.
+        curve_keys: With ``workers`` as an endpoint: the CURVE key directory
+            (``cadenza keys generate``); only authorized workers get in.
+        insecure: With ``workers`` as an endpoint: allow a non-loopback address
+            without keys.
+
+    Raises:
+        InsecureEndpoint: ``workers`` is not loopback and has neither keys nor ``insecure``.
+        KeysError: ``curve_keys`` is incomplete.
     """
 
     def __init__(
@@ -166,6 +207,9 @@ class Runtime:
         clock: Clock | None = None,
         max_concurrency: int | None = None,
         default_model: str | None = None,
+        workers: str | Dispatcher | None = None,
+        curve_keys: str | os.PathLike[str] | None = None,
+        insecure: bool = False,
     ) -> None:
         if store is None:
             self.store: RunStore = MemoryRunStore()
@@ -180,6 +224,14 @@ class Runtime:
         self._runs: dict[str, RunHandle] = {}
         self._http: httpx.AsyncClient | None = None
         self._http_lock = anyio.Lock()
+        if isinstance(workers, str):
+            from .remote import Dispatcher  # pyzmq is imported only by runtimes that use it
+
+            workers = Dispatcher(
+                workers, curve_keys=curve_keys, insecure=insecure, clock=self.clock
+            )
+        self.workers: Dispatcher | None = workers
+        """The remote workers' dispatcher (None: steps run in this process)."""
 
     async def _shared_http(self) -> httpx.AsyncClient:
         """The HTTP client every run's model calls share, built on first use.
@@ -195,6 +247,12 @@ class Runtime:
 
     async def __aenter__(self) -> Runtime:
         await self.store.open()
+        if self.workers is not None:
+            try:
+                await self.workers.__aenter__()
+            except BaseException:
+                await self.store.close()
+                raise
         self._group = anyio.create_task_group()
         await self._group.__aenter__()
         return self
@@ -219,6 +277,8 @@ class Runtime:
             else:
                 await group.__aexit__(exc_type, exc, traceback)
         finally:
+            if self.workers is not None:
+                await self.workers.__aexit__(None, None, None)
             if self._http is not None:
                 await self._http.aclose()
                 self._http = None
@@ -263,34 +323,66 @@ class Runtime:
         journal = RunJournal(run_id, document.workflow.name, self.store)
         if on_event is not None:
             journal.subscribe(on_event)
-        control = RunControl()
-        handle = RunHandle(run_id, journal, self.store, control)
+        handle = RunHandle(run_id, journal, self.store, RunControl())
+        await self._launch(handle, document, resolved, limit, LeaseHolder.for_this_process())
+        return handle
+
+    async def _launch(
+        self,
+        handle: RunHandle,
+        document: LoadedWorkflow,
+        inputs: dict[str, Any],
+        limit: int,
+        holder: LeaseHolder,
+        replay: Replay | None = None,
+        *,
+        leased: bool = False,
+    ) -> None:
+        """Starts the run in the task group, under ``holder``'s lease; returns once the
+        run is recorded in the store (or has failed), so it can be looked up at once.
+
+        A resumed run has ``leased`` already (its caller must hear of a conflict);
+        a new run takes its lease once it is recorded, as nobody else can hold it yet.
+        """
+        assert self._group is not None
+        run_id = handle.run_id
         self._runs[run_id] = handle
+        recorded = anyio.Event()
 
         async def run() -> None:
             try:
                 result = await execute_run(
                     run_id=run_id,
                     document=document,
-                    inputs=resolved,
-                    journal=journal,
+                    inputs=inputs,
+                    journal=handle._journal,
                     store=self.store,
                     clock=self.clock,
                     max_concurrency=limit,
                     default_model=self.default_model,
-                    control=control,
+                    control=handle._control,
                     http=self._shared_http,
+                    dispatcher=self.workers,
+                    replay=replay,
+                    lease=None if leased else holder,
+                    recorded=recorded.set,
                 )
+                self.store.release_lease(run_id, holder)
+                await self.store.flush()  # released before anyone hears the run ended
             except Exception as error:  # delivered to whoever awaits the result
+                self.store.release_lease(run_id, holder)
                 handle._finish(error)
                 return
             except BaseException as error:  # cancellation: the awaiting caller learns it too
+                self.store.release_lease(run_id, holder)
                 handle._finish(error)
                 raise
+            finally:
+                recorded.set()
             handle._finish(result)
 
         self._group.start_soon(run, name=f"cadenza run {run_id}")
-        return handle
+        await recorded.wait()
 
     async def run(
         self,
@@ -306,6 +398,94 @@ class Runtime:
         )
         return await handle.result()
 
+    async def resume(
+        self,
+        run_id: str,
+        *,
+        max_concurrency: int | None = None,
+        on_event: EventSink | None = None,
+    ) -> RunHandle:
+        """Continues a run that was interrupted (``kill -9``, a crash) or is waiting.
+
+        Steps that finished are not run again: their recorded outcomes are
+        replayed; steps that were in flight run again (``attempt`` one higher).
+        A finished run's handle holds its stored result at once.
+
+        Raises:
+            RunNotFound: The store has no such run.
+            LeaseHeld: Another live process (or this runtime) is driving the run.
+            CorruptRecord: A stored record is unreadable or inconsistent; nothing runs.
+        """
+        if self._group is None:
+            raise CadenzaError("the runtime is not running; use it as 'async with Runtime()'")
+        row = await get_row(self.store, run_id)
+        journal = RunJournal(run_id, row.workflow, self.store)
+        if on_event is not None:
+            journal.subscribe(on_event)
+        handle = RunHandle(run_id, journal, self.store, RunControl())
+        if row.status in FINISHED:
+            handle._finish(finished_result(row))
+            return handle
+        running = self._runs.get(run_id)
+        if running is not None and not running.done:
+            raise LeaseHeld(f"run {run_id!r} is running in this runtime already")
+        holder = LeaseHolder.for_this_process()
+        await self.store.acquire_lease(run_id, holder)
+        try:
+            prepared = await prepare_resume(self.store, row)
+        except BaseException:
+            self.store.release_lease(run_id, holder)
+            await self.store.flush()
+            raise
+        handle._resumed_after = prepared.replay.last_seq
+        options = prepared.document.workflow.options
+        limit = (
+            max_concurrency
+            or self.max_concurrency
+            or options.max_concurrency
+            or DEFAULT_MAX_CONCURRENCY
+        )
+        await self._launch(
+            handle, prepared.document, prepared.inputs, limit, holder, prepared.replay, leased=True
+        )
+        return handle
+
+    async def signal(self, run_id: str, address: str, data: Any) -> None:
+        """Records a person's answer for the step waiting at ``address`` (SPEC 2.6).
+
+        ``data`` is checked against the step's ``schema`` first; nothing is
+        recorded if it does not fit. `resume` then continues the run.
+
+        Raises:
+            RunNotFound: No such run.
+            SignalRejected: The run has finished, nothing waits at ``address``, or
+                the answer does not fit (each problem with its JSON path).
+            LeaseHeld: A process is driving the run right now.
+        """
+        await record_signal(self.store, run_id, address, data)
+
+    async def pending_inputs(self, run_id: str) -> dict[str, dict[str, Any]]:
+        """What the run waits for: ``{address: {prompt, schema}}``."""
+        await self.get_run(run_id)
+        return pending_inputs(await self.store.steps(run_id))
+
+    async def resumable(self) -> list[RunRow]:
+        """Runs ``resume --all`` continues: interrupted ones, and waiting ones since answered."""
+        return await resumable_runs(self.store)
+
+    async def prune(self, *, older_than: float | None = None, keep: int | None = None) -> list[str]:
+        """Deletes finished runs last updated over ``older_than`` seconds ago, or beyond the
+        ``keep`` newest finished ones; returns their ids. Running and waiting runs stay.
+        """
+        rows = await self.store.list_runs(limit=1 << 30)
+        doomed = runs_to_prune(rows, older_than=older_than, keep=keep)
+        await self.store.delete_runs(doomed)
+        return doomed
+
+    async def check(self) -> list[str]:
+        """Every integrity problem of the store (SQLite: ``PRAGMA integrity_check`` and more)."""
+        return await self.store.check()
+
     def handle(self, run_id: str) -> RunHandle | None:
         """The handle of a run started by this runtime, if it is one."""
         return self._runs.get(run_id)
@@ -316,10 +496,7 @@ class Runtime:
         Raises:
             RunNotFound: The store has no such run.
         """
-        row = await self.store.get_run(run_id)
-        if row is None:
-            raise RunNotFound(f"no run {run_id!r} in the store")
-        return row
+        return await get_row(self.store, run_id)
 
     async def list_runs(self, *, limit: int = 100) -> list[RunRow]:
         """Stored runs, most recent first."""

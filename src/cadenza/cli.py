@@ -19,8 +19,18 @@ import anyio
 import msgspec
 
 from . import __version__
-from ._api import Runtime
+from ._api import RunHandle, Runtime
+from ._durable_cli import (
+    add_durable_commands,
+    maintain_runs,
+    resume_command,
+    signal_command,
+    waiting_lines,
+)
 from ._logging import configure_logging
+from ._remote_cli import add_remote_commands, add_run_options, keys_command, worker_command
+from ._serve_cli import add_serve_command, serve_command
+from .actors import EventSink
 from .errors import CadenzaError, InputError
 from .protocols import Event, EventType, RunResult
 from .workflow import WorkflowError, describe_workflow, load_workflow, to_mermaid, validate_file
@@ -63,6 +73,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--run-id", help="record the run under this id")
     run.add_argument("--max-concurrency", type=_positive, help="steps in parallel")
     run.add_argument("--model", help="model for steps without an agent (provider:model)")
+    add_run_options(run)
 
     validate = commands.add_parser("validate", help="check workflow files")
     validate.add_argument("files", nargs="+", type=Path)
@@ -72,11 +83,16 @@ def _parser() -> argparse.ArgumentParser:
     graph.add_argument("--format", choices=("mermaid", "json"), default="mermaid")
 
     runs = commands.add_parser("runs", help="stored runs")
-    runs.add_argument("action", nargs="?", choices=("list", "show"), default="list")
+    runs.add_argument(
+        "action", nargs="?", choices=("list", "show", "prune", "check"), default="list"
+    )
     runs.add_argument("run_id", nargs="?")
     runs.add_argument("--store", type=Path, default=DEFAULT_STORE)
     runs.add_argument("--events", action="store_true", help="with show: the stored event stream")
     runs.add_argument("--limit", type=_positive, default=50)
+    add_remote_commands(commands, _positive)
+    add_durable_commands(commands, runs, _positive, DEFAULT_STORE)
+    add_serve_command(commands, DEFAULT_STORE)
     return parser
 
 
@@ -107,6 +123,10 @@ def _inputs(args: argparse.Namespace) -> dict[str, Any]:
             raise InputError(
                 f"--inputs-file {str(args.inputs_file)!r} is not JSON/YAML: {error}"
             ) from None
+        except RecursionError:  # PyYAML's composer recurses once per nesting level
+            raise InputError(
+                f"--inputs-file {str(args.inputs_file)!r} nests too deeply to be run data"
+            ) from None
         if not isinstance(loaded, dict):
             raise InputError(
                 f"--inputs-file {str(args.inputs_file)!r} must hold a mapping of inputs"
@@ -120,6 +140,8 @@ def _inputs(args: argparse.Namespace) -> dict[str, Any]:
             values[name] = json.loads(raw)
         except ValueError:
             values[name] = raw
+        except RecursionError:  # JSON nested thousands deep: no run state may hold it
+            raise InputError(f"--input {name!r} nests too deeply to be run data") from None
     return values
 
 
@@ -180,6 +202,8 @@ def _print_summary(result: RunResult, stream: TextIO) -> None:
         usage = result.usage
         tokens = usage.prompt_tokens + usage.completion_tokens
         stream.write(f"  {usage.llm_calls} model call(s), {tokens} tokens\n")
+    for line in waiting_lines(result.run_id, result.steps):
+        stream.write(line + "\n")
     if result.error is not None:
         where = f" at {result.error.address}" if result.error.address else ""
         stream.write(f"error{where}: {result.error.type}: {result.error.message}\n")
@@ -191,33 +215,47 @@ def _print_summary(result: RunResult, stream: TextIO) -> None:
 async def _run(args: argparse.Namespace) -> int:
     document = load_workflow(args.file)
     inputs = _inputs(args)
-    stderr = sys.stderr
-    async with Runtime(store=args.store, default_model=args.model) as runtime:
-
-        def on_event(event: Event) -> None:
-            if args.events:
-                stderr.write(_encode_json(event).decode() + "\n")
-            elif progress is not None:
-                progress(event)
-
-        progress = _Progress(stderr) if stderr.isatty() and not args.json else None
+    async with Runtime(
+        store=args.store,
+        default_model=args.model,
+        workers=args.workers,
+        curve_keys=args.curve_keys,
+        insecure=args.insecure,
+    ) as runtime:
         handle = await runtime.start(
             document,
             inputs=inputs,
             run_id=args.run_id,
             max_concurrency=args.max_concurrency,
-            on_event=on_event,
+            on_event=observer(args),
         )
-        with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-            async with anyio.create_task_group() as group:
+        return await follow(handle, args)
 
-                async def cancel_on_signal() -> None:
-                    async for signum in signals:
-                        handle.cancel(f"interrupted by {signal.Signals(signum).name}")
 
-                group.start_soon(cancel_on_signal)
-                result = await handle.result()
-                group.cancel_scope.cancel()
+def observer(args: argparse.Namespace) -> EventSink | None:
+    """What watches a run's events: NDJSON on stderr (``--events``), or live progress."""
+    stderr = sys.stderr
+    if args.events:
+
+        def write(event: Event) -> None:
+            stderr.write(_encode_json(event).decode() + "\n")
+
+        return write
+    return _Progress(stderr) if stderr.isatty() and not args.json else None
+
+
+async def follow(handle: RunHandle, args: argparse.Namespace) -> int:
+    """Waits for the run (SIGINT/SIGTERM cancel it), prints its result; the exit code."""
+    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async with anyio.create_task_group() as group:
+
+            async def cancel_on_signal() -> None:
+                async for signum in signals:
+                    handle.cancel(f"interrupted by {signal.Signals(signum).name}")
+
+            group.start_soon(cancel_on_signal)
+            result = await handle.result()
+            group.cancel_scope.cancel()
     if args.json:
         sys.stdout.write(_encode_json(result).decode() + "\n")
     else:
@@ -248,6 +286,8 @@ def _graph(args: argparse.Namespace) -> int:
 
 
 async def _runs(args: argparse.Namespace) -> int:
+    if args.action in ("prune", "check"):
+        return await maintain_runs(args)
     if args.action == "show" and not args.run_id:
         raise UsageError("runs show needs a RUN_ID")
     if not args.store.exists():
@@ -283,6 +323,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _validate(args)
         if args.command == "graph":
             return _graph(args)
+        if args.command == "worker":
+            return worker_command(args)
+        if args.command == "keys":
+            return keys_command(args)
+        if args.command == "resume":
+            return anyio.run(resume_command, args)
+        if args.command == "signal":
+            return anyio.run(signal_command, args)
+        if args.command == "serve":
+            return serve_command(args)
         return anyio.run(_runs, args)
     except WorkflowError as error:
         for problem in error.problems:

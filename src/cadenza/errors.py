@@ -19,7 +19,10 @@
     │   └── DispatcherClosed     the dispatcher stopped while a step still needed it
     ├── InputError               a run input is missing or has the wrong type
     ├── StoreError               the run store cannot be opened or is inconsistent
-    └── RunNotFound              no run with that id in the store
+    │   ├── CorruptRecord        a stored record is unreadable or contradicts the others
+    │   └── LeaseHeld            another process is running (or resuming) that run
+    ├── RunNotFound              no run with that id in the store
+    └── SignalRejected           a human answer that cannot be recorded (no such wait, bad shape)
 
 Every error says what went wrong and where; the CLI turns them into one line on
 stderr and exit code 2 (bad input) or 1 (a failed run), never a traceback.
@@ -33,6 +36,7 @@ __all__ = [
     "AddressError",
     "AskTimeout",
     "CadenzaError",
+    "CorruptRecord",
     "DispatcherClosed",
     "ExpressionError",
     "ExpressionEvaluationError",
@@ -42,9 +46,11 @@ __all__ = [
     "InputError",
     "InsecureEndpoint",
     "KeysError",
+    "LeaseHeld",
     "RemoteError",
     "RunNotFound",
     "RuntimeFailure",
+    "SignalRejected",
     "StoreError",
     "SupervisorEscalation",
     "TemplateSyntaxError",
@@ -66,8 +72,35 @@ class StoreError(CadenzaError):
     """The run store cannot be opened, is of a newer schema, or is inconsistent."""
 
 
+class CorruptRecord(StoreError):
+    """A stored record cannot be read, fails its checksum, or contradicts the others.
+
+    Raised by ``cadenza resume`` (and `Runtime.resume`) instead of continuing a run
+    from bad state. The message names the run, the table and the key. Run
+    ``cadenza runs check`` to see every problem; restore the store from a backup,
+    or start the run again under a new id.
+    """
+
+
+class LeaseHeld(StoreError):
+    """Another live process holds the run's lease: it is running or resuming that run.
+
+    Two processes must never drive one run at once. Wait for the other one to
+    finish (or kill it: a lease whose process is gone is taken over at once).
+    """
+
+
 class RunNotFound(CadenzaError):
     """No run with the given id exists in the store."""
+
+
+class SignalRejected(CadenzaError):
+    """A human answer (``cadenza signal``) was not recorded.
+
+    Raised when the run has no input pending at that address, has finished, or
+    when the answer does not fit the step's ``schema`` (the message gives each
+    problem with its JSON path). Nothing is written; fix the answer and signal again.
+    """
 
 
 class ExpressionError(CadenzaError):

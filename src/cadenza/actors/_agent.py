@@ -27,7 +27,10 @@ from ._coordinator import COORDINATOR, Outgoing
 from ._prompt import build_prompt, cap, read_context_files
 from ._tools import Tool, ToolError, python_tool, schema_errors
 
-__all__ = ["AgentOutcome", "BudgetExceeded", "run_agent"]
+__all__ = ["AGENT_MEMORY", "AgentOutcome", "BudgetExceeded", "run_agent"]
+
+AGENT_MEMORY = "agent_memory"
+"""An agent visit's turns, kept for later visits (loop ``memory``); data ``{key, turns}``."""
 
 DEFAULT_SYSTEM = "You are a helpful assistant. Do the task you are given."
 NEVER_SUBMITTED = "resultSchema defined but submit_result never called"
@@ -211,9 +214,12 @@ def _remembered(run: RunContext, brief: Brief) -> list[Message]:
     return [message for visit in visits for message in visit]
 
 
-def _remember(run: RunContext, brief: Brief, turns: list[Message]) -> None:
+def _remember(run: RunContext, brief: Brief, turns: list[Message], address: str) -> None:
     if brief.memory == "fresh" or brief.memory_key is None:
         return
+    # Recorded too: a resumed run replays this visit without calling the model again.
+    data = {"key": brief.memory_key, "turns": msgspec.to_builtins(turns)}
+    run.journal.emit(AGENT_MEMORY, step_id=address, data=data)
     visits = run.conversations.setdefault(brief.memory_key, [])
     visits.append(turns)
     if isinstance(brief.memory, MemoryWindow):
@@ -326,7 +332,7 @@ async def run_agent(
                 messages.append(Message("tool", output, tool_call_id=call.id, name=call.name))
             if conversation.submitted:
                 break
-        _remember(run, brief, messages[first_own:])
+        _remember(run, brief, messages[first_own:], address)
     except CadenzaError as error:
         if isinstance(error, BudgetExceeded):
             run.exhaust_budget(ErrorInfo("BudgetExceeded", str(error), address))

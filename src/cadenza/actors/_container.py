@@ -30,7 +30,11 @@ __all__ = ["ChildDone", "Container", "Outcome", "amend", "last_output"]
 
 T = TypeVar("T")
 
-_STATUSES: dict[str, StepStatus] = {"completed": "completed", "cancelled": "cancelled"}
+_STATUSES: dict[str, StepStatus] = {
+    "completed": "completed",
+    "cancelled": "cancelled",
+    "waiting": "waiting",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -220,10 +224,12 @@ class Container(Actor):
         self.done = True
         self.run.active.discard(self)
         elapsed = self.run.clock.now() - self._started
+        # A container that waits holds no output: only the step that asks holds a question.
+        waits = status == "waiting"
         record = StepRecord(
             status=status,
-            content=outcome.content,
-            result=outcome.result,
+            content=None if waits else outcome.content,
+            result=None if waits else outcome.result,
             attempts=self.attempt,
             duration_ms=int(elapsed * 1000),
             error=error,
@@ -271,10 +277,11 @@ class Container(Actor):
         async def report(outcome: DagOutcome) -> None:
             content, result = last_output(steps, scope)
             elapsed = run.clock.now() - started
+            waits = outcome.status == "waiting"
             record = StepRecord(
                 status=_STATUSES.get(outcome.status, "failed"),
-                content=content,
-                result=result,
+                content=None if waits else content,
+                result=None if waits else result,
                 attempts=1,
                 duration_ms=int(elapsed * 1000),
                 error=outcome.error,

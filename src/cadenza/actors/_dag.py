@@ -11,7 +11,8 @@ Failure propagation follows ``options.onStepFailure``:
 
 A step with ``onError: continue`` is recorded as failed but its dependents run.
 A skipped step (false ``condition``) counts as finished for its dependents, who
-can test ``steps.<id>.status``.
+can test ``steps.<id>.status``. A step ``waiting`` for a person holds its
+dependents back; once nothing else can run, the DAG ends as ``waiting``.
 """
 
 from __future__ import annotations
@@ -77,6 +78,7 @@ class DagController(Actor):
         self.first_error: ErrorInfo | None = None
         self.reported = False
         self.addresses: dict[str, Address] = {}
+        self.waiting = 0  # steps waiting for a person: their dependents wait with them
 
     def _address(self, step_id: str) -> Address:
         address = self.addresses.get(step_id)
@@ -121,6 +123,9 @@ class DagController(Actor):
         while work:
             step_id, record = work.popleft()
             self._note(step_id, record)
+            if record.status == "waiting":
+                self.waiting += 1
+                continue
             for dependent in self.dependents[step_id]:
                 self.waiting_on[dependent] -= 1
                 if self.waiting_on[dependent] == 0:
@@ -192,8 +197,9 @@ class DagController(Actor):
     async def _maybe_done(self) -> None:
         if self.reported or self.running:
             return
+        # With nothing running, steps not yet recorded depend on one that waits.
         if len(self.records) < len(self.steps) and not (
-            self.aborting or self.run.cancelled is not None
+            self.aborting or self.run.cancelled is not None or self.waiting
         ):
             return
         self.reported = True
@@ -210,6 +216,8 @@ class DagController(Actor):
             status = "failed"
         elif self.run.cancelled is not None or "cancelled" in statuses.values():
             status = "cancelled"
+        elif self.waiting:
+            status = "waiting"
         else:
             status = "completed"
         content = None

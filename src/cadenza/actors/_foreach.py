@@ -179,6 +179,8 @@ class ForEachController(Container):
             status: StepStatus = "cancelled" if "failed" not in statuses else "failed"
         elif "failed" in statuses:
             status = "failed"
+        elif "waiting" in statuses:  # the other items ran; these wait for a person
+            status = "waiting"
         else:
             status = "completed"
         reason = "forEach" if status == "completed" else ("timeout" if self._expired else status)

@@ -92,6 +92,9 @@ class GraphController(Container):
         if record.status == "cancelled" or self.stopping is not None:
             await self._end("cancelled", "cancelled")
             return
+        if record.status == "waiting":  # the state waits for a person: no edge to take yet
+            await self._end("waiting", "waiting")
+            return
         body = self.graph.states[state]
         if record.status == "failed" and body.on_error != "continue":
             await self._end("failed", "failed", record.error)

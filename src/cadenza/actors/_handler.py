@@ -157,7 +157,9 @@ async def call_handler(handler: Handler, context: StepContext) -> tuple[str, Any
     if is_async:
         value = await handler(context)
     else:
-        value = await anyio.to_thread.run_sync(handler, context)
+        # Abandoned on cancellation: a step timeout ends the step even if the function
+        # never returns (a thread cannot be killed; it runs on, its result discarded).
+        value = await anyio.to_thread.run_sync(handler, context, abandon_on_cancel=True)
         if inspect.isawaitable(value):
             value = await value
     if value is None:

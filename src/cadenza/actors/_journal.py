@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cadenza.protocols import (
     ErrorInfo,
@@ -28,8 +28,18 @@ from cadenza.protocols import (
     timestamp,
 )
 from cadenza.runtime import RunStore
+from cadenza.runtime._failpoints import failpoint
 
-__all__ = ["EventSink", "RunJournal"]
+if TYPE_CHECKING:
+    from ._replay import Replay
+
+__all__ = ["STEP_REPLAYED", "STEP_WAITING", "EventSink", "RunJournal"]
+
+STEP_REPLAYED = "step_replayed"
+"""A leaf's recorded outcome was reported to its controller instead of running it again."""
+
+STEP_WAITING = "step_waiting"
+"""A step waits for a person (SPEC 2.6); message: the prompt, data: ``{prompt, schema}``."""
 
 EventSink = Callable[[Event], None]
 """Receives every event of a run as it happens; must not block."""
@@ -52,6 +62,22 @@ class RunJournal:
         self.started = time.monotonic()
         self._seq = 0
         self._sinks: list[EventSink] = []
+        self.replay: Replay | None = None
+        """Set while a resumed run is replayed (see `resume_from`)."""
+
+    def resume_from(self, replay: Replay) -> None:
+        """Continues an interrupted run's journal: its numbering, messages and usage.
+
+        From now on an event that re-states one already in the log is dropped, and
+        a record already durable is not written again.
+        """
+        self.replay = replay
+        self._seq = replay.last_seq
+        log = replay.log
+        self.messages = list(log.messages)
+        self.prompt_tokens = log.prompt_tokens
+        self.completion_tokens = log.completion_tokens
+        self.llm_calls = log.llm_calls
 
     def subscribe(self, sink: EventSink) -> Callable[[], None]:
         """Adds an observer of every later event; returns a function that removes it."""
@@ -76,6 +102,8 @@ class RunJournal:
         data: dict[str, Any] | None = None,
     ) -> Event:
         """Records an event, queues it for the store and shows it to observers."""
+        if self.replay is not None and self.replay.suppress(type, step_id, message, error, data):
+            return Event(type=type, timestamp=timestamp(), run_id=self.run_id, seq=self._seq)
         self._seq += 1
         event = Event(
             type=type,
@@ -93,6 +121,7 @@ class RunJournal:
         self.store.append_event(event)
         for sink in self._sinks:
             sink(event)
+        failpoint("event")
         return event
 
     def step_started(
@@ -107,11 +136,14 @@ class RunJournal:
         """Records that an address began executing; ``extra`` adds to the event's data."""
         record = StepRecord(status="running", attempts=attempt)
         self.records[address] = record
-        self.store.put_step(self.run_id, address, record)
+        # A replayed container starts again, but its stored outcome stands until it ends.
+        if self.replay is None or not self.replay.is_final(address):
+            self.store.put_step(self.run_id, address, record)
         data: dict[str, Any] = {"kind": kind, "attempt": attempt}
         if extra:
             data.update(extra)
         self.emit(EventType.STEP_START, step_id=address, agent=agent, data=data)
+        failpoint("step.before_work")
 
     async def step_finished(
         self,
@@ -125,8 +157,31 @@ class RunJournal:
 
         Controllers start nothing that depends on the address before this returns.
         """
+        if self.replay is not None:
+            stored = self.replay.unchanged(address, record)
+            if stored is not None:  # decided again, the same way: durable already
+                self.records[address] = stored
+                self._announce(address, stored, agent, tokens)
+                return
+        failpoint("step.before_record")
         self.records[address] = record
         self.store.put_step(self.run_id, address, record)
+        self._announce(address, record, agent, tokens)
+        await self.store.flush()
+        failpoint("step.after_record")
+
+    def step_replayed(self, address: str, record: StepRecord) -> None:
+        """Notes a leaf's recorded outcome, reported again instead of executing the leaf.
+
+        The event carries the tokens the step spent when it ran, for whoever counts.
+        """
+        self.records[address] = record
+        tokens = self.replay.tokens(address) if self.replay is not None else None
+        self.emit(STEP_REPLAYED, step_id=address, tokens=tokens, data={"status": record.status})
+
+    def _announce(
+        self, address: str, record: StepRecord, agent: str | None, tokens: Tokens | None
+    ) -> None:
         duration = record.duration_ms / 1000
         if record.status == "completed":
             self.emit(
@@ -139,6 +194,8 @@ class RunJournal:
             )
         elif record.status == "skipped":
             self.emit(EventType.STEP_SKIPPED, step_id=address, message=_reason(record))
+        elif record.status == "waiting":
+            self.emit(STEP_WAITING, step_id=address, message=record.content, data=record.result)
         else:
             self.emit(
                 EventType.ERROR,
@@ -151,7 +208,6 @@ class RunJournal:
                 if record.worker is None
                 else {"status": record.status, "worker": record.worker},
             )
-        await self.store.flush()
 
     def usage(self) -> Usage:
         """Token usage so far."""

@@ -78,7 +78,46 @@ async def run_judge(
     context: str,
     scope: Scope,
 ) -> Verdict:
-    """Runs the judge on one iteration and records its verdict (or why there is none)."""
+    """Runs the judge on one iteration and records its verdict (or why there is none).
+
+    In a resumed run, a verdict recorded before the interruption is replayed:
+    the judge is not asked twice.
+    """
+    replay = run.journal.replay
+    record = replay.take(address) if replay is not None else None
+    if record is not None:
+        run.journal.step_replayed(address, record)
+    else:
+        record = await _ask_judge(
+            run, document, agent_name, address, loop_address, iteration, limit, context, scope
+        )
+    result, error = record.result, record.error
+    reason = result.get("reason") if isinstance(result, dict) else None
+    done = result.get("done") if isinstance(result, dict) and error is None else None
+    words = [t for t in ((record.content or "").strip(), reason) if isinstance(t, str) and t]
+    verdict = Verdict(done if isinstance(done, bool) else None, "\n".join(words) or None)
+    run.journal.emit(
+        EventType.JUDGE_VERDICT,
+        step_id=address,
+        agent=agent_name,
+        message="fail-open: the loop goes on" if error is not None else None,
+        error=f"{error.type}: {error.message}" if error is not None else None,
+        data={"iteration": iteration, "done": verdict.done, "reason": reason},
+    )
+    return verdict
+
+
+async def _ask_judge(
+    run: RunContext,
+    document: LoadedWorkflow,
+    agent_name: str,
+    address: str,
+    loop_address: str,
+    iteration: int,
+    limit: int,
+    context: str,
+    scope: Scope,
+) -> StepRecord:
     instructions = (
         f"You judge the loop {loop_address!r}: iteration {iteration} of at most {limit} "
         "has finished; its outputs are below. Decide whether the work is done. Call "
@@ -113,9 +152,6 @@ async def run_judge(
     done = result.get("done") if isinstance(result, dict) else None
     if error is None and not isinstance(done, bool):
         error = ErrorInfo("NoVerdict", "the judge's result has no boolean 'done'", address)
-    reason = result.get("reason") if isinstance(result, dict) else None
-    words = [text for text in (content.strip(), reason) if isinstance(text, str) and text]
-    verdict = Verdict(done if error is None else None, "\n".join(words) or None)
     record = StepRecord(
         status="completed" if error is None else "failed",
         content=content,
@@ -125,12 +161,4 @@ async def run_judge(
         error=error,
     )
     await run.journal.step_finished(address, record, agent=agent_name)
-    run.journal.emit(
-        EventType.JUDGE_VERDICT,
-        step_id=address,
-        agent=agent_name,
-        message="fail-open: the loop goes on" if error is not None else None,
-        error=f"{error.type}: {error.message}" if error is not None else None,
-        data={"iteration": iteration, "done": verdict.done, "reason": reason},
-    )
-    return verdict
+    return record

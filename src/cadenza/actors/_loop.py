@@ -28,6 +28,7 @@ from ._container import Container, Outcome, amend
 from ._context import NO_BRIEF, Brief, Cancellable, RunContext, Scope
 from ._dag import DagOutcome
 from ._judge import JUDGE, Verdict, iteration_report, run_judge
+from ._retention import checkpoint, forget, restore
 from ._step import Report, StepFinished, work_error
 
 __all__ = ["CUMULATIVE_SEPARATOR", "ROOT_LOOP", "SAFETY_CAP", "LoopController", "spawn_root_loop"]
@@ -108,7 +109,8 @@ class LoopController(Container):
             except Exception as error:  # bad include inputs fail the step, located
                 await self.finish(Outcome("failed", error=work_error(error, self.here)))
                 return
-        await self._launch(0)
+        # A resumed keepLast loop has forgotten early iterations: it restarts after them.
+        await self._launch(restore(self) if self.loop.keep_last else 0)
 
     async def _launch(self, n: int) -> None:
         if self.stopping is not None:
@@ -153,8 +155,13 @@ class LoopController(Container):
         )
         self.iterations = key + 1
         self.last = record
+        if self.loop.keep_last:
+            forget(self, key)
         if record.status == "cancelled" or self.stopping is not None:
             await self._end("cancelled")
+            return
+        if record.status == "waiting":  # a person must answer before the loop can go on
+            await self._end("waiting")
             return
         tolerated = self.body is not None and self.step.on_error == "continue"
         if record.status == "failed" and not tolerated:
@@ -185,7 +192,12 @@ class LoopController(Container):
         elif key + 1 >= self.limit:
             await self._at_limit()
         else:
-            if self.loop.delay:
+            if self.loop.keep_last:
+                checkpoint(self, key, block)
+            replay = self.run.journal.replay
+            # A resumed run does not wait again before an iteration it had already begun.
+            resumed = replay is not None and replay.launched(str(self.address.iteration(key + 1)))
+            if self.loop.delay and not resumed:
                 await self.park(self.run.clock.sleep(parse_duration(self.loop.delay)))
             await self._launch(key + 1)
 

@@ -4,7 +4,9 @@
 leaving it (normally, on error or by cancellation) leaves no actor behind. The
 run's final status is decided here: the DAG's outcome, unless the run was
 cancelled by its caller (``cancelled``), timed out (``failed``, ``Timeout``) or
-an actor crashed (``failed``, with the crash as the error).
+an actor crashed (``failed``, with the crash as the error). A run whose steps
+wait for a person ends ``waiting``. Given a `Replay`, it continues an
+interrupted run instead of starting one (see ``_replay.py``).
 """
 
 from __future__ import annotations
@@ -20,14 +22,25 @@ import msgspec
 
 from cadenza.llm import ProviderRegistry
 from cadenza.protocols import ErrorInfo, EventType, RunResult, RunStatus, Tokens
-from cadenza.runtime import Address, Clock, DeadLetter, RunRow, RunStore, Supervisor
+from cadenza.runtime import (
+    Address,
+    Clock,
+    DeadLetter,
+    LeaseHolder,
+    RunRow,
+    RunStore,
+    Supervisor,
+)
 from cadenza.workflow import LoadedWorkflow, compile_expression, parse_duration
 
 from ._context import RunContext, Scope, document_step_ids
 from ._coordinator import COORDINATOR, INBOX_SIZE, Coordinator, Drain
 from ._dag import DagController, DagOutcome
+from ._document import encode_document
 from ._journal import RunJournal
 from ._loop import spawn_root_loop
+from ._remote import StepDispatcher
+from ._replay import RUN_RESUMED, Replay
 
 __all__ = ["RunControl", "execute_run"]
 
@@ -62,25 +75,46 @@ async def execute_run(
     default_model: str | None,
     control: RunControl,
     http: Callable[[], Awaitable[httpx.AsyncClient]] | None = None,
+    dispatcher: StepDispatcher | None = None,
+    replay: Replay | None = None,
+    lease: LeaseHolder | None = None,
+    recorded: Callable[[], None] | None = None,
 ) -> RunResult:
-    """Runs a loaded workflow to its end and returns (and records) its result."""
+    """Runs a loaded workflow to its end and returns (and records) its result.
+
+    With a ``dispatcher`` its leaf steps run on remote workers. With a ``replay``
+    it resumes the run recorded under ``run_id``: what finished is replayed, the
+    rest runs. ``lease`` is taken once the run is recorded, before any step starts;
+    then ``recorded`` is called.
+    """
     workflow = document.workflow
-    now = time.time()
-    store.begin_run(
-        RunRow(
-            run_id=run_id,
-            workflow=workflow.name,
-            path=str(document.path) if document.path else None,
-            status="running",
-            inputs=inputs,
-            created_at=now,
-            updated_at=now,
+    if replay is None:
+        now = time.time()
+        store.begin_run(
+            RunRow(
+                run_id=run_id,
+                workflow=workflow.name,
+                path=str(document.path) if document.path else None,
+                status="running",
+                inputs=inputs,
+                created_at=now,
+                updated_at=now,
+            )
         )
-    )
-    journal.emit(
-        EventType.WORKFLOW_START, message=workflow.name, data={"total": len(workflow.steps)}
-    )
+        store.save_document(run_id, encode_document(document, inputs))
+        journal.emit(
+            EventType.WORKFLOW_START, message=workflow.name, data={"total": len(workflow.steps)}
+        )
+    else:
+        store.end_run(run_id, "running", None)
+        journal.resume_from(replay)
+        data = {"replayable": replay.replayable, "afterSeq": replay.last_seq}
+        journal.emit(RUN_RESUMED, message=workflow.name, data=data)
     await store.flush()
+    if lease is not None:
+        await store.acquire_lease(run_id, lease)
+    if recorded is not None:
+        recorded()
     started = clock.now()
     loop = asyncio.get_running_loop()
     done: asyncio.Future[DagOutcome] = loop.create_future()
@@ -124,8 +158,12 @@ async def execute_run(
             step_ids=document_step_ids(document),
             providers=providers,
             default_model=default_model,
+            dispatcher=dispatcher,
         )
         control.context = context
+        if replay is not None:  # messages for steps not started yet; agents' memories
+            context.mail.update(replay.log.mail)
+            context.conversations.update(replay.log.conversations)
         if control.cancel_reason is not None:
             context.cancel(control.cancel_reason)
         timer = None
@@ -159,7 +197,7 @@ async def execute_run(
     status, error = _final_status(outcome, control, timed_out, crash)
     if context.failure is not None:
         status, error = "failed", context.failure
-    output: Any = outcome.content
+    output: Any = outcome.content if status != "waiting" else None
     if status == "completed" and workflow.output is not None:
         try:
             expression = compile_expression(workflow.output, step_ids=context.step_ids)
@@ -196,10 +234,16 @@ def _final_status(
         return "failed", ErrorInfo(type="Timeout", message=message)
     if control.cancel_reason is not None:
         return "cancelled", ErrorInfo(type="Cancelled", message=control.cancel_reason)
-    status: RunStatus = "completed"
-    if outcome.status in ("failed", "cancelled"):
-        status = "failed" if outcome.status == "failed" else "cancelled"
+    status = _ENDINGS.get(outcome.status, "completed")
     return status, outcome.error if status != "completed" else None
+
+
+_ENDINGS: dict[str, RunStatus] = {
+    "failed": "failed",
+    "cancelled": "cancelled",
+    "waiting": "waiting",
+}
+"""How the root DAG's outcome ends the run (anything else: ``completed``)."""
 
 
 def _plain(value: Any) -> Any:

@@ -21,6 +21,7 @@ import msgspec
 from cadenza.errors import CadenzaError
 from cadenza.protocols import ErrorInfo, EventType, StepRecord, StepStatus, Tokens
 from cadenza.runtime import Actor
+from cadenza.runtime._watchdog import LoopBlocked, LoopWatchdog
 from cadenza.workflow import LoadedWorkflow, Step, parse_duration, parse_template
 from cadenza.workflow._spec import State
 
@@ -91,6 +92,9 @@ class StepActor(Actor):
         self._cancel_reason: str | None = None
         self.worker: str | None = None
         """The remote worker that ran the latest attempt (None: this process)."""
+        self.first_attempt = 1
+        """The number of the first attempt: higher when a resumed run re-runs a step
+        that was in flight, so every execution has its own idempotency key."""
 
     async def receive(self, message: Any) -> None:
         """A step actor takes no messages while it runs its one piece of work."""
@@ -126,9 +130,9 @@ class StepActor(Actor):
         step = self.step
         timeout = step.timeout or self.run.options.step_timeout
         seconds = parse_duration(timeout) if timeout else None
-        attempts = step.retries + 1
+        attempts = self.first_attempt + step.retries
         record = StepRecord(status="cancelled")
-        for attempt in range(1, attempts + 1):
+        for attempt in range(self.first_attempt, attempts + 1):
             if self._cancel_reason is not None or self.run.cancelled is not None:
                 reason = self._cancel_reason or self.run.cancelled or "cancelled"
                 cancelled = ErrorInfo(type="Cancelled", message=reason, address=address)
@@ -180,8 +184,14 @@ class StepActor(Actor):
                 else:
                     content, result = await self._work(address, attempt)
             else:
-                with self.run.clock.fail_after(seconds):
-                    content, result = await self._work(address, attempt)
+                # The loop's timer cannot fire while a handler blocks the loop: the
+                # watchdog's thread enforces the same deadline (runtime/_watchdog.py).
+                guard = LoopWatchdog.for_running_loop().guard(task, seconds)
+                try:
+                    with self.run.clock.fail_after(seconds):
+                        content, result = await self._work(address, attempt)
+                finally:
+                    guard.release()
             return "completed", content, result, None
         except asyncio.CancelledError:
             if self._cancel_reason is None:
@@ -190,6 +200,9 @@ class StepActor(Actor):
             return "cancelled", None, None, ErrorInfo("Cancelled", self._cancel_reason, address)
         except TimeoutError:
             message = f"timed out after {seconds:g}s"
+            return "failed", None, None, ErrorInfo("Timeout", message, address)
+        except LoopBlocked as blocked:
+            message = f"timed out after {seconds:g}s: {blocked}"
             return "failed", None, None, ErrorInfo("Timeout", message, address)
         except StepFailure as failure:
             return "failed", failure.content, failure.result, failure.error

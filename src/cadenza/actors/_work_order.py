@@ -12,6 +12,7 @@ through ``send`` while it runs.
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -109,6 +110,12 @@ async def run_work_order(
     return Result(job, attempt, "completed", content=content, result=result, usage=_one(usage))
 
 
+@functools.lru_cache(maxsize=256)
+def _directory(text: str) -> Path:
+    """A workflow directory as a Path, built once: a handler is looked up by it per step."""
+    return Path(text)
+
+
 def _one(usage: list[Usage]) -> Usage | None:
     return usage[0] if usage else None
 
@@ -123,7 +130,7 @@ async def _run(
     usage: list[Usage],
 ) -> tuple[str, Any]:
     if isinstance(order, HandlerOrder):
-        workflow_dir = Path(order.base_dir)
+        workflow_dir = _directory(order.base_dir)
         handler = resolve_handler(order.handler, workflow_dir)
         brief = NO_BRIEF if not order.brief else msgspec.convert(order.brief, Brief)
         context = StepContext(
@@ -147,6 +154,13 @@ async def _run(
         outcome = await run_command(order.command, env=env, cwd=cwd, stdin=order.stdin)
         return command_result(outcome, order.address)
     return await _agent(order, job, attempt, clock, providers(order.run_id), send, usage)
+
+
+class _Forwarded(MemoryRunStore):
+    """A worker keeps no events: each one goes to the supervisor, which records it."""
+
+    def append_event(self, event: Event) -> None:
+        """Keeps nothing."""
 
 
 class _Courier(Actor):
@@ -179,7 +193,7 @@ async def _agent(
     document = LoadedWorkflow(
         workflow=workflow, path=None, base_dir=Path(order.base_dir), includes={}
     )
-    journal = RunJournal(order.run_id, workflow.name, MemoryRunStore())
+    journal = RunJournal(order.run_id, workflow.name, _Forwarded())
     journal.prompt_tokens = order.tokens_spent  # the budget counts the whole run's spend
 
     def forward(event: Event) -> None:

@@ -10,7 +10,7 @@ alternate and all results of one assistant turn in the next user turn.
 
 from __future__ import annotations
 
-from typing import Any, Final
+from typing import Annotated, Any, Final
 
 import msgspec
 
@@ -41,11 +41,15 @@ class _Block(msgspec.Struct):
     input: dict[str, Any] | None = None
 
 
+# A negative count would wind the run's token budget back: refused at the edge.
+_Tokens = Annotated[int, msgspec.Meta(ge=0)]
+
+
 class _Usage(msgspec.Struct):
-    input_tokens: int | None = 0
-    output_tokens: int | None = 0
-    cache_creation_input_tokens: int | None = 0
-    cache_read_input_tokens: int | None = 0
+    input_tokens: _Tokens | None = 0
+    output_tokens: _Tokens | None = 0
+    cache_creation_input_tokens: _Tokens | None = 0
+    cache_read_input_tokens: _Tokens | None = 0
 
 
 class _Response(msgspec.Struct):

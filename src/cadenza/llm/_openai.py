@@ -8,7 +8,7 @@ description of what and where (``Expected `str`, got `int` - at
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 import msgspec
 
@@ -41,9 +41,13 @@ class _Choice(msgspec.Struct):
     finish_reason: str | None = None
 
 
+# A negative count would wind the run's token budget back: refused at the edge.
+_Tokens = Annotated[int, msgspec.Meta(ge=0)]
+
+
 class _Usage(msgspec.Struct):
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
+    prompt_tokens: _Tokens = 0
+    completion_tokens: _Tokens = 0
 
 
 class _Response(msgspec.Struct):

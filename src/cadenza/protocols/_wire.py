@@ -145,12 +145,15 @@ WorkOrder = CommandOrder | HandlerOrder | AgentOrder
 class Welcome(_Message, frozen=True, tag="welcome"):
     """The supervisor accepted a `Hello`; both ends now heartbeat at this rate.
 
-    A peer silent for ``heartbeat * liveness`` seconds is declared lost.
+    A peer silent for ``heartbeat * liveness`` seconds is declared lost. A frame
+    over ``max_message`` bytes would cut the connection: the worker reports a
+    result that large as a failure instead (0: no limit said).
     """
 
     version: int
     heartbeat: float
     liveness: int
+    max_message: int = 0
 
 
 class Dispatch(_Message, frozen=True, tag="dispatch"):

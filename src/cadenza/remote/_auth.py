@@ -4,11 +4,12 @@ With keys the ROUTER is a CURVE server: the handshake proves the worker holds
 the secret key of the public key it presents, and pyzmq's authenticator (its
 asyncio flavour, so ZAP requests are answered on the event loop) asks
 `AllowList` whether that key is authorized. Three ways to be refused, each
-counted and logged as a ``peer_refused`` event:
+counted and logged as a ``peer_refused`` event with a ``code``:
 
-- no keys at all, or a wrong server key: the handshake fails (the socket
-  monitor reports it; ZAP never hears of the peer);
-- an unknown client key: ZAP says no, naming the key.
+- ``no-curve``: the peer has no keys (the socket monitor reports the failed
+  handshake; ZAP never hears of the peer);
+- ``bad-handshake``: the peer has a wrong server key (the monitor again);
+- ``unknown-key``: the peer's key is not authorized (ZAP says no, naming it).
 """
 
 from __future__ import annotations
@@ -18,25 +19,29 @@ from typing import Final
 
 import structlog
 import zmq
-import zmq.asyncio
 from zmq.auth.asyncio import AsyncioAuthenticator
 from zmq.utils.monitor import parse_monitor_message
 
 from ._keys import ServerKeys
+from ._socket import LoopSocket
 
-__all__ = ["ZAP_DOMAIN", "AllowList", "secure_server", "watch_handshakes"]
+__all__ = ["ZAP_DOMAIN", "AllowList", "refuse_unknown_keys", "watch_handshakes"]
 
 ZAP_DOMAIN: Final = "cadenza"
 
 _log = structlog.get_logger("cadenza.remote")
 
-_FAILURES: Final = {
-    zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL: "handshake failed",
-    zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL: "handshake failed: no CURVE, or a wrong server key",
+_CAUSES: Final[dict[int, tuple[str, str]]] = {
+    int(zmq.PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH): ("no-curve", "the peer does not speak CURVE"),
+    int(zmq.PROTOCOL_ERROR_ZMTP_CRYPTOGRAPHIC): (
+        "bad-handshake",
+        "the CURVE handshake failed (the peer has a wrong server key?)",
+    ),
 }
 
-Refused = Callable[[str, str | None], None]
-"""Told ``(reason, key)`` of every refused peer."""
+Refused = Callable[[str, str, str | None], None]
+"""Told ``(code, reason, key)`` of every refused peer: ``no-curve``, ``bad-handshake``,
+``unknown-key`` (with the key), or ``handshake``."""
 
 
 class AllowList:
@@ -50,12 +55,15 @@ class AllowList:
         """Called by the authenticator with the peer's Z85 public key."""
         if key in self.keys:
             return True
-        self.refused("client key not authorized", key.decode("ascii", "replace"))
+        self.refused("unknown-key", "the client key is not authorized", key.decode("ascii"))
         return False
 
 
-def secure_server(
-    context: zmq.asyncio.Context, socket: zmq.asyncio.Socket, keys: ServerKeys, refused: Refused
+def refuse_unknown_keys(
+    context: zmq.Context[zmq.Socket[bytes]],
+    socket: zmq.Socket[bytes],
+    keys: ServerKeys,
+    refused: Refused,
 ) -> AsyncioAuthenticator:
     """Makes ``socket`` a CURVE server whose peers ZAP checks; returns the running authenticator.
 
@@ -73,16 +81,15 @@ def secure_server(
     return authenticator
 
 
-async def watch_handshakes(socket: zmq.asyncio.Socket, refused: Refused) -> None:
-    """Reports handshakes that failed before ZAP could see the peer; runs until cancelled."""
+def watch_handshakes(socket: zmq.Socket[bytes], refused: Refused) -> LoopSocket:
+    """Reports handshakes that fail before ZAP can see the peer; close what it returns."""
     monitor = socket.get_monitor_socket(
         zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
     )
-    try:
-        while True:
-            event = parse_monitor_message(await monitor.recv_multipart())
-            reason = _FAILURES.get(event["event"], "handshake failed")
-            refused(reason, None)
-    finally:
-        socket.disable_monitor()
-        monitor.close(linger=0)
+
+    def on_event(frames: list[bytes]) -> None:
+        value = int(parse_monitor_message(frames)["value"])
+        code, reason = _CAUSES.get(value, ("handshake", f"handshake failed ({value:#x})"))
+        refused(code, reason, None)
+
+    return LoopSocket(monitor, on_event)

@@ -85,8 +85,8 @@ class WorkerEvent(msgspec.Struct, frozen=True, omit_defaults=True):
     Types: ``worker_connected``, ``worker_lost`` (data ``{inFlight, reason}``),
     ``worker_left``, ``ready`` (data ``{capacity}``), ``result_rejected`` (data
     ``{job, attempt}``), ``frame_rejected`` (data ``{reason}``), ``peer_refused``
-    (data ``{reason}``, and ``{key}`` for an unknown CURVE key), ``waiting`` (a
-    step waits: no worker is connected).
+    (data ``{code}``: ``no-curve``, ``bad-handshake``, ``unknown-key`` with
+    ``key``, or ``handshake``), ``waiting`` (a step waits: no worker is connected).
     """
 
     type: str

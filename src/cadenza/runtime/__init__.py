@@ -16,6 +16,7 @@ from ._clock import Clock as Clock
 from ._clock import SystemClock as SystemClock
 from ._fake_clock import FakeClock as FakeClock
 from ._inbox import Inbox as Inbox
+from ._lease import LeaseHolder as LeaseHolder
 from ._ref import ActorRef as ActorRef
 from ._restart import DeadLetter as DeadLetter
 from ._restart import Restart as Restart
@@ -27,6 +28,9 @@ from ._store import MemoryRunStore as MemoryRunStore
 from ._store import RunRow as RunRow
 from ._store import RunStore as RunStore
 from ._supervisor import Supervisor as Supervisor
+from ._watchdog import LoopBlocked as LoopBlocked
+from ._watchdog import LoopGuard as LoopGuard
+from ._watchdog import LoopWatchdog as LoopWatchdog
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -39,6 +43,10 @@ __all__ = [
     "DeadLetter",
     "FakeClock",
     "Inbox",
+    "LeaseHolder",
+    "LoopBlocked",
+    "LoopGuard",
+    "LoopWatchdog",
     "MemoryRunStore",
     "Restart",
     "RestartStrategy",

@@ -5,18 +5,25 @@ record of every executed address. Writes are queued without waiting (they are
 cheap and ordered); `RunStore.flush` is the durability point: when it returns,
 everything queued before it is on disk. Controllers flush at step boundaries,
 before anything that depends on the step starts.
+
+For resuming, a store also keeps the run's document (the workflow and inputs it
+was started with, so a resumed run replays what actually ran, whatever happened
+to the file since) and the run's lease (`LeaseHolder`: which process drives it).
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from typing import Any, Protocol
 
 import msgspec
 
 from cadenza.protocols import Event, RunResult, RunStatus, StepRecord
 
-__all__ = ["MemoryRunStore", "RunRow", "RunStore"]
+from ._lease import LeaseHolder, check_takeover
+
+__all__ = ["MemoryRunStore", "RunRow", "RunStore", "is_under"]
 
 
 class RunRow(msgspec.Struct, frozen=True):
@@ -79,6 +86,31 @@ class RunStore(Protocol):
     async def steps(self, run_id: str) -> dict[str, StepRecord]:
         """The latest record of every executed address of the run."""
 
+    def save_document(self, run_id: str, body: bytes) -> None:
+        """Queues the run's document: what a resume needs to replay it (JSON)."""
+
+    async def document(self, run_id: str) -> bytes | None:
+        """The run's document, or None when it has none."""
+
+    async def acquire_lease(self, run_id: str, holder: LeaseHolder) -> None:
+        """Makes ``holder`` the process driving the run, durably, before returning.
+
+        Raises:
+            LeaseHeld: Another live process holds the lease.
+        """
+
+    def release_lease(self, run_id: str, holder: LeaseHolder) -> None:
+        """Queues the release of ``holder``'s lease (a no-op if it no longer holds it)."""
+
+    def forget_steps(self, run_id: str, prefix: str) -> None:
+        """Queues the removal of the records at ``prefix`` and below it (loop ``keepLast``)."""
+
+    async def delete_runs(self, run_ids: Sequence[str]) -> None:
+        """Removes the runs and everything recorded about them, durably."""
+
+    async def check(self) -> list[str]:
+        """Every integrity problem found in the store; empty when it is sound."""
+
 
 class MemoryRunStore:
     """A store that keeps everything in this process: fast, and gone at exit."""
@@ -87,6 +119,8 @@ class MemoryRunStore:
         self._runs: dict[str, RunRow] = {}
         self._events: dict[str, list[Event]] = {}
         self._steps: dict[str, dict[str, StepRecord]] = {}
+        self._documents: dict[str, bytes] = {}
+        self._leases: dict[str, LeaseHolder] = {}
 
     async def open(self) -> None:
         """Nothing to prepare."""
@@ -133,3 +167,48 @@ class MemoryRunStore:
     async def steps(self, run_id: str) -> dict[str, StepRecord]:
         """A copy of the run's step records."""
         return dict(self._steps.get(run_id, {}))
+
+    def save_document(self, run_id: str, body: bytes) -> None:
+        """Keeps the run's document."""
+        self._documents[run_id] = body
+
+    async def document(self, run_id: str) -> bytes | None:
+        """The run's document, or None."""
+        return self._documents.get(run_id)
+
+    async def acquire_lease(self, run_id: str, holder: LeaseHolder) -> None:
+        """Takes the run's lease (only runtimes in this process can compete for it)."""
+        check_takeover(run_id, self._leases.get(run_id), holder)
+        self._leases[run_id] = holder
+
+    def release_lease(self, run_id: str, holder: LeaseHolder) -> None:
+        """Gives the lease up if ``holder`` still holds it."""
+        current = self._leases.get(run_id)
+        if current is not None and current.token == holder.token:
+            del self._leases[run_id]
+
+    def forget_steps(self, run_id: str, prefix: str) -> None:
+        """Drops the records at ``prefix`` and below it."""
+        steps = self._steps.get(run_id, {})
+        for address in [a for a in steps if is_under(a, prefix)]:
+            del steps[address]
+
+    async def delete_runs(self, run_ids: Sequence[str]) -> None:
+        """Forgets the runs."""
+        for run_id in run_ids:
+            self._runs.pop(run_id, None)
+            self._events.pop(run_id, None)
+            self._steps.pop(run_id, None)
+            self._documents.pop(run_id, None)
+            self._leases.pop(run_id, None)
+
+    async def check(self) -> list[str]:
+        """Memory cannot rot."""
+        return []
+
+
+def is_under(address: str, prefix: str) -> bool:
+    """Whether ``address`` is ``prefix`` itself or inside it (``loop.3`` holds ``loop.3.a``)."""
+    if not address.startswith(prefix):
+        return False
+    return len(address) == len(prefix) or address[len(prefix)] in ".["

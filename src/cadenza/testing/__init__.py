@@ -14,8 +14,17 @@ to end, faults included::
 without any sockets. With pytest, ``pytest_plugins =
 ["cadenza.testing.pytest_plugin"]`` in the root ``conftest.py`` adds an
 ``llm_server`` fixture. This package itself does not import pytest.
+
+``CrashHarness`` runs a workflow in a real ``cadenza`` process, kills it with
+SIGKILL at a chosen moment (``KillPoint``), resumes it, and
+``compare_results`` tells how the result differs from an uninterrupted run's.
 """
 
+from ._crash import CrashHarness as CrashHarness
+from ._crash import CrashOutcome as CrashOutcome
+from ._crash import KillPoint as KillPoint
+from ._crash import ProcessOutcome as ProcessOutcome
+from ._crash import compare_results as compare_results
 from ._llm_rules import ReplyLike as ReplyLike
 from ._llm_rules import RequestMatch as RequestMatch
 from ._llm_rules import RequestView as RequestView
@@ -30,6 +39,10 @@ from ._transport import ScriptedTransport as ScriptedTransport
 
 __all__ = [
     "CannedAnswer",
+    "CrashHarness",
+    "CrashOutcome",
+    "KillPoint",
+    "ProcessOutcome",
     "RecordedRequest",
     "ReplyLike",
     "RequestMatch",
@@ -40,4 +53,5 @@ __all__ = [
     "ServerReply",
     "ServerRule",
     "ServerToolCall",
+    "compare_results",
 ]

@@ -15,6 +15,7 @@ What an expression reads from the context is worked out in ``_cel_paths``.
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 
@@ -185,6 +186,13 @@ def check_nesting(tokens: list[Token]) -> None:
             macros -= stack.pop()
 
 
+@functools.lru_cache(maxsize=64)
+def _hyphenated_longest_first(step_ids: frozenset[str]) -> tuple[str, ...]:
+    """The ids holding a ``-``, longest first: once per set of ids, not per expression
+    (a document with thousands of steps and expressions would otherwise be quadratic)."""
+    return tuple(sorted((sid for sid in step_ids if "-" in sid), key=len, reverse=True))
+
+
 def rewrite_step_ids(
     source: str, tokens: list[Token], step_ids: frozenset[str]
 ) -> tuple[str, list[tuple[int, int, int]]]:
@@ -198,10 +206,11 @@ def rewrite_step_ids(
         The new text and its edits as ``(start, old_length, new_length)``, in
         order, for mapping engine columns back to ``source``.
     """
-    hyphenated = [sid for sid in step_ids if "-" in sid]
-    if not hyphenated or "-" not in source:
+    if "-" not in source:
         return source, []
-    longest_first = sorted(hyphenated, key=len, reverse=True)
+    longest_first = _hyphenated_longest_first(step_ids)
+    if not longest_first:
+        return source, []
     edits: list[tuple[int, int, str]] = []
     for i in range(len(tokens) - 2):
         if not (tokens[i].text == "steps" and is_root(tokens, i) and tokens[i + 1].text == "."):

@@ -71,6 +71,7 @@ _RULES: dict[tuple[type, str], Rule] = {
     (Loop, "maxIterations"): _AT_LEAST_1,
     (Loop, "maxConcurrency"): _AT_LEAST_0,
     (Loop, "delay"): _DURATION,
+    (Loop, "keepLast"): _AT_LEAST_1,
     (Loop, "steps"): Rule(min_len=1),
     (MemoryWindow, "window"): _AT_LEAST_1,
     (Graph, "maxSteps"): _AT_LEAST_1,

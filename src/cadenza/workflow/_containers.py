@@ -20,6 +20,7 @@ _REPEAT_ONLY = {
     "until": "until",
     "untilAgent": "until_agent",
     "delay": "delay",
+    "keepLast": "keep_last",
 }
 
 

@@ -102,6 +102,8 @@ class _Describer:
             data["outputMode"] = loop.output_mode or "last"
             data["onMaxIterations"] = loop.on_max_iterations
             data["feedback"] = loop.feedback
+            if loop.keep_last:
+                data["keepLast"] = loop.keep_last
         if loop.steps:
             data["steps"] = [self.node(step.id, step) for step in loop.steps]
         return data

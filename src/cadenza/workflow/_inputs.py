@@ -42,6 +42,22 @@ def _coerce(name: str, spec: InputSpec, value: Any) -> Any:
     return value
 
 
+def _as_data(name: str, value: Any) -> Any:
+    """``value`` as plain JSON data, through msgspec like everything in a run's state.
+
+    The CEL engine crashes the process on input nested thousands deep, and the store
+    cannot encode it; msgspec refuses it here with a clear error instead.
+    """
+    if not isinstance(value, dict | list | tuple):
+        return value
+    try:
+        return msgspec.json.decode(msgspec.json.encode(value))
+    except RecursionError:
+        raise InputError(f"input {name!r} nests too deeply to be run data") from None
+    except (TypeError, ValueError) as exc:
+        raise InputError(f"input {name!r} is not JSON data: {exc}") from None
+
+
 def resolve_inputs(declared: Mapping[str, InputSpec], given: Mapping[str, Any]) -> dict[str, Any]:
     """The run's inputs: given values checked and coerced, defaults filled in.
 
@@ -57,7 +73,7 @@ def resolve_inputs(declared: Mapping[str, InputSpec], given: Mapping[str, Any]) 
             hint = f"; did you mean {close[0]!r}?" if close else ""
             known = ", ".join(sorted(declared)) or "none"
             raise InputError(f"unknown input {name!r} (declared inputs: {known}){hint}")
-        resolved[name] = _coerce(name, spec, value)
+        resolved[name] = _as_data(name, _coerce(name, spec, value))
     missing = [n for n, s in declared.items() if n not in resolved and s.required]
     if missing:
         raise InputError(

@@ -19,7 +19,14 @@ from typing import Any
 
 import msgspec
 
-from ._problems import DocPath, Problem, Reporter, WorkflowError, did_you_mean
+from ._problems import (
+    DocPath,
+    Problem,
+    Reporter,
+    WorkflowError,
+    did_you_mean,
+    suggestion_budget,
+)
 from ._schema import BROKEN, check_schema
 from ._spec import Workflow
 from ._validate import Validator
@@ -192,6 +199,17 @@ class _Session:
         chain: tuple[tuple[Path, str], ...],
     ) -> tuple[LoadedWorkflow | None, int]:
         self.order.setdefault(reporter.file, len(self.order))
+        with suggestion_budget():  # bounded "did you mean" work per document
+            return self._load_document(raw, reporter, base_dir, path, chain)
+
+    def _load_document(
+        self,
+        raw: Any,
+        reporter: Reporter,
+        base_dir: Path,
+        path: Path | None,
+        chain: tuple[tuple[Path, str], ...],
+    ) -> tuple[LoadedWorkflow | None, int]:
         clean = check_schema(raw, reporter)
         if clean is BROKEN:
             self.problems.extend(reporter.problems)

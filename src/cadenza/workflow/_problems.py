@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import difflib
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence, Sized
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import TYPE_CHECKING
 
 import msgspec
@@ -21,12 +23,43 @@ from cadenza.errors import CadenzaError
 if TYPE_CHECKING:
     from ._source import SourceMap
 
-__all__ = ["DocPath", "Problem", "Reporter", "WorkflowError", "did_you_mean", "format_path"]
+__all__ = [
+    "MAX_PROBLEMS",
+    "SUGGESTION_BUDGET",
+    "DocPath",
+    "Problem",
+    "Reporter",
+    "WorkflowError",
+    "did_you_mean",
+    "format_path",
+    "suggestion_budget",
+]
 
 DocPath = tuple[str | int, ...]
 """A position in a document: mapping keys and list indexes from the root."""
 
 _PLAIN_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")
+
+MAX_PROBLEMS = 200
+"""Problems reported per file; one more says the rest were left out (a hostile or
+generated document can hold hundreds of thousands, and reporting them all costs more
+than reading it)."""
+SUGGESTION_BUDGET = 20_000
+"""Candidates ``did_you_mean`` may compare per document; past that it suggests nothing.
+Each comparison costs microseconds, and a 1 MiB document can ask for thousands of
+suggestions among thousands of names."""
+
+_budget: ContextVar[list[int] | None] = ContextVar("cadenza_suggestion_budget", default=None)
+
+
+@contextmanager
+def suggestion_budget(comparisons: int = SUGGESTION_BUDGET) -> Iterator[None]:
+    """Bounds the fuzzy matching of every ``did_you_mean`` inside the block."""
+    token = _budget.set([comparisons])
+    try:
+        yield
+    finally:
+        _budget.reset(token)
 
 
 class Problem(msgspec.Struct, frozen=True):
@@ -85,7 +118,14 @@ def did_you_mean(word: str, choices: Iterable[str], *, cutoff: float = 0.6) -> s
     """A ``"; did you mean 'x'?"`` suffix naming the closest choice, or ``""``.
 
     ``cutoff`` is difflib's similarity threshold; a case or separator slip always counts.
+    Inside `suggestion_budget`, once the budget is spent it returns ``""``.
     """
+    left = _budget.get()
+    if left is not None:
+        size = len(choices) if isinstance(choices, Sized) else 0
+        if size > left[0]:
+            return ""
+        left[0] -= size
     pool = list(choices)
     lowered = {c.lower().replace("_", "").replace("-", ""): c for c in pool}
     folded = word.lower().replace("_", "").replace("-", "")
@@ -108,24 +148,33 @@ class Reporter:
         self.file = file
         self.source = source
         self.problems: list[Problem] = []
-        # Objects whose schema problems were already reported: later rules stay quiet
-        # about them, so a typo'd key yields one message, not a cascade of follow-ups.
-        self._quiet: list[DocPath] = []
+        # Objects whose schema problems were already reported (every prefix of their
+        # paths, so the check is one lookup): later rules stay quiet about them, so a
+        # typo'd key yields one message, not a cascade of follow-ups.
+        self._quiet: set[DocPath] = set()
 
     def add(self, path: DocPath, message: str, *, offset: int | None = None) -> None:
-        """Report ``message`` at ``path``; ``offset`` is a character offset inside its value."""
+        """Report ``message`` at ``path``; ``offset`` is a character offset inside its value.
+
+        Past `MAX_PROBLEMS` one last problem says the rest were left out.
+        """
+        if len(self.problems) > MAX_PROBLEMS:
+            return
+        if len(self.problems) == MAX_PROBLEMS:
+            message = f"more than {MAX_PROBLEMS} problems; the rest are not reported"
         line, column = self._locate(path, offset)
         self.problems.append(Problem(self.file, line, column, format_path(path), message))
 
     def add_rule(self, path: DocPath, message: str, *, offset: int | None = None) -> None:
         """Like :meth:`add`, unless a schema problem was reported inside ``path``."""
-        if any(q[: len(path)] == path for q in self._quiet):
+        if path in self._quiet:
             return
         self.add(path, message, offset=offset)
 
     def quiet(self, paths: Sequence[DocPath]) -> None:
         """Mark objects holding schema problems (see :meth:`add_rule`)."""
-        self._quiet.extend(paths)
+        for path in paths:
+            self._quiet.update(path[:end] for end in range(len(path) + 1))
 
     def _locate(self, path: DocPath, offset: int | None) -> tuple[int, int]:
         if self.source is None:

@@ -133,6 +133,7 @@ class Loop(_Spec, frozen=True):
     on_max_iterations: OnLimit = "returnLast"
     feedback: bool = True
     memory: Literal["fresh", "accumulate"] | MemoryWindow = "fresh"
+    keep_last: int | None = None  # extension: keep only the last N iterations' records
 
     @property
     def is_for_each(self) -> bool:

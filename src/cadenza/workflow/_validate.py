@@ -82,6 +82,7 @@ class Validator:
         self.ids = declared_ids(workflow)
         self.exprs = ExpressionChecker(reporter, frozenset(self.ids))
         self.add = reporter.add_rule
+        self._defined_agents: str | None = None
 
     def run(self) -> None:
         """Apply every rule to the whole document."""
@@ -296,7 +297,11 @@ class Validator:
     def _agent(self, path: DocPath, name: str) -> bool:
         if name in self.agent_names:
             return True
-        defined = ", ".join(sorted(self.agent_names)) or "none"
+        if self._defined_agents is None:  # once, not per unknown agent (thousands of steps)
+            names = sorted(self.agent_names)
+            more = f", ... ({len(names)} in all)" if len(names) > 20 else ""
+            self._defined_agents = (", ".join(names[:20]) + more) or "none"
+        defined = self._defined_agents
         self.add(
             path,
             f"unknown agent {name!r} (defined: {defined})" + did_you_mean(name, self.agent_names),

@@ -14,6 +14,9 @@ tags (``!!str``, ``!!int``, ``!!float``, ``!!bool``, ``!!null``, ``!!seq``,
 ``!!map``) are accepted; any other (``!!python/object``, ``!!binary``, a local
 ``!tag``) is a problem: a workflow holds nothing but strings, numbers, booleans,
 null, lists and maps. Merge keys (``<<``) are refused too, as zenflow does.
+
+A document holds at most ``MAX_NODES`` values: building one costs microseconds in
+Python, and a 1 MiB file of ``[1,1,1,...`` holds half a million of them.
 """
 
 from __future__ import annotations
@@ -26,10 +29,10 @@ from typing import Any
 import yaml
 from yaml import events
 
-from ._problems import DocPath, Problem, format_path
+from ._problems import MAX_PROBLEMS, DocPath, Problem, format_path
 from ._source import Loc, SourceMap
 
-__all__ = ["MAX_ALIASES", "MAX_ALIAS_NODES", "MAX_DEPTH", "Parsed", "parse_yaml"]
+__all__ = ["MAX_ALIASES", "MAX_ALIAS_NODES", "MAX_DEPTH", "MAX_NODES", "Parsed", "parse_yaml"]
 
 MAX_DEPTH = 128
 """Deepest nesting of lists and maps a document may have."""
@@ -37,6 +40,8 @@ MAX_ALIASES = 1_000
 """Most aliases (``*name``) a document may use."""
 MAX_ALIAS_NODES = 100_000
 """Most nodes all aliases together may expand to (the billion-laughs bound)."""
+MAX_NODES = 50_000
+"""Most values (scalars, lists and maps, aliases expanded) a document may hold."""
 
 _Loader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _CORE = "tag:yaml.org,2002:"
@@ -139,6 +144,10 @@ class _Builder:
         self.expanded = 0
 
     def problem(self, loc: Loc, path: DocPath, message: str) -> None:
+        if len(self.problems) > MAX_PROBLEMS:
+            return
+        if len(self.problems) == MAX_PROBLEMS:
+            message = f"more than {MAX_PROBLEMS} problems; the rest are not reported"
         self.problems.append(
             Problem(self.filename, loc.line, loc.column, format_path(path), message)
         )
@@ -277,6 +286,13 @@ class _Builder:
         self.nodes += size
 
     def _place(self, value: Any, loc: Loc) -> tuple[DocPath, bool]:
+        if self.nodes >= MAX_NODES:
+            self.fatal(
+                loc,
+                f"the document holds more than {MAX_NODES} values; a workflow is far "
+                "smaller (read large data at run time instead)",
+                self._path_here()[:2],
+            )
         if not self.stack:
             self.root = value
             path: DocPath = ()
@@ -308,7 +324,10 @@ def _resolve_plain(text: str) -> Any:
     if text in _BOOLS:
         return _BOOLS[text]
     if _INT.fullmatch(text):
-        return int(text, 0) if text[:2] in ("0o", "0x") else int(text)
+        try:
+            return int(text, 0) if text[:2] in ("0o", "0x") else int(text)
+        except ValueError:  # over Python's 4,300-digit limit: no field takes such a number
+            return text
     if _FLOAT.fullmatch(text):
         return float(text)
     return _SPECIAL_FLOATS.get(text, text)

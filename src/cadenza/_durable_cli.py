@@ -1,0 +1,153 @@
+"""The command line's durable-run parts: ``resume``, ``signal``, ``runs prune|check``.
+
+``cadenza resume RUN_ID`` reports like ``cadenza run`` (same output, same exit
+codes); ``--all`` resumes every interrupted run in the store, and every
+waiting run whose question has been answered since. ``cadenza signal RUN_ID
+ADDRESS --data JSON`` records a person's answer (exit 2, nothing recorded, when
+it does not fit the step's schema). ``cadenza runs prune`` deletes finished runs
+(``--older-than 7d`` and/or ``--keep N``); ``cadenza runs check`` checks the
+store's integrity (exit 1 when it finds a problem).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from ._api import Runtime
+from .errors import CadenzaError, InputError
+from .workflow import parse_duration
+
+__all__ = [
+    "add_durable_commands",
+    "maintain_runs",
+    "parse_age",
+    "resume_command",
+    "signal_command",
+]
+
+_DAYS = re.compile(r"^(\d+)d(.*)$")
+
+
+def parse_age(text: str) -> float:
+    """Seconds in an age like ``7d``, ``36h``, ``1d12h``, ``90m``.
+
+    Raises:
+        argparse.ArgumentTypeError: The text is not such an age.
+    """
+    match = _DAYS.match(text)
+    days, rest = (int(match.group(1)), match.group(2)) if match else (0, text)
+    try:
+        return days * 86400 + (parse_duration(rest) if rest else 0.0)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an age like 7d, 36h or 90m") from None
+
+
+def add_durable_commands(
+    commands: Any, runs: argparse.ArgumentParser, positive: Any, store: Path
+) -> None:
+    """Adds ``resume`` and ``signal``, and the ``runs prune|check`` options."""
+    resume = commands.add_parser("resume", help="continue an interrupted or waiting run")
+    resume.add_argument("run_id", nargs="?", help="the run (or --all)")
+    resume.add_argument("--all", action="store_true", help="every run that can continue")
+    resume.add_argument("--json", action="store_true", help="print the result JSON only")
+    resume.add_argument("--events", action="store_true", help="write NDJSON events to stderr")
+    resume.add_argument("--store", type=Path, default=store, help="the run store (SQLite)")
+    resume.add_argument("--max-concurrency", type=positive, help="steps in parallel")
+    resume.add_argument("--model", help="model for steps without an agent (provider:model)")
+
+    signal = commands.add_parser("signal", help="answer a step waiting for a person")
+    signal.add_argument("run_id")
+    signal.add_argument("address", help="the waiting step's address (loop.2.approve)")
+    signal.add_argument("--data", required=True, help="the answer, as JSON")
+    signal.add_argument("--store", type=Path, default=store, help="the run store (SQLite)")
+
+    runs.add_argument("--older-than", type=parse_age, metavar="AGE", help="prune: e.g. 7d")
+    runs.add_argument("--keep", type=positive, metavar="N", help="prune: the N newest finished")
+
+
+def _store(args: argparse.Namespace) -> Path:
+    if not args.store.exists():
+        raise InputError(f"no run store at {str(args.store)!r} (give --store PATH)")
+    return Path(args.store)
+
+
+async def resume_command(args: argparse.Namespace) -> int:
+    """``cadenza resume``: reports like ``cadenza run``; returns the exit code."""
+    from .cli import follow, observer
+
+    if bool(args.run_id) == bool(args.all):
+        raise InputError("resume needs a RUN_ID, or --all (not both)")
+    async with Runtime(store=_store(args), default_model=args.model) as runtime:
+        if not args.all:
+            handle = await runtime.resume(
+                args.run_id, max_concurrency=args.max_concurrency, on_event=observer(args)
+            )
+            return await follow(handle, args)
+        codes = []
+        for row in await runtime.resumable():
+            try:
+                handle = await runtime.resume(
+                    row.run_id, max_concurrency=args.max_concurrency, on_event=observer(args)
+                )
+            except CadenzaError as error:  # one run that cannot go on does not stop the rest
+                sys.stderr.write(f"cadenza: {row.run_id}: {error}\n")
+                codes.append(2)
+                continue
+            codes.append(await follow(handle, args))
+        if not codes:
+            sys.stderr.write("cadenza: no run to resume\n")
+        # Worst first: a failed run, then one that could not resume, then one still waiting.
+        return next((code for code in (1, 2, 3) if code in codes), 0)
+
+
+async def signal_command(args: argparse.Namespace) -> int:
+    """``cadenza signal``: records the answer; exit 2 (nothing recorded) if it does not fit."""
+    try:
+        data = json.loads(args.data)
+    except ValueError as error:
+        raise InputError(f"--data is not JSON: {error}") from None
+    async with Runtime(store=_store(args)) as runtime:
+        await runtime.signal(args.run_id, args.address, data)
+    sys.stdout.write(
+        f"recorded the answer for {args.address} of run {args.run_id}; continue it with: "
+        f"cadenza resume {args.run_id}\n"
+    )
+    return 0
+
+
+async def maintain_runs(args: argparse.Namespace) -> int:
+    """``cadenza runs prune`` and ``cadenza runs check``."""
+    async with Runtime(store=_store(args)) as runtime:
+        if args.action == "check":
+            problems = await runtime.check()
+            for problem in problems:
+                sys.stdout.write(f"{problem}\n")
+            if not problems:
+                sys.stdout.write(f"{args.store}: ok\n")
+            return 1 if problems else 0
+        if args.older_than is None and args.keep is None:
+            raise InputError("runs prune needs --older-than AGE and/or --keep N")
+        pruned = await runtime.prune(older_than=args.older_than, keep=args.keep)
+        for run_id in pruned:
+            sys.stdout.write(f"{run_id}\n")
+        sys.stderr.write(f"pruned {len(pruned)} finished run(s)\n")
+        return 0
+
+
+def waiting_lines(run_id: str, steps: dict[str, Any]) -> list[str]:
+    """How a person learns what a waiting run needs, and how to answer it."""
+    lines = []
+    for address, record in steps.items():
+        if record.status == "waiting":
+            question = msgspec.to_builtins(record.result) if record.result is not None else {}
+            prompt = question.get("prompt", "") if isinstance(question, dict) else ""
+            lines.append(f"  waiting at {address}: {prompt}")
+            lines.append(f"    answer: cadenza signal {run_id} {address} --data JSON")
+    return lines

@@ -1,0 +1,80 @@
+"""The command line's remote-worker parts: ``cadenza worker``, ``cadenza keys``, run flags.
+
+``cadenza worker --connect EP`` runs a `cadenza.remote.Worker` until SIGTERM
+(drain: finish what is in flight, take no more) or SIGINT / a second SIGTERM
+(stop now; the supervisor re-dispatches). ``cadenza keys generate DIR`` writes
+CURVE key pairs (`cadenza.remote.generate_keys`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+__all__ = ["add_remote_commands", "add_run_options", "keys_command", "worker_command"]
+
+
+def add_run_options(run: argparse.ArgumentParser) -> None:
+    """``cadenza run``'s options for remote workers."""
+    run.add_argument("--workers", metavar="EP", help="run steps on workers that connect here")
+    run.add_argument("--curve-keys", type=Path, metavar="DIR", help="CURVE keys for --workers")
+    run.add_argument(
+        "--insecure",
+        action="store_true",
+        help="allow --workers on a non-loopback address without --curve-keys",
+    )
+
+
+def add_remote_commands(commands: Any, positive: Any) -> None:
+    """Adds ``worker`` and ``keys`` to the ``cadenza`` subcommands."""
+    worker = commands.add_parser("worker", help="run steps for a supervisor")
+    worker.add_argument("--connect", required=True, metavar="EP", help="the supervisor's endpoint")
+    worker.add_argument("--concurrency", type=positive, default=4, help="steps at once")
+    worker.add_argument("--curve-keys", type=Path, metavar="DIR", help="CURVE key directory")
+    worker.add_argument("--name", help="how events and results name this worker")
+
+    keys = commands.add_parser("keys", help="CURVE keys for supervisor and workers")
+    keys.add_argument("action", choices=("generate",))
+    keys.add_argument("directory", type=Path)
+    keys.add_argument("--name", default="worker", help="the worker key pair's name")
+
+
+def keys_command(args: argparse.Namespace) -> int:
+    """``cadenza keys generate DIR``: prints each file written."""
+    from .remote import generate_keys
+
+    for path in generate_keys(args.directory, name=args.name):
+        sys.stdout.write(f"{path}\n")
+    return 0
+
+
+def worker_command(args: argparse.Namespace) -> int:
+    """``cadenza worker``: serves until drained or stopped; its exit code."""
+    from .remote import Worker
+
+    worker = Worker(
+        args.connect, concurrency=args.concurrency, name=args.name, curve_keys=args.curve_keys
+    )
+
+    async def serve() -> int:
+        with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+            async with anyio.create_task_group() as group:
+
+                async def on_signal() -> None:
+                    async for signum in signals:
+                        if signum == signal.SIGTERM:
+                            worker.drain()  # a second SIGTERM stops
+                        else:
+                            worker.stop()
+
+                group.start_soon(on_signal)
+                code = await worker.run()
+                group.cancel_scope.cancel()
+        return code
+
+    return anyio.run(serve)

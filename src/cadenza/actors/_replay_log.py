@@ -1,0 +1,200 @@
+"""Reading an interrupted run's event log: what its journal knew when it stopped.
+
+A resumed run re-derives its controllers' state by replay, but some of what its
+journal held never passes through a controller again: the messages agents
+sent (replayed steps do not send them twice), the messages still waiting for a
+step that had not started (``RunContext.mail``), what agents remember across a
+loop's iterations (``memory``), and the tokens already spent. `read_log`
+rebuilds those from the events, in one pass.
+
+Work that was in flight when the process died is re-run, so whatever it did
+before dying is dropped here: a message sent by a step counts once that step's
+outcome is recorded (its ``step_end``, ``step_skipped`` or failing ``error``),
+and is forgotten if the log reaches a restart (``run_resumed``, or its end)
+first. Draining a message out of an inbox is undone the same way, so the
+step's new attempt finds the message waiting again.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+
+from cadenza.llm import Message
+from cadenza.protocols import Event, EventType, MessageRecord
+from cadenza.runtime import Address
+
+from ._agent import AGENT_MEMORY
+from ._coordinator import MSG_TYPES, AgentMessage
+
+__all__ = ["RUN_RESUMED", "LogState", "read_log"]
+
+RUN_RESUMED = "run_resumed"
+"""The event a resumed run starts with; data ``{replayable, afterSeq}``."""
+
+_KINDS = {number: kind for kind, number in MSG_TYPES.items()}
+_COORDINATOR = "coordinator"
+
+
+@dataclass
+class _Letter:
+    """A message delivered to a step: waiting for it until drained (or lost)."""
+
+    name: str
+    letter: AgentMessage
+    taken_by: str | None = None  # the drainer, while its drain is not yet confirmed
+    gone: bool = False
+
+
+@dataclass
+class LogState:
+    """What an interrupted run's journal held, rebuilt from its events.
+
+    Attributes:
+        messages: ``RunResult.messages`` so far, in order.
+        mail: Messages waiting for a step's next instance, by step name.
+        prompt_tokens: Tokens sent to models so far.
+        completion_tokens: Tokens received from models so far.
+        llm_calls: Model calls so far.
+        checkpoints: Per ``keepLast`` loop address, its iteration checkpoints in order.
+        conversations: Per ``Brief.memory_key``, each remembered visit's turns.
+    """
+
+    messages: list[MessageRecord] = field(default_factory=list)
+    mail: dict[str, deque[Any]] = field(default_factory=dict)
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    llm_calls: int = 0
+    checkpoints: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    conversations: dict[str, list[list[Any]]] = field(default_factory=dict)
+
+
+class _Reader:
+    def __init__(self) -> None:
+        self.state = LogState()
+        self.sent: list[tuple[str, MessageRecord] | None] = []
+        self.unconfirmed: dict[str, list[int]] = {}
+        self.memories: list[tuple[str, list[Any]] | None] = []
+        self.unconfirmed_memories: dict[str, list[int]] = {}
+        self.letters: list[_Letter] = []
+        self.drains: dict[str, list[_Letter]] = {}
+
+    def read(self, event: Event) -> None:
+        kind, address, data = event.type, event.step_id or "", event.data or {}
+        if kind == "message_sent":
+            self._sent(address, data)
+        elif kind == "message_dropped":
+            self._dropped(address, data)
+        elif kind == "agent_inbox_drain":
+            self._drained(address, data)
+        elif kind == EventType.DEAD_LETTER and (event.message or "").startswith("AgentMessage"):
+            self._lost(address)
+        elif kind == "agent_turn" and data.get("phase") == "response":
+            self.state.llm_calls += 1
+            if event.tokens is not None:
+                self.state.prompt_tokens += event.tokens.prompt
+                self.state.completion_tokens += event.tokens.completion
+        elif kind == AGENT_MEMORY:
+            self.memories.append((str(data.get("key")), list(data.get("turns") or ())))
+            self.unconfirmed_memories.setdefault(address, []).append(len(self.memories) - 1)
+        elif kind == "checkpoint":
+            self.state.checkpoints.setdefault(address, []).append(data)
+        elif kind == EventType.STEP_START and data.get("kind") == "loop":
+            self.state.checkpoints.pop(address, None)  # a new attempt starts from nothing
+        elif kind in (EventType.STEP_END, EventType.STEP_SKIPPED) or (
+            kind == EventType.ERROR and data.get("status") == "failed"
+        ):
+            self._confirm(address)
+        elif kind == RUN_RESUMED:
+            self._restart()
+
+    def _sent(self, address: str, data: dict[str, Any]) -> None:
+        sender, to, text = str(data.get("from")), str(data.get("to")), str(data.get("text", ""))
+        if to == _COORDINATOR:
+            record = MessageRecord(from_=sender, to=to, text=text)
+        else:
+            kind = _KINDS.get(data.get("msg_type", 0), "info")
+            record = MessageRecord(from_=sender, to=to, text=text, kind=kind)
+            name = to.rsplit(".", 1)[-1].split("[", 1)[0]  # as the coordinator files it
+            self.letters.append(_Letter(name, AgentMessage(sender, text, kind)))
+        self.sent.append((address, record))
+        if sender != _COORDINATOR:
+            self.unconfirmed.setdefault(address, []).append(len(self.sent) - 1)
+
+    def _dropped(self, address: str, data: dict[str, Any]) -> None:
+        if data.get("to") == _COORDINATOR:  # never reached the coordinator: not a message
+            for index in reversed(self.unconfirmed.get(address, [])):
+                entry = self.sent[index]
+                if entry is not None and entry[1].text == data.get("text"):
+                    self.sent[index] = None
+                    break
+            return
+        for letter in reversed(self.letters):  # recorded, but never delivered
+            if not letter.gone and letter.letter.text == data.get("text"):
+                letter.gone = True
+                break
+
+    def _drained(self, address: str, data: dict[str, Any]) -> None:
+        name = Address.parse(address).name
+        for letter in self.letters:
+            if (
+                not letter.gone
+                and letter.taken_by is None
+                and letter.name == name
+                and letter.letter.sender == data.get("from")
+            ):
+                letter.taken_by = address
+                self.drains.setdefault(address, []).append(letter)
+                return
+
+    def _lost(self, address: str) -> None:
+        name = address.rsplit(".", 1)[-1].split("[", 1)[0]
+        for letter in self.letters:
+            if not letter.gone and letter.taken_by is None and letter.name == name:
+                letter.gone = True
+                return
+
+    def _confirm(self, address: str) -> None:
+        self.unconfirmed.pop(address, None)
+        self.unconfirmed_memories.pop(address, None)
+        for letter in self.drains.pop(address, ()):
+            letter.gone = True
+
+    def _restart(self) -> None:
+        """The process died: what unfinished work did is void, it will be done again."""
+        for indexes in self.unconfirmed.values():
+            for index in indexes:
+                self.sent[index] = None
+        self.unconfirmed.clear()
+        for indexes in self.unconfirmed_memories.values():
+            for index in indexes:
+                self.memories[index] = None
+        self.unconfirmed_memories.clear()
+        for letters in self.drains.values():
+            for letter in letters:
+                letter.taken_by = None
+        self.drains.clear()
+
+    def finish(self) -> LogState:
+        self._restart()
+        self.state.messages = [entry[1] for entry in self.sent if entry is not None]
+        for letter in self.letters:
+            if not letter.gone:
+                self.state.mail.setdefault(letter.name, deque()).append(letter.letter)
+        for memory in self.memories:
+            if memory is not None:
+                key, turns = memory
+                visit = msgspec.convert(turns, list[Message])
+                self.state.conversations.setdefault(key, []).append(visit)
+        return self.state
+
+
+def read_log(events: list[Event]) -> LogState:
+    """Messages, waiting mail, usage and loop checkpoints of a run, from its events in order."""
+    reader = _Reader()
+    for event in events:
+        reader.read(event)
+    return reader.finish()

@@ -1,0 +1,333 @@
+"""A worker: connects to a supervisor and runs the steps it is sent.
+
+`Worker.run` connects a DEALER to the supervisor, says `Hello` with its
+capacity, and runs each `Dispatch` with the in-process executors
+(`run_work_order`), streaming the step's events back and answering with one
+`Result`. Heartbeats go both ways; a supervisor silent for its liveness window
+means a new connection (a new session), after a backoff that doubles up to a
+cap and starts over once a supervisor answers. Results finished between
+sessions go out on the next one (the supervisor refuses the stale ones).
+
+`drain` (SIGTERM) announces capacity 0, finishes what is in flight, says
+`Disconnect` and returns; `stop` (a second signal) cancels what is in flight
+and leaves at once, and the supervisor sends those steps elsewhere.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import os
+import secrets
+import socket as sockets
+from collections import deque
+from typing import Any, Final, Literal
+
+import anyio
+import msgspec
+import structlog
+import zmq
+
+from cadenza.actors._work_order import run_work_order
+from cadenza.protocols import (
+    PROTOCOL_VERSION,
+    Cancel,
+    Disconnect,
+    Dispatch,
+    ErrorInfo,
+    Heartbeat,
+    Hello,
+    Ready,
+    Result,
+    Welcome,
+    WireError,
+    worker_decoder,
+)
+from cadenza.runtime import Cancellable, Clock, SystemClock
+
+from ._dispatcher import DEFAULT_MAX_MESSAGE
+from ._keys import load_worker_keys
+from ._models import RunModels
+from ._socket import LoopSocket
+
+__all__ = ["Worker"]
+
+_UNSENT: Final = 10_000
+"""Messages kept while no session is up; beyond that the oldest go."""
+
+_log = structlog.get_logger("cadenza.remote")
+
+_Outcome = Literal["reconnect", "leave", "fatal"]
+
+
+class Worker:
+    """Runs steps for a supervisor; ``await worker.run()`` until it drains or stops.
+
+    Args:
+        endpoint: The supervisor's address, e.g. ``tcp://10.0.0.5:5555``.
+        concurrency: Steps run at once (the credits announced).
+        name: How events and results name this worker (default ``host-pid``).
+        curve_keys: A key directory (``cadenza keys generate``) to speak CURVE with.
+        max_message_size: The largest frame accepted, in bytes.
+        backoff: The first and the longest wait between connection attempts, in seconds.
+        clock: Heartbeats, backoff and timeouts run on it.
+
+    Raises:
+        KeysError: The key directory is incomplete.
+    """
+
+    def __init__(
+        self,
+        endpoint: str,
+        *,
+        concurrency: int = 4,
+        name: str | None = None,
+        curve_keys: str | os.PathLike[str] | None = None,
+        max_message_size: int = DEFAULT_MAX_MESSAGE,
+        backoff: tuple[float, float] = (0.1, 5.0),
+        clock: Clock | None = None,
+    ) -> None:
+        if concurrency < 1:
+            raise ValueError("concurrency must be at least 1")
+        self.endpoint = endpoint
+        self.concurrency = concurrency
+        self.name = name or f"{sockets.gethostname()}-{os.getpid()}"
+        self._keys = load_worker_keys(curve_keys, name=name) if curve_keys is not None else None
+        self._max_message = max_message_size
+        self._backoff = backoff
+        self._clock: Clock = clock or SystemClock()
+        self._encode = msgspec.msgpack.Encoder().encode
+        self._decode = worker_decoder().decode
+        self._heartbeat, self._liveness, self._limit = 1.0, 3, max_message_size
+        self._slots = asyncio.Semaphore(concurrency)
+        # By (job, attempt): a job sent again after this session was forgotten is a new run.
+        self._jobs: dict[tuple[int, int], asyncio.Task[None]] = {}
+        self._cancels: dict[tuple[int, int], str] = {}
+        self._unsent: deque[bytes] = deque(maxlen=_UNSENT)
+        self._models = RunModels(self._clock)
+        self._channel: LoopSocket | None = None
+        self._ended: asyncio.Future[_Outcome] | None = None
+        self._timer: Cancellable | None = None
+        self._heard = self._due = 0.0
+        self._welcomed = False
+        self._draining = False
+        self._stopping = False
+        self.rejected_frames = 0
+        """Frames from the supervisor that did not decode."""
+
+    def drain(self) -> None:
+        """Take no more steps, finish those in flight, then leave (a second call: `stop`)."""
+        if self._draining:
+            self.stop()
+            return
+        self._draining = True
+        _log.info("worker_draining", worker=self.name, in_flight=len(self._jobs))
+        self._send(self._encode(Ready(0)))
+        self._leave_if_idle()
+
+    def stop(self) -> None:
+        """Cancel the steps in flight and leave now; the supervisor re-dispatches them."""
+        self._stopping = True
+        for task in self._jobs.values():
+            task.cancel("the worker is stopping")
+        self._send(self._encode(Disconnect("stopped")))
+        self._end("leave")
+
+    async def run(self) -> int:
+        """Serves until drained or stopped: 0, or 2 when the supervisor refused the protocol."""
+        context: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+        delay = self._backoff[0]
+        outcome: _Outcome = "reconnect"
+        try:
+            while not self._stopping:
+                self._open(context)
+                outcome = await self._until_ended()
+                welcomed = self._welcomed
+                # What is still queued (late results, a goodbye) may go for a while yet.
+                self._close(linger=2000 if welcomed else 0)
+                if outcome != "reconnect":
+                    break
+                delay = self._backoff[0] if welcomed else delay
+                _log.warning("worker_reconnecting", worker=self.name, after=delay)
+                timer = self._clock.call_later(delay, self._end, "reconnect")
+                outcome = await self._until_ended()  # drain or stop may cut the wait short
+                timer.cancel()
+                if outcome != "reconnect":
+                    break
+                delay = min(delay * 2, self._backoff[1])
+        finally:
+            self._close(linger=0)
+            for task in list(self._jobs.values()):
+                task.cancel("the worker is leaving")
+            await asyncio.gather(*self._jobs.values(), return_exceptions=True)
+            await self._models.aclose()
+            await anyio.to_thread.run_sync(context.term)  # waits out the lingering sends
+        _log.info("worker_left", worker=self.name)
+        return 2 if outcome == "fatal" else 0
+
+    # -- sessions ----------------------------------------------------------------------
+
+    def _open(self, context: zmq.Context[zmq.Socket[bytes]]) -> None:
+        socket = context.socket(zmq.DEALER)
+        # A session's own id: zmq's reconnects keep it; a new session gets a new one.
+        socket.setsockopt(zmq.ROUTING_ID, f"{self.name[:200]}/{secrets.token_hex(4)}".encode())
+        socket.setsockopt(zmq.MAXMSGSIZE, self._max_message)
+        socket.setsockopt(zmq.LINGER, 0)
+        # zmq's own reconnects (a dropped connection, a refused handshake) back off too.
+        socket.setsockopt(zmq.RECONNECT_IVL, int(self._backoff[0] * 1000))
+        socket.setsockopt(zmq.RECONNECT_IVL_MAX, int(self._backoff[1] * 1000))
+        if self._keys is not None:
+            socket.curve_secretkey = self._keys.secret
+            socket.curve_publickey = self._keys.public
+            socket.curve_serverkey = self._keys.server
+        socket.connect(self.endpoint)
+        self._welcomed = False
+        self._heard = self._clock.now()
+        self._channel = LoopSocket(socket, self._on_frames)
+        self._send(self._hello())
+        for _ in range(len(self._unsent)):  # what finished between sessions, in order
+            self._send(self._unsent.popleft())
+        self._beat()
+
+    def _close(self, *, linger: int) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self._channel is not None:
+            self._channel.close(linger=linger)
+            self._channel = None
+
+    async def _until_ended(self) -> _Outcome:
+        self._ended = asyncio.get_running_loop().create_future()
+        if self._stopping:
+            self._ended.set_result("leave")
+        try:
+            return await self._ended
+        finally:
+            self._ended = None
+
+    def _end(self, outcome: _Outcome) -> None:
+        if self._ended is not None and not self._ended.done():
+            self._ended.set_result(outcome)
+
+    def _tick(self) -> None:
+        now = self._clock.now()
+        if now - self._due > self._heartbeat:
+            # This process was suspended or starved, not the supervisor silent: what it
+            # sent meanwhile may still be on its way in. Give it a whole window again.
+            self._heard = now
+        elif now - self._heard > self._heartbeat * self._liveness:
+            self._end("reconnect")  # the supervisor is silent: try a new connection
+            return
+        self._send(self._encode(Heartbeat()))
+        self._beat()
+
+    def _beat(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._due = self._clock.now() + self._heartbeat
+        self._timer = self._clock.call_later(self._heartbeat, self._tick)
+
+    def _on_frames(self, frames: list[bytes]) -> None:
+        try:
+            if len(frames) != 1:
+                raise msgspec.DecodeError(f"{len(frames)} frames, not 1")
+            message = self._decode(frames[0])
+        except msgspec.DecodeError as error:
+            self.rejected_frames += 1
+            _log.warning("frame_rejected", worker=self.name, reason=str(error))
+            return
+        self._heard = self._clock.now()
+        if isinstance(message, Dispatch):
+            key = (message.job, message.attempt)
+            if not self._stopping and key not in self._jobs:
+                task = asyncio.create_task(self._run_job(message), name=f"job {key}")
+                task.add_done_callback(functools.partial(self._job_done, message))
+                self._jobs[key] = task
+        elif isinstance(message, Cancel):
+            key = (message.job, message.attempt)
+            running = self._jobs.get(key)
+            if running is not None:
+                self._cancels[key] = message.reason or "cancelled"
+                running.cancel(message.reason)
+        elif isinstance(message, Welcome):
+            if message.version != PROTOCOL_VERSION:
+                _log.error("protocol_mismatch", worker=self.name, supervisor=message.version)
+                self._end("fatal")
+                return
+            self._welcomed = True
+            self._heartbeat, self._liveness = message.heartbeat, message.liveness
+            self._limit = message.max_message or self._max_message
+            self._beat()  # at the supervisor's rate from now on
+            _log.info("worker_connected", worker=self.name, endpoint=self.endpoint)
+        elif isinstance(message, Disconnect):
+            # The supervisor lost track of this session (or is going): introduce it again,
+            # once until it answers (each stale message of ours earns one of these).
+            if self._welcomed:
+                _log.info("worker_unknown", worker=self.name, reason=message.reason)
+                self._welcomed = False
+                self._send(self._hello())
+        elif isinstance(message, WireError):
+            _log.error("worker_refused", worker=self.name, code=message.code, error=message.message)
+            if message.code == "version":
+                self._end("fatal")
+
+    # -- jobs --------------------------------------------------------------------------
+
+    async def _run_job(self, dispatch: Dispatch) -> None:
+        job, attempt, order = dispatch.job, dispatch.attempt, dispatch.order
+        async with self._slots:
+            result = await run_work_order(
+                order, job, attempt, clock=self._clock, providers=self._models, send=self._post
+            )
+        payload = self._encode(result)
+        if len(payload) > self._limit:
+            message = f"the result is {len(payload)} bytes, over the {self._limit}-byte frame limit"
+            error = ErrorInfo("ResultTooLarge", message, order.address)
+            payload = self._encode(Result(job, attempt, "failed", error=error))
+        self._send(payload)
+
+    def _job_done(self, dispatch: Dispatch, task: asyncio.Task[None]) -> None:
+        """Every job ends here, even one cancelled before it ran a line."""
+        key = (dispatch.job, dispatch.attempt)
+        self._jobs.pop(key, None)
+        reason = self._cancels.pop(key, None)
+        error: ErrorInfo | None = None
+        if task.cancelled():
+            # Cancelled by the supervisor: answer, to give the credit back. Stopping: no
+            # answer; the supervisor sends the job elsewhere once this worker has left.
+            if reason is not None:
+                error = ErrorInfo("Cancelled", reason, dispatch.order.address)
+        elif task.exception() is not None:  # a bug here must not strand the step
+            error = ErrorInfo("WorkerError", repr(task.exception()), dispatch.order.address)
+        if error is not None:
+            status: Literal["cancelled", "failed"] = "failed" if reason is None else "cancelled"
+            self._post(Result(dispatch.job, dispatch.attempt, status, error=error))
+        self._leave_if_idle()
+
+    def _leave_if_idle(self) -> None:
+        if self._draining and not self._jobs and not self._stopping:
+            self._send(self._encode(Disconnect("drained")))
+            self._end("leave")
+
+    # -- sending -----------------------------------------------------------------------
+
+    def _post(self, message: Any) -> None:
+        self._send(self._encode(message))
+
+    def _send(self, payload: bytes) -> None:
+        """Sends now; while no session is up, keeps it for the next one."""
+        channel = self._channel
+        if channel is None:
+            self._unsent.append(payload)
+            return
+        try:
+            channel.send((payload,))
+        except zmq.ZMQError as error:
+            _log.warning("send_failed", worker=self.name, error=str(error))
+            self._unsent.append(payload)
+
+    def _hello(self) -> bytes:
+        capacity = 0 if self._draining else self.concurrency
+        hello = Hello(PROTOCOL_VERSION, self.name, capacity, os.getpid(), sockets.gethostname())
+        return self._encode(hello)

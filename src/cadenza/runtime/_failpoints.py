@@ -1,0 +1,84 @@
+"""Failpoints: named places where a crash test can kill this process with SIGKILL.
+
+A crash test sets ``CADENZA_FAILPOINT=name:count`` (several separated by
+commas); the ``count``-th time this process passes the failpoint ``name``, it
+sends itself SIGKILL — no cleanup, no ``finally``, no flush: exactly what
+``kill -9`` or a power cut leaves behind. Unset, a failpoint costs one global
+lookup. The names:
+
+``event``
+    The journal has just queued an event (not yet durable).
+``store.before_commit`` / ``store.after_commit``
+    The store's writer thread has written a batch but not committed it / has
+    committed it but not yet told the waiting steps.
+``step.before_work``
+    A step (or container) is recorded as started; its work begins next.
+``step.before_record`` / ``step.after_record``
+    A step's outcome is about to be recorded / is durable, but its controller
+    has not heard of it yet.
+
+`arm` re-reads a specification at run time, for processes forked from one that
+imported Cadenza before the variable was set (the crash harness does this).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+
+__all__ = ["ENVIRONMENT", "FAILPOINTS", "arm", "failpoint"]
+
+ENVIRONMENT = "CADENZA_FAILPOINT"
+"""The environment variable that arms failpoints: ``name:count[,name:count...]``."""
+
+FAILPOINTS = frozenset(
+    (
+        "event",
+        "store.before_commit",
+        "store.after_commit",
+        "step.before_work",
+        "step.before_record",
+        "step.after_record",
+    )
+)
+"""Every failpoint name Cadenza passes through."""
+
+# name -> hits still to go before the kill; empty when nothing is armed.
+_armed: dict[str, int] = {}
+
+
+def arm(specification: str | None) -> None:
+    """Arms the failpoints in ``specification`` (``name:count,...``), disarming the rest.
+
+    Raises:
+        ValueError: An unknown name, or a count that is not a positive integer.
+    """
+    armed: dict[str, int] = {}
+    for part in (specification or "").split(","):
+        if not part.strip():
+            continue
+        name, _, count = part.strip().rpartition(":")
+        if name not in FAILPOINTS or not count.isdigit() or int(count) < 1:
+            raise ValueError(
+                f"{ENVIRONMENT}: {part.strip()!r} is not NAME:COUNT with NAME one of "
+                f"{', '.join(sorted(FAILPOINTS))} and COUNT at least 1"
+            )
+        armed[name] = int(count)
+    _armed.clear()
+    _armed.update(armed)
+
+
+def failpoint(name: str) -> None:
+    """Passes the failpoint ``name``: the process dies here if it is armed and due."""
+    if not _armed:
+        return
+    left = _armed.get(name)
+    if left is None:
+        return
+    if left > 1:
+        _armed[name] = left - 1
+        return
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+arm(os.environ.get(ENVIRONMENT))

@@ -1,0 +1,229 @@
+"""The SQLite store's schema, its upgrades, and the checks that keep bad state out.
+
+Schema version 2 (``PRAGMA user_version``) adds to version 1 a CRC-32 beside
+every event and step record, a ``documents`` table (what a resume replays) and
+a ``leases`` table (which process drives a run). A version-1 store is upgraded
+in place when it is opened; a store of a newer version is refused.
+
+Every stored body is msgspec JSON. Reading one checks, before anything trusts
+it, that it decodes to its type, matches its CRC, and agrees with the columns
+stored beside it; anything else is a `CorruptRecord` naming the run, the table
+and the key. The CRC catches damage and hand edits, not an adversary (who could
+recompute it).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import zlib
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import msgspec
+
+from cadenza.errors import CorruptRecord, StoreError
+from cadenza.protocols import Event, StepRecord
+
+from ._lease import LeaseHolder, check_takeover
+
+__all__ = ["SCHEMA_VERSION", "checked", "connect", "integrity_problems", "migrate", "take_lease"]
+
+SCHEMA_VERSION = 2
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS runs (
+    run_id     TEXT PRIMARY KEY,
+    workflow   TEXT NOT NULL,
+    path       TEXT,
+    status     TEXT NOT NULL,
+    inputs     TEXT NOT NULL,
+    created_at REAL NOT NULL,
+    updated_at REAL NOT NULL,
+    result     TEXT
+);
+CREATE INDEX IF NOT EXISTS runs_by_time ON runs (created_at);
+CREATE TABLE IF NOT EXISTS events (
+    run_id  TEXT NOT NULL,
+    seq     INTEGER NOT NULL,
+    type    TEXT NOT NULL,
+    step_id TEXT,
+    body    TEXT NOT NULL,
+    crc     INTEGER,
+    PRIMARY KEY (run_id, seq)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS steps (
+    run_id  TEXT NOT NULL,
+    address TEXT NOT NULL,
+    status  TEXT NOT NULL,
+    record  TEXT NOT NULL,
+    crc     INTEGER,
+    PRIMARY KEY (run_id, address)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS documents (
+    run_id TEXT PRIMARY KEY,
+    body   TEXT NOT NULL,
+    crc    INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS leases (
+    run_id   TEXT PRIMARY KEY,
+    holder   TEXT NOT NULL,
+    taken_at REAL NOT NULL
+);
+"""
+
+T = TypeVar("T")
+_decode_holder = msgspec.json.Decoder(LeaseHolder).decode
+_encode = msgspec.json.Encoder().encode
+
+
+def connect(path: Path) -> sqlite3.Connection:
+    """A connection in WAL mode with ``synchronous=FULL`` and a 5 s busy timeout.
+
+    Raises:
+        StoreError: The file cannot be opened.
+    """
+    try:
+        connection = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+        connection.execute("PRAGMA journal_mode=WAL")
+        connection.execute("PRAGMA synchronous=FULL")
+        connection.execute("PRAGMA busy_timeout=5000")
+    except sqlite3.Error as error:
+        raise StoreError(f"cannot open the run store {str(path)!r}: {error}") from error
+    return connection
+
+
+def migrate(connection: sqlite3.Connection, path: Path) -> None:
+    """Creates the schema, or upgrades a version-1 store, in one transaction.
+
+    Raises:
+        StoreError: The store was written by a newer Cadenza.
+        sqlite3.DatabaseError: The file is not a usable database.
+    """
+    version = connection.execute("PRAGMA user_version").fetchone()[0]
+    if version > SCHEMA_VERSION:
+        raise StoreError(
+            f"the run store {str(path)!r} has schema version {version}, newer than "
+            f"this Cadenza understands ({SCHEMA_VERSION}); upgrade Cadenza to read it"
+        )
+    if version == SCHEMA_VERSION:
+        return
+    connection.execute("BEGIN IMMEDIATE")
+    try:
+        if version == 1:  # records written before checksums existed stay unchecked (NULL)
+            connection.execute("ALTER TABLE events ADD COLUMN crc INTEGER")
+            connection.execute("ALTER TABLE steps ADD COLUMN crc INTEGER")
+        for statement in _SCHEMA.split(";"):
+            if statement.strip():
+                connection.execute(statement)
+        connection.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        connection.execute("COMMIT")
+    except BaseException:
+        connection.execute("ROLLBACK")
+        raise
+
+
+def crc(body: bytes) -> int:
+    """The CRC-32 stored beside ``body``."""
+    return zlib.crc32(body)
+
+
+def checked(
+    body: bytes | str,
+    stored_crc: int | None,
+    decode: Callable[[bytes], T],
+    where: str,
+    *,
+    consistent: Callable[[T], bool] = lambda value: True,
+) -> T:
+    """Decodes a stored body after checking its CRC; ``consistent`` checks it against its row.
+
+    Raises:
+        CorruptRecord: The body fails its CRC, does not decode, or contradicts its row.
+    """
+    data = body.encode() if isinstance(body, str) else body
+    if stored_crc is not None and zlib.crc32(data) != stored_crc:
+        raise CorruptRecord(f"{where}: the record does not match its checksum (it was altered)")
+    try:
+        value = decode(data)
+    except msgspec.DecodeError as error:  # ValidationError is a DecodeError
+        raise CorruptRecord(f"{where}: the record cannot be read: {error}") from None
+    if not consistent(value):
+        raise CorruptRecord(f"{where}: the record contradicts the columns stored beside it")
+    return value
+
+
+_decode_event = msgspec.json.Decoder(Event).decode
+_decode_step = msgspec.json.Decoder(StepRecord).decode
+
+
+def integrity_problems(connection: sqlite3.Connection, *, limit: int = 100) -> list[str]:
+    """``PRAGMA integrity_check``, then every event, record and document read back and checked."""
+    problems = [
+        str(row[0])
+        for row in connection.execute("PRAGMA integrity_check").fetchall()
+        if row[0] != "ok"
+    ]
+    expected: dict[str, int] = {}
+    rows = connection.execute(
+        "SELECT run_id, seq, type, body, crc FROM events ORDER BY run_id, seq"
+    )
+    for run_id, seq, kind, body, stored in rows:
+        where = f"run {run_id!r}, events seq {seq}"
+        try:
+            event = checked(body, stored, _decode_event, where)
+            if (event.seq, event.type) != (seq, kind):
+                problems.append(f"{where}: the record contradicts the columns stored beside it")
+        except CorruptRecord as error:
+            problems.append(str(error))
+        following = expected.get(run_id, 1)
+        if seq != following:
+            problems.append(f"run {run_id!r}: events {following}..{seq - 1} are missing")
+        expected[run_id] = seq + 1
+    steps = connection.execute("SELECT run_id, address, status, record, crc FROM steps")
+    for run_id, address, status, body, stored in steps:
+        where = f"run {run_id!r}, steps {address!r}"
+        try:
+            if checked(body, stored, _decode_step, where).status != status:
+                problems.append(f"{where}: the record contradicts the columns stored beside it")
+        except CorruptRecord as error:
+            problems.append(str(error))
+    for run_id, body, stored in connection.execute("SELECT run_id, body, crc FROM documents"):
+        try:
+            checked(body, stored, msgspec.json.decode, f"run {run_id!r}, document")
+        except CorruptRecord as error:
+            problems.append(str(error))
+    if len(problems) > limit:
+        problems[limit:] = [f"... and {len(problems) - limit} more"]
+    return problems
+
+
+def take_lease(path: Path, run_id: str, holder: LeaseHolder, now: float) -> None:
+    """Gives ``holder`` the run's lease in one ``BEGIN IMMEDIATE`` transaction (atomic).
+
+    Raises:
+        LeaseHeld: A live process holds it.
+        StoreError: The store cannot be written.
+    """
+    connection = connect(path)
+    try:
+        connection.execute("BEGIN IMMEDIATE")
+        try:
+            row = connection.execute(
+                "SELECT holder FROM leases WHERE run_id = ?", (run_id,)
+            ).fetchone()
+            current: Any = None
+            if row is not None:
+                current = checked(row[0], None, _decode_holder, f"run {run_id!r}, lease")
+            check_takeover(run_id, current, holder)
+            connection.execute(
+                "INSERT OR REPLACE INTO leases VALUES (?, ?, ?)", (run_id, _encode(holder), now)
+            )
+            connection.execute("COMMIT")
+        except BaseException:
+            connection.execute("ROLLBACK")
+            raise
+    except sqlite3.Error as error:
+        raise StoreError(f"cannot take the lease of run {run_id!r}: {error}") from error
+    finally:
+        connection.close()

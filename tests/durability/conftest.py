@@ -1,0 +1,119 @@
+"""Helpers for the durability tests: the command line, and a store that loses power."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from cadenza.protocols import Event, RunResult, RunStatus, StepRecord
+from cadenza.runtime import LeaseHolder, RunRow, SqliteRunStore
+from cadenza.testing.pytest_plugin import llm_server as llm_server
+
+
+def cadenza(
+    *args: str, cwd: Path, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``python -m cadenza ARGS`` in ``cwd``, as a user runs it."""
+    return subprocess.run(
+        [sys.executable, "-m", "cadenza", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+        check=False,
+    )
+
+
+class PowerCut:
+    """A SQLite run store that stops reaching the disk once ``cut`` says so.
+
+    Everything written before the event that trips ``cut`` (that event included)
+    stays; everything after it is lost, as if the machine had died right there.
+    The run goes on in memory, so a test can let it finish and then resume the
+    run from the file in a fresh runtime. Leases still work, as a new process's
+    would after a reboot.
+    """
+
+    def __init__(self, path: Path, cut: Callable[[Event], bool]) -> None:
+        self.inner = SqliteRunStore(path)
+        self.cut = cut
+        self.dead = False
+
+    async def open(self) -> None:
+        await self.inner.open()
+
+    async def close(self) -> None:
+        await self.inner.close()
+
+    def begin_run(self, row: RunRow) -> None:
+        if not self.dead:
+            self.inner.begin_run(row)
+
+    def append_event(self, event: Event) -> None:
+        if not self.dead:
+            self.inner.append_event(event)
+            self.dead = self.cut(event)
+
+    def put_step(self, run_id: str, address: str, record: StepRecord) -> None:
+        if not self.dead:
+            self.inner.put_step(run_id, address, record)
+
+    def end_run(self, run_id: str, status: RunStatus, result: RunResult | None) -> None:
+        if not self.dead:
+            self.inner.end_run(run_id, status, result)
+
+    async def flush(self) -> None:
+        await self.inner.flush()
+
+    async def get_run(self, run_id: str) -> RunRow | None:
+        return await self.inner.get_run(run_id)
+
+    async def list_runs(self, *, limit: int = 100) -> list[RunRow]:
+        return await self.inner.list_runs(limit=limit)
+
+    async def events(self, run_id: str, *, after_seq: int = 0) -> list[Event]:
+        return await self.inner.events(run_id, after_seq=after_seq)
+
+    async def steps(self, run_id: str) -> dict[str, StepRecord]:
+        return await self.inner.steps(run_id)
+
+    def save_document(self, run_id: str, body: bytes) -> None:
+        if not self.dead:
+            self.inner.save_document(run_id, body)
+
+    async def document(self, run_id: str) -> bytes | None:
+        return await self.inner.document(run_id)
+
+    async def acquire_lease(self, run_id: str, holder: LeaseHolder) -> None:
+        await self.inner.acquire_lease(run_id, holder)
+
+    def release_lease(self, run_id: str, holder: LeaseHolder) -> None:
+        self.inner.release_lease(run_id, holder)
+
+    def forget_steps(self, run_id: str, prefix: str) -> None:
+        if not self.dead:
+            self.inner.forget_steps(run_id, prefix)
+
+    async def delete_runs(self, run_ids: Sequence[str]) -> None:
+        await self.inner.delete_runs(run_ids)
+
+    async def check(self) -> list[str]:
+        return await self.inner.check()
+
+
+def event_is(type: str, step_id: str | None = None) -> Callable[[Event], bool]:
+    """A ``PowerCut`` trigger: the first event of that type (at that address)."""
+
+    def matches(event: Event) -> bool:
+        return event.type == type and (step_id is None or event.step_id == step_id)
+
+    return matches
+
+
+def steps_of(result: RunResult) -> dict[str, Any]:
+    """``{address: (status, content)}``, what most assertions look at."""
+    return {address: (r.status, r.content) for address, r in result.steps.items()}

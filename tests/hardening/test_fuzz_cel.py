@@ -1,0 +1,206 @@
+"""Random and hostile CEL: each expression is refused or evaluated in bounded time.
+
+Expressions come from a small CEL grammar (names, literals, operators, the five
+macros, nested as deep as hypothesis likes) and from raw text. Compiling must
+raise `ExpressionSyntaxError` (or its `ExpressionTooComplex`) or succeed;
+evaluating must return plain data or raise `ExpressionEvaluationError`; nothing
+else, never a hang, and the process recursion limit never moves. The hostile set
+is the CEL specification's own warning: macros nested inside macros, whose cost is
+the product of the list sizes.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from cadenza.errors import ExpressionEvaluationError, ExpressionSyntaxError, ExpressionTooComplex
+from cadenza.workflow import compile_expression
+
+from .conftest import CPU_LIMIT
+
+STEP_IDS = frozenset({"build", "list-services", "a"})
+
+
+def context(items: list[Any]) -> dict[str, Any]:
+    return {
+        "inputs": {"topic": "loops", "n": 3, "list": items, "config": {"a": {"b": [1, 2]}}},
+        "steps": {
+            "build": {"content": "APPROVED", "result": {"exitCode": 0}, "status": "completed"},
+            "list-services": {"content": "", "result": None, "status": "failed"},
+        },
+        "iteration": 2,
+        "item": items[0] if items else None,
+        "index": 0,
+        "content": "x" * 1000,
+        "result": {"score": 0.5},
+        "status": "completed",
+        "state": "a",
+        "step": 1,
+        "visits": {"a": 1},
+    }
+
+
+def exercise(source: str, items: list[Any]) -> None:
+    """Compile and evaluate ``source``: only the documented errors, within the CPU bound."""
+    limit = sys.getrecursionlimit()
+    started = time.process_time()
+    try:
+        expression = compile_expression(source, step_ids=STEP_IDS)
+    except ExpressionSyntaxError as error:
+        assert 1 <= error.column <= max(len(source), 1) + 1, (source, error.column)
+        assert error.message
+    else:
+        try:
+            value = expression.evaluate(context(items))
+        except ExpressionEvaluationError as error:
+            assert source in error.message or error.source == source
+        else:
+            json.dumps(value, default=str)  # plain data (timestamps and durations as objects)
+    spent = time.process_time() - started
+    assert spent < CPU_LIMIT, f"{spent:.2f}s of CPU for {source!r}"
+    assert sys.getrecursionlimit() == limit
+
+
+NAMES = st.sampled_from(
+    [
+        "inputs",
+        "inputs.topic",
+        "inputs.n",
+        "inputs.list",
+        "inputs.config.a.b",
+        "inputs.missing",
+        "steps.build.content",
+        "steps.build.result.exitCode",
+        "steps.list-services.status",
+        "steps['list-services'].result",
+        "steps.nope.content",
+        "iteration",
+        "item",
+        "index",
+        "content",
+        "result.score",
+        "status",
+        "visits.a",
+        "x",
+        "y",
+    ]
+)
+LITERALS = st.one_of(
+    st.integers(-(2**63), 2**63 - 1).map(str),
+    st.floats(allow_nan=False, allow_infinity=False).map(repr),
+    st.text(max_size=12).map(lambda s: json.dumps(s)),
+    st.sampled_from(["true", "false", "null", "[]", "{}", "[1, 2, 3]", "{'k': 1}", "b'ab'"]),
+    st.sampled_from(["1u", "0x1F", "-0", "1e308", "9223372036854775808", "duration('1s')"]),
+)
+OPERATORS = st.sampled_from(
+    ["+", "-", "*", "/", "%", "==", "!=", "<", "<=", ">", ">=", "&&", "||", "in"]
+)
+MACROS = st.sampled_from(["all", "exists", "exists_one", "map", "filter"])
+FUNCTIONS = st.sampled_from(
+    ["size", "int", "uint", "double", "string", "bool", "type", "has", "bytes", "dyn"]
+)
+METHODS = st.sampled_from(["contains", "startsWith", "endsWith", "matches", "size"])
+
+
+def expressions() -> st.SearchStrategy[str]:
+    def extend(inner: st.SearchStrategy[str]) -> st.SearchStrategy[str]:
+        return st.one_of(
+            st.tuples(inner, OPERATORS, inner).map(lambda t: f"{t[0]} {t[1]} {t[2]}"),
+            inner.map(lambda e: f"({e})"),
+            inner.map(lambda e: f"!{e}"),
+            inner.map(lambda e: f"-{e}"),
+            st.tuples(inner, inner, inner).map(lambda t: f"{t[0]} ? {t[1]} : {t[2]}"),
+            st.tuples(FUNCTIONS, inner).map(lambda t: f"{t[0]}({t[1]})"),
+            st.tuples(inner, METHODS, inner).map(lambda t: f"{t[0]}.{t[1]}({t[2]})"),
+            st.tuples(inner, MACROS, inner).map(lambda t: f"{t[0]}.{t[1]}(x, {t[2]})"),
+            st.lists(inner, max_size=3).map(lambda xs: f"[{', '.join(xs)}]"),
+            st.tuples(inner, inner).map(lambda t: f"{t[0]}[{t[1]}]"),
+            st.tuples(inner, inner).map(lambda t: f"{{{t[0]}: {t[1]}}}"),
+        )
+
+    return st.recursive(st.one_of(NAMES, LITERALS), extend, max_leaves=20)
+
+
+ITEMS = st.lists(
+    st.one_of(st.integers(-5, 5), st.text(max_size=3), st.booleans(), st.none()), max_size=100
+)
+
+
+@given(source=expressions(), items=ITEMS)
+def test_grammar_expressions_are_refused_or_evaluated(source: str, items: list[Any]) -> None:
+    """Grammar-built CEL over real-looking state: a value or a documented error."""
+    exercise(source, items)
+
+
+@given(source=st.text(max_size=200), items=ITEMS)
+def test_random_text_is_refused_or_evaluated(source: str, items: list[Any]) -> None:
+    """Arbitrary text (unicode, control characters, stray quotes) never crashes the engine."""
+    exercise(source, items)
+
+
+HUNDRED = "[" + ", ".join(str(i) for i in range(100)) + "]"
+HOSTILE = [
+    # The CEL spec: nested comprehensions multiply; cel-cpp's budget stops them.
+    f"{HUNDRED}.map(a, {HUNDRED}.map(b, {HUNDRED}.map(c, a + b + c)))",
+    f"{HUNDRED}.all(a, {HUNDRED}.all(b, {HUNDRED}.exists(c, a + b + c < 0)))",
+    f"{HUNDRED}.map(a, {HUNDRED}.map(b, {HUNDRED}.map(c, {HUNDRED}.map(d, d))))",
+    f"{HUNDRED}.filter(a, {HUNDRED}.exists_one(b, {HUNDRED}.all(c, true)))",
+    "inputs.list.map(a, inputs.list.map(b, inputs.list.map(c, a)))",
+    "(" * 40 + "1" + ")" * 40,
+    "[" * 40 + "]" * 40,
+    " + ".join(["1"] * 40),
+    " && ".join(["true"] * 40),
+    "x" * 5000,
+    "'" + "a" * 4090 + "'",
+    "'a'.matches('(a+)+$')",
+    "('a' * 1000000)",
+    "content.matches('^(x+x+)+y$')",
+    "size(" * 30 + "content" + ")" * 30,
+    "9223372036854775807 + 1",
+    "-9223372036854775808 - 1",
+    "1 / 0",
+    "1 % 0",
+    "int(1e300)",
+    "uint(-1)",
+    "{'a': 1, 'a': 2}",
+    "[1, 'a', 2.0, null]",
+    "inputs.config.a.b[100]",
+    "inputs.config.a.b[-1]",
+    "steps.list-services.result.x",
+    "timestamp('2020-13-45T00:00:00Z')",
+    "duration('99999999999999h')",
+    "'\\u0000' + '\\uFFFF'",
+    "b'\\xff'.size()",
+    "has(inputs.a.b.c)",
+    "dyn(inputs).topic.size()",
+]
+
+
+@pytest.mark.parametrize("source", HOSTILE)
+def test_hostile_expressions_are_bounded(source: str) -> None:
+    """Exponential macros, regex bombs, overflow and giant literals: bounded, never a hang."""
+    exercise(source, list(range(100)))
+
+
+def test_nested_macros_past_the_cap_are_refused_at_compile() -> None:
+    """Four macros deep is refused when the workflow loads, naming the cap."""
+    source = f"{HUNDRED}.map(a, {HUNDRED}.map(b, {HUNDRED}.map(c, {HUNDRED}.map(d, d))))"
+    with pytest.raises(ExpressionTooComplex):
+        compile_expression(source)
+
+
+def test_the_iteration_budget_stops_a_cubic_evaluation() -> None:
+    """One million comprehension steps are refused as too much work, not run."""
+    source = f"{HUNDRED}.map(a, {HUNDRED}.map(b, {HUNDRED}.map(c, a + b + c)))"
+    expression = compile_expression(source)
+    started = time.process_time()
+    with pytest.raises(ExpressionEvaluationError):
+        expression.evaluate({})
+    assert time.process_time() - started < CPU_LIMIT

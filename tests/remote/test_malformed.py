@@ -1,0 +1,118 @@
+"""Bad frames are rejected at the edge: the supervisor keeps running and runs complete."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import msgspec
+import pytest
+import zmq
+import zmq.asyncio
+
+from cadenza import Runtime
+from cadenza.protocols import (
+    PROTOCOL_VERSION,
+    Heartbeat,
+    Hello,
+    Result,
+    WireError,
+    supervisor_decoder,
+    worker_decoder,
+)
+from cadenza.remote import Dispatcher, WorkerEvent
+
+from .conftest import SpawnWorker, Watch, worker_names
+
+FLOW = """
+name: steady
+inputs:
+  items: {type: array}
+steps:
+  - id: each
+    command: 'echo "$ITEM"'
+    env: {ITEM: "{{ item }}"}
+    loop: {forEach: "inputs.items"}
+"""
+
+FRAMES = 1000
+
+
+def _rogue_frames(rng: random.Random) -> list[list[bytes]]:
+    """Random bytes, truncated and mistyped messages, unknown tags, extra frames."""
+    valid = msgspec.msgpack.encode(Result(7, 1, "completed", content="forged"))
+    shapes = [
+        lambda: [rng.randbytes(rng.randrange(0, 300))],
+        lambda: [valid[: rng.randrange(0, len(valid))]],
+        lambda: [msgspec.msgpack.encode({"t": "result", "job": "seven", "attempt": 1})],
+        lambda: [msgspec.msgpack.encode({"t": rng.choice(["bogus", "", "HELLO"]), "x": 1})],
+        lambda: [msgspec.msgpack.encode(rng.random())],
+        lambda: [valid, rng.randbytes(8)],
+        lambda: [b"", b"", b""],
+    ]
+    return [rng.choice(shapes)() for _ in range(FRAMES)]
+
+
+async def test_a_rogue_peer_sending_garbage_does_not_disturb_a_run(
+    tmp_path: Path, spawn_worker: SpawnWorker
+) -> None:
+    """1,000 malformed frames from a rogue DEALER are each rejected and counted; the run
+    completes on a real worker, and the rogue never becomes a worker."""
+    flow = tmp_path / "flow.yaml"
+    flow.write_text(FLOW)
+    dispatcher = Dispatcher("tcp://127.0.0.1:*", heartbeat=0.2)
+    events: Watch[WorkerEvent] = Watch()
+    dispatcher.subscribe(events)
+    context = zmq.asyncio.Context()
+    rogue = context.socket(zmq.DEALER)
+    try:
+        async with Runtime(workers=dispatcher) as runtime:
+            rogue.connect(dispatcher.endpoint)
+            spawn_worker(dispatcher.endpoint, "honest")
+            handle = await runtime.start(flow, inputs={"items": list(range(30))})
+            for frames in _rogue_frames(random.Random(7)):
+                await rogue.send_multipart(frames)
+            result = await handle.result()
+            await events.wait_for(lambda e: sum(x.type == "frame_rejected" for x in e) >= FRAMES)
+            # Still serving: a valid frame from the rogue is answered (it is told to say hello).
+            await rogue.send(msgspec.msgpack.encode(Heartbeat()))
+            reply = worker_decoder().decode(await rogue.recv())
+            statistics = dispatcher.statistics()
+    finally:
+        rogue.close(linger=0)
+        context.term()
+
+    assert result.status == "completed", result.error
+    assert all(r.worker == "honest" for a, r in result.steps.items() if a.startswith("each["))
+    assert statistics.rejected_frames == FRAMES
+    assert statistics.accepted == 30
+    assert type(reply).__name__ == "Disconnect"
+    assert worker_names(events.items, "worker_connected") == {"honest"}
+
+
+async def test_a_peer_speaking_another_protocol_version_is_refused() -> None:
+    """A hello with another version gets a version error and no work; the peer is no worker."""
+    context = zmq.asyncio.Context()
+    peer = context.socket(zmq.DEALER)
+    try:
+        async with Dispatcher("tcp://127.0.0.1:*", heartbeat=0.2) as dispatcher:
+            peer.connect(dispatcher.endpoint)
+            await peer.send(msgspec.msgpack.encode(Hello(PROTOCOL_VERSION + 1, "future", 8)))
+            reply = worker_decoder().decode(await peer.recv())
+            workers = dispatcher.workers
+    finally:
+        peer.close(linger=0)
+        context.term()
+    assert isinstance(reply, WireError)
+    assert reply.code == "version"
+    assert workers == []
+
+
+@pytest.mark.parametrize(
+    "frame",
+    [b"", b"\xc1", b"\x81\xa1t\xa5bogus", msgspec.msgpack.encode({"t": "hello", "version": "1"})],
+)
+def test_the_supervisor_decoder_rejects_bad_frames(frame: bytes) -> None:
+    """Invalid msgpack, an unknown tag or a mistyped field is a decode error, never a value."""
+    with pytest.raises(msgspec.DecodeError):
+        supervisor_decoder().decode(frame)

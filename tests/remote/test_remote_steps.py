@@ -1,0 +1,165 @@
+"""Handler and agent steps on a worker behave as they do in the supervisor's process."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+from cadenza import Runtime
+from cadenza.protocols import Event, EventType
+from cadenza.remote import Dispatcher
+from cadenza.testing import ScriptedLLMServer, ServerRule
+
+from .conftest import SpawnWorker, Watch
+
+WriteFlow = Callable[..., Path]
+
+HANDLERS = """
+name: handlers
+inputs:
+  who: {type: string, default: "world"}
+steps:
+  - id: greet
+    handler: "HANDLERS:greet"
+  - id: flaky
+    dependsOn: [greet]
+    handler: "HANDLERS:flaky"
+    retries: 1
+  - id: each
+    dependsOn: [flaky]
+    handler: "HANDLERS:item"
+    loop: {forEach: "[10, 20]"}
+"""
+
+HANDLER_CODE = """
+import os
+
+async def greet(ctx):
+    return {"greeting": "hello " + ctx.inputs["who"], "pid": os.getpid()}
+
+def flaky(ctx):
+    if ctx.attempt == 1:
+        raise RuntimeError("first try fails")
+    return {"saw": ctx.steps["greet"].result["greeting"], "key": ctx.idempotency_key}
+
+async def item(ctx):
+    return f"{ctx.index}:{ctx.item}"
+"""
+
+
+async def test_handlers_run_on_the_worker_with_their_context(
+    write_flow: WriteFlow, spawn_worker: SpawnWorker
+) -> None:
+    """A handler on a worker sees inputs, earlier steps, the attempt and its forEach item;
+    a failed attempt is retried like an in-process one."""
+    flow = write_flow(HANDLERS, handlers=HANDLER_CODE)
+    events: Watch[Event] = Watch()
+    async with Runtime(workers=Dispatcher("tcp://127.0.0.1:*", heartbeat=0.2)) as runtime:
+        assert runtime.workers is not None
+        spawn_worker(runtime.workers.endpoint, "hands")
+        handle = await runtime.start(flow, on_event=events)
+        result = await handle.result()
+    assert result.status == "completed", result.error
+    greet = result.steps["greet"]
+    assert greet.result["greeting"] == "hello world"
+    assert greet.result["pid"] != os.getpid()
+    flaky = result.steps["flaky"]
+    assert flaky.attempts == 2
+    assert flaky.result == {"saw": "hello world", "key": f"{result.run_id}:flaky:2"}
+    assert [result.steps[f"each[{i}]"].content for i in (0, 1)] == ["0:10", "1:20"]
+    assert {r.worker for r in result.steps.values() if r.worker} == {"hands"}
+    retry = next(e for e in events.items if e.type == EventType.STEP_RETRY)
+    assert retry.error == "RuntimeError: first try fails"
+
+
+AGENTS = """
+name: remote-agents
+coordinator: {agent: boss}
+agents:
+  boss:
+    prompt: "You coordinate."
+    script:
+      - toolCalls:
+          - name: forward_to_agent
+            arguments: {target_step_id: listener, text: "price is 42"}
+      - "done"
+  teller:
+    script:
+      - {toolCalls: [{name: send_message, arguments: {text: "tell the listener: price is 42"}}]}
+      - "told"
+  listener:
+    model: "openai:test-model"
+steps:
+  - id: tell
+    agent: teller
+    instructions: "Tell."
+  - id: listener
+    dependsOn: [tell]
+    agent: listener
+    instructions: "Listen."
+"""
+
+
+async def test_agents_run_on_the_worker_with_its_own_keys(
+    write_flow: WriteFlow, spawn_worker: SpawnWorker
+) -> None:
+    """Agents run their tool loop on the worker, with the worker's model keys; their messages
+    reach the supervisor's coordinator, their events and usage reach the run."""
+    flow = write_flow(AGENTS)
+    events: Watch[Event] = Watch()
+    with ScriptedLLMServer([ServerRule(["heard"])]) as server:
+        async with Runtime(workers=Dispatcher("tcp://127.0.0.1:*", heartbeat=0.2)) as runtime:
+            assert runtime.workers is not None
+            env = {**os.environ, **server.environ()}
+            spawn_worker(runtime.workers.endpoint, "thinker", env=env)
+            handle = await runtime.start(flow, on_event=events)
+            result = await handle.result()
+        prompt = json.dumps(server.requests[0].body)
+    assert result.status == "completed", result.error
+    assert result.steps["tell"].content == "told"
+    assert result.steps["listener"].content == "heard"
+    assert result.steps["listener"].worker == "thinker"
+    assert "price is 42" in prompt  # the inbox, drained in the supervisor, travelled
+    routes = [(m.from_, m.to, m.text) for m in result.messages]
+    assert routes == [
+        ("tell", "coordinator", "tell the listener: price is 42"),
+        ("coordinator", "listener", "price is 42"),
+    ]
+    turns = {e.step_id for e in events.items if e.type == "agent_turn"}
+    assert {"tell", "listener"} <= turns
+    assert result.usage.llm_calls >= 3
+
+
+MEMORY = """
+name: memory
+agents:
+  talker:
+    script: ["one", "two", "three"]
+steps:
+  - id: talk
+    agent: talker
+    instructions: "Talk."
+    loop: {maxIterations: 2, memory: accumulate}
+  - id: once
+    dependsOn: [talk]
+    agent: talker
+    instructions: "Once."
+"""
+
+
+async def test_an_agent_loop_that_keeps_memory_runs_in_the_supervisor(
+    write_flow: WriteFlow, spawn_worker: SpawnWorker
+) -> None:
+    """The conversation a remembering loop continues is the run's state: those visits stay
+    in the supervisor; a fresh agent step still goes to a worker."""
+    flow = write_flow(MEMORY)
+    async with Runtime(workers=Dispatcher("tcp://127.0.0.1:*", heartbeat=0.2)) as runtime:
+        assert runtime.workers is not None
+        spawn_worker(runtime.workers.endpoint, "remote")
+        result = await runtime.run(flow)
+    assert result.status == "completed", result.error
+    assert [result.steps[f"talk.{i}"].content for i in (0, 1)] == ["one", "two"]
+    assert {result.steps[f"talk.{i}"].worker for i in (0, 1)} == {None}
+    assert result.steps["once"].worker == "remote"

@@ -1,0 +1,204 @@
+"""The viewer in a real browser: Playwright driving Debian's headless Chromium.
+
+Screenshots go to each test's tmp dir (the test artefacts). With
+``CADENZA_DOCS_IMG=docs/img`` set, the finished graph run and the decision
+log are also saved there, as the README shows them.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from playwright.sync_api import Browser, Page, expect, sync_playwright
+
+from cadenza.serve import BackgroundServer, ServeOptions
+from cadenza.testing import ScriptedLLMServer
+
+from .conftest import REFLECTION, HeldCritic, write
+
+CHROMIUM = Path("/usr/bin/chromium")
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+if not CHROMIUM.exists():
+    pytest.skip(
+        f"browser tests need Debian's Chromium at {CHROMIUM} (apt-get install chromium)",
+        allow_module_level=True,
+    )
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    """Headless Chromium, one for the module."""
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=str(CHROMIUM), args=FLAGS)
+        try:
+            yield chromium
+        finally:
+            chromium.close()
+
+
+@pytest.fixture
+def page(browser: Browser) -> Iterator[Page]:
+    """A laptop-sized page; any script error fails the test."""
+    context = browser.new_context(viewport={"width": 1440, "height": 900})
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    try:
+        yield page
+    finally:
+        context.close()
+    assert errors == []
+
+
+def shoot(page: Page, where: Path, name: str, docs: str | None = None) -> None:
+    """A full-page screenshot into the test's artefacts (and docs/img when asked)."""
+    path = where / f"{name}.png"
+    page.screenshot(path=str(path), full_page=True)
+    target = os.environ.get("CADENZA_DOCS_IMG")
+    if docs is not None and target:
+        shutil.copyfile(path, Path(target) / docs)
+
+
+@pytest.fixture
+def critic(monkeypatch: pytest.MonkeyPatch) -> Iterator[HeldCritic]:
+    """A chat model whose critic waits for the test; OPENAI_* point at it."""
+    held = HeldCritic()
+    with ScriptedLLMServer(held.rules) as server:
+        for name, value in server.environ().items():
+            monkeypatch.setenv(name, value)
+        try:
+            yield held
+        finally:
+            held.release()
+
+
+def test_watch_a_reflection_loop_then_answer_the_human_step(
+    tmp_path: Path, page: Page, critic: HeldCritic
+) -> None:
+    """Start from the list, watch the iteration counter advance, open a step, answer, finish."""
+    write(tmp_path, "reflection.yaml", REFLECTION)
+    options = ServeOptions(store=tmp_path / "runs.db", root=tmp_path, port=0)
+    with BackgroundServer(options) as server:
+        page.goto(server.url + "/")
+        page.get_by_label("Workflow file").fill("reflection.yaml")
+        page.get_by_role("button", name="Start").click()
+        expect(page.locator("h1")).to_have_text("watched-reflection")
+
+        counter = page.locator('.loop-counter[data-loop="reflection"] .count')
+        critique = page.locator('[data-key="reflection.critique"]')
+        expect(counter).to_have_text("1")
+        expect(critique).to_have_attribute("data-status", "running")
+        expect(page.locator('[data-fact="now"]')).to_have_text("reflection.0.critique")
+        shoot(page, tmp_path, "1-first-iteration")
+
+        critic.first.set()
+        expect(counter).to_have_text("2")
+        expect(page.locator('[data-fact="now"]')).to_have_text("reflection.1.critique")
+        shoot(page, tmp_path, "2-second-iteration")
+
+        write_node = page.locator('[data-key="reflection.write"]')
+        write_node.focus()
+        page.keyboard.press("Enter")
+        details = page.locator("aside.details")
+        expect(details.locator("h2")).to_contain_text("reflection.1.write")
+        expect(details.locator("pre.content")).to_have_text("Draft two")
+        expect(details).to_contain_text("You are a writer. Write one short paragraph.")
+        expect(details).to_contain_text("Write about actor runtimes.")
+        details.get_by_role("button", name="reflection.0.write").click()
+        expect(details.locator("pre.content")).to_have_text("Draft one")
+        shoot(page, tmp_path, "3-step-details")
+
+        critic.second.set()
+        form = page.locator('form.answer[data-address="approve"]')
+        expect(form).to_contain_text("Publish the final draft?")
+        expect(page.locator(".run-status .status")).to_have_text("waiting")
+        shoot(page, tmp_path, "4-waiting-for-a-person")
+        form.get_by_label("publish").check()
+        form.get_by_label("note").fill("ship it")
+        form.get_by_role("button", name="Send answer").click()
+
+        expect(page.locator(".run-status .status")).to_have_text("completed")
+        page.get_by_role("tab", name="Output").click()
+        expect(page.locator("pre.output")).to_contain_text('"publish": true')
+        expect(page.locator('[data-key="approve"]')).to_have_attribute("data-status", "completed")
+        shoot(page, tmp_path, "5-finished")
+
+        result = httpx.get(f"{server.url}/api/runs").json()["runs"][0]
+        assert result["status"] == "completed"
+
+
+def test_a_finished_graph_run_shows_the_path_taken(tmp_path: Path, page: Page) -> None:
+    """The tool router: states visited, edges taken, the timeline and the graph's path."""
+    options = ServeOptions(store=tmp_path / "runs.db", root=EXAMPLES, port=0)
+    with BackgroundServer(options) as server:
+        started = httpx.post(f"{server.url}/api/runs", json={"path": "tool-router.yaml"})
+        run_id = started.json()["runId"]
+        page.goto(f"{server.url}/#/runs/{run_id}")
+        expect(page.locator(".run-status .status")).to_have_text("completed")
+        for state in ("analyze", "search", "calc"):
+            node = page.locator(f'[data-key="router.{state}"]')
+            expect(node).to_have_attribute("data-status", "completed")
+        expect(page.locator('[data-key="router.analyze"] .visits')).to_have_text(
+            "\u00d73"
+        )  # 3 visits
+        # start→analyze, analyze→search, search→analyze, analyze→calc, calc→analyze, analyze→END
+        expect(page.locator("svg.diagram .edge.taken")).to_have_count(6)
+        expect(page.locator("svg.diagram .edge", has_text="needs facts")).to_have_count(1)
+        rows = page.locator("table.timeline tbody tr")
+        expect(rows).to_have_count(6)
+        details = page.locator("aside.details")
+        page.locator('[data-key="router.calc"]').click()
+        expect(details.locator("pre.content")).to_contain_text("6*7=42")
+        page.locator('[data-key="router.analyze"]').click()
+        expect(details.locator("h2")).to_contain_text("router.4.analyze")
+        expect(details.locator("pre.content")).to_have_text("FINISHED: 42 is the answer")
+        expect(details).to_contain_text("Answer USE_SEARCH, USE_CALC or FINISHED.")
+        shoot(page, tmp_path, "graph-run", docs="viewer-graph-run.png")
+
+        page.get_by_role("tab", name="Output").click()
+        expect(page.locator("#panel-output")).to_contain_text(
+            "analyze → search → analyze → calc → analyze (end)"
+        )
+
+
+def test_a_control_loop_decision_log_reads_as_a_table(tmp_path: Path, page: Page) -> None:
+    """control-tagline: the check outranks the judge (retry), then the shorter draft passes."""
+    options = ServeOptions(store=tmp_path / "runs.db", root=EXAMPLES, port=0)
+    with BackgroundServer(options) as server:
+        started = httpx.post(f"{server.url}/api/runs", json={"path": "control-tagline.yaml"})
+        page.goto(f"{server.url}/#/runs/{started.json()['runId']}")
+        expect(page.locator(".run-status .status")).to_have_text("completed")
+        expect(page.locator('.loop-counter[data-loop="tagline"] .count')).to_have_text("2")
+
+        timeline = page.get_by_role("tab", name="Timeline")
+        timeline.focus()
+        page.keyboard.press("ArrowRight")
+        expect(page.get_by_role("tab", name="Decision log")).to_have_attribute(
+            "aria-selected", "true"
+        )
+        rows = page.locator('table.decisions[data-control="tagline"] tbody tr')
+        expect(rows).to_have_count(2)
+        expect(rows.nth(0).locator("td.decision")).to_have_text("retry")
+        expect(rows.nth(0)).to_contain_text("Too long: 240 chars, limit 120")
+        expect(rows.nth(0)).to_contain_text("✗ size(result.text) <= 120")
+        expect(rows.nth(1).locator("td.decision")).to_have_text("accept")
+        page.locator('[data-key="tagline.decide"]').click()
+        expect(page.locator("aside.details .status")).to_have_text("completed")
+        expect(page.locator("aside.details table.decisions tbody tr")).to_have_count(2)
+        page.get_by_role("tab", name="Decision log").scroll_into_view_if_needed()
+        shoot(page, tmp_path, "decision-log", docs="viewer-decision-log.png")

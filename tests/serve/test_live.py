@@ -1,0 +1,148 @@
+"""Following runs live over a real server: event streams, other processes, shutdown."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from cadenza.serve import BackgroundServer, ServeOptions
+from cadenza.testing import ScriptedLLMServer
+
+from .conftest import REFLECTION, HeldCritic, write
+
+
+def messages(response: httpx.Response) -> Iterator[dict[str, str]]:
+    """The server-sent messages of a streamed response, as they arrive."""
+    fields: dict[str, str] = {}
+    for line in response.iter_lines():
+        if not line:
+            if fields:
+                yield fields
+            fields = {}
+        elif not line.startswith(":"):
+            name, _, value = line.partition(": ")
+            fields[name] = value
+
+
+def until_step_starts(stream: Iterator[dict[str, str]], address: str) -> list[dict[str, str]]:
+    """Reads messages up to the ``step_start`` of ``address``; returns them."""
+    seen = []
+    for message in stream:
+        seen.append(message)
+        event = json.loads(message["data"])
+        if event.get("type") == "step_start" and event.get("stepId") == address:
+            return seen
+    raise AssertionError(f"the stream ended before {address} started: {seen}")
+
+
+@pytest.fixture
+def critic(monkeypatch: pytest.MonkeyPatch) -> Iterator[HeldCritic]:
+    """A chat model whose critic waits for the test; OPENAI_* point at it."""
+    held = HeldCritic()
+    with ScriptedLLMServer(held.rules) as server:
+        for name, value in server.environ().items():
+            monkeypatch.setenv(name, value)
+        try:
+            yield held
+        finally:
+            held.release()
+
+
+def test_the_stream_follows_a_run_as_it_happens(tmp_path: Path, critic: HeldCritic) -> None:
+    """Events arrive while the critic's answer is held, then the rest, then `end`."""
+    write(tmp_path, "flow.yaml", REFLECTION)
+    options = ServeOptions(store=tmp_path / "runs.db", root=tmp_path, port=0)
+    with BackgroundServer(options) as server, httpx.Client(base_url=server.url) as client:
+        started = client.post("/api/runs", json={"path": "flow.yaml", "runId": "live"})
+        assert started.status_code == 201, started.text
+        with client.stream("GET", "/api/runs/live/events/stream", timeout=30) as response:
+            stream = messages(response)
+            before = until_step_starts(stream, "reflection.0.critique")
+            assert json.loads(before[0]["data"])["type"] == "workflow_start"
+            state = client.get("/api/runs/live").json()
+            assert (state["status"], state["live"]) == ("running", True)
+
+            critic.first.set()
+            until_step_starts(stream, "reflection.1.critique")
+            critic.second.set()
+            rest = list(stream)
+        assert rest[-1]["event"] == "end"
+        assert json.loads(rest[-1]["data"])["status"] == "waiting"
+        ids = [int(m["id"]) for m in rest[:-1]]
+        assert ids == sorted(ids)
+        waiting = json.loads(rest[-2]["data"])
+        assert (waiting["type"], waiting["data"]["status"]) == ("workflow_end", "waiting")
+
+
+def test_a_run_driven_by_another_process_is_followed_through_the_store(
+    tmp_path: Path, critic: HeldCritic
+) -> None:
+    """`cadenza run` in another process; the viewer streams its events from the store."""
+    write(tmp_path, "flow.yaml", REFLECTION)
+    store = tmp_path / "runs.db"
+    command = [sys.executable, "-m", "cadenza", "run", "flow.yaml", "--store", str(store)]
+    command += ["--run-id", "elsewhere", "--json", "--events"]
+    process = subprocess.Popen(
+        command,
+        cwd=tmp_path,
+        env=dict(os.environ),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert process.stderr is not None
+        for line in process.stderr:  # its own event stream: wait until the critic is asked
+            event = json.loads(line)
+            if event["type"] == "step_start" and event.get("stepId") == "reflection.0.critique":
+                break
+        options = ServeOptions(store=store, root=tmp_path, port=0, poll=0.05)
+        with BackgroundServer(options) as server, httpx.Client(base_url=server.url) as client:
+            with client.stream("GET", "/api/runs/elsewhere/events/stream", timeout=30) as response:
+                stream = messages(response)
+                until_step_starts(stream, "reflection.0.critique")
+                assert client.get("/api/runs/elsewhere").json()["live"] is False
+                critic.first.set()
+                critic.second.set()
+                rest = list(stream)
+            assert json.loads(rest[-1]["data"])["status"] == "waiting"
+    finally:
+        critic.release()
+        output, _ = process.communicate(timeout=30)
+    assert json.loads(output)["status"] == "waiting"
+
+
+def test_stopping_the_server_ends_open_streams_and_cancels_its_runs(
+    tmp_path: Path, critic: HeldCritic
+) -> None:
+    """A held run: stopping the server closes the stream and records the run cancelled."""
+    write(tmp_path, "flow.yaml", REFLECTION)
+    store = tmp_path / "runs.db"
+    server = BackgroundServer(ServeOptions(store=store, root=tmp_path, port=0)).start()
+    stopper = threading.Thread(target=server.stop)
+    try:
+        with httpx.Client(base_url=server.url) as client:
+            started = client.post("/api/runs", json={"path": "flow.yaml", "runId": "held"})
+            assert started.status_code == 201, started.text
+            with client.stream("GET", "/api/runs/held/events/stream", timeout=30) as response:
+                stream = messages(response)
+                until_step_starts(stream, "reflection.0.critique")
+                stopper.start()
+                rest = list(stream)  # ends: the server closes it while stopping
+        assert all(m.get("event") != "end" for m in rest)
+    finally:
+        if stopper.ident is None:  # the test failed before it stopped the server
+            server.stop()
+        else:
+            stopper.join()
+    options = ServeOptions(store=store, root=tmp_path, port=0)
+    with BackgroundServer(options) as again, httpx.Client(base_url=again.url) as client:
+        assert client.get("/api/runs/held").json()["status"] == "cancelled"
