@@ -347,9 +347,18 @@ class Runtime:
         assert self._group is not None
         run_id = handle.run_id
         self._runs[run_id] = handle
-        recorded = anyio.Event()
 
-        async def run() -> None:
+        async def run(
+            *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+        ) -> None:
+            told = False
+
+            def recorded() -> None:
+                nonlocal told
+                if not told:
+                    told = True
+                    task_status.started()
+
             try:
                 result = await execute_run(
                     run_id=run_id,
@@ -365,7 +374,7 @@ class Runtime:
                     dispatcher=self.workers,
                     replay=replay,
                     lease=None if leased else holder,
-                    recorded=recorded.set,
+                    recorded=recorded,
                 )
                 self.store.release_lease(run_id, holder)
                 await self.store.flush()  # released before anyone hears the run ended
@@ -378,11 +387,10 @@ class Runtime:
                 handle._finish(error)
                 raise
             finally:
-                recorded.set()
+                recorded()
             handle._finish(result)
 
-        self._group.start_soon(run, name=f"cadenza run {run_id}")
-        await recorded.wait()
+        await self._group.start(run, name=f"cadenza run {run_id}")
 
     async def run(
         self,

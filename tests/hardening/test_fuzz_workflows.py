@@ -297,7 +297,8 @@ HOSTILE: dict[str, Callable[[], str | bytes]] = {
     "ten-megabytes.yaml": lambda: "name: x\nsteps: [{id: a, command: ls}]\n#" + "x" * 10_485_760,
     "ten-megabytes.json": lambda: '{"name": "' + "x" * 10_485_760 + '", "steps": []}',
     "python-object.yaml": lambda: (
-        f"name: !!python/object/apply:os.system ['touch {CANARY}']\nsteps: [{{id: a, command: ls}}]\n"
+        f"name: !!python/object/apply:os.system ['touch {CANARY}']\n"
+        "steps: [{id: a, command: ls}]\n"
     ),
     "python-name.yaml": lambda: "!!python/name:os.system\n",
     "python-tags.yaml": lambda: (
@@ -366,7 +367,8 @@ def test_hostile_documents_stay_under_100_mb(tmp_path: Path) -> None:
     )
     baseline = run_child(["-c", script, "ok.yaml"], cwd=tmp_path)
     child = run_child(["-c", script, *names], cwd=tmp_path)
-    assert baseline.returncode == 0 and child.returncode == 0, child.stderr[-2000:]
+    assert baseline.returncode == 0, baseline.stderr[-2000:]
+    assert child.returncode == 0, child.stderr[-2000:]
     growth = child.max_rss - baseline.max_rss
     assert growth < MEMORY_LIMIT, f"peak RSS grew by {growth / 2**20:.0f} MiB"
 

@@ -39,7 +39,7 @@ PATTERNS = [
     "${{IFS}}touch${{IFS}}{c}",
     "';touch {c};#",
     '";touch {c};#',
-    "\\\"; touch {c}; \\\"",
+    '\\"; touch {c}; \\"',
     "$((1+1)) $(( $(touch {c}) ))",
     "<(touch {c})",
     "{{{{ inputs.values }}}}",
@@ -133,7 +133,7 @@ def test_hostile_values_round_trip_and_never_execute(tmp_path: Path) -> None:
 
 
 async def test_a_value_too_big_for_the_environment_fails_clearly(tmp_path: Path) -> None:
-    """A 1 MB env value is more than the kernel passes: the step fails, saying so, and runs nothing."""
+    """A 1 MB env value is more than the kernel passes: the step fails, saying so; nothing runs."""
     canary = tmp_path / "canary-file"
     (tmp_path / "flow.yaml").write_text(
         """

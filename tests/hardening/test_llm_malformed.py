@@ -131,7 +131,8 @@ async def test_malformed_responses_fail_the_step_clearly(
         steps = await reopened.store.steps(run_id)
         events = await reopened.stored_events(run_id)
     assert row.status == "failed"
-    assert row.result is not None and row.result.error is not None
+    assert row.result is not None
+    assert row.result.error is not None
     error = row.result.error
     assert error.address == "ask"
     assert error.type in ("LLMResponseError", "LLMHTTPError"), error
@@ -142,7 +143,8 @@ async def test_malformed_responses_fail_the_step_clearly(
     assert steps["before"].content == "kept"
     assert steps["ask"].status == "failed"
     types = [event.type for event in events]
-    assert types[0] == "workflow_start" and types[-1] == "workflow_end"
+    assert types[0] == "workflow_start"
+    assert types[-1] == "workflow_end"
     assert [e.seq for e in events] == list(range(1, len(events) + 1)), "no event lost"
 
 

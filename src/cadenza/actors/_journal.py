@@ -163,6 +163,7 @@ class RunJournal:
                 self.records[address] = stored
                 self._announce(address, stored, agent, tokens)
                 return
+            self.replay.overwritten(address)
         failpoint("step.before_record")
         self.records[address] = record
         self.store.put_step(self.run_id, address, record)

@@ -132,6 +132,10 @@ class Replay:
         same = msgspec.structs.replace(record, duration_ms=prior.duration_ms) == prior
         return prior if same else None
 
+    def overwritten(self, address: str) -> None:
+        """The run records ``address`` anew: its stored record is no longer the one above."""
+        self.prior.pop(address, None)
+
     def suppress(
         self, type: str, step_id: str | None, message: str | None, error: str | None, data: Any
     ) -> bool:
