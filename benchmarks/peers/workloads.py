@@ -12,8 +12,8 @@ No ``from __future__ import annotations`` here: LangGraph and AutoGen read the
 type hints of nodes and handlers at run time, and these are defined locally.
 """
 
-# mypy: disallow-subclassing-any=False
-# (without the `bench` extra the peers' base classes are Any)
+# mypy: disallow-subclassing-any=False, disallow-untyped-decorators=False
+# (without the `bench` extra the peers' classes and decorators are Any)
 
 import asyncio
 import gc
