@@ -108,7 +108,9 @@ async def run_command(
     except BaseException:
         with anyio.CancelScope(shield=True):
             await _stop(process)
+            await process.aclose()  # close the pipes now, not when the collector finds them
         raise
+    await process.aclose()
     return CommandOutcome(
         exit_code=process.returncode if process.returncode is not None else -1,
         stdout=stdout.decode(errors="replace"),

@@ -41,7 +41,7 @@ MAX_ALIASES = 1_000
 MAX_ALIAS_NODES = 100_000
 """Most nodes all aliases together may expand to (the billion-laughs bound)."""
 MAX_NODES = 50_000
-"""Most values (scalars, lists and maps, aliases expanded) a document may hold."""
+"""Most values (scalars, lists and maps) a document may spell out; aliases count apart."""
 
 _Loader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _CORE = "tag:yaml.org,2002:"
@@ -286,7 +286,7 @@ class _Builder:
         self.nodes += size
 
     def _place(self, value: Any, loc: Loc) -> tuple[DocPath, bool]:
-        if self.nodes >= MAX_NODES:
+        if self.nodes - self.expanded >= MAX_NODES:  # aliases have their own cap
             self.fatal(
                 loc,
                 f"the document holds more than {MAX_NODES} values; a workflow is far "
