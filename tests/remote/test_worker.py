@@ -49,7 +49,9 @@ async def test_sigterm_drains_the_worker(tmp_path: Path, spawn_worker: SpawnWork
     """SIGTERM: the worker takes no more steps, finishes those it holds, leaves, exits 0."""
     flow, gate = tmp_path / "flow.yaml", tmp_path / "gate"
     flow.write_text(GATED)
-    dispatcher = Dispatcher("tcp://127.0.0.1:*", heartbeat=0.2)
+    # A generous heartbeat: on a loaded machine a short liveness window could declare
+    # the draining worker lost and re-dispatch its steps, which this test forbids.
+    dispatcher = Dispatcher("tcp://127.0.0.1:*", heartbeat=1.0)
     workers: Watch[WorkerEvent] = Watch()
     dispatcher.subscribe(workers)
     run_events: Watch[Event] = Watch()
