@@ -51,8 +51,8 @@ controller's bookkeeping and a fresh CEL scope per iteration. docs/architecture.
 measures this at 75-85 µs for a no-op step on an idle machine against a 25 µs goal
 the design does not reach without giving up an actor per step. LangGraph's
 per-step cost (its Pregel superstep: channel updates, task preparation) is a few
-hundred µs, so the ratio lands at 4-5x, not 15x. The 15x target assumed a ~25 µs
-Cadenza step."""
+hundred µs, so the ratio lands at a few x (3.6-4.3x in our runs), not 15x. The 15x
+target assumed a ~25 µs Cadenza step."""
 
 SQLITE_NOTE = """\
 Both sides are bound by the disk. Cadenza commits each step durably (WAL,
@@ -75,14 +75,14 @@ The time ratio is short of 24x: each of the 10,000 forEach items is an actor wit
 its own step record and two events (`item_start`/`item_end`) plus the item's own
 step events, and forEach runs at most the run's `maxConcurrency` (default 5)
 items at once, paying a wake-up per completion. LangGraph runs all 10,000 `Send`
-tasks in one superstep but copies state per task and merges the reducer at the
-end, which is what its memory figure shows."""
+tasks in one superstep, each with its own task, config and writes alive until the
+reducer merges them at the end, which is what its memory figure shows."""
 
 IDLE_NOTE = """\
 An AutoGen core agent is a plain object: its runtime keeps one queue for every
 message of every agent and has no per-agent mailbox, task or back-pressure.
-A Cadenza actor owns a bounded inbox and a parked consumer task (the task and its
-frame are most of the ~2.4 KiB), which is what gives each actor in-order handling,
+A Cadenza actor owns a bounded inbox and a parked consumer task (the task, its
+coroutine frame, the inbox and the ref: ~2.4 KiB), which gives each actor in-order handling,
 back-pressure on a full inbox and supervision. 10,000 idle actors cost ~24 MiB."""
 
 

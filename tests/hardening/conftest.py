@@ -1,4 +1,4 @@
-"""Shared pieces of the hardening tests: hypothesis profiles, bounds, a child-process meter.
+"""Shared pieces of the hardening tests: hypothesis settings, bounds, a child-process meter.
 
 Sizes are the CI sizes; ``CADENZA_FUZZ=long`` runs the fuzzers with many more
 examples (the full-size soak and back-pressure runs live in ``benchmarks/``).
@@ -17,23 +17,14 @@ from pathlib import Path
 
 from hypothesis import HealthCheck, settings
 
-from cadenza.testing.pytest_plugin import llm_server as llm_server
-
-settings.register_profile(
-    "ci",
-    max_examples=100,
+FUZZ = settings(
+    # Applied per test (not as a global profile, which would change other suites).
+    max_examples=5_000 if os.environ.get("CADENZA_FUZZ") == "long" else 100,
     deadline=None,  # bounds are asserted explicitly, on CPU time
     database=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
-settings.register_profile(
-    "long",
-    max_examples=5_000,
-    deadline=None,
-    database=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
-settings.load_profile(os.environ.get("CADENZA_FUZZ", "ci"))
+"""Hypothesis settings of the fuzzers: 100 examples, 5,000 with ``CADENZA_FUZZ=long``."""
 
 CPU_LIMIT = 1.0
 """Seconds of CPU one hostile document may cost to validate (the issue's bound)."""

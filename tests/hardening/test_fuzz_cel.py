@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from cadenza.errors import ExpressionEvaluationError, ExpressionSyntaxError, ExpressionTooComplex
 from cadenza.workflow import compile_expression
 
-from .conftest import CPU_LIMIT
+from .conftest import CPU_LIMIT, FUZZ
 
 STEP_IDS = frozenset({"build", "list-services", "a"})
 
@@ -139,12 +139,14 @@ ITEMS = st.lists(
 )
 
 
+@FUZZ
 @given(source=expressions(), items=ITEMS)
 def test_grammar_expressions_are_refused_or_evaluated(source: str, items: list[Any]) -> None:
     """Grammar-built CEL over real-looking state: a value or a documented error."""
     exercise(source, items)
 
 
+@FUZZ
 @given(source=st.text(max_size=200), items=ITEMS)
 def test_random_text_is_refused_or_evaluated(source: str, items: list[Any]) -> None:
     """Arbitrary text (unicode, control characters, stray quotes) never crashes the engine."""

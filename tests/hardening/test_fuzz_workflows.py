@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 
 from cadenza.workflow import Problem, WorkflowError, load_workflow, validate_file
 
-from .conftest import CPU_LIMIT, MEMORY_LIMIT, WALL_LIMIT, run_child
+from .conftest import CPU_LIMIT, FUZZ, MEMORY_LIMIT, WALL_LIMIT, run_child
 
 ROOT = Path(__file__).parents[2]
 VALID = sorted((ROOT / "tests" / "workflow" / "fixtures" / "valid").glob("*.yaml"))
@@ -172,6 +172,7 @@ WORKFLOWS = merged(
 )
 
 
+@FUZZ
 @given(document=WORKFLOWS, as_json=st.booleans())
 def test_grammar_documents_give_located_problems(
     document: dict[str, Any], as_json: bool, tmp_path_factory: pytest.TempPathFactory
@@ -236,6 +237,7 @@ def mutations(draw: st.DrawFn) -> bytes:
     return bytes(data)
 
 
+@FUZZ
 @given(data=mutations(), suffix=st.sampled_from([".yaml", ".json"]))
 def test_mutated_documents_give_located_problems(
     data: bytes, suffix: str, tmp_path_factory: pytest.TempPathFactory

@@ -110,3 +110,23 @@ def test_a_loop_on_another_thread_is_interrupted_too() -> None:
     thread.start()
     thread.join(60)
     assert outcome == ["interrupted"]
+
+
+async def test_a_task_within_its_own_timeout_is_not_interrupted() -> None:
+    """Another guard's deadline passing does not make the watchdog interrupt this task."""
+    watchdog = LoopWatchdog.for_running_loop()
+    before = watchdog.interruptions
+    waiting = asyncio.ensure_future(asyncio.Event().wait())
+    await asyncio.sleep(0)
+    other = watchdog.guard(waiting, 0.05)  # expires while this task holds the loop
+    task = asyncio.current_task()
+    assert task is not None
+    mine = watchdog.guard(task, 60)
+    try:
+        time.sleep(0.6)  # noqa: ASYNC251 - holds the loop, well within its own 60 s
+    finally:
+        mine.release()
+        other.release()
+        waiting.cancel()
+    await asyncio.sleep(0)
+    assert watchdog.interruptions == before

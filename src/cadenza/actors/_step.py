@@ -20,8 +20,7 @@ import msgspec
 
 from cadenza.errors import CadenzaError
 from cadenza.protocols import ErrorInfo, EventType, StepRecord, StepStatus, Tokens
-from cadenza.runtime import Actor
-from cadenza.runtime._watchdog import LoopBlocked, LoopWatchdog
+from cadenza.runtime import Actor, LoopBlocked, LoopWatchdog
 from cadenza.workflow import LoadedWorkflow, Step, parse_duration, parse_template
 from cadenza.workflow._spec import State
 

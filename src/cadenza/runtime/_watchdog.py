@@ -5,8 +5,8 @@ blocked: an ``async def`` handler that calls ``time.sleep(3600)`` (or spins in p
 Python) would hold every run of the process for an hour. `LoopWatchdog` watches from
 a thread. The loop ticks a heartbeat every ``interval`` seconds; a task guarded with
 `LoopWatchdog.guard` has a deadline. When the heartbeat is stale (the loop has not
-ticked for ``stall`` seconds) *and* a guarded deadline has passed, the watchdog
-interrupts the task that holds the loop, provided it is a guarded task:
+ticked for ``stall`` seconds) and the task holding the loop is a guarded task past
+its own deadline, the watchdog interrupts it:
 
 * loop on the main thread: it sends ``signum`` (SIGUSR2) to the main thread; the
   Python handler raises `LoopBlocked` where that task is executing, which also
@@ -87,7 +87,7 @@ class LoopWatchdog:
         *,
         interval: float = 0.1,
         stall: float = 0.25,
-        signum: int = signal.SIGUSR2,
+        signum: int | None = getattr(signal, "SIGUSR2", None),  # None: no signals (Windows)
     ) -> None:
         self._loop = weakref.ref(loop)
         self._interval = interval
@@ -138,6 +138,8 @@ class LoopWatchdog:
             loop.call_later(self._interval, self._tick)
 
     def _install_handler(self) -> bool:
+        if self._signum is None:
+            return False
         with LoopWatchdog._lock:
             if LoopWatchdog._installed:
                 return True
@@ -173,26 +175,24 @@ class LoopWatchdog:
             stalled = now - self._beat
             if stalled < self._stall or not self._guards:
                 continue
-            expired = [g for g in list(self._guards) if g.deadline <= now]
-            if not expired:
-                continue
             current = asyncio.current_task(loop)  # a dict lookup: safe from this thread
             held = next((g for g in list(self._guards) if g.task is current), None)
-            if held is None:
-                continue  # the loop is held by something we cannot attribute to a step
-            overdue = max(expired, key=lambda g: now - g.deadline)
+            if held is None or held.deadline > now:
+                # Held by code that is not a step, or by a step still within its own
+                # timeout: nothing to enforce (a starved step times out once it runs).
+                continue
             self._message = (
-                f"blocked the event loop for {stalled:.1f}s, past a step timeout of "
-                f"{overdue.seconds:g}s (the watchdog interrupted it)"
+                f"blocked the event loop for {stalled:.1f}s, past its timeout of "
+                f"{held.seconds:g}s (the watchdog interrupted it)"
             )
             self._victim = held.task
-            _log.warning("loop_blocked", stalled_s=round(stalled, 2), timeout_s=overdue.seconds)
+            _log.warning("loop_blocked", stalled_s=round(stalled, 2), timeout_s=held.seconds)
             self._interrupt()
             # Give the interrupt time to land before trying again.
             self._stopped.wait(max(self._stall, self._interval))
 
     def _interrupt(self) -> None:
-        if self._use_signal:
+        if self._use_signal and self._signum is not None:
             signal.pthread_kill(threading.main_thread().ident or 0, self._signum)
             return
         ctypes.pythonapi.PyThreadState_SetAsyncExc(
