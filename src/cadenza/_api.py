@@ -388,6 +388,10 @@ class Runtime:
                 raise
             finally:
                 recorded()
+                # A finished run lives on in the store; keeping its handle (and
+                # journal) here would grow a long-lived service without bound.
+                if self._runs.get(run_id) is handle:
+                    del self._runs[run_id]
             handle._finish(result)
 
         await self._group.start(run, name=f"cadenza run {run_id}")
@@ -495,8 +499,30 @@ class Runtime:
         return await self.store.check()
 
     def handle(self, run_id: str) -> RunHandle | None:
-        """The handle of a run started by this runtime, if it is one."""
+        """The handle of a run this runtime is driving now; None once it has ended.
+
+        Finished runs are not kept in memory: `result` and `stored_events`
+        read them from the store.
+        """
         return self._runs.get(run_id)
+
+    async def result(self, run_id: str) -> RunResult:
+        """Waits for a run this runtime drives to end, or reads a finished run's result.
+
+        Raises:
+            RunNotFound: The store has no such run.
+            CadenzaError: The run is neither finished nor driven by this runtime
+                (it is waiting for input, or was interrupted: `resume` it).
+        """
+        running = self._runs.get(run_id)
+        if running is not None:
+            return await running.result()
+        row = await get_row(self.store, run_id)
+        if row.status not in FINISHED:
+            raise CadenzaError(
+                f"run {run_id!r} is {row.status} and not running in this runtime; resume it"
+            )
+        return finished_result(row)
 
     async def get_run(self, run_id: str) -> RunRow:
         """A stored run.

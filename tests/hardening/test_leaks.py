@@ -13,8 +13,6 @@ import tracemalloc
 from collections.abc import Callable
 from pathlib import Path
 
-import pytest
-
 from cadenza import Runtime
 
 WriteFlow = Callable[..., Path]
@@ -34,15 +32,6 @@ PER_RUN_LIMIT = 4 * 1024
 """Bytes a finished, pruned run may leave behind (caches fill up during warm-up)."""
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "Runtime._runs (src/cadenza/_api.py) keeps every RunHandle, with its RunJournal "
-        "(a record per address, messages, subscribers), after the run ends: ~0.5-1 KB per "
-        "step of every finished run, forever. _api.py is being rewritten by the "
-        "durable-resume work; fix there: drop the handle from _runs when its run task ends."
-    ),
-)
 async def test_finished_runs_are_not_kept_in_memory(write_flow: WriteFlow, tmp_path: Path) -> None:
     """After warm-up, 60 more runs (pruned from the store) leave under 4 KB each behind."""
     path = write_flow(FLOW, handlers=HANDLER)

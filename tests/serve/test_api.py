@@ -164,9 +164,7 @@ async def test_starting_a_run_is_confined_to_the_root(
         started = await client.post("/api/runs", json={"path": "echo.yaml", "runId": "mine"})
         assert started.status_code == 201
         assert started.json()["runId"] == "mine"
-        handle = runtime.handle("mine")
-        assert handle is not None
-        assert (await handle.result()).status == "completed"
+        assert (await runtime.result("mine")).status == "completed"
 
         for path in ("../outside.yaml", str(tmp_path / "outside.yaml"), "link.yaml"):
             refused = await client.post("/api/runs", json={"path": path})
@@ -231,9 +229,7 @@ async def test_answering_a_waiting_step_resumes_the_run_to_its_end(
         )
         assert answered.status_code == 202
         assert answered.json() == {"runId": "review", "address": "approve", "resumed": True}
-        handle = runtime.handle("review")
-        assert handle is not None
-        result = await handle.result()
+        result = await runtime.result("review")
         assert result.status == "completed"
         assert json.loads(result.output) == {"publish": True}
         again = await client.post(
@@ -259,9 +255,7 @@ async def test_resume_continues_an_answered_run_and_refuses_a_finished_one(
 
         resumed = await client.post("/api/runs/review/resume", json={})
         assert resumed.status_code == 202
-        handle = runtime.handle("review")
-        assert handle is not None
-        assert (await handle.result()).status == "completed"
+        assert (await runtime.result("review")).status == "completed"
         finished = await client.post("/api/runs/review/resume", json={})
         assert finished.status_code == 409
         assert "finished" in finished.json()["error"]["message"]
