@@ -145,9 +145,10 @@ def waiting_lines(run_id: str, steps: dict[str, Any]) -> list[str]:
     """How a person learns what a waiting run needs, and how to answer it."""
     lines = []
     for address, record in steps.items():
-        if record.status == "waiting":
-            question = msgspec.to_builtins(record.result) if record.result is not None else {}
-            prompt = question.get("prompt", "") if isinstance(question, dict) else ""
+        # Only a step that asks holds a question; the containers around it wait with it.
+        question = msgspec.to_builtins(record.result) if record.status == "waiting" else None
+        if isinstance(question, dict) and "prompt" in question:
+            prompt = str(question["prompt"] or "").replace("\n", "\n    ")
             lines.append(f"  waiting at {address}: {prompt}")
             lines.append(f"    answer: cadenza signal {run_id} {address} --data JSON")
     return lines

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from cadenza import Runtime
+from cadenza.errors import SignalRejected
 from cadenza.runtime import FakeClock
 from cadenza.workflow import validate_file
 
@@ -315,33 +318,154 @@ async def test_a_stopped_loop_fails_its_step_unless_on_error_continue(
     assert control["result"] == {"text": "same"}
 
 
-async def test_escalate_human_ends_escalated_with_a_note_in_the_decision_log(
+ESCALATE = """
+name: control
+steps:
+  - id: task
+    control:
+      objective: "Write a tagline"
+      criteria: "mentions speed"
+      actor: actor.yaml
+      evaluator: evaluator.yaml
+      escalate: human
+      limits: {maxRetries: 0, maxIterations: 4}
+"""
+
+HEEDS = """
+def act(ctx):
+    fast = "fast" in ctx.inputs["feedback"]
+    return {"text": "fast draft" if fast else "draft %d" % ctx.inputs["iteration"],
+            "heard": ctx.inputs["feedback"]}
+
+def judge(ctx):
+    text = ctx.inputs["result"]["text"]
+    return {"passed": "fast" in text, "score": 0.4, "feedback": "Not yet"}
+"""
+
+
+async def test_escalate_human_waits_for_a_person_and_heeds_their_retry(
+    control_flow: ControlFlow, tmp_path: Path
+) -> None:
+    """The run waits at task.0.human; a checked answer is recorded; resume goes on with it."""
+    flow = control_flow(ESCALATE, handlers=HEEDS)
+    async with Runtime(store=tmp_path / "runs.db") as runtime:
+        paused = await runtime.run(flow, run_id="r")
+        assert paused.status == "waiting"
+        assert paused.output is None
+        assert paused.steps["task"].status == "waiting"
+        iteration = paused.steps["task.0"]
+        assert iteration.status == "completed"
+        assert iteration.content == (
+            "escalate: the evaluator did not pass it (score 0.4); "
+            "retries and replans are spent; escalate: human asks a person"
+        )
+        questions = await runtime.pending_inputs("r")
+        assert list(questions) == ["task.0.human"]
+        prompt = questions["task.0.human"]["prompt"]
+        assert prompt.startswith("The control loop 'task' escalated iteration 0: ")
+        assert 'Result: {"text":"draft 0","heard":""}' in prompt
+        assert questions["task.0.human"]["schema"]["required"] == ["decision"]
+        assert paused.loops["task"].termination_reason == "waiting"
+
+        with pytest.raises(SignalRejected, match="decision: 'later' is not one of"):
+            await runtime.signal("r", "task.0.human", {"decision": "later"})
+        await runtime.signal("r", "task.0.human", {"decision": "retry", "feedback": "Say fast"})
+        result = await (await runtime.resume("r")).result()
+    assert result.status == "completed", result.error
+    control = result.steps["task"].result
+    assert control["status"] == "succeeded"
+    assert control["result"]["text"] == "fast draft"
+    assert control["iterations"] == 2
+    assert [(e["iteration"], e["decision"]) for e in control["decisionLog"]] == [
+        (0, "escalate"),
+        (0, "retry"),
+        (1, "accept"),
+    ]
+    answer = control["decisionLog"][1]
+    assert answer["reason"] == "a person asked for another attempt at task.0.human: Say fast"
+    assert answer["feedback"] == "Say fast\nNot yet"
+    assert result.steps["task.1.actor"].result["heard"] == "Say fast\nNot yet"
+    assert result.steps["task.0.human"].result == {"decision": "retry", "feedback": "Say fast"}
+
+
+@pytest.mark.parametrize(
+    ("answer", "status", "run_status", "text"),
+    [
+        ({"decision": "accept"}, "succeeded", "completed", "draft 0"),
+        ({"decision": "stop", "feedback": "drop it"}, "escalated", "failed", "draft 0"),
+    ],
+    ids=["accept", "stop"],
+)
+async def test_a_person_can_accept_the_result_or_stop_the_loop(
+    control_flow: ControlFlow,
+    tmp_path: Path,
+    answer: dict[str, str],
+    status: str,
+    run_status: str,
+    text: str,
+) -> None:
+    """accept takes the escalated iteration's result; stop ends the loop escalated."""
+    flow = control_flow(ESCALATE, handlers=HEEDS)
+    async with Runtime(store=tmp_path / "runs.db") as runtime:
+        assert (await runtime.run(flow, run_id="r")).status == "waiting"
+        await runtime.signal("r", "task.0.human", answer)
+        result = await (await runtime.resume("r")).result()
+    assert result.status == run_status
+    control = result.steps["task"].result
+    assert control["status"] == status
+    assert control["result"]["text"] == text
+    assert control["iterations"] == 1
+    assert [e["decision"] for e in control["decisionLog"]] == ["escalate", answer["decision"]]
+    assert "task.1" not in result.steps
+    if status == "escalated":
+        assert result.steps["task"].error is not None
+        assert result.steps["task"].error.message == (
+            "escalated: a person stopped the loop at task.0.human: drop it"
+        )
+
+
+async def test_escalate_stop_ends_escalated_without_asking(
     control_flow: ControlFlow, run_flow: RunFlow
 ) -> None:
-    """Human input is not built yet: the loop does not wait, it says so and ends escalated."""
-    flow = """
-    name: control
-    steps:
-      - id: task
-        control:
-          objective: "Do it"
-          actor: actor.yaml
-          evaluator: evaluator.yaml
-          escalate: human
-          limits: {maxRetries: 0}
-    """
-    handlers = """
-    def act(ctx):
-        return {"text": "x"}
-    def judge(ctx):
-        return {"passed": False, "score": 0.2}
-    """
-    result = await run_flow(control_flow(flow, handlers=handlers))
+    """The default, escalate: stop, ends the loop escalated at once; nobody is asked."""
+    flow = ESCALATE.replace("escalate: human", "escalate: stop")
+    result = await run_flow(control_flow(flow, handlers=HEEDS))
+    assert result.status == "failed"
     control = result.steps["task"].result
     assert control["status"] == "escalated"
-    assert (
-        "escalate: human needs the human-input machinery" in (control["decisionLog"][-1]["reason"])
-    )
+    assert [e["decision"] for e in control["decisionLog"]] == ["escalate"]
+    assert control["decisionLog"][0]["reason"].endswith("retries and replans are spent")
+    assert "task.0.human" not in result.steps
+
+
+async def test_a_person_asked_inside_the_actor_makes_the_loop_wait(
+    control_flow: ControlFlow, tmp_path: Path
+) -> None:
+    """A human: step in the actor's workflow pauses the loop; its answer is the result."""
+    asking = """
+    name: actor
+    inputs: {objective: {}, plan: {}, feedback: {}, iteration: {type: integer}}
+    steps:
+      - id: ask
+        human: {prompt: "Your tagline?", schema: {type: object, required: [text]}}
+    output: steps.ask.result
+    """
+    handlers = """
+    def judge(ctx):
+        return {"passed": True, "score": 1}
+    """
+    flow = control_flow(ESCALATE, handlers=handlers, children={"actor.yaml": asking})
+    async with Runtime(store=tmp_path / "runs.db") as runtime:
+        paused = await runtime.run(flow, run_id="r")
+        assert paused.status == "waiting"
+        assert paused.steps["task.0"].status == "waiting"
+        assert list(await runtime.pending_inputs("r")) == ["task.0.actor.ask"]
+        await runtime.signal("r", "task.0.actor.ask", {"text": "fast and calm"})
+        result = await (await runtime.resume("r")).result()
+    assert result.status == "completed", result.error
+    control = result.steps["task"].result
+    assert (control["status"], control["result"]) == ("succeeded", {"text": "fast and calm"})
+    assert [e["decision"] for e in control["decisionLog"]] == ["accept"]
 
 
 async def test_a_check_that_cannot_read_the_result_fails_and_says_why(

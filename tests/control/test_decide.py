@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
+from cadenza.actors._decide import PERSON_SCHEMA, heed
 from cadenza.loops import (
     CheckResult,
     ControlStatus,
@@ -144,11 +145,11 @@ CASES = {
         "escalated",
         "the evaluator recommends escalating",
     ),
-    "escalate: human is escalated with a note": Case(
+    "escalate: human goes on, to a person": Case(
         bad(recommend="escalate"),
         "escalate",
-        "escalated",
-        "human-input machinery",
+        None,
+        "the evaluator recommends escalating; escalate: human asks a person",
         setup=Setup(escalate="human"),
     ),
     # 8: delegation, once, to a delegate that exists
@@ -354,3 +355,51 @@ def test_a_replan_resets_retries_and_the_progress_window() -> None:
     history = History(iterations=3, scores=(0.2, 0.2, 0.2), retries=2)
     after = advance(history, Ruling("replan", "r", score=0.2))
     assert (after.retries, after.scores, after.replans, after.iterations) == (0, (), 1, 4)
+
+
+ESCALATION = Ruling("escalate", "retries and replans are spent", None, "Too long", 0.4)
+HEED = {
+    "accept": ({"decision": "accept"}, "accept", "succeeded", "", "a person accepted"),
+    "retry with feedback": (
+        {"decision": "retry", "feedback": " Shorter, please "},
+        "retry",
+        None,
+        "Shorter, please\nToo long",
+        "a person asked for another attempt at task.3.human: Shorter, please",
+    ),
+    "retry without feedback": ({"decision": "retry"}, "retry", None, "Too long", "another"),
+    "stop": ({"decision": "stop", "feedback": "not worth it"}, "stop", "escalated", "", "stopped"),
+}
+
+
+@pytest.mark.parametrize(
+    ("answer", "decision", "status", "feedback", "says"), HEED.values(), ids=HEED.keys()
+)
+def test_heed_turns_a_persons_answer_into_the_ruling(
+    answer: dict[str, str],
+    decision: Decision,
+    status: ControlStatus | None,
+    feedback: str,
+    says: str,
+) -> None:
+    """The person's word settles the escalated iteration; their feedback is heard first."""
+    ruling = heed(answer, ESCALATION, "task.3.human")
+    assert (ruling.decision, ruling.status, ruling.person) == (decision, status, True)
+    assert ruling.score == 0.4
+    assert says in ruling.reason
+    if decision == "retry":
+        assert ruling.feedback == feedback
+
+
+def test_the_answer_schema_offers_accept_retry_and_stop() -> None:
+    """What `cadenza signal` checks an answer to an escalation against."""
+    assert PERSON_SCHEMA["properties"]["decision"] == {"enum": ["accept", "retry", "stop"]}
+    assert PERSON_SCHEMA["required"] == ["decision"]
+
+
+def test_a_persons_retry_settles_the_iteration_and_starts_afresh() -> None:
+    """No extra iteration is counted; retries and the progress window reset; replans stay."""
+    history = History(iterations=4, scores=(0.2, 0.3), retries=2, replans=1, delegated=True)
+    retry = advance(history, heed({"decision": "retry"}, ESCALATION, "t.3.human"))
+    assert retry == History(iterations=4, scores=(), retries=0, replans=1, delegated=True)
+    assert advance(history, heed({"decision": "stop"}, ESCALATION, "t.3.human")) == history

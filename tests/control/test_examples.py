@@ -90,6 +90,23 @@ async def test_a_coding_loop_is_judged_by_real_pytest_in_a_sandbox() -> None:
     assert "re.findall" in str(result.output)
 
 
+async def test_a_claim_waits_for_a_persons_sign_off(tmp_path: Path) -> None:
+    """escalate: human: the run waits at signoff.0.human; "drop the number" gets a plain draft."""
+    async with Runtime(store=tmp_path / "runs.db") as runtime:
+        paused = await runtime.run(EXAMPLES / "control-signoff.yaml", run_id="demo")
+        assert paused.status == "waiting"
+        question = (await runtime.pending_inputs("demo"))["signoff.0.human"]
+        assert "It claims '10x'; only a person can sign that off." in question["prompt"]
+        answer = {"decision": "retry", "feedback": "Drop the number."}
+        await runtime.signal("demo", "signoff.0.human", answer)
+        result = await (await runtime.resume("demo")).result()
+    assert result.status == "completed", result.error
+    assert decisions(result, "signoff") == ["escalate", "retry", "accept"]
+    assert result.output == (
+        "Cadenza 2.0 is out: durable control loops that resume where they stopped."
+    )
+
+
 @pytest.fixture
 def sdk_example() -> Any:
     spec = importlib.util.spec_from_file_location("control_sdk", EXAMPLES / "control_sdk.py")

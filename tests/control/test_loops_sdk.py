@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -188,8 +189,8 @@ async def test_a_function_that_raises_or_returns_the_wrong_shape_is_an_infra_fai
     assert "its output is not a map" in reasons[1]
 
 
-async def test_the_delegate_and_escalation_work_as_in_yaml() -> None:
-    """recommend=delegate hands over to the delegate; a failing delegate escalates to a person."""
+async def test_the_delegate_and_escalation_work_as_in_yaml(tmp_path: Path) -> None:
+    """recommend=delegate hands over to the delegate; a failing delegate asks a person."""
     loop = Loop("Do it", max_retries=0, escalate="human")
 
     @loop.actor
@@ -204,11 +205,22 @@ async def test_the_delegate_and_escalation_work_as_in_yaml() -> None:
     def judge(task: EvaluatorInput) -> Evaluation:
         return Evaluation(passed=False, score=0.1, feedback="no", recommend="delegate")
 
-    result = await loop.run()
-    assert [entry.decision for entry in result.decision_log] == ["delegate", "escalate"]
-    assert result.status == "escalated"
-    assert result.result == {"text": "special"}
-    assert "human-input machinery" in result.decision_log[-1].reason
+    async with Runtime(store=tmp_path / "runs.db") as runtime:
+        run = await loop.start(runtime, run_id="r")
+        with pytest.raises(LoopError, match="waiting"):  # no decision yet: a person must answer
+            await run.result()
+        assert [entry.decision for entry in run.decision_log] == ["delegate", "escalate"]
+        assert list(await runtime.pending_inputs("r")) == ["loop.1.human"]
+        await runtime.signal("r", "loop.1.human", {"decision": "accept"})
+        resumed = await (await runtime.resume("r")).result()
+    control = resumed.steps["loop"].result
+    assert control["status"] == "succeeded"
+    assert control["result"] == {"text": "special"}
+    assert [entry["decision"] for entry in control["decisionLog"]] == [
+        "delegate",
+        "escalate",
+        "accept",
+    ]
 
 
 async def test_a_cancelled_loop_has_no_result() -> None:

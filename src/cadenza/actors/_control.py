@@ -9,11 +9,18 @@ ruling is written down (``_control_log.py``) before anything else happens.
 
 Before every call `admit` checks the budget: the tokens spent by this step's
 children (counted from the ``agent_turn`` events under its address, so steps
-running beside it do not count) plus the most a call of that role has cost so
-far must stay within ``limits.maxTokens``. ``limits.timeout`` runs on the
-run's clock; when it passes, the running call is cancelled and the loop stops
-as ``stopped_budget``. The step's own ``timeout`` and ``retries`` work as for
-every container (``_container.py``).
+running beside it do not count, and in a resumed run from the ``step_replayed``
+events of the children replayed there, which carry what they spent) plus the
+most a call of that role has cost so far must stay within ``limits.maxTokens``.
+``limits.timeout`` runs on the run's clock; when it passes, the running call is
+cancelled and the loop stops as ``stopped_budget``. The step's own ``timeout``
+and ``retries`` work as for every container (``_container.py``).
+
+Under ``escalate: human`` an escalation asks a person at ``step.N.human``
+(`ask_person`, as a ``human:`` step does): without an answer yet the loop ends
+``waiting``, and so does the run; once ``cadenza signal`` recorded one, the
+resumed run replays the loop to that iteration and `heed` turns the answer into
+its ruling. A call whose workflow waits for a person makes the loop wait too.
 
 The loop runs as one coroutine in the actor's ``on_start``: its calls report
 through futures rather than the inbox, so the sequence reads top to bottom.
@@ -35,17 +42,40 @@ from cadenza.workflow import LoadedWorkflow, State, Step, parse_duration, parse_
 from ._container import Container, Outcome
 from ._context import NO_BRIEF, Brief, RunContext, Scope
 from ._control_log import DecisionLog
-from ._decide import History, InfraFailure, Ruling, Setup, Spent, admit, advance, decide
+from ._decide import (
+    PERSON_SCHEMA,
+    History,
+    InfraFailure,
+    Ruling,
+    Setup,
+    Spent,
+    admit,
+    advance,
+    decide,
+    heed,
+)
 from ._decide import effective_score as scored
 from ._evidence import read_verdict, run_checks
+from ._human import ask_person
+from ._journal import STEP_REPLAYED
 from ._step import Report, StepFinished, work_error
 from ._subflow import call_workflow, load_reference, render_reference
 
-__all__ = ["ControlController"]
+__all__ = ["HUMAN", "ControlController"]
 
-Called = dict[str, Any] | InfraFailure | Ruling | None
+HUMAN = "human"
+"""Where in an iteration an escalation asks a person: ``step.N.human``."""
+
+
+class Waiting:
+    """A call's workflow waits for a person: the iteration, and the loop, wait with it."""
+
+
+WAITING = Waiting()
+
+Called = dict[str, Any] | InfraFailure | Ruling | Waiting | None
 """What a call gives back: its output map, an infrastructure failure, a budget
-stop, or None when the loop is being cancelled."""
+stop, `WAITING`, or None when the loop is being cancelled."""
 
 
 class ControlController(Container):
@@ -94,7 +124,8 @@ class ControlController(Container):
     async def on_start(self) -> None:
         """Counts the tokens of this step's children while the whole loop runs."""
         self._prefix = f"{self.address}."
-        unsubscribe = self.run.journal.subscribe(self._count)
+        # Restated too: a second resume replays children the first one already did.
+        unsubscribe = self.run.journal.subscribe(self._count, restated=True)
         try:
             await super().on_start()
         finally:
@@ -104,7 +135,7 @@ class ControlController(Container):
         step_id = event.step_id
         if (
             event.tokens is not None
-            and event.type == "agent_turn"
+            and (event.type == "agent_turn" or event.type == STEP_REPLAYED)
             and step_id is not None
             and step_id.startswith(self._prefix)
         ):
@@ -127,14 +158,23 @@ class ControlController(Container):
         except Exception as error:  # a bad objective template fails the step, located
             await self._end(None, error=work_error(error, self.here))
             return
-        ruling: Ruling | None = None
+        ruling: Ruling | Waiting | None = None
         n = 0
         while self.stopping is None:
             ruling = await self._iteration(n)
-            if ruling is None or ruling.status is not None:
+            if (
+                isinstance(ruling, Ruling)
+                and ruling.decision == "escalate"
+                and ruling.status is None
+            ):
+                ruling = await self._ask(n, ruling)
+            if not isinstance(ruling, Ruling) or ruling.status is not None:
                 break
             n += 1
-        await self._end(ruling if self.stopping is None else None)
+        if isinstance(ruling, Waiting) and self.stopping is None:
+            await self._wait()
+            return
+        await self._end(ruling if isinstance(ruling, Ruling) and self.stopping is None else None)
 
     def _time_up(self) -> None:
         self._deadline = None
@@ -153,7 +193,7 @@ class ControlController(Container):
 
     # One iteration -------------------------------------------------------------
 
-    async def _iteration(self, n: int) -> Ruling | None:
+    async def _iteration(self, n: int) -> Ruling | Waiting | None:
         self.log.started(n)
         started = self.run.clock.now()
         detail: dict[str, Any] = {}
@@ -161,6 +201,9 @@ class ControlController(Container):
         if ruling is None:
             await self.log.interrupted(n, self.stopping or "cancelled")
             return None
+        if isinstance(ruling, Waiting):
+            await self.log.waiting(n)
+            return ruling
         if ruling.infra:  # nothing was judged: the next attempt hears the last verdict again
             ruling = dataclasses.replace(ruling, feedback=self.feedback)
         self.feedback = ruling.feedback
@@ -170,7 +213,9 @@ class ControlController(Container):
         await self.log.decided(n, ruling, detail, elapsed)
         return ruling
 
-    async def _work(self, n: int, address: Address, detail: dict[str, Any]) -> Ruling | None:
+    async def _work(
+        self, n: int, address: Address, detail: dict[str, Any]
+    ) -> Ruling | Waiting | None:
         if self.needs_plan:
             inputs: dict[str, Any] = {
                 "objective": self.objective,
@@ -207,10 +252,43 @@ class ControlController(Container):
                 self.best = (score, result)
         return decide(verdict, checks, self.history, self.limits, self._spent(), self.setup)
 
-    def _settle(self, called: InfraFailure | Ruling | None) -> Ruling | None:
+    def _settle(self, called: InfraFailure | Ruling | Waiting | None) -> Ruling | Waiting | None:
         if isinstance(called, InfraFailure):
             return decide(called, (), self.history, self.limits, self._spent(), self.setup)
         return called
+
+    # A person ------------------------------------------------------------------
+
+    async def _ask(self, n: int, escalation: Ruling) -> Ruling | Waiting:
+        """Asks a person about iteration ``n``: their ruling, or `WAITING` for it."""
+        where = str(self.address.iteration(n).child(HUMAN))
+        prompt = self._question(n, escalation)
+        record = await ask_person(self.run, where, prompt=prompt, schema=PERSON_SCHEMA)
+        if record.status != "completed":
+            return WAITING
+        answer = record.result if isinstance(record.result, dict) else {}
+        ruling = heed(answer, escalation, where)
+        self.feedback = ruling.feedback
+        self.history = advance(self.history, ruling)
+        self.log.answered(n, ruling)
+        return ruling
+
+    def _question(self, n: int, escalation: Ruling) -> str:
+        lines = [
+            f"The control loop {self.here!r} escalated iteration {n}: {escalation.reason}",
+            f"Objective: {self.objective}",
+        ]
+        if self.criteria:
+            lines.append(f"Criteria: {self.criteria}")
+        lines.append(f"Result: {msgspec.json.encode(self.last).decode()}")
+        if escalation.feedback:
+            lines.append(f"Feedback on it: {escalation.feedback}")
+        lines.append(
+            'Answer {"decision": "accept"} to take this result, {"decision": "retry", '
+            '"feedback": "..."} for another attempt that hears your feedback, or '
+            '{"decision": "stop"} to end the loop escalated.'
+        )
+        return "\n".join(lines)
 
     # Calls ---------------------------------------------------------------------
 
@@ -234,6 +312,8 @@ class ControlController(Container):
             return None
         if record.status == "cancelled" and self._late:
             return admit(role, 0, self.limits, self._spent())
+        if record.status == "waiting":  # a `human:` step in the workflow: the loop waits too
+            return WAITING
         if record.status != "completed":
             failure = record.error
             why = f"{failure.type}: {failure.message}" if failure else record.status
@@ -260,6 +340,14 @@ class ControlController(Container):
             self.children.pop(key, None)
 
     # The end -------------------------------------------------------------------
+
+    async def _wait(self) -> None:
+        """Ends this run of the loop ``waiting`` for a person; a resume goes on from there."""
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
+        self.log.summarize(self.history.iterations, "waiting")
+        await self.finish(Outcome("waiting"))
 
     async def _end(self, ruling: Ruling | None, *, error: ErrorInfo | None = None) -> None:
         if self._deadline is not None:

@@ -8,6 +8,10 @@ iteration starts, so each iteration is a checkpoint. The ruling is also a
 ``decision`` event on the control step and an entry of the decision log, which
 ends up in the step's result, SPEC 2.5's ``{status, result, score, iterations,
 decisionLog, tokensSpent}``.
+
+Under ``escalate: human`` an iteration can have two entries: the escalation
+(its record's decision) and then the person's answer (`DecisionLog.answered`),
+whose durable record is the answer itself at ``step.N.human``.
 """
 
 from __future__ import annotations
@@ -51,15 +55,7 @@ class DecisionLog:
     ) -> None:
         """Writes down the ruling on iteration ``n``: entry, event, durable record."""
         where = f"{self.address}.{n}"
-        entry = {
-            "iteration": n,
-            "decision": ruling.decision,
-            "reason": ruling.reason,
-            "feedback": ruling.feedback,
-        }
-        self.entries.append(entry)
-        data = {**entry, "score": ruling.score, "status": ruling.status}
-        self.journal.emit(DECISION, step_id=self.address, message=ruling.reason, data=data)
+        data = self._entry(n, ruling)
         status: StepStatus = "failed" if ruling.infra else "completed"
         record = StepRecord(
             status,
@@ -71,6 +67,31 @@ class DecisionLog:
         )
         await self.journal.step_finished(where, record)
         self._ended(where, n, status)
+
+    def answered(self, n: int, ruling: Ruling) -> None:
+        """Writes down a person's ruling on iteration ``n``: entry and event.
+
+        Their answer's record is its durable form: a resumed run heeds it again.
+        """
+        self._entry(n, ruling)
+
+    async def waiting(self, n: int) -> None:
+        """Records iteration ``n`` as waiting: a call in it waits for a person."""
+        where = f"{self.address}.{n}"
+        await self.journal.step_finished(where, StepRecord("waiting", attempts=1))
+        self._ended(where, n, "waiting")
+
+    def _entry(self, n: int, ruling: Ruling) -> dict[str, Any]:
+        entry = {
+            "iteration": n,
+            "decision": ruling.decision,
+            "reason": ruling.reason,
+            "feedback": ruling.feedback,
+        }
+        self.entries.append(entry)
+        data = {**entry, "score": ruling.score, "status": ruling.status}
+        self.journal.emit(DECISION, step_id=self.address, message=ruling.reason, data=data)
+        return data
 
     async def interrupted(self, n: int, reason: str) -> None:
         """Records iteration ``n`` as cancelled: the loop stopped in the middle of it."""

@@ -25,6 +25,12 @@ loop ends, and the feedback the next attempt hears. Rules, first match wins:
 14  otherwise (retries and replans are spent)                   escalate    escalated
 ==  ==========================================================  ==========  ========================
 
+An escalation ends the loop ``escalated`` under ``escalate: stop``. Under
+``escalate: human`` it has no status: the loop goes on to a person, whose
+answer (`PERSON_SCHEMA`) `heed` turns into the ruling that settles the
+iteration: ``accept`` (``succeeded``), ``retry`` with their feedback, which
+starts afresh like a plan change, or ``stop`` (``escalated``).
+
 Evidence wins over the judge: a failing check fails the iteration whatever the
 evaluator said, and caps the iteration's score at the share of checks that
 passed; its feedback goes first, verbatim, into what the next attempt hears.
@@ -43,13 +49,14 @@ by more than that one call.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from cadenza.workflow import ControlLimits, parse_duration
 
 __all__ = [
+    "PERSON_SCHEMA",
     "RECOMMENDATIONS",
     "CheckResult",
     "ControlStatus",
@@ -65,6 +72,7 @@ __all__ = [
     "advance",
     "decide",
     "effective_score",
+    "heed",
     "stalled",
 ]
 
@@ -81,10 +89,16 @@ Recommendation = Literal["retry", "replan", "delegate", "escalate"]
 RECOMMENDATIONS: frozenset[str] = frozenset(("retry", "replan", "delegate", "escalate"))
 """What an evaluator may put in ``recommend``."""
 
-HUMAN_NOTE = (
-    "escalate: human needs the human-input machinery of durable runs, which this "
-    "version does not have yet; the loop ends escalated instead of waiting for a person"
-)
+PERSON_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "decision": {"enum": ["accept", "retry", "stop"]},
+        "feedback": {"type": "string"},
+    },
+    "required": ["decision"],
+    "additionalProperties": False,
+}
+"""What a person may answer an ``escalate: human`` with (``cadenza signal --data``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,6 +177,7 @@ class Ruling:
         feedback: What the next attempt hears (failing checks' feedback first).
         score: The iteration's score, capped by failing checks; None without a verdict.
         infra: True when the iteration ended in an infrastructure failure.
+        person: True when a person made it, answering an escalation (`heed`).
     """
 
     decision: Decision
@@ -171,6 +186,7 @@ class Ruling:
     feedback: str = ""
     score: float | None = None
     infra: bool = False
+    person: bool = False
 
 
 def effective_score(verdict: Verdict, checks: Sequence[CheckResult]) -> float:
@@ -243,8 +259,38 @@ def decide(
     )
 
 
+def heed(answer: Mapping[str, Any], escalation: Ruling, where: str) -> Ruling:
+    """The ruling a person's ``answer`` (`PERSON_SCHEMA`) at ``where`` makes of an escalation.
+
+    ``accept`` takes the iteration's result (``succeeded``), ``stop`` ends the loop
+    ``escalated``, ``retry`` goes on: the next attempt hears the person's
+    feedback first, then the iteration's own.
+    """
+    decision = answer.get("decision")
+    words = answer.get("feedback")
+    note = words.strip() if isinstance(words, str) else ""
+    said = f": {note}" if note else ""
+    if decision == "accept":
+        reason = f"a person accepted the result at {where}{said}"
+        return Ruling("accept", reason, "succeeded", note, escalation.score, person=True)
+    if decision == "retry":
+        feedback = "\n".join(part for part in (note, escalation.feedback) if part)
+        reason = f"a person asked for another attempt at {where}{said}"
+        return Ruling("retry", reason, None, feedback, escalation.score, person=True)
+    reason = f"a person stopped the loop at {where}{said}"
+    return Ruling("stop", reason, "escalated", note, escalation.score, person=True)
+
+
 def advance(history: History, ruling: Ruling) -> History:
-    """The history after ``ruling``: counts, scores and plan changes folded in."""
+    """The history after ``ruling``: counts, scores and plan changes folded in.
+
+    A person's ruling settles the iteration the escalation was made on: it is
+    not another iteration, and their ``retry`` starts afresh like a plan change.
+    """
+    if ruling.person:
+        if ruling.decision == "retry":
+            return dataclasses.replace(history, scores=(), retries=0)
+        return history
     scores = history.scores
     if ruling.score is not None:
         scores = (*scores, ruling.score)
@@ -309,6 +355,6 @@ def _quality(
 
 
 def _escalate(reason: str, setup: Setup) -> Ruling:
-    if setup.escalate == "human":
-        reason = f"{reason}. {HUMAN_NOTE}"
+    if setup.escalate == "human":  # the loop goes on, to a person
+        return Ruling("escalate", f"{reason}; escalate: human asks a person")
     return Ruling("escalate", reason, "escalated")

@@ -62,6 +62,7 @@ class RunJournal:
         self.started = time.monotonic()
         self._seq = 0
         self._sinks: list[EventSink] = []
+        self._restated: list[EventSink] = []
         self.replay: Replay | None = None
         """Set while a resumed run is replayed (see `resume_from`)."""
 
@@ -79,10 +80,17 @@ class RunJournal:
         self.completion_tokens = log.completion_tokens
         self.llm_calls = log.llm_calls
 
-    def subscribe(self, sink: EventSink) -> Callable[[], None]:
-        """Adds an observer of every later event; returns a function that removes it."""
-        self._sinks.append(sink)
-        return lambda: self._sinks.remove(sink)
+    def subscribe(self, sink: EventSink, *, restated: bool = False) -> Callable[[], None]:
+        """Adds an observer of every later event; returns a function that removes it.
+
+        With ``restated``, the sink also sees the events a resumed run states again
+        that the log already holds (they are otherwise dropped, and not numbered):
+        an observer that counts from scratch, as a control loop's budget does,
+        needs them.
+        """
+        sinks = self._restated if restated else self._sinks
+        sinks.append(sink)
+        return lambda: sinks.remove(sink)
 
     @property
     def last_seq(self) -> int:
@@ -102,9 +110,13 @@ class RunJournal:
         data: dict[str, Any] | None = None,
     ) -> Event:
         """Records an event, queues it for the store and shows it to observers."""
-        if self.replay is not None and self.replay.suppress(type, step_id, message, error, data):
+        restated = self.replay is not None and self.replay.suppress(
+            type, step_id, message, error, data
+        )
+        if restated and not self._restated:
             return Event(type=type, timestamp=timestamp(), run_id=self.run_id, seq=self._seq)
-        self._seq += 1
+        if not restated:
+            self._seq += 1
         event = Event(
             type=type,
             timestamp=timestamp(),
@@ -118,8 +130,14 @@ class RunJournal:
             error=error,
             data=data,
         )
+        if restated:
+            for sink in self._restated:
+                sink(event)
+            return event
         self.store.append_event(event)
         for sink in self._sinks:
+            sink(event)
+        for sink in self._restated:
             sink(event)
         failpoint("event")
         return event

@@ -101,9 +101,6 @@ class Replay:
             if e.type in _DECISIONS
         )
         self._launched = {e.step_id for e in events if e.type == EventType.ITERATION_START}
-        self._tokens = {
-            e.step_id: e.tokens for e in events if e.type == EventType.STEP_END and e.tokens
-        }
 
     @property
     def replayable(self) -> int:
@@ -153,8 +150,8 @@ class Replay:
         return True
 
     def tokens(self, address: str) -> Tokens | None:
-        """The tokens the finished step at ``address`` spent, as its ``step_end`` said."""
-        return self._tokens.get(address)
+        """The model tokens the execution that recorded ``address``'s outcome spent."""
+        return self.log.step_tokens.get(address)
 
     def launched(self, iteration: str) -> bool:
         """Whether the interrupted run had already started this loop iteration (``loop.N``)."""

@@ -4,8 +4,9 @@ A resumed run re-derives its controllers' state by replay, but some of what its
 journal held never passes through a controller again: the messages agents
 sent (replayed steps do not send them twice), the messages still waiting for a
 step that had not started (``RunContext.mail``), what agents remember across a
-loop's iterations (``memory``), and the tokens already spent. `read_log`
-rebuilds those from the events, in one pass.
+loop's iterations (``memory``), the tokens already spent, and what each
+finished step spent (a control loop's budget counts its replayed steps too).
+`read_log` rebuilds those from the events, in one pass.
 
 Work that was in flight when the process died is re-run, so whatever it did
 before dying is dropped here: a message sent by a step counts once that step's
@@ -24,7 +25,7 @@ from typing import Any
 import msgspec
 
 from cadenza.llm import Message
-from cadenza.protocols import Event, EventType, MessageRecord
+from cadenza.protocols import Event, EventType, MessageRecord, Tokens
 from cadenza.runtime import Address
 
 from ._agent import AGENT_MEMORY
@@ -61,6 +62,10 @@ class LogState:
         llm_calls: Model calls so far.
         checkpoints: Per ``keepLast`` loop address, its iteration checkpoints in order.
         conversations: Per ``Brief.memory_key``, each remembered visit's turns.
+        step_tokens: Per address with a recorded outcome, the model tokens of the
+            execution that recorded it: its ``agent_turn`` events since the
+            previous outcome or restart (what a run cut off by a kill spent on it
+            is not counted, as a replay must not count it).
     """
 
     messages: list[MessageRecord] = field(default_factory=list)
@@ -70,6 +75,7 @@ class LogState:
     llm_calls: int = 0
     checkpoints: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     conversations: dict[str, list[list[Any]]] = field(default_factory=dict)
+    step_tokens: dict[str, Tokens] = field(default_factory=dict)
 
 
 class _Reader:
@@ -81,6 +87,7 @@ class _Reader:
         self.unconfirmed_memories: dict[str, list[int]] = {}
         self.letters: list[_Letter] = []
         self.drains: dict[str, list[_Letter]] = {}
+        self.spending: dict[str, tuple[int, int]] = {}  # tokens of unconfirmed work
 
     def read(self, event: Event) -> None:
         kind, address, data = event.type, event.step_id or "", event.data or {}
@@ -97,6 +104,11 @@ class _Reader:
             if event.tokens is not None:
                 self.state.prompt_tokens += event.tokens.prompt
                 self.state.completion_tokens += event.tokens.completion
+                prompt, completion = self.spending.get(address, (0, 0))
+                self.spending[address] = (
+                    prompt + event.tokens.prompt,
+                    completion + event.tokens.completion,
+                )
         elif kind == AGENT_MEMORY:
             self.memories.append((str(data.get("key")), list(data.get("turns") or ())))
             self.unconfirmed_memories.setdefault(address, []).append(len(self.memories) - 1)
@@ -158,6 +170,9 @@ class _Reader:
                 return
 
     def _confirm(self, address: str) -> None:
+        spent = self.spending.pop(address, None)
+        if spent is not None:
+            self.state.step_tokens[address] = Tokens(spent[0], spent[1], spent[0] + spent[1])
         self.unconfirmed.pop(address, None)
         self.unconfirmed_memories.pop(address, None)
         for letter in self.drains.pop(address, ()):
@@ -165,6 +180,7 @@ class _Reader:
 
     def _restart(self) -> None:
         """The process died: what unfinished work did is void, it will be done again."""
+        self.spending.clear()
         for indexes in self.unconfirmed.values():
             for index in indexes:
                 self.sent[index] = None
