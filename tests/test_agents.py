@@ -353,3 +353,43 @@ async def test_loop_memory_modes_decide_what_an_agent_remembers(
     remembered = [m["content"] for m in third if m["role"] == "assistant"]
     assert remembered == seen_in_third
     assert [m["role"] for m in third].count("system") == 1
+
+
+PARALLEL = """
+name: parallel
+agents:
+  alpha: {model: "openai:test-model", prompt: "You are alpha."}
+  beta: {model: "openai:test-model", prompt: "You are beta."}
+steps:
+  - {id: a, agent: alpha, instructions: "Speak."}
+  - {id: b, agent: beta, instructions: "Speak."}
+"""
+
+
+async def test_agents_running_at_once_each_count_only_their_own_tokens(
+    write_flow: WriteFlow, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two agent steps in flight together: each step_end carries its own usage, not the sum."""
+    rules = [
+        ServerRule(
+            [{"content": "a", "usage": {"prompt_tokens": 10, "completion_tokens": 1}}],
+            match={"system": "alpha"},
+        ),
+        ServerRule(
+            [{"content": "b", "usage": {"prompt_tokens": 100, "completion_tokens": 10}}],
+            match={"system": "beta"},
+        ),
+    ]
+    with ScriptedLLMServer(rules) as server:
+        for name, value in server.environ().items():
+            monkeypatch.setenv(name, value)
+        async with Runtime() as runtime:
+            result = await runtime.run(write_flow(PARALLEL))
+            events = await runtime.stored_events(result.run_id)
+    ends = {
+        e.step_id: (e.tokens.prompt, e.tokens.completion)
+        for e in events
+        if e.type == "step_end" and e.tokens is not None
+    }
+    assert ends == {"a": (10, 1), "b": (100, 10)}
+    assert result.usage.prompt_tokens == 110

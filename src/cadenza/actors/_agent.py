@@ -306,9 +306,7 @@ async def run_agent(
                 )
             )
             usage = completion.usage
-            run.journal.prompt_tokens += usage.prompt_tokens
-            run.journal.completion_tokens += usage.completion_tokens
-            run.journal.llm_calls += 1
+            run.journal.spend(address, usage.prompt_tokens, usage.completion_tokens)
             run.journal.emit(
                 "agent_turn",
                 step_id=address,

@@ -59,6 +59,9 @@ class RunJournal:
         self.prompt_tokens = 0
         self.completion_tokens = 0
         self.llm_calls = 0
+        # Usage by address, taken by the step when it ends: steps that run at the
+        # same time must not count each other's tokens.
+        self._step_usage: dict[str, tuple[int, int]] = {}
         self.started = time.monotonic()
         self._seq = 0
         self._sinks: list[EventSink] = []
@@ -79,6 +82,18 @@ class RunJournal:
         self.prompt_tokens = log.prompt_tokens
         self.completion_tokens = log.completion_tokens
         self.llm_calls = log.llm_calls
+
+    def spend(self, address: str, prompt: int, completion: int, calls: int = 1) -> None:
+        """Counts model usage for the run and for the step at ``address``."""
+        self.prompt_tokens += prompt
+        self.completion_tokens += completion
+        self.llm_calls += calls
+        spent = self._step_usage.get(address, (0, 0))
+        self._step_usage[address] = (spent[0] + prompt, spent[1] + completion)
+
+    def take_usage(self, address: str) -> tuple[int, int]:
+        """The (prompt, completion) tokens spent at ``address`` since the last take."""
+        return self._step_usage.pop(address, (0, 0))
 
     def subscribe(self, sink: EventSink, *, restated: bool = False) -> Callable[[], None]:
         """Adds an observer of every later event; returns a function that removes it.

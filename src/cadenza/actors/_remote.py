@@ -157,9 +157,8 @@ async def remote_work(
     actor.worker = sink.worker
     journal = actor.run.journal
     if result.usage is not None:
-        journal.prompt_tokens += result.usage.prompt_tokens
-        journal.completion_tokens += result.usage.completion_tokens
-        journal.llm_calls += result.usage.llm_calls
+        usage = result.usage
+        journal.spend(address, usage.prompt_tokens, usage.completion_tokens, usage.llm_calls)
     if isinstance(order, AgentOrder):
         _keep_late_messages(actor)
     if result.status == "completed":

@@ -109,7 +109,7 @@ class StepActor(Actor):
     async def on_start(self) -> None:
         """Runs the step to its final outcome, records it, reports it, and stops."""
         journal = self.run.journal
-        before = (journal.prompt_tokens, journal.completion_tokens)
+        address = str(self.address)
         self.run.active.add(self)
         try:
             record = await self._execute()
@@ -117,10 +117,9 @@ class StepActor(Actor):
             self.run.active.discard(self)
         tokens = None
         if self.kind == "agent":
-            prompt = journal.prompt_tokens - before[0]
-            completion = journal.completion_tokens - before[1]
+            prompt, completion = journal.take_usage(address)
             tokens = Tokens(prompt, completion, prompt + completion)
-        await journal.step_finished(str(self.address), record, agent=self.step.agent, tokens=tokens)
+        await journal.step_finished(address, record, agent=self.step.agent, tokens=tokens)
         await self.report(StepFinished(self.step_id, record))
         self.stop()
 
