@@ -266,7 +266,7 @@ async def soak(args: argparse.Namespace) -> int:
             os.environ.pop("OPENAI_BASE_URL", None)
         for error in errors:
             print(f"error: {error[:300]}")
-        requests = len(server.requests)
+        requests = server.request_count
         return report(args, counts, stuck, samples, workers, requests, len(injected_failures))
 
 

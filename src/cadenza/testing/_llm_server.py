@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import threading
+from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
@@ -77,6 +78,8 @@ class ScriptedLLMServer:
         wire: ``openai`` or ``anthropic``.
         host: The interface to listen on.
         port: The port; 0 picks a free one.
+        keep: How many requests `requests` remembers (the newest); a long soak
+            must not grow without bound. `request_count` counts them all.
 
     Raises:
         ValueError: An unknown wire format or a malformed rule.
@@ -89,6 +92,7 @@ class ScriptedLLMServer:
         wire: Wire = "openai",
         host: str = "127.0.0.1",
         port: int = 0,
+        keep: int = 10_000,
     ) -> None:
         if wire not in WIRES:
             raise ValueError(f"unknown wire format {wire!r}; use one of {sorted(WIRES)}")
@@ -97,7 +101,8 @@ class ScriptedLLMServer:
         self._address = (host, port)
         self._lock = threading.Lock()
         self._recorded = threading.Condition(self._lock)
-        self._requests: list[RecordedRequest] = []
+        self._requests: deque[RecordedRequest] = deque(maxlen=keep)
+        self._request_count = 0
         self._inflight = 0
         self._max_inflight = 0
         self._serial = 0
@@ -124,9 +129,15 @@ class ScriptedLLMServer:
 
     @property
     def requests(self) -> list[RecordedRequest]:
-        """Every request received so far, oldest first (a copy)."""
+        """The requests received so far (the newest ``keep``), oldest first (a copy)."""
         with self._lock:
             return list(self._requests)
+
+    @property
+    def request_count(self) -> int:
+        """How many requests arrived, including those `requests` no longer keeps."""
+        with self._lock:
+            return self._request_count
 
     def wait_for_requests(self, count: int, timeout: float = 5.0) -> list[RecordedRequest]:
         """Block until ``count`` requests have arrived; returns them all.
@@ -183,6 +194,7 @@ class ScriptedLLMServer:
     def _record(self, request: RecordedRequest) -> None:
         with self._recorded:
             self._requests.append(request)
+            self._request_count += 1
             self._recorded.notify_all()
 
     def _on_post(self, handler: RequestHandler) -> None:
