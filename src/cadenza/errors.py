@@ -6,7 +6,8 @@
     │   ├── ExpressionSyntaxError     it does not compile (carries the column)
     │   │   ├── ExpressionTooComplex  it is longer, deeper or more nested than the caps
     │   │   └── TemplateSyntaxError   a ``{{ }}`` template does not parse
-    │   └── ExpressionEvaluationError it failed on this run's values
+    │   ├── ExpressionEvaluationError it failed on this run's values
+    │   └── PredicateNotRegistered    a Python predicate's function is not in this process
     ├── RuntimeFailure           the actor runtime refused an operation
     │   ├── AddressError         an address does not parse or is already taken
     │   ├── InboxFull            send_nowait on a full inbox
@@ -47,6 +48,7 @@ __all__ = [
     "InsecureEndpoint",
     "KeysError",
     "LeaseHeld",
+    "PredicateNotRegistered",
     "RemoteError",
     "RunNotFound",
     "RuntimeFailure",
@@ -170,6 +172,17 @@ class ExpressionEvaluationError(ExpressionError):
     def __init__(self, message: str, *, source: str, name: str | None = None) -> None:
         super().__init__(message, source=source)
         self.name = name
+
+
+class PredicateNotRegistered(ExpressionError):
+    """A workflow names a Python predicate whose function is not registered in this process.
+
+    Predicates given as Python callables (``cadenza.build``) live in the process
+    that built the workflow; the document holds only a ``@python:`` marker. A
+    run resumed in another process, or a document loaded from text, meets the
+    marker without its function: build the workflow again in this process (the
+    same code registers the same markers) before running or resuming it.
+    """
 
 
 class RuntimeFailure(CadenzaError):

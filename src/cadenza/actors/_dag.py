@@ -17,6 +17,7 @@ dependents back; once nothing else can run, the DAG ends as ``waiting``.
 
 from __future__ import annotations
 
+import asyncio
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -79,6 +80,7 @@ class DagController(Actor):
         self.reported = False
         self.addresses: dict[str, Address] = {}
         self.waiting = 0  # steps waiting for a person: their dependents wait with them
+        self.pending: asyncio.Future[bool] | None = None  # an async condition being awaited
 
     def _address(self, step_id: str) -> Address:
         address = self.addresses.get(step_id)
@@ -108,10 +110,12 @@ class DagController(Actor):
             await self._maybe_done()
 
     def cancel(self, reason: str) -> None:
-        """Cancels every running step; nothing new starts."""
+        """Cancels every running step (and an async condition being awaited); nothing new starts."""
         self.aborting = True
         for child in list(self.running.values()):
             child.cancel(reason)
+        if self.pending is not None:
+            self.pending.cancel(reason)
 
     async def _advance(self, finished: list[tuple[str, StepRecord]]) -> None:
         """Notes finished steps and launches their unblocked dependents, iteratively.
@@ -140,6 +144,10 @@ class DagController(Actor):
         step = self.steps[step_id]
         address = self._address(step_id)
         record = self._decide(step, address)
+        if record is _AWAIT:  # an async Python condition
+            record = await self._decide_async(step, address)
+            if self._halted():  # cancelled or aborted meanwhile: the step does not start
+                return None
         if record is not None:
             await self.run.journal.step_finished(str(address), record)
             return record
@@ -148,6 +156,9 @@ class DagController(Actor):
             self.run, self.document, step_id, step, self.scope, address, self.ref.send, brief
         )
         return None
+
+    def _halted(self) -> bool:
+        return self.aborting or self.run.cancelled is not None
 
     def _decide(self, step: Step, address: Address) -> StepRecord | None:
         """Skips or fails a step before it runs: a failed dependency or a false condition."""
@@ -165,13 +176,37 @@ class DagController(Actor):
             return None
         try:
             expression = compile_expression(step.condition, step_ids=self.run.step_ids)
+            if expression.is_async:
+                return _AWAIT
             go = expression.evaluate_bool(self.scope.activation(self.run.inputs))
         except Exception as error:  # a bad condition fails its step, naming the expression
             return StepRecord(status="failed", error=work_error(error, str(address)))
-        if go:
+        return None if go else _skipped(step.condition)
+
+    async def _decide_async(self, step: Step, address: Address) -> StepRecord | None:
+        """`_decide` for an async Python condition; cancelling the DAG cancels the call.
+
+        The DAG takes no message meanwhile (its children's reports wait in its inbox);
+        it stays cancellable through `cancel`, and through the run while it is active.
+        """
+        assert step.condition is not None
+        expression = compile_expression(step.condition, step_ids=self.run.step_ids)
+        names = self.scope.activation(self.run.inputs)
+        pending = self.pending = asyncio.ensure_future(expression.evaluate_bool_async(names))
+        self.run.active.add(self)
+        try:
+            go = await pending
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                raise  # the DAG's own task is being cancelled, not just the condition
             return None
-        reason = ErrorInfo(type="ConditionFalse", message=f"condition {step.condition!r} is false")
-        return StepRecord(status="skipped", error=reason)
+        except Exception as error:  # a failing condition fails its step, naming the callable
+            return StepRecord(status="failed", error=work_error(error, str(address)))
+        finally:
+            self.pending = None
+            self.run.active.discard(self)
+        return None if go else _skipped(step.condition)
 
     def _blocked_by(self, step: Step) -> tuple[str, StepRecord] | None:
         for dependency in step.depends_on:
@@ -232,3 +267,12 @@ class DagController(Actor):
             first = self.records[failed[0]] if failed else None
             error = first.error if first is not None else None
         return DagOutcome(status=status, content=content, error=error)
+
+
+_AWAIT = StepRecord(status="pending")
+"""`DagController._decide`'s answer for a condition that must be awaited (an async callable)."""
+
+
+def _skipped(condition: str) -> StepRecord:
+    reason = ErrorInfo(type="ConditionFalse", message=f"condition {condition!r} is false")
+    return StepRecord(status="skipped", error=reason)

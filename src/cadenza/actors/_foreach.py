@@ -83,9 +83,12 @@ class ForEachController(Container):
     async def begin(self) -> None:
         """Evaluates the items and starts the first ``limit`` iterations."""
         try:
-            items = self._items()
+            items = await self._items()
         except Exception as error:  # a bad forEach fails the step, naming the expression
             await self.finish(Outcome("failed", error=work_error(error, self.here)))
+            return
+        if items is None:  # cancelled while an async Python callable gave the items
+            await self.finish(Outcome("cancelled"))
             return
         count = len(items)
         self.items = items
@@ -116,13 +119,20 @@ class ForEachController(Container):
         if not self.children:
             await self._complete()
 
-    def _items(self) -> list[Any]:
+    async def _items(self) -> list[Any] | None:
+        """The items (evaluated once, now); None when cancelled while awaiting them."""
         source = self.loop.for_each
         if isinstance(source, list):
             return source
         assert source is not None
         expression = compile_expression(source, step_ids=self.run.step_ids)
-        value = expression.evaluate(self.scope.activation(self.run.inputs))
+        names = self.scope.activation(self.run.inputs)
+        if not expression.is_async:
+            value = expression.evaluate(names)
+        else:  # a Python callable: awaited where cancel can reach it
+            value = await self.park(expression.evaluate_async(names))
+            if self.stopping is not None:
+                return None
         if not isinstance(value, list):
             raise TypeError(
                 f"forEach {quote(source)} must yield a list, but it gave "

@@ -6,7 +6,9 @@ state's outgoing edges are tried in declaration order: the first whose
 ``result``, ``status`` of the visit, ``state``, ``step`` (1-based), ``visits``
 (per state, this visit included), and ``steps``: the steps around the graph,
 plus each visited state's latest output under its name (``steps.analyze``).
-``END`` finishes the graph; no matching edge fails it with the candidates and
+A condition may be a Python callable (``cadenza.build``); a graph that has one
+routes on a path that awaits the ``async`` ones, a CEL-only graph on a plain
+synchronous one. ``END`` finishes the graph; no matching edge fails it with the candidates and
 a preview of the output. ``maxSteps`` visits at most, then ``onMaxSteps``.
 
 The next state hears where it was routed from and that state's output; on a
@@ -19,6 +21,7 @@ from __future__ import annotations
 from cadenza.protocols import ErrorInfo, EventType, GraphSummary, StepRecord, StepStatus
 from cadenza.workflow import Edge, LoadedWorkflow, State, Step, compile_expression
 from cadenza.workflow._cel import quote
+from cadenza.workflow._python import is_python
 
 from ._children import spawn_step
 from ._container import Container, Outcome, amend
@@ -52,6 +55,11 @@ class GraphController(Container):
         self.edges: dict[str, list[tuple[int, Edge]]] = {name: [] for name in self.graph.states}
         for index, edge in enumerate(self.graph.edges):
             self.edges.setdefault(edge.from_, []).append((index, edge))
+        # A graph with Python edge conditions routes on a path that may await them;
+        # a CEL-only graph keeps the synchronous one.
+        self.python_edges = any(
+            edge.condition is not None and is_python(edge.condition) for edge in self.graph.edges
+        )
         self.path: list[str] = []
         self.visits: dict[str, int] = {}
         self.previous: dict[str, str] = {}
@@ -100,12 +108,18 @@ class GraphController(Container):
             await self._end("failed", "failed", record.error)
             return
         try:
-            chosen = self._route(state, key, record)
+            if self.python_edges:
+                chosen = await self._route_python(state, key, record)
+            else:
+                chosen = self._route(state, key, record)
         except Exception as error:  # a bad edge condition fails the graph, naming it
             await self._end("failed", "failed", work_error(error, self.here))
             return
         if chosen is None:
-            await self._end("failed", "failed", self._no_match(state, record))
+            if self.stopping is not None:  # cancelled while an async condition ran
+                await self._end("cancelled", "cancelled")
+            else:
+                await self._end("failed", "failed", self._no_match(state, record))
             return
         index, edge, why = chosen
         self.run.journal.emit(
@@ -136,18 +150,47 @@ class GraphController(Container):
             if edge.condition is None:
                 return index, edge, "unconditional"
             if names is None:
-                names = self.states.activation(self.run.inputs)
-                names["content"] = record.content or ""
-                names["result"] = record.result
-                names["status"] = record.status
-                names["state"] = state
-                names["step"] = key + 1
-                # Evaluation is synchronous: the live counts cannot change under it.
-                names["visits"] = self.visits
+                names = self._names(state, key, record)
             expression = compile_expression(edge.condition, step_ids=self.run.step_ids)
             if expression.evaluate_bool(names, what="edge condition"):
                 return index, edge, f"condition {quote(edge.condition)} is true"
         return None
+
+    async def _route_python(
+        self, state: str, key: int, record: StepRecord
+    ) -> tuple[int, Edge, str] | None:
+        """`_route` for a graph with Python conditions; None also when cancelled meanwhile."""
+        names: dict[str, object] | None = None
+        for index, edge in self.edges.get(state, ()):
+            if edge.condition is None:
+                return index, edge, "unconditional"
+            if names is None:
+                names = self._names(state, key, record)
+            expression = compile_expression(edge.condition, step_ids=self.run.step_ids)
+            if expression.is_async:
+                # The actor takes no message while it awaits: the counts still hold.
+                chosen = await self.park(
+                    expression.evaluate_bool_async(names, what="edge condition")
+                )
+                if self.stopping is not None:
+                    return None
+            else:
+                chosen = expression.evaluate_bool(names, what="edge condition")
+            if chosen:
+                return index, edge, f"condition {quote(edge.condition)} is true"
+        return None
+
+    def _names(self, state: str, key: int, record: StepRecord) -> dict[str, object]:
+        """What an edge condition sees after visit ``key`` of ``state``."""
+        names = self.states.activation(self.run.inputs)
+        names["content"] = record.content or ""
+        names["result"] = record.result
+        names["status"] = record.status
+        names["state"] = state
+        names["step"] = key + 1
+        # No message is taken while conditions run: the live counts cannot change under them.
+        names["visits"] = self.visits
+        return names
 
     def _no_match(self, state: str, record: StepRecord) -> ErrorInfo:
         candidates = "; ".join(

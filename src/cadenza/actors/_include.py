@@ -81,14 +81,17 @@ def child_scope(run: RunContext, step: Step | State, scope: Scope, child: Loaded
 def output_hook(run: RunContext, child: LoadedWorkflow, address: str) -> FinishHook:
     """Turns a completed child's outcome into the include step's: its ``output``."""
 
-    def hook(outcome: Outcome, scope: Scope | None) -> Outcome:
+    async def hook(outcome: Outcome, scope: Scope | None) -> Outcome:
         source = child.workflow.output
         if outcome.status != "completed" or source is None or scope is None:
             return Outcome(outcome.status, outcome.content, None, outcome.error)
         try:
-            value = compile_expression(source, step_ids=run.step_ids).evaluate(
-                scope.activation(run.inputs)
-            )
+            expression = compile_expression(source, step_ids=run.step_ids)
+            names = scope.activation(run.inputs)
+            if expression.is_async:  # an async Python callable
+                value = await expression.evaluate_async(names)
+            else:
+                value = expression.evaluate(names)
         except Exception as error:  # a bad output fails the include step, located
             return Outcome("failed", outcome.content, None, work_error(error, address))
         value = _plain(value)
@@ -145,7 +148,8 @@ class IncludeController(Container):
             return
         hook = output_hook(self.run, self.child, self.here)
         outcome = Outcome(record.status, record.content, None, record.error)
-        await self.finish(hook(outcome, self.inner))
+        hooked = await self.park(hook(outcome, self.inner))
+        await self.finish(hooked if hooked is not None else Outcome("cancelled"))
 
 
 def spawn_include(

@@ -42,8 +42,10 @@ CUMULATIVE_SEPARATOR = "\n\n---\n\n"
 ROOT_LOOP = "loop"
 """The address of a run's workflow-level loop; its iterations are ``loop.N.<step>``."""
 
-FinishHook = Callable[[Outcome, Scope | None], Outcome]
-"""Turns a loop's outcome into its step's, given the last iteration's scope (includes)."""
+FinishHook = Callable[[Outcome, Scope | None], Awaitable[Outcome]]
+"""Turns a loop's outcome into its step's, given the last iteration's scope (includes).
+
+Awaitable: an included workflow's ``output`` may be an async Python callable."""
 
 
 class LoopController(Container):
@@ -168,12 +170,22 @@ class LoopController(Container):
             await self._end("failed", error=record.error)
             return
         reason = None
-        try:
-            if self.loop.until is not None and self._until(key, record):
+        if self.loop.until is not None:
+            try:
+                expression = compile_expression(self.loop.until, step_ids=self.run.step_ids)
+                names = self._until_names(record)
+                if expression.is_async:  # a Python predicate: awaited where cancel can reach it
+                    stop = await self.park(expression.evaluate_bool_async(names, what="until"))
+                else:
+                    stop = expression.evaluate_bool(names, what="until")
+            except Exception as error:  # a bad until fails the loop, naming the expression
+                await self._end("failed", error=work_error(error, self.here))
+                return
+            if self.stopping is not None:  # cancelled while an async until ran
+                await self._end("cancelled")
+                return
+            if stop:
                 reason = "until"
-        except Exception as error:  # a bad until fails the loop, naming the expression
-            await self._end("failed", error=work_error(error, self.here))
-            return
         verdict = None
         if reason is None and self.loop.until_agent is not None:
             verdict = await self.park(self._judge(key, record))
@@ -201,13 +213,13 @@ class LoopController(Container):
                 await self.park(self.run.clock.sleep(parse_duration(self.loop.delay)))
             await self._launch(key + 1)
 
-    def _until(self, n: int, record: StepRecord) -> bool:
-        expression = compile_expression(self.loop.until or "", step_ids=self.run.step_ids)
+    def _until_names(self, record: StepRecord) -> dict[str, object]:
+        """What ``until`` sees: the iteration's scope and its output."""
         names = self.current.activation(self.run.inputs)
         names["content"] = record.content or ""
         names["result"] = record.result
         names["status"] = record.status
-        return expression.evaluate_bool(names, what="until")
+        return names
 
     def _judge(self, n: int, record: StepRecord) -> Awaitable[Verdict]:
         iteration = self.address.iteration(n)
@@ -264,7 +276,8 @@ class LoopController(Container):
             content = CUMULATIVE_SEPARATOR.join(self.blocks)
         outcome = Outcome(status, content, last.result if last is not None else None, error)
         if self.hook is not None:
-            outcome = self.hook(outcome, self.current if last is not None else None)
+            hooked = await self.park(self.hook(outcome, self.current if last is not None else None))
+            outcome = hooked if hooked is not None else Outcome("cancelled")
         await self.finish(outcome)
 
 
@@ -285,7 +298,7 @@ def spawn_root_loop(
         record = message.record
         await report(DagOutcome(status=record.status, content=record.content, error=record.error))
 
-    def expose(outcome: Outcome, last: Scope | None) -> Outcome:
+    async def expose(outcome: Outcome, last: Scope | None) -> Outcome:
         if last is not None:
             scope.own_steps().update(last.own_steps())
         return outcome

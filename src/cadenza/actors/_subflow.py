@@ -116,9 +116,9 @@ class WorkflowCall(Container):
             await self.finish(Outcome("cancelled"))
             return
         hook = output_hook(self.run, self.child, self.here)
-        await self.finish(
-            hook(Outcome(record.status, record.content, None, record.error), self.inner)
-        )
+        outcome = Outcome(record.status, record.content, None, record.error)
+        hooked = await self.park(hook(outcome, self.inner))
+        await self.finish(hooked if hooked is not None else Outcome("cancelled"))
 
 
 def contract_scope(child: LoadedWorkflow, inputs: Mapping[str, Any]) -> Scope:

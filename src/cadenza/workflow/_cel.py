@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Mapping
+from typing import ClassVar
 
 from cadenza.errors import (
     ExpressionError,
@@ -86,9 +87,14 @@ class Expression:
 
     Attributes:
         source: The expression as the user wrote it.
+        is_async: False: CEL evaluates synchronously. True only for a Python
+            predicate whose function is ``async def`` (``_python.py``): a call site
+            that sees it awaits `evaluate_async`/`evaluate_bool_async` instead, so
+            CEL keeps its plain synchronous path.
     """
 
     __slots__ = ("_path", "_paths", "_plan", "_program", "source")
+    is_async: ClassVar[bool] = False
 
     def __init__(
         self, source: str, program: Program, paths: list[Path], plan: Plan, *, is_path: bool
@@ -152,6 +158,16 @@ class Expression:
             f" but it gave {type_name(value)} {preview(value)}",
             source=self.source,
         )
+
+    async def evaluate_async(self, activation: Mapping[str, object]) -> object:
+        """`evaluate`, awaitable: the one call that serves CEL and async Python alike."""
+        return self.evaluate(activation)
+
+    async def evaluate_bool_async(
+        self, activation: Mapping[str, object], *, what: str = "condition"
+    ) -> bool:
+        """`evaluate_bool`, awaitable: the one call that serves CEL and async Python alike."""
+        return self.evaluate_bool(activation, what=what)
 
     @staticmethod
     def _lookup(activation: Mapping[str, object], path: Path) -> object:
@@ -258,17 +274,25 @@ def compile_expression(
             (longest id first; never inside string literals).
         names: The context names the expression may use.
 
+    A Python predicate's marker (``@python:...``, written by ``cadenza.build``)
+    gives an expression that calls the registered function instead.
+
     Raises:
         ExpressionTooComplex: Longer than 4,096 characters, brackets nested
             deeper than 32, or comprehension macros deeper than 3.
         ExpressionSyntaxError: A syntax error, an unknown name, or operands
             whose types can never fit; ``column`` points at the problem.
+        PredicateNotRegistered: A marker whose function this process does not have.
     """
     return _compile(source, step_ids, names)
 
 
 @functools.lru_cache(maxsize=4096)
 def _compile(source: str, step_ids: frozenset[str], names: frozenset[str]) -> Expression:
+    if source.startswith("@python:"):  # a Python predicate's marker (``_python.py``)
+        from ._python import python_expression  # it builds on this module
+
+        return python_expression(source)
     try:
         check_length(source)
         tokens = tokenize(source)

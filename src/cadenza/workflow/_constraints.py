@@ -30,7 +30,9 @@ __all__ = ["STEP_ID", "Rule", "constrain", "rule_for"]
 
 STEP_ID = re.compile(r"^[a-z][a-z0-9_-]{0,63}$")
 _STATE_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]*$")
-_HANDLER = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+# ``module:attribute``; the attribute may be a dotted path (``Class.method``,
+# ``HANDLERS.f7`` of the functions cadenza.build and cadenza.loops register).
+_HANDLER = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*$")
 
 
 @dataclass(frozen=True, slots=True)

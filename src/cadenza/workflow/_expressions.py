@@ -5,6 +5,8 @@ error surfaces at load with the line and column of the offending character in
 the document, not when a run first reaches it. Beyond syntax, an expression that
 is a constant of the wrong type (``condition: "'yes'"``, ``until: "1 + 2"``) is
 caught statically: it could never be the boolean (or list) the field needs.
+A Python predicate's marker (``@python:...``, from ``cadenza.build``) stands
+where CEL would: it is only checked to name a function registered in this process.
 """
 
 from __future__ import annotations
@@ -13,10 +15,11 @@ import functools
 import re
 from typing import Literal
 
-from cadenza.errors import ExpressionSyntaxError, ExpressionTooComplex
+from cadenza.errors import ExpressionSyntaxError, ExpressionTooComplex, PredicateNotRegistered
 
 from ._cel import compile_expression
 from ._problems import DocPath, Reporter
+from ._python import is_python, not_registered
 from ._template import has_template, parse_template
 
 __all__ = ["ExpressionChecker", "constant_kind"]
@@ -93,6 +96,12 @@ class ExpressionChecker:
         """
         if not source.strip():
             self.reporter.add_rule(path, f"{field} is empty; write a CEL expression")
+            return
+        if is_python(source):  # a callable from cadenza.build: what it returns is seen at run time
+            try:
+                compile_expression(source)
+            except PredicateNotRegistered:
+                self.reporter.add_rule(path, f"{field}: {not_registered(source)}")
             return
         try:
             compile_expression(source, step_ids=self.step_ids)

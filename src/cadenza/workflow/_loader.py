@@ -36,6 +36,7 @@ __all__ = [
     "MAX_FILE_BYTES",
     "MAX_INCLUDE_DEPTH",
     "LoadedWorkflow",
+    "build_loaded",
     "load_workflow",
     "load_workflow_text",
     "validate_file",
@@ -102,22 +103,38 @@ def validate_file(path: str | os.PathLike[str]) -> list[Problem]:
 
 
 def validate_workflow(
-    workflow: Workflow, *, base_dir: Path | None = None, filename: str = "<python>"
+    workflow: Workflow,
+    *,
+    base_dir: Path | None = None,
+    filename: str = "<python>",
+    includes: Mapping[str, LoadedWorkflow] | None = None,
 ) -> list[Problem]:
     """Every problem of a workflow built in Python, by the same rules as files.
 
     Problems carry their document path (``steps[2].loop.until``) at line 0, column 0.
     Includes and ``@file`` references resolve in ``base_dir`` (default: the current
-    directory).
+    directory); ``includes`` holds workflows already loaded (or built), by the
+    reference the steps use, which are taken as they are rather than read from files.
     """
     session = _Session()
-    directory = Path(base_dir or Path.cwd()).absolute()
-    try:
-        raw = msgspec.to_builtins(workflow)
-    except (TypeError, ValueError) as exc:
-        return [Problem(filename, 0, 0, "", f"cannot be checked: {exc}")]
-    session.load_document(raw, Reporter(filename), directory, None, ())
+    session.build(workflow, base_dir, filename, includes or {})
     return session.sorted_problems()
+
+
+def build_loaded(
+    workflow: Workflow,
+    *,
+    base_dir: Path | None = None,
+    filename: str = "<python>",
+    includes: Mapping[str, LoadedWorkflow] | None = None,
+) -> LoadedWorkflow:
+    """`validate_workflow`, returning the loaded workflow (``@file`` text read in).
+
+    Raises:
+        WorkflowError: With every problem found.
+    """
+    session = _Session()
+    return session.result(session.build(workflow, base_dir, filename, includes or {}))
 
 
 @dataclass
@@ -134,6 +151,20 @@ class _Session:
 
     def sorted_problems(self) -> list[Problem]:
         return sorted(self.problems, key=lambda p: (self.order.get(p.file, 0), p.line, p.column))
+
+    def build(
+        self,
+        workflow: Workflow,
+        base_dir: Path | None,
+        filename: str,
+        built: Mapping[str, LoadedWorkflow],
+    ) -> tuple[LoadedWorkflow | None, int]:
+        directory = Path(base_dir or Path.cwd()).absolute()
+        try:
+            raw = msgspec.to_builtins(workflow)
+        except (TypeError, ValueError) as exc:
+            return self.whole_file(filename, f"cannot be checked: {exc}")
+        return self.load_document(raw, Reporter(filename), directory, None, (), built)
 
     def whole_file(self, name: str, message: str) -> tuple[None, int]:
         self.order.setdefault(name, len(self.order))
@@ -197,10 +228,11 @@ class _Session:
         base_dir: Path,
         path: Path | None,
         chain: tuple[tuple[Path, str], ...],
+        built: Mapping[str, LoadedWorkflow] = MappingProxyType({}),
     ) -> tuple[LoadedWorkflow | None, int]:
         self.order.setdefault(reporter.file, len(self.order))
         with suggestion_budget():  # bounded "did you mean" work per document
-            return self._load_document(raw, reporter, base_dir, path, chain)
+            return self._load_document(raw, reporter, base_dir, path, chain, built)
 
     def _load_document(
         self,
@@ -209,6 +241,7 @@ class _Session:
         base_dir: Path,
         path: Path | None,
         chain: tuple[tuple[Path, str], ...],
+        built: Mapping[str, LoadedWorkflow],
     ) -> tuple[LoadedWorkflow | None, int]:
         clean = check_schema(raw, reporter)
         if clean is BROKEN:
@@ -227,7 +260,10 @@ class _Session:
 
         def include(at: DocPath, ref: str) -> Workflow | None:
             nonlocal height, failed
-            child, child_height = self.include(reporter, at, ref, workflow, here)
+            if ref in built:  # built in Python: loaded (and checked) already
+                child, child_height = self.built(reporter, at, built[ref], len(here))
+            else:
+                child, child_height = self.include(reporter, at, ref, workflow, here)
             height = max(height, child_height + 1)
             if child is None:
                 failed = True
@@ -249,6 +285,16 @@ class _Session:
                 _assign(clean, at, text)
             workflow = msgspec.convert(clean, Workflow)
         return LoadedWorkflow(workflow, path, base_dir, MappingProxyType(includes)), height
+
+    def built(
+        self, reporter: Reporter, at: DocPath, child: LoadedWorkflow, depth: int
+    ) -> tuple[LoadedWorkflow | None, int]:
+        height = _height(child)
+        if depth + height > MAX_INCLUDE_DEPTH:
+            name = child.workflow.name
+            reporter.add_rule(at, f"includes nest deeper than {MAX_INCLUDE_DEPTH} through {name}")
+            return None, height
+        return child, height
 
     def include(
         self,
@@ -284,6 +330,11 @@ class _Session:
             reporter.add_rule(at, f"includes nest deeper than {MAX_INCLUDE_DEPTH} through {name}")
             return None, height
         return loaded, height
+
+
+def _height(loaded: LoadedWorkflow) -> int:
+    """How deep the includes below ``loaded`` nest (0: it includes nothing)."""
+    return max((_height(child) + 1 for child in loaded.includes.values()), default=0)
 
 
 def _assign(document: Any, path: DocPath, value: Any) -> None:
