@@ -10,8 +10,10 @@ runs are bounded, observable and durable.
         result = await runtime.run("flow.yaml", inputs={"topic": "loops"})
 """
 
+from ._api import EventSubscription as EventSubscription
 from ._api import RunHandle as RunHandle
 from ._api import Runtime as Runtime
+from ._api import SubscriptionStatistics as SubscriptionStatistics
 from ._api import new_run_id as new_run_id
 from .actors import StepContext as StepContext
 from .actors import StepOutput as StepOutput
@@ -34,6 +36,7 @@ __all__ = [
     "CadenzaError",
     "ErrorInfo",
     "Event",
+    "EventSubscription",
     "InputError",
     "LoadedWorkflow",
     "RunHandle",
@@ -44,6 +47,7 @@ __all__ = [
     "StepOutput",
     "StepRecord",
     "StoreError",
+    "SubscriptionStatistics",
     "Workflow",
     "WorkflowError",
     "__version__",

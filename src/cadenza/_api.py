@@ -6,11 +6,15 @@
             print(event.type, event.step_id)
         result = await handle.result()
 
-The runtime owns a task group: every run is a task in it, and leaving the
-``async with`` block cancels the runs still going (each records ``cancelled``).
-A run interrupted by a crash continues with `Runtime.resume`; a run waiting for
-a person takes the answer with `Runtime.signal`, then resumes (``_resume.py``).
-The CLI is a thin layer over exactly this API.
+The runtime owns a task group: every run is a task in it. Leaving the
+``async with`` block (a service shutting down) interrupts the runs still going:
+their steps are cancelled as by `RunHandle.cancel`, but the runs are not ended.
+Each keeps status ``running`` with every finished step recorded and its lease
+released, exactly as after a crash, so `Runtime.resumable` lists it and
+`Runtime.resume` finishes it without redoing finished steps. Only an explicit
+`RunHandle.cancel` ends a run ``cancelled``. A run waiting for a person takes
+the answer with `Runtime.signal`, then resumes (``_resume.py``). The CLI is a
+thin layer over exactly this API.
 """
 
 from __future__ import annotations
@@ -19,8 +23,7 @@ import asyncio
 import os
 import secrets
 import time
-from collections import deque
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -39,13 +42,24 @@ from ._resume import (
     resumable_runs,
     runs_to_prune,
 )
+from ._subscription import ENDINGS, EventSubscription
+from ._subscription import SubscriptionStatistics as SubscriptionStatistics
 from .actors import EventSink, RunControl, RunJournal, execute_run
 from .actors._coordinator import COORDINATOR, PostMessage
 from .actors._replay import Replay
+from .actors._run import RUN_INTERRUPTED, interrupted_result
 from .errors import CadenzaError, InputError, LeaseHeld
 from .llm import RetryPolicy
-from .protocols import Event, EventType, MessageRecord, RunResult
-from .runtime import Clock, MemoryRunStore, RunRow, RunStore, SqliteRunStore, SystemClock
+from .protocols import ErrorInfo, Event, EventType, MessageRecord, RunResult, StepRecord, Tokens
+from .runtime import (
+    Cancellable,
+    Clock,
+    MemoryRunStore,
+    RunRow,
+    RunStore,
+    SqliteRunStore,
+    SystemClock,
+)
 from .runtime._lease import LeaseHolder
 from .workflow import (
     DEFAULT_MAX_CONCURRENCY,
@@ -59,11 +73,18 @@ from .workflow import WorkflowError as WorkflowError
 
 if TYPE_CHECKING:
     from .remote import Dispatcher
+    from .telemetry import OpenTelemetry
 
-__all__ = ["RunHandle", "Runtime", "new_run_id"]
+__all__ = ["EventSubscription", "RunHandle", "Runtime", "SubscriptionStatistics", "new_run_id"]
 
 EVENT_BUFFER = 10_000
 """Events a `RunHandle.events` subscriber may fall behind by before the oldest are dropped."""
+
+SHUTDOWN_DEADLINE = 10.0
+"""Seconds a shutting-down runtime lets its runs' steps stop before stopping them outright."""
+
+SHUTTING_DOWN = "the runtime is shutting down"
+"""Why the runs a shutdown interrupts stopped (the ``run_interrupted`` event's message)."""
 
 
 def new_run_id() -> str:
@@ -75,15 +96,26 @@ class RunHandle:
     """A run in progress: its id, its events, its result, and a way to cancel it."""
 
     def __init__(
-        self, run_id: str, journal: RunJournal, store: RunStore, control: RunControl
+        self,
+        run_id: str,
+        journal: RunJournal,
+        store: RunStore,
+        control: RunControl,
+        clock: Clock | None = None,
     ) -> None:
         self.run_id = run_id
         self._journal = journal
         self._store = store
         self._control = control
+        self._clock: Clock = clock or SystemClock()
         self._result: asyncio.Future[RunResult] = asyncio.get_running_loop().create_future()
         # A resumed run's log holds an earlier workflow_end (a waiting run's): not the end.
         self._resumed_after = 0
+        # Set by the runtime while the run executes: cancelling it stops the run outright.
+        self._scope: anyio.CancelScope | None = None
+        self._deadlines: list[Cancellable] = []
+        self._ended = False  # this drive emitted its workflow_end (or run_interrupted)
+        journal.subscribe(self._watch)
 
     @property
     def done(self) -> bool:
@@ -91,7 +123,11 @@ class RunHandle:
         return self._result.done()
 
     async def result(self) -> RunResult:
-        """Waits for the run to end and returns its result JSON as a `RunResult`."""
+        """Waits for the run to end and returns its result JSON as a `RunResult`.
+
+        A run interrupted by its runtime's shutdown has not ended: its result has
+        status ``running`` and error type ``Interrupted``; `Runtime.resume` goes on.
+        """
         return await asyncio.shield(self._result)
 
     @property
@@ -115,9 +151,42 @@ class RunHandle:
             raise CadenzaError(f"run {self.run_id!r} is not running; it cannot take messages")
         await context.supervisor.tell(COORDINATOR, PostMessage(target, text, kind))
 
-    def cancel(self, reason: str = "cancelled by the caller") -> None:
-        """Cancels the run: running steps stop and are recorded ``cancelled``."""
+    def cancel(
+        self, reason: str = "cancelled by the caller", *, deadline: float | None = None
+    ) -> None:
+        """Cancels the run; it ends ``cancelled`` (a final status: resume will not run it).
+
+        Cancellation is cooperative: nothing new starts, and each running step's
+        work is interrupted where it waits (an async handler gets
+        ``CancelledError`` and may clean up, a command's process group is
+        terminated, a thread handler is abandoned, a model call is dropped);
+        the step is recorded ``cancelled`` and the run ends once every step has.
+
+        Args:
+            reason: Recorded as the run's and the steps' error message.
+            deadline: Seconds (on the runtime's clock) the steps get to stop. A
+                run still going then is stopped outright: its steps' tasks are
+                cancelled repeatedly until they end, steps still unrecorded
+                are recorded ``cancelled``, and the run ends ``cancelled``.
+                None (the default) waits for the steps however long they take.
+        """
         self._control.cancel(reason)
+        if deadline is not None:
+            self._stop_after(deadline)
+
+    def _interrupt(self, reason: str, *, deadline: float | None) -> None:
+        """Stops the run like `cancel` but leaves it resumable (its runtime shuts down)."""
+        self._control.interrupt(reason)
+        if deadline is not None:
+            self._stop_after(deadline)
+
+    def _stop_after(self, seconds: float) -> None:
+        if self._scope is not None and not self.done:
+            self._deadlines.append(self._clock.call_later(seconds, self._scope.cancel))
+
+    def _watch(self, event: Event) -> None:
+        if event.type in ENDINGS:
+            self._ended = True
 
     async def signal(self, address: str, data: Any) -> None:
         """Records a person's answer for this run's step waiting at ``address``.
@@ -130,46 +199,75 @@ class RunHandle:
         """
         await record_signal(self._store, self.run_id, address, data)
 
-    async def events(self, *, buffer: int = EVENT_BUFFER) -> AsyncIterator[Event]:
+    def events(self, *, buffer: int = EVENT_BUFFER) -> EventSubscription:
         """Every event of the run, from its first, ending after ``workflow_end``.
 
-        A late subscriber first gets what the store already holds, then the live
-        stream. A consumer slower than the run never slows it down: up to
-        ``buffer`` events wait for it; past that the oldest are dropped, and
+        Subscribes at once. The events the store holds come first, then the live
+        stream; a run interrupted by its runtime's shutdown ends with
+        ``run_interrupted`` instead. A consumer slower than the run never slows
+        it down: up to ``buffer`` live events wait for it; past that the oldest
+        waiting one is dropped, `EventSubscription.statistics` counts it, and
         `Event.seq` shows the gap.
+
+        Raises:
+            ValueError: ``buffer`` is below 1.
         """
-        pending: deque[Event] = deque(maxlen=buffer)
-        wakeup: list[asyncio.Future[None]] = []
+        return EventSubscription(
+            self.run_id,
+            self._journal,
+            self._store,
+            self._result,
+            resumed_after=self._resumed_after,
+            buffer=buffer,
+        )
 
-        def sink(event: Event) -> None:
-            pending.append(event)
-            if wakeup and not wakeup[0].done():
-                wakeup[0].set_result(None)
+    async def _stopped_outright(self) -> RunResult:
+        """Records the end of a run its deadline stopped outright (see `cancel`)."""
+        journal, control, store = self._journal, self._control, self._store
+        await store.flush()
+        if self._ended:  # it had recorded its end already, only not returned yet
+            row = await get_row(store, self.run_id)
+            if row.status in FINISHED or row.status == "waiting":
+                return finished_result(row)
+            return interrupted_result(journal, control.interrupt_reason or SHUTTING_DOWN)
+        if control.cancel_reason is None:  # interrupted: left as after a crash
+            reason = control.interrupt_reason or SHUTTING_DOWN
+            journal.emit(RUN_INTERRUPTED, message=reason)
+            await store.flush()
+            return interrupted_result(journal, reason)
+        reason = control.cancel_reason
+        for address, record in list(journal.records.items()):
+            if record.status in ("running", "pending"):
+                error = ErrorInfo(type="Cancelled", message=reason, address=address)
+                stopped = StepRecord(status="cancelled", attempts=record.attempts, error=error)
+                journal.records[address] = stopped
+                store.put_step(self.run_id, address, stopped)
+        result = journal.result("cancelled", None, ErrorInfo(type="Cancelled", message=reason))
+        store.end_run(self.run_id, "cancelled", result)
+        usage = result.usage
+        total = usage.prompt_tokens + usage.completion_tokens
+        journal.emit(
+            EventType.WORKFLOW_END,
+            message="cancelled",
+            tokens=Tokens(usage.prompt_tokens, usage.completion_tokens, total),
+            error=f"Cancelled: {reason}",
+            data={"status": "cancelled"},
+        )
+        await store.flush()
+        return result
 
-        unsubscribe = self._journal.subscribe(sink)
-        try:
-            await self._store.flush()
-            last = 0
-            for event in await self._store.events(self.run_id):
-                last = event.seq
-                yield event
-                if event.type == EventType.WORKFLOW_END and last > self._resumed_after:
-                    return
-            while True:
-                while pending:
-                    event = pending.popleft()
-                    if event.seq <= last:
-                        continue
-                    last = event.seq
-                    yield event
-                    if event.type == EventType.WORKFLOW_END and last > self._resumed_after:
-                        return
-                wakeup[:] = [asyncio.get_running_loop().create_future()]
-                await wakeup[0]
-        finally:
-            unsubscribe()
+    def _abandoned(self, error: BaseException) -> RunResult | BaseException:
+        """What the result is of a run whose task was cancelled under it (a forced shutdown)."""
+        reason = self._control.interrupt_reason
+        if reason is None or self._control.cancel_reason is not None or self._ended:
+            return error
+        self._journal.emit(RUN_INTERRUPTED, message=reason)  # committed as the store closes
+        return interrupted_result(self._journal, reason)
 
     def _finish(self, result: RunResult | BaseException) -> None:
+        for deadline in self._deadlines:
+            deadline.cancel()
+        self._deadlines.clear()
         if self._result.done():
             return
         if isinstance(result, BaseException):
@@ -194,10 +292,18 @@ class Runtime:
             (``cadenza keys generate``); only authorized workers get in.
         insecure: With ``workers`` as an endpoint: allow a non-loopback address
             without keys.
+        telemetry: OpenTelemetry spans for every run started or resumed
+            (`cadenza.telemetry.OpenTelemetry`, the ``otel`` extra). None: off,
+            unless ``CADENZA_OTEL=1`` is set (`cadenza.telemetry.from_environment`).
+        shutdown_deadline: Seconds the runs still going when the runtime shuts
+            down get to stop their steps before they are stopped outright (see
+            `RunHandle.cancel`); either way they are left resumable. None: wait
+            for the steps however long they take.
 
     Raises:
         InsecureEndpoint: ``workers`` is not loopback and has neither keys nor ``insecure``.
         KeysError: ``curve_keys`` is incomplete.
+        TelemetryUnavailable: ``CADENZA_OTEL=1`` but OpenTelemetry is not installed.
     """
 
     def __init__(
@@ -210,6 +316,8 @@ class Runtime:
         workers: str | Dispatcher | None = None,
         curve_keys: str | os.PathLike[str] | None = None,
         insecure: bool = False,
+        telemetry: OpenTelemetry | None = None,
+        shutdown_deadline: float | None = SHUTDOWN_DEADLINE,
     ) -> None:
         if store is None:
             self.store: RunStore = MemoryRunStore()
@@ -219,6 +327,7 @@ class Runtime:
             self.store = store
         self.clock: Clock = clock or SystemClock()
         self.max_concurrency = max_concurrency
+        self.shutdown_deadline = shutdown_deadline
         self.default_model = default_model or os.environ.get("CADENZA_MODEL")
         self._group: anyio.abc.TaskGroup | None = None
         self._runs: dict[str, RunHandle] = {}
@@ -232,6 +341,12 @@ class Runtime:
             )
         self.workers: Dispatcher | None = workers
         """The remote workers' dispatcher (None: steps run in this process)."""
+        if telemetry is None:
+            from .telemetry import from_environment  # opentelemetry only if switched on
+
+            telemetry = from_environment()
+        self.telemetry: OpenTelemetry | None = telemetry
+        """Where runs' spans go (None: nowhere, and runs pay nothing for it)."""
 
     async def _shared_http(self) -> httpx.AsyncClient:
         """The HTTP client every run's model calls share, built on first use.
@@ -267,9 +382,10 @@ class Runtime:
         try:
             if group is None:
                 return
-            for handle in self._runs.values():
+            # Interrupted, not cancelled: each run stays resumable (status running).
+            for handle in list(self._runs.values()):
                 if not handle.done:
-                    handle.cancel("the runtime is shutting down")
+                    handle._interrupt(SHUTTING_DOWN, deadline=self.shutdown_deadline)
             if isinstance(exc, Exception):
                 # The caller's own error goes out as itself, not wrapped in a group.
                 group.cancel_scope.cancel()
@@ -323,7 +439,7 @@ class Runtime:
         journal = RunJournal(run_id, document.workflow.name, self.store)
         if on_event is not None:
             journal.subscribe(on_event)
-        handle = RunHandle(run_id, journal, self.store, RunControl())
+        handle = RunHandle(run_id, journal, self.store, RunControl(), self.clock)
         await self._launch(handle, document, resolved, limit, LeaseHolder.for_this_process())
         return handle
 
@@ -359,23 +475,30 @@ class Runtime:
                     told = True
                     task_status.started()
 
+            # Spans from the run's events (start and resume both come here).
+            detach = None if self.telemetry is None else self.telemetry.attach(handle._journal)
             try:
-                result = await execute_run(
-                    run_id=run_id,
-                    document=document,
-                    inputs=inputs,
-                    journal=handle._journal,
-                    store=self.store,
-                    clock=self.clock,
-                    max_concurrency=limit,
-                    default_model=self.default_model,
-                    control=handle._control,
-                    http=self._shared_http,
-                    dispatcher=self.workers,
-                    replay=replay,
-                    lease=None if leased else holder,
-                    recorded=recorded,
-                )
+                result: RunResult | None = None
+                with anyio.CancelScope() as scope:  # cancelled by a deadline (RunHandle.cancel)
+                    handle._scope = scope
+                    result = await execute_run(
+                        run_id=run_id,
+                        document=document,
+                        inputs=inputs,
+                        journal=handle._journal,
+                        store=self.store,
+                        clock=self.clock,
+                        max_concurrency=limit,
+                        default_model=self.default_model,
+                        control=handle._control,
+                        http=self._shared_http,
+                        dispatcher=self.workers,
+                        replay=replay,
+                        lease=None if leased else holder,
+                        recorded=recorded,
+                    )
+                if result is None:  # its deadline passed: stopped outright
+                    result = await handle._stopped_outright()
                 self.store.release_lease(run_id, holder)
                 await self.store.flush()  # released before anyone hears the run ended
             except Exception as error:  # delivered to whoever awaits the result
@@ -384,10 +507,12 @@ class Runtime:
                 return
             except BaseException as error:  # cancellation: the awaiting caller learns it too
                 self.store.release_lease(run_id, holder)
-                handle._finish(error)
+                handle._finish(handle._abandoned(error))
                 raise
             finally:
                 recorded()
+                if detach is not None:
+                    detach()  # ends the spans a cancelled or crashed run left open
                 # A finished run lives on in the store; keeping its handle (and
                 # journal) here would grow a long-lived service without bound.
                 if self._runs.get(run_id) is handle:
@@ -434,7 +559,7 @@ class Runtime:
         journal = RunJournal(run_id, row.workflow, self.store)
         if on_event is not None:
             journal.subscribe(on_event)
-        handle = RunHandle(run_id, journal, self.store, RunControl())
+        handle = RunHandle(run_id, journal, self.store, RunControl(), self.clock)
         if row.status in FINISHED:
             handle._finish(finished_result(row))
             return handle

@@ -7,6 +7,11 @@ cancelled by its caller (``cancelled``), timed out (``failed``, ``Timeout``) or
 an actor crashed (``failed``, with the crash as the error). A run whose steps
 wait for a person ends ``waiting``. Given a `Replay`, it continues an
 interrupted run instead of starting one (see ``_replay.py``).
+
+A run *interrupted* (`RunControl.interrupt`: its runtime is shutting down) is
+cancelled the same way, step by step, but is not ended: its status stays
+``running``, a ``run_interrupted`` event marks where it stopped, and a resume
+continues it as after a crash (the steps it cut short run again).
 """
 
 from __future__ import annotations
@@ -42,23 +47,41 @@ from ._loop import spawn_root_loop
 from ._remote import StepDispatcher
 from ._replay import RUN_RESUMED, Replay
 
-__all__ = ["RunControl", "execute_run"]
+__all__ = ["RUN_INTERRUPTED", "RunControl", "execute_run", "interrupted_result"]
 
 ROOT = Address.root("Run")
 """The root controller's address: capitalised, so no step id can take it."""
 
+RUN_INTERRUPTED = "run_interrupted"
+"""The run stopped without ending (its runtime shut down); message: why. Resumable."""
+
 
 @dataclass(eq=False)
 class RunControl:
-    """Lets a caller cancel a run that may not have started its actors yet."""
+    """Lets a caller cancel or interrupt a run that may not have started its actors yet."""
 
     cancel_reason: str | None = None
+    interrupt_reason: str | None = None
     context: RunContext | None = field(default=None, repr=False)
 
     def cancel(self, reason: str) -> None:
-        """Asks the run to stop: running steps are cancelled, nothing new starts."""
+        """Asks the run to stop: running steps are cancelled, nothing new starts.
+
+        The run ends ``cancelled``, even if it was being interrupted.
+        """
         if self.cancel_reason is None:
             self.cancel_reason = reason
+        if self.context is not None:
+            self.context.cancel(reason)
+
+    def interrupt(self, reason: str) -> None:
+        """Stops the run like `cancel`, but leaves it resumable (status ``running``).
+
+        Does nothing to a run already cancelled: that ends ``cancelled``.
+        """
+        if self.cancel_reason is not None or self.interrupt_reason is not None:
+            return
+        self.interrupt_reason = reason
         if self.context is not None:
             self.context.cancel(reason)
 
@@ -166,6 +189,8 @@ async def execute_run(
             context.conversations.update(replay.log.conversations)
         if control.cancel_reason is not None:
             context.cancel(control.cancel_reason)
+        elif control.interrupt_reason is not None:
+            context.cancel(control.interrupt_reason)
         timer = None
         if workflow.options.timeout:
             limit = workflow.options.timeout
@@ -197,11 +222,20 @@ async def execute_run(
     status, error = _final_status(outcome, control, timed_out, crash)
     if context.failure is not None:
         status, error = "failed", context.failure
+    if status == "cancelled" and control.cancel_reason is None and control.interrupt_reason:
+        # Cut short by a shutdown, not ended: left as after a crash, for a resume.
+        journal.emit(RUN_INTERRUPTED, message=control.interrupt_reason)
+        await store.flush()
+        return interrupted_result(journal, control.interrupt_reason)
     output: Any = outcome.content if status != "waiting" else None
     if status == "completed" and workflow.output is not None:
         try:
             expression = compile_expression(workflow.output, step_ids=context.step_ids)
-            output = expression.evaluate(scope.activation(inputs))
+            names = scope.activation(inputs)
+            if expression.is_async:  # an async Python callable
+                output = await expression.evaluate_async(names)
+            else:
+                output = expression.evaluate(names)
         except Exception as failure:  # a bad output expression fails the run, located
             status = "failed"
             error = ErrorInfo(type=type(failure).__name__, message=f"output: {failure}")
@@ -222,6 +256,11 @@ async def execute_run(
     )
     await store.flush()
     return result
+
+
+def interrupted_result(journal: RunJournal, reason: str) -> RunResult:
+    """What `execute_run` returns for a run interrupted before its end: status ``running``."""
+    return journal.result("running", None, ErrorInfo(type="Interrupted", message=reason))
 
 
 def _final_status(

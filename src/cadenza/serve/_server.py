@@ -215,7 +215,7 @@ class BackgroundServer:
         return self
 
     def stop(self) -> None:
-        """Stops serving: ends open event streams, cancels the runs it drives, joins."""
+        """Stops serving: ends event streams, interrupts its runs (left resumable), joins."""
         if self._thread is None:
             return
         self._server.should_exit = True

@@ -1,0 +1,594 @@
+"""A run's events turned into OpenTelemetry spans (see `cadenza.telemetry`).
+
+`RunSpans` is a journal subscriber: every event costs one dict lookup of its
+type, and the types that open or close a span do that work and nothing more.
+Spans take their start and end times from the events, and their parents from
+the addresses: the step ``dev-cycle.0.implement`` is a child of the iteration
+``dev-cycle.0``, a child of the loop step ``dev-cycle``, under the run's span.
+
+This module imports ``opentelemetry``; `cadenza.telemetry` imports it only when
+telemetry is switched on, so the core package never needs the extra.
+"""
+
+from __future__ import annotations
+
+import calendar
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Final
+
+from opentelemetry.trace import Span, Status, StatusCode, Tracer, set_span_in_context
+from opentelemetry.util.types import AttributeValue
+
+from .actors._control_log import DECISION
+from .actors._journal import STEP_WAITING
+from .actors._replay_log import RUN_RESUMED
+from .protocols import Event, EventType, Tokens
+
+if TYPE_CHECKING:
+    from .actors._journal import RunJournal
+    from .actors._replay import Replay
+
+__all__ = ["RunSpans"]
+
+AGENT_TURN: Final = "agent_turn"
+TOOL_CALL: Final = "tool_call"
+INTERRUPTED: Final = "interrupted"
+"""``cadenza.status`` of a span still open when its run ended or stopped being observed."""
+
+_SCOPE_KINDS: Final = frozenset({"iteration", "item"})
+"""``step_start`` kinds that record a loop iteration or forEach item, not a step."""
+
+_LEAVES: Final = frozenset({"command", "handler", "agent", "human", "judge"})
+"""Step kinds with no children but model and tool calls."""
+
+Attributes = dict[str, AttributeValue]
+
+
+class _Open:
+    """A span this run has open, with what its children need to know of it."""
+
+    __slots__ = ("kind", "span")
+
+    def __init__(self, span: Span, kind: str | None) -> None:
+        self.span = span
+        self.kind = kind
+
+
+class RunSpans:
+    """Builds the spans of one run from its events.
+
+    Args:
+        tracer: Where spans go.
+        journal: The run's journal: its id and workflow name go on every span,
+            and a resumed run's replay state says which containers were running
+            when the run stopped (they get a span again when a child starts).
+    """
+
+    def __init__(self, tracer: Tracer, journal: RunJournal) -> None:
+        self._tracer = tracer
+        self._journal = journal
+        self._common: Attributes = {
+            "cadenza.run_id": journal.run_id,
+            "cadenza.workflow": journal.workflow,
+        }
+        self._workflow = journal.workflow
+        self._replay: Replay | None = None
+        self._run: Span | None = None
+        self._steps: dict[str, _Open] = {}
+        self._scopes: dict[str, _Open] = {}
+        self._calls: dict[str, Span] = {}
+        self._tools: dict[str, dict[str, Span]] = {}
+        self._handlers: dict[str, Callable[[Event], None]] = {
+            EventType.WORKFLOW_START: self._run_started,
+            RUN_RESUMED: self._run_started,
+            EventType.WORKFLOW_END: self._run_ended,
+            EventType.STEP_START: self._step_started,
+            EventType.STEP_END: self._step_ended,
+            EventType.ERROR: self._step_ended,
+            STEP_WAITING: self._step_ended,
+            EventType.STEP_RETRY: self._step_retried,
+            EventType.STEP_SKIPPED: self._step_skipped,
+            EventType.ITERATION_START: self._scope_started,
+            EventType.ITEM_START: self._scope_started,
+            EventType.ITERATION_END: self._scope_ended,
+            EventType.ITEM_END: self._scope_ended,
+            EventType.LOOP_END: self._loop_ended,
+            EventType.GRAPH_END: self._graph_ended,
+            EventType.GRAPH_TRANSITION: self._graph_transition,
+            EventType.JUDGE_VERDICT: self._judge_verdict,
+            DECISION: self._decision,
+            EventType.ACTOR_CRASHED: self._actor_crashed,
+            AGENT_TURN: self._agent_turn,
+            TOOL_CALL: self._tool_call,
+        }
+
+    def on_event(self, event: Event) -> None:
+        """The journal subscriber: one dict lookup, then the event's own handler."""
+        handler = self._handlers.get(event.type)
+        if handler is not None:
+            handler(event)
+
+    def close(self) -> None:
+        """Ends every span still open, now: the run stopped without a ``workflow_end``."""
+        self._end_all(time.time_ns())
+
+    # -- the run -------------------------------------------------------------------
+
+    def _run_started(self, event: Event) -> None:
+        if self._run is not None:
+            return
+        attributes = dict(self._common)
+        if event.type == RUN_RESUMED:
+            self._replay = self._journal.replay
+            attributes["cadenza.resumed"] = True
+            _put(attributes, "cadenza.resumed.after_seq", (event.data or {}).get("afterSeq"))
+        self._run = self._tracer.start_span(
+            f"run {self._workflow}",
+            attributes=attributes,
+            start_time=_nanoseconds(event.timestamp),
+        )
+
+    def _root(self, event: Event) -> Span:
+        if self._run is None:  # observed from the middle of a run: it starts here
+            self._run_started(event)
+        assert self._run is not None
+        return self._run
+
+    def _run_ended(self, event: Event) -> None:
+        status = (event.data or {}).get("status")
+        now = _nanoseconds(event.timestamp)
+        self._end_all(now, keep_run=True)
+        run = self._run
+        if run is None:
+            return
+        self._run = None
+        _tokens(run, event.tokens)
+        _finish(run, status if isinstance(status, str) else None, event.error, now)
+
+    def _end_all(self, now: int, *, keep_run: bool = False) -> None:
+        """Ends the open spans, innermost first (all but the run's with ``keep_run``)."""
+        for tools in self._tools.values():
+            for span in tools.values():
+                _finish(span, INTERRUPTED, None, now)
+        self._tools.clear()
+        for span in self._calls.values():
+            _finish(span, INTERRUPTED, None, now)
+        self._calls.clear()
+        opened = [*self._steps.items(), *self._scopes.items()]
+        opened.sort(key=lambda item: len(item[0]), reverse=True)  # deeper addresses first
+        records = self._journal.records if keep_run else {}
+        for address, record in opened:
+            # At the run's end, a span still open is a resumed container whose end
+            # re-stated its earlier outcome (the journal drops such repeats): its
+            # record says how it ended.
+            stored = records.get(address)
+            if stored is None or stored.status == "running":
+                _finish(record.span, INTERRUPTED, None, now)
+            else:
+                error = stored.error
+                reason = None if error is None else f"{error.type}: {error.message}"
+                _finish(record.span, stored.status, reason, now)
+        self._steps.clear()
+        self._scopes.clear()
+        if not keep_run and self._run is not None:
+            _finish(self._run, INTERRUPTED, None, now)
+            self._run = None
+
+    # -- steps ---------------------------------------------------------------------
+
+    def _step_started(self, event: Event) -> None:
+        address = event.step_id
+        if address is None:
+            return
+        data = event.data or {}
+        kind = data.get("kind")
+        if kind in _SCOPE_KINDS:  # a multi-step body's own record: the scope's span
+            self._open_scope(address, event)
+            return
+        # A loop's or forEach's single-step body runs at its iteration's address.
+        scope = self._scopes.get(address)
+        if scope is None and self._replay is not None and _is_scope(address):
+            scope = self._resumed(address, event)
+        attributes = self._attributes(address)
+        if scope is not None:
+            parent = scope.span
+        else:
+            parent, graph_visit = self._ancestor(address, event)
+            if graph_visit is not None:
+                attributes["cadenza.graph.state"] = graph_visit[1]
+                attributes["cadenza.graph.visit"] = graph_visit[0]
+        _put(attributes, "cadenza.step.kind", kind)
+        _put(attributes, "cadenza.attempt", data.get("attempt"))
+        _put(attributes, "cadenza.agent", event.agent)
+        span = self._start(f"step {_name(address)}", parent, attributes, event)
+        self._steps[address] = _Open(span, kind if isinstance(kind, str) else None)
+
+    def _step_ended(self, event: Event) -> None:
+        address = event.step_id
+        if address is None:
+            return
+        data = event.data or {}
+        if event.type == EventType.STEP_END:
+            status = "completed"
+        elif event.type == STEP_WAITING:
+            status = "waiting"
+        else:
+            status = str(data.get("status") or "failed")
+        now = _nanoseconds(event.timestamp)
+        self._end_calls(address, status, event.error, now)
+        record = self._steps.pop(address, None)
+        if record is None:
+            scope = self._scopes.get(address)
+            if scope is not None:  # an iteration's record: its iteration_end ends the span
+                _tokens(scope.span, event.tokens)
+                _status(scope.span, status, event.error, now)
+            return
+        if record.kind not in _LEAVES:
+            self._end_inside(address, now)
+        span = record.span
+        _tokens(span, event.tokens)
+        worker = data.get("worker")
+        if isinstance(worker, str):
+            span.set_attribute("cadenza.worker", worker)
+        _finish(span, status, event.error, now)
+
+    def _step_retried(self, event: Event) -> None:
+        address = event.step_id
+        if address is None:
+            return
+        now = _nanoseconds(event.timestamp)
+        self._end_calls(address, "failed", event.error, now)
+        record = self._steps.pop(address, None)
+        if record is not None:
+            if record.kind not in _LEAVES:
+                self._end_inside(address, now)
+            record.span.set_attribute("cadenza.retried", True)
+            _finish(record.span, "failed", event.error, now)
+
+    def _end_inside(self, address: str, now: int) -> None:
+        """Ends what a container that ends left open below it (none, as a rule), so a
+        retry's iterations, at the same addresses, start spans of their own."""
+        inside = (address + ".", address + "[")
+        for opened in (self._steps, self._scopes):
+            for below in [a for a in opened if a.startswith(inside)]:
+                self._end_calls(below, INTERRUPTED, None, now)
+                _finish(opened.pop(below).span, INTERRUPTED, None, now)
+
+    def _step_skipped(self, event: Event) -> None:
+        address = event.step_id
+        if address is None:
+            return
+        scope = self._scopes.get(address)
+        parent = scope.span if scope is not None else self._ancestor(address, event)[0]
+        attributes = self._attributes(address)
+        _put(attributes, "cadenza.skip_reason", event.message)
+        span = self._start(f"step {_name(address)}", parent, attributes, event)
+        _finish(span, "skipped", None, _nanoseconds(event.timestamp))
+
+    # -- iterations, items, loops, graphs ----------------------------------------------
+
+    def _scope_started(self, event: Event) -> None:
+        if event.step_id is not None:
+            self._open_scope(event.step_id, event)
+
+    def _open_scope(self, address: str, event: Event) -> _Open:
+        """The span of iteration ``loop.N`` or item ``loop[N]``, opened once."""
+        record = self._scopes.get(address)
+        if record is None:
+            parent = self._parent_of(address, event)
+            attributes = self._attributes(address)
+            if address.endswith("]"):
+                name = f"item {_name(address)}"
+                attributes["cadenza.index"] = int(address[address.rindex("[") + 1 : -1])
+            else:
+                name = f"iteration {_name(address)}"
+                attributes["cadenza.iteration"] = int(address[address.rindex(".") + 1 :])
+            span = self._start(name, parent, attributes, event)
+            record = self._scopes[address] = _Open(span, None)
+        data = event.data
+        if data:
+            _put_on(record.span, "cadenza.iteration.max", data.get("maxIterations"))
+            _put_on(record.span, "cadenza.items.total", data.get("total"))
+        return record
+
+    def _scope_ended(self, event: Event) -> None:
+        address = event.step_id
+        if address is None:
+            return
+        record = self._scopes.pop(address, None)
+        if record is not None:
+            status = (event.data or {}).get("status")
+            now = _nanoseconds(event.timestamp)
+            _finish(record.span, status if isinstance(status, str) else None, None, now)
+
+    def _loop_ended(self, event: Event) -> None:
+        record = self._steps.get(event.step_id or "")
+        if record is None:
+            return
+        data = event.data or {}
+        _put_on(record.span, "cadenza.loop.iterations", data.get("iterations"))
+        _put_on(record.span, "cadenza.termination_reason", data.get("terminationReason"))
+        if data.get("flagged"):
+            record.span.set_attribute("cadenza.loop.flagged", True)
+
+    def _graph_ended(self, event: Event) -> None:
+        record = self._steps.get(event.step_id or "")
+        if record is None:
+            return
+        data = event.data or {}
+        path = data.get("path")
+        if isinstance(path, list):
+            record.span.set_attribute("cadenza.graph.path", [str(state) for state in path])
+        _put_on(record.span, "cadenza.termination_reason", data.get("terminationReason"))
+
+    def _graph_transition(self, event: Event) -> None:
+        data = event.data or {}
+        attributes: Attributes = {}
+        _put(attributes, "cadenza.graph.from", data.get("from"))
+        _put(attributes, "cadenza.graph.to", data.get("to"))
+        _put(attributes, "cadenza.graph.step", data.get("step"))
+        _put(attributes, "cadenza.graph.edge", data.get("edge"))
+        _put(attributes, "cadenza.graph.reason", data.get("reason"))
+        self._annotate(event, "graph_transition", attributes)
+
+    def _judge_verdict(self, event: Event) -> None:
+        data = event.data or {}
+        attributes: Attributes = {}
+        _put(attributes, "cadenza.iteration", data.get("iteration"))
+        _put(attributes, "cadenza.judge.done", data.get("done"))
+        _put(attributes, "cadenza.error", event.error)
+        self._annotate(event, "judge_verdict", attributes)
+
+    def _decision(self, event: Event) -> None:
+        data = event.data or {}
+        attributes: Attributes = {}
+        _put(attributes, "cadenza.iteration", data.get("iteration"))
+        _put(attributes, "cadenza.decision", data.get("decision"))
+        _put(attributes, "cadenza.score", data.get("score"))
+        self._annotate(event, "decision", attributes)
+
+    def _actor_crashed(self, event: Event) -> None:
+        if event.error is None:
+            return
+        error_type, message = _split(event.error)
+        attributes: Attributes = {"exception.type": error_type, "exception.message": message}
+        _put(attributes, "cadenza.address", event.step_id)
+        self._root(event).add_event("exception", attributes, _nanoseconds(event.timestamp))
+
+    def _annotate(self, event: Event, name: str, attributes: Attributes) -> None:
+        address = event.step_id
+        record = None if address is None else self._steps.get(address) or self._scopes.get(address)
+        span = record.span if record is not None else self._parent_of(address, event)
+        span.add_event(name, attributes, _nanoseconds(event.timestamp))
+
+    # -- model and tool calls ------------------------------------------------------------
+
+    def _agent_turn(self, event: Event) -> None:
+        address = event.step_id
+        if address is None:
+            return
+        data = event.data or {}
+        if data.get("phase") == "request":
+            parent = self._steps.get(address)
+            attributes = self._attributes(address)
+            model = data.get("model")
+            provider, _, name = str(model or "").rpartition(":")
+            attributes["gen_ai.operation.name"] = "chat"
+            if name:
+                attributes["gen_ai.request.model"] = name
+            if provider:
+                attributes["gen_ai.provider.name"] = provider
+            _put(attributes, "cadenza.llm.turn", data.get("turn"))
+            _put(attributes, "cadenza.agent", event.agent)
+            span = self._start(
+                f"chat {name}" if name else "chat",
+                parent.span if parent is not None else self._parent_of(address, event),
+                attributes,
+                event,
+            )
+            previous = self._calls.pop(address, None)
+            if previous is not None:  # never answered: the step moved on without it
+                _finish(previous, INTERRUPTED, None, _nanoseconds(event.timestamp))
+            self._calls[address] = span
+            return
+        call = self._calls.pop(address, None)
+        if call is None:
+            return
+        tokens = event.tokens
+        if tokens is not None:
+            call.set_attribute("gen_ai.usage.input_tokens", tokens.prompt)
+            call.set_attribute("gen_ai.usage.output_tokens", tokens.completion)
+            _tokens(call, tokens)
+        _put_on(call, "cadenza.llm.attempts", data.get("attempts"))
+        _finish(call, "completed", None, _nanoseconds(event.timestamp))
+
+    def _tool_call(self, event: Event) -> None:
+        address = event.step_id
+        if address is None:
+            return
+        data = event.data or {}
+        call_id = str(data.get("tool_call_id"))
+        if data.get("phase") == "start":
+            parent = self._steps.get(address)
+            attributes = self._attributes(address)
+            tool = str(data.get("tool_name"))
+            attributes["gen_ai.operation.name"] = "execute_tool"
+            attributes["gen_ai.tool.name"] = tool
+            attributes["gen_ai.tool.call.id"] = call_id
+            span = self._start(
+                f"execute_tool {tool}",
+                parent.span if parent is not None else self._parent_of(address, event),
+                attributes,
+                event,
+            )
+            self._tools.setdefault(address, {})[call_id] = span
+            return
+        tools = self._tools.get(address)
+        ended = None if tools is None else tools.pop(call_id, None)
+        if ended is None:
+            return
+        error = data.get("error")
+        if isinstance(error, str):  # the model hears of it; the step goes on
+            if not error.partition(": ")[0].isidentifier():  # a tool's own raise is typed
+                error = f"ToolError: {error}"
+            _finish(ended, "failed", error, _nanoseconds(event.timestamp))
+        else:
+            _finish(ended, "completed", None, _nanoseconds(event.timestamp))
+
+    def _end_calls(self, address: str, status: str, error: str | None, now: int) -> None:
+        """Ends the model and tool calls a step left open: they end with it, as it did."""
+        call = self._calls.pop(address, None)
+        if call is not None:
+            _finish(call, status, error, now)
+        tools = self._tools.pop(address, None)
+        if tools:
+            for span in tools.values():
+                _finish(span, status, error, now)
+
+    # -- parents -----------------------------------------------------------------------
+
+    def _attributes(self, address: str) -> Attributes:
+        attributes = dict(self._common)
+        attributes["cadenza.address"] = address
+        return attributes
+
+    def _start(self, name: str, parent: Span, attributes: Attributes, event: Event) -> Span:
+        return self._tracer.start_span(
+            name,
+            context=set_span_in_context(parent),
+            attributes=attributes,
+            start_time=_nanoseconds(event.timestamp),
+        )
+
+    def _parent_of(self, address: str | None, event: Event) -> Span:
+        """The span of the nearest enclosing address, or the run's."""
+        if address is None:
+            return self._root(event)
+        return self._ancestor(address, event)[0]
+
+    def _ancestor(self, address: str, event: Event) -> tuple[Span, tuple[int, str] | None]:
+        """The span enclosing ``address`` (not its own), and for a graph state's visit
+        ``graph.N.S`` the visit's number and state.
+
+        Each enclosing address is tried innermost first: a step before an
+        iteration at the same address (a loop that is the body of a loop).
+        """
+        prefix = _up(address)
+        while prefix is not None:
+            record = self._steps.get(prefix) or self._scopes.get(prefix)
+            if record is None and self._replay is not None:
+                record = self._resumed(prefix, event)
+            if record is not None:
+                visit = None
+                if record.kind == "graph":
+                    rest = address[len(prefix) + 1 :].split(".")
+                    if len(rest) == 2 and rest[0].isdigit():
+                        visit = (int(rest[0]), rest[1])
+                return record.span, visit
+            prefix = _up(prefix)
+        return self._root(event), None
+
+    def _resumed(self, address: str, event: Event) -> _Open | None:
+        """In a resumed run, a span for a container the interrupted run had started.
+
+        Its own start was recorded before the interruption (the resumed run does not
+        repeat it), so the span starts when its first child starts again.
+        """
+        replay = self._replay
+        assert replay is not None
+        prior = replay.prior.get(address)
+        # Running when the process stopped, or waiting for the answer it now has.
+        running = prior is not None and prior.status in ("running", "waiting")
+        if _is_scope(address):
+            if not (running or replay.launched(address)):
+                return None  # a graph visit's number: not a span of its own
+            record = self._open_scope(address, event)
+        elif running:
+            parent = self._parent_of(address, event)
+            attributes = self._attributes(address)
+            span = self._start(f"step {_name(address)}", parent, attributes, event)
+            record = self._steps[address] = _Open(span, None)
+        else:
+            return None
+        record.span.set_attribute("cadenza.resumed", True)
+        return record
+
+
+def _up(address: str) -> str | None:
+    """The address one level up: ``a.0.b`` -> ``a.0``, ``a[2]`` -> ``a``, ``a`` -> None."""
+    if address.endswith("]"):
+        return address[: address.rindex("[")]
+    cut = address.rfind(".")
+    return None if cut < 0 else address[:cut]
+
+
+def _is_scope(address: str) -> bool:
+    """Whether ``address`` names an iteration (``loop.N``) or an item (``loop[N]``)."""
+    return address.endswith("]") or address[address.rfind(".") + 1 :].isdigit()
+
+
+def _name(address: str) -> str:
+    """The step id an address belongs to: ``dev-cycle.0.implement`` -> ``implement``,
+    ``dev-cycle.0`` -> ``dev-cycle``, ``fan[3]`` -> ``fan``."""
+    for segment in reversed(address.split(".")):
+        if not segment.isdigit():
+            return segment.partition("[")[0]
+    return address
+
+
+def _put(attributes: Attributes, key: str, value: Any) -> None:
+    if isinstance(value, str | bool | int | float):
+        attributes[key] = value
+
+
+def _put_on(span: Span, key: str, value: Any) -> None:
+    if isinstance(value, str | bool | int | float):
+        span.set_attribute(key, value)
+
+
+def _tokens(span: Span, tokens: Tokens | None) -> None:
+    if tokens is not None:
+        span.set_attribute("cadenza.tokens.prompt", tokens.prompt)
+        span.set_attribute("cadenza.tokens.completion", tokens.completion)
+        span.set_attribute("cadenza.tokens.total", tokens.total)
+
+
+def _split(error: str) -> tuple[str, str]:
+    """``"Timeout: took too long"`` -> ``("Timeout", "took too long")``."""
+    kind, colon, message = error.partition(": ")
+    if colon and kind.isidentifier():
+        return kind, message
+    return "Error", error
+
+
+def _status(span: Span, status: str | None, error: str | None, now: int) -> None:
+    """Sets ``cadenza.status``; a failure is an ERROR with an ``exception`` event."""
+    if status is not None:
+        span.set_attribute("cadenza.status", status)
+    if status == "failed":
+        if error is None:
+            span.set_status(Status(StatusCode.ERROR))
+            return
+        error_type, message = _split(error)
+        span.add_event(
+            "exception", {"exception.type": error_type, "exception.message": message}, now
+        )
+        span.set_status(Status(StatusCode.ERROR, error))
+
+
+def _finish(span: Span, status: str | None, error: str | None, now: int) -> None:
+    _status(span, status, error, now)
+    span.end(now)
+
+
+_second: tuple[str, int] = ("", 0)
+
+
+def _nanoseconds(stamp: str) -> int:
+    """An event's RFC 3339 timestamp (``2026-11-21T10:00:00.123Z``) as epoch nanoseconds."""
+    global _second
+    whole = stamp[:19]
+    if _second[0] != whole:  # events come in bursts within a second: parse it once
+        _second = (whole, calendar.timegm(time.strptime(whole, "%Y-%m-%dT%H:%M:%S")))
+    return _second[1] * 1_000_000_000 + int(stamp[20:23]) * 1_000_000
