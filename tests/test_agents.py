@@ -16,7 +16,7 @@ import pytest
 
 import cadenza
 from cadenza import RunResult, Runtime
-from cadenza.testing import RecordedRequest, ScriptedLLMServer, ServerRule
+from cadenza.testing import RecordedRequest, ScriptedLLMServer, ServerReply, ServerRule
 
 WriteFlow = Callable[..., Path]
 
@@ -393,3 +393,46 @@ async def test_agents_running_at_once_each_count_only_their_own_tokens(
     }
     assert ends == {"a": (10, 1), "b": (100, 10)}
     assert result.usage.prompt_tokens == 110
+
+
+RETRIES = """
+name: retries
+options: {{maxRetries: {workflow}}}
+agents:
+  writer: {{model: "openai:test-model"}}
+steps:
+  - id: write
+    agent: writer
+    instructions: "Write."
+    {step}
+"""
+
+
+@pytest.mark.parametrize(
+    ("workflow", "step", "calls", "status"),
+    [
+        (0, "", 1, "failed"),  # the workflow says never retry
+        (0, "maxRetries: 2", 3, "completed"),  # the step's own setting wins
+        (1, "", 2, "failed"),  # one retry, and the second answer is a 500 too
+    ],
+)
+async def test_max_retries_bounds_each_model_call(
+    write_flow: WriteFlow,
+    monkeypatch: pytest.MonkeyPatch,
+    workflow: int,
+    step: str,
+    calls: int,
+    status: str,
+) -> None:
+    """zenflow's maxRetries: retries of one model call on 5xx, from the step, else options."""
+    flaky = ServerReply(status=500, headers={"Retry-After": "0"})
+    rules = [ServerRule([flaky, flaky, ServerReply(content="Done.")])]
+    with ScriptedLLMServer(rules) as server:
+        for name, value in server.environ().items():
+            monkeypatch.setenv(name, value)
+        result = await run_flow(write_flow(RETRIES.format(workflow=workflow, step=step)))
+        assert server.request_count == calls
+    assert result.status == status
+    if status == "failed":
+        assert result.error is not None
+        assert result.error.type == "LLMHTTPError"

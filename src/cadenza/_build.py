@@ -389,7 +389,7 @@ def agent(
     script: Sequence[str | ScriptReply] | None = None,
     description: str | None = None,
     context_files: Sequence[str] = (),
-    max_retries: int = 0,
+    max_retries: int | None = None,
     depends_on: Iterable[str | StepLike] = (),
     when: Condition | None = None,
     timeout: str | None = None,

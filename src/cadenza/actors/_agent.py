@@ -242,6 +242,7 @@ async def run_agent(
     drain_inbox: Callable[[], list[str]] = list,
     extra_tools: Sequence[Tool] = (),
     can_send_messages: bool = True,
+    max_retries: int | None = None,
 ) -> AgentOutcome:
     """Runs an agent's tool-calling loop and returns its outcome.
 
@@ -249,6 +250,8 @@ async def run_agent(
     ``AgentOutcome.error``; only cancellation propagates.
     """
     agent = document.workflow.agents.get(agent_name) if agent_name else None
+    # zenflow's maxRetries: the step's, else the workflow's, else the provider's policy.
+    retries = max_retries if max_retries is not None else document.workflow.options.max_retries
     conversation = _Conversation(run, address, agent_name, agent)
     contents: list[str] = []
     try:
@@ -303,6 +306,7 @@ async def run_agent(
                     tools=specs,
                     temperature=agent.temperature if agent is not None else None,
                     top_p=agent.top_p if agent is not None else None,
+                    max_retries=retries,
                 )
             )
             usage = completion.usage

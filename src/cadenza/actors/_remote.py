@@ -247,6 +247,7 @@ def _agent_order(
         prompt=prompt,
         max_tokens=run.options.max_tokens,
         tokens_spent=run.journal.prompt_tokens + run.journal.completion_tokens,
+        max_retries=step.max_retries if step.max_retries is not None else run.options.max_retries,
     )
 
 

@@ -241,6 +241,7 @@ class StepActor(Actor):
             dependencies=[(d, outputs[d]["content"]) for d in depends_on if d in outputs],
             context_files=step.context_files,
             drain_inbox=self._drain_inbox,
+            max_retries=step.max_retries,
         )
         if outcome.error is not None:
             raise StepFailure(outcome.error, content=outcome.content or None, result=outcome.result)

@@ -237,6 +237,7 @@ async def _agent(
                 brief=NO_BRIEF,
                 step_model=order.model,
                 can_send_messages=order.can_send_messages,
+                max_retries=order.max_retries,
             )
     finally:
         usage.append(

@@ -89,6 +89,7 @@ class HTTPCaller:
         what: str,
         secrets: frozenset[str],
         on_retry: RetryHook | None = None,
+        max_attempts: int | None = None,
     ) -> tuple[bytes, int]:
         """POST ``body`` to ``url`` until a 2xx answer or a final failure.
 
@@ -99,6 +100,8 @@ class HTTPCaller:
             what: Names the call in errors and logs, e.g. ``openai model gpt-4o``.
             secrets: Values to mask in error messages besides the registered ones.
             on_retry: Called as ``on_retry(attempt, reason)`` before each backoff.
+            max_attempts: Overrides the policy's attempts for this call (a
+                step's ``maxRetries`` + 1).
 
         Returns:
             The 2xx response body and the number of attempts it took.
@@ -111,6 +114,7 @@ class HTTPCaller:
             LLMConfigError: The URL is not valid.
         """
         policy = self._policy
+        attempts = policy.max_attempts if max_attempts is None else max(1, max_attempts)
         attempt = 0
         while True:
             attempt += 1
@@ -123,7 +127,7 @@ class HTTPCaller:
             _log.debug(
                 "llm_attempt", call=what, attempt=attempt, failure=outcome.reason, elapsed_s=elapsed
             )
-            if not outcome.retryable or attempt >= policy.max_attempts:
+            if not outcome.retryable or attempt >= attempts:
                 raise outcome.error
             delay = policy.wait(attempt, self._rng, outcome.headers)
             if on_retry is not None:

@@ -120,6 +120,9 @@ class LLMRequest(msgspec.Struct, frozen=True):
         top_p: Nucleus sampling, or None for the provider's default.
         max_tokens: A cap on the reply's tokens, or None: the provider's
             default (4096 for Anthropic, which requires one).
+        max_retries: Retries of this call on transient failures (429, 5xx,
+            connection errors, timeouts), or None: the provider's `RetryPolicy`.
+            Not sent to the model.
     """
 
     model: str
@@ -128,6 +131,7 @@ class LLMRequest(msgspec.Struct, frozen=True):
     temperature: float | None = None
     top_p: float | None = None
     max_tokens: int | None = None
+    max_retries: int | None = None
 
 
 class LLMClient(Protocol):

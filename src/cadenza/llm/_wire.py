@@ -118,6 +118,7 @@ class HTTPModelClient:
             what=what,
             secrets=self._secrets,
             on_retry=on_retry,
+            max_attempts=None if request.max_retries is None else request.max_retries + 1,
         )
         return self._wire.decode(data, what=what, model=request.model, attempts=attempts)
 

@@ -124,6 +124,7 @@ class AgentOrder(_Order, frozen=True, kw_only=True, tag="agent"):
     ``agent`` is the agent's definition in workflow-file form (None: the default
     agent); ``model`` the resolved ``provider:model``. ``tokens_spent`` is the
     run's usage when dispatched, so the worker checks ``max_tokens`` as the run would.
+    ``max_retries`` is the step's (or workflow's) ``maxRetries`` for each model call.
     """
 
     agent_name: str | None = None
@@ -133,6 +134,7 @@ class AgentOrder(_Order, frozen=True, kw_only=True, tag="agent"):
     max_tokens: int | None = None
     tokens_spent: int = 0
     can_send_messages: bool = True
+    max_retries: int | None = None
 
 
 WorkOrder = CommandOrder | HandlerOrder | AgentOrder

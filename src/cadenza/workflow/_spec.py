@@ -226,7 +226,7 @@ class _Body(_Spec, frozen=True):
     model: str | None = None
     timeout: str | None = None
     retries: int = 0
-    max_retries: int = 0
+    max_retries: int | None = None
     on_error: Literal["fail", "continue"] = "fail"
 
     @property
@@ -279,7 +279,7 @@ class Options(_Spec, frozen=True):
     max_tokens: int | None = None
     isolation: str | None = None
     scheduler: Literal["dependency-first", "round-robin", "least-busy"] = "dependency-first"
-    max_retries: int = 0
+    max_retries: int | None = None
 
 
 class Coordinator(_Spec, frozen=True):
