@@ -426,3 +426,37 @@ async def test_sqlite_store_keeps_the_result(write_flow: WriteFlow, tmp_path: Pa
     assert row.status == "completed"
     assert row.result == result
     assert events[-1].type == "workflow_end"
+
+
+PARALLEL_THREE = """
+name: three-at-once
+options: {maxConcurrency: 3}
+steps:
+  - {id: a, handler: "HANDLERS:step"}
+  - {id: b, handler: "HANDLERS:step"}
+  - {id: c, handler: "HANDLERS:step"}
+"""
+COUNTING = """
+import asyncio
+running = peak = 0
+
+async def step(ctx):
+    global running, peak
+    running += 1
+    peak = max(peak, running)
+    await asyncio.sleep(0)  # yield once: every step the limit lets start is in by now
+    running -= 1
+    return {"peak": peak}
+"""
+
+
+@pytest.mark.parametrize(("runtime_limit", "call_limit", "peak"), [(1, None, 3), (1, 2, 2)])
+async def test_the_workflow_concurrency_wins_over_the_runtime_default(
+    write_flow: WriteFlow, runtime_limit: int, call_limit: int | None, peak: int
+) -> None:
+    """Runtime(max_concurrency) applies when a workflow does not say; a per-run value wins."""
+    path = write_flow(PARALLEL_THREE, handlers=COUNTING)
+    async with Runtime(max_concurrency=runtime_limit) as runtime:
+        result = await runtime.run(path, max_concurrency=call_limit)
+    assert result.status == "completed"
+    assert max(record.result["peak"] for record in result.steps.values()) == peak

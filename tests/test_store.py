@@ -111,3 +111,12 @@ async def test_a_file_that_is_not_a_database_is_refused(tmp_path: Path) -> None:
     path.write_bytes(b"this is not sqlite" * 100)
     with pytest.raises(StoreError, match=r"runs\.db.*not a database"):
         await SqliteRunStore(path).open()
+
+
+async def test_waiting_on_a_closed_store_fails_at_once(tmp_path: Path) -> None:
+    """flush() after close() is a StoreError, not a wait that never ends."""
+    store = SqliteRunStore(tmp_path / "runs.db")
+    await store.open()
+    await store.close()
+    with pytest.raises(StoreError, match="is closed"):
+        await store.flush()

@@ -270,7 +270,11 @@ class RunHandle:
         self._deadlines.clear()
         if self._result.done():
             return
-        if isinstance(result, BaseException):
+        if isinstance(result, asyncio.CancelledError):
+            # A cancelled future: awaiting it raises CancelledError, and nobody
+            # awaiting it is not an "exception never retrieved" at exit.
+            self._result.cancel(*result.args[:1])
+        elif isinstance(result, BaseException):
             self._result.set_exception(result)
         else:
             self._result.set_result(result)
@@ -432,8 +436,8 @@ class Runtime:
             raise InputError(f"run id {run_id!r} is already taken in this store")
         limit = (
             max_concurrency
-            or self.max_concurrency
             or document.workflow.options.max_concurrency
+            or self.max_concurrency
             or DEFAULT_MAX_CONCURRENCY
         )
         journal = RunJournal(run_id, document.workflow.name, self.store)
@@ -578,8 +582,8 @@ class Runtime:
         options = prepared.document.workflow.options
         limit = (
             max_concurrency
-            or self.max_concurrency
             or options.max_concurrency
+            or self.max_concurrency
             or DEFAULT_MAX_CONCURRENCY
         )
         await self._launch(

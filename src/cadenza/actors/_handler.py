@@ -54,8 +54,10 @@ class StepContext:
         run_id: The run's id.
         address: The step's namespaced address (``deploy-each[1].verify``).
         attempt: 1 for the first execution, 2 for the first retry, ...
-        idempotency_key: ``run_id:address:attempt``, stable across resume, so side
-            effects can be made idempotent.
+        idempotency_key: ``run_id:address:attempt``: the same for every delivery of
+            one execution (a remote re-dispatch keeps it), new for each retry and
+            for a re-run after a crash; key on ``run_id`` and ``address`` to do a
+            side effect once across crashes (docs/durability.md).
         inputs: The run's inputs.
         steps: Outputs of the steps in scope, by id.
         workflow_dir: The directory of the workflow file.

@@ -64,9 +64,12 @@ class GroupWriter:
         """Waits until everything queued before this call is committed.
 
         Raises:
-            StoreError: The writer failed; the run cannot be recorded any further.
+            StoreError: The writer failed; the run cannot be recorded any further;
+                or the store is closed (nobody would ever commit what waits).
         """
         self._raise_failure()
+        if self._thread is None:
+            raise StoreError(f"the run store {str(self.path)!r} is closed")
         loop = asyncio.get_running_loop()
         done = loop.create_future()
 
