@@ -193,7 +193,10 @@ class Workers:
 
 
 async def soak(args: argparse.Namespace) -> int:
-    with tempfile.TemporaryDirectory() as directory, ScriptedLLMServer(llm_rules()) as server:
+    with (
+        tempfile.TemporaryDirectory() as directory,
+        ScriptedLLMServer(llm_rules(), keep=200) as server,
+    ):
         root = Path(directory)
         (root / "soak_handlers.py").write_text(HANDLERS)
         sys.path.insert(0, str(root))
