@@ -10,13 +10,9 @@ runs are bounded, observable and durable.
         result = await runtime.run("flow.yaml", inputs={"topic": "loops"})
 """
 
-from ._api import EventSubscription as EventSubscription
-from ._api import RunHandle as RunHandle
-from ._api import Runtime as Runtime
-from ._api import SubscriptionStatistics as SubscriptionStatistics
-from ._api import new_run_id as new_run_id
-from .actors import StepContext as StepContext
-from .actors import StepOutput as StepOutput
+import importlib as _importlib
+import typing as _typing
+
 from .errors import CadenzaError as CadenzaError
 from .errors import InputError as InputError
 from .errors import RunNotFound as RunNotFound
@@ -25,10 +21,49 @@ from .protocols import ErrorInfo as ErrorInfo
 from .protocols import Event as Event
 from .protocols import RunResult as RunResult
 from .protocols import StepRecord as StepRecord
-from .workflow import LoadedWorkflow as LoadedWorkflow
-from .workflow import Workflow as Workflow
-from .workflow import WorkflowError as WorkflowError
-from .workflow import load_workflow as load_workflow
+
+if _typing.TYPE_CHECKING:
+    from ._api import EventSubscription as EventSubscription
+    from ._api import RunHandle as RunHandle
+    from ._api import Runtime as Runtime
+    from ._api import SubscriptionStatistics as SubscriptionStatistics
+    from ._api import new_run_id as new_run_id
+    from .actors import StepContext as StepContext
+    from .actors import StepOutput as StepOutput
+    from .workflow import LoadedWorkflow as LoadedWorkflow
+    from .workflow import Workflow as Workflow
+    from .workflow import WorkflowError as WorkflowError
+    from .workflow import load_workflow as load_workflow
+
+# The runtime (httpx, the actors, the store) loads on first use, so
+# `import cadenza.workflow` and `cadenza validate` do not pay for it.
+_LAZY = {
+    "EventSubscription": "._api",
+    "RunHandle": "._api",
+    "Runtime": "._api",
+    "SubscriptionStatistics": "._api",
+    "new_run_id": "._api",
+    "StepContext": ".actors",
+    "StepOutput": ".actors",
+    "LoadedWorkflow": ".workflow",
+    "Workflow": ".workflow",
+    "WorkflowError": ".workflow",
+    "load_workflow": ".workflow",
+}
+
+
+def __getattr__(name: str) -> _typing.Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'cadenza' has no attribute {name!r}")
+    value = getattr(_importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
 
 __version__ = "0.1.0"
 

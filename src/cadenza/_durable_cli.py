@@ -20,7 +20,6 @@ from typing import Any
 
 import msgspec
 
-from ._api import Runtime
 from .errors import CadenzaError, InputError
 from .workflow import parse_duration
 
@@ -84,6 +83,8 @@ async def resume_command(args: argparse.Namespace) -> int:
 
     if bool(args.run_id) == bool(args.all):
         raise InputError("resume needs a RUN_ID, or --all (not both)")
+    from ._api import Runtime  # loaded by the commands that need it
+
     async with Runtime(store=_store(args), default_model=args.model) as runtime:
         if not args.all:
             handle = await runtime.resume(
@@ -113,6 +114,8 @@ async def signal_command(args: argparse.Namespace) -> int:
         data = json.loads(args.data)
     except ValueError as error:
         raise InputError(f"--data is not JSON: {error}") from None
+    from ._api import Runtime  # loaded by the commands that need it
+
     async with Runtime(store=_store(args)) as runtime:
         await runtime.signal(args.run_id, args.address, data)
     sys.stdout.write(
@@ -124,6 +127,8 @@ async def signal_command(args: argparse.Namespace) -> int:
 
 async def maintain_runs(args: argparse.Namespace) -> int:
     """``cadenza runs prune`` and ``cadenza runs check``."""
+    from ._api import Runtime  # loaded by the commands that need it
+
     async with Runtime(store=_store(args)) as runtime:
         if args.action == "check":
             problems = await runtime.check()

@@ -13,13 +13,12 @@ import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, ClassVar, NoReturn, TextIO
+from typing import TYPE_CHECKING, Any, ClassVar, NoReturn, TextIO
 
 import anyio
 import msgspec
 
 from . import __version__
-from ._api import RunHandle, Runtime
 from ._durable_cli import (
     add_durable_commands,
     maintain_runs,
@@ -30,10 +29,13 @@ from ._durable_cli import (
 from ._logging import configure_logging
 from ._remote_cli import add_remote_commands, add_run_options, keys_command, worker_command
 from ._serve_cli import add_serve_command, serve_command
-from .actors import EventSink
 from .errors import CadenzaError, InputError
 from .protocols import Event, EventType, RunResult
 from .workflow import WorkflowError, describe_workflow, load_workflow, to_mermaid, validate_file
+
+if TYPE_CHECKING:
+    from ._api import RunHandle
+    from .actors import EventSink
 
 __all__ = ["main"]
 
@@ -213,6 +215,8 @@ def _print_summary(result: RunResult, stream: TextIO) -> None:
 
 
 async def _run(args: argparse.Namespace) -> int:
+    from ._api import Runtime  # the runtime loads only for the commands that run
+
     document = load_workflow(args.file)
     inputs = _inputs(args)
     async with Runtime(
@@ -292,6 +296,8 @@ async def _runs(args: argparse.Namespace) -> int:
         raise UsageError("runs show needs a RUN_ID")
     if not args.store.exists():
         raise UsageError(f"no run store at {str(args.store)!r} (give --store PATH)")
+    from ._api import Runtime
+
     async with Runtime(store=args.store) as runtime:
         if args.action == "list":
             for row in await runtime.list_runs(limit=args.limit):

@@ -15,7 +15,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import jsonschema
 import msgspec
 
 from ._problems import DocPath, Reporter, did_you_mean
@@ -74,6 +73,8 @@ def check_json_schema(reporter: Reporter, path: DocPath, schema: dict[str, Any])
 def _schema_problem(encoded: bytes) -> tuple[DocPath, str] | None:
     # Checking against the meta-schema costs about a millisecond; the same schema
     # (a judge's, reloaded workflows) is checked once per process.
+    import jsonschema  # ~80 ms to import: only workflows with a resultSchema pay it
+
     schema = msgspec.json.decode(encoded)
     # An unknown "$schema" makes jsonschema warn and fall back; say so instead.
     with warnings.catch_warnings():
