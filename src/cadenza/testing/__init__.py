@@ -15,16 +15,25 @@ without any sockets. With pytest, ``pytest_plugins =
 ["cadenza.testing.pytest_plugin"]`` in the root ``conftest.py`` adds an
 ``llm_server`` fixture. This package itself does not import pytest.
 
+``run_workflow`` runs a workflow on a fresh runtime and returns its result;
+``MessageRecorder`` (an ``on_event`` sink) keeps the messages agents sent and
+which step read them; ``FakeClock`` makes delays and timeouts instant.
+
 ``CrashHarness`` runs a workflow in a real ``cadenza`` process, kills it with
 SIGKILL at a chosen moment (``KillPoint``), resumes it, and
 ``compare_results`` tells how the result differs from an uninterrupted run's.
 """
+
+from cadenza.runtime import FakeClock as FakeClock
 
 from ._crash import CrashHarness as CrashHarness
 from ._crash import CrashOutcome as CrashOutcome
 from ._crash import KillPoint as KillPoint
 from ._crash import ProcessOutcome as ProcessOutcome
 from ._crash import compare_results as compare_results
+from ._helpers import MessageRecorder as MessageRecorder
+from ._helpers import RecordedMessage as RecordedMessage
+from ._helpers import run_workflow as run_workflow
 from ._llm_rules import ReplyLike as ReplyLike
 from ._llm_rules import RequestMatch as RequestMatch
 from ._llm_rules import RequestView as RequestView
@@ -41,8 +50,11 @@ __all__ = [
     "CannedAnswer",
     "CrashHarness",
     "CrashOutcome",
+    "FakeClock",
     "KillPoint",
+    "MessageRecorder",
     "ProcessOutcome",
+    "RecordedMessage",
     "RecordedRequest",
     "ReplyLike",
     "RequestMatch",
@@ -54,4 +66,5 @@ __all__ = [
     "ServerRule",
     "ServerToolCall",
     "compare_results",
+    "run_workflow",
 ]
