@@ -1,4 +1,4 @@
-"""The step actor: runs one leaf step (command, handler) with retries and a timeout.
+"""The step actor: runs one leaf step (command, handler, agent, tool) with retries and a timeout.
 
 A `StepActor` is spawned under the step's address when its controller decides
 the step should run. It executes in its own task: waits for a run-wide slot,
@@ -30,6 +30,7 @@ from ._context import NO_BRIEF, Brief, RunContext, Scope
 from ._coordinator import MSG_TYPES, AgentMessage
 from ._handler import StepContext, StepsView, call_handler, resolve_handler
 from ._remote import remote_work
+from ._tool_step import run_tool_step
 
 __all__ = ["Report", "StepActor", "StepFailure", "StepFinished", "work_error"]
 
@@ -173,7 +174,9 @@ class StepActor(Actor):
         # step, and `cancel()` only fires it while the task is parked inside the work.
         self._task = task
         try:
-            if self.run.dispatcher is not None:  # a worker runs it, and applies its timeout
+            if self.run.dispatcher is not None and self.kind != "tool":
+                # A worker runs it, and applies its timeout (tool steps have no work
+                # order: they run here, under the timeout below).
                 content, result = await remote_work(self, self.run.dispatcher, address, attempt)
             elif seconds is None:
                 handler = self.step.handler
@@ -215,6 +218,8 @@ class StepActor(Actor):
             return await self._command(address, attempt, step.command)
         if step.handler is not None:
             return await self._handler(address, attempt, step.handler)
+        if step.tool is not None:
+            return await run_tool_step(self, address, attempt)
         if self.kind == "agent":
             return await self._agent(address)
         raise StepFailure(

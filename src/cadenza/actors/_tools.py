@@ -78,7 +78,11 @@ def python_tool(reference: str, workflow_dir: Path) -> Tool:
         if is_async:
             value = await function(**kwargs)
         else:
-            value = await anyio.to_thread.run_sync(lambda: function(**kwargs))
+            # Abandoned on cancellation, as a handler is: a step's timeout ends the step
+            # even if the function never returns (its thread runs on, its result dropped).
+            value = await anyio.to_thread.run_sync(
+                lambda: function(**kwargs), abandon_on_cancel=True
+            )
         return value if isinstance(value, str) else msgspec.json.encode(value).decode()
 
     return Tool(ToolSpec(name=name, description=_describe(function), parameters=parameters), run)

@@ -47,6 +47,12 @@ _NOTHING_TO_DO = (
     "give it one of agent, instructions, command, handler, include, graph, control, human "
     "or tool, or a loop with its own steps"
 )
+_BASH_EXPRESSION = (
+    "the command of a bash tool step cannot be a $ expression: its value (a model's "
+    "output, perhaps) would become a shell line. Use a command step and pass the value "
+    'through env (env: {NAME: "{{ steps.x.content }}"}, then "$NAME") or stdin; '
+    "a command that starts with a shell variable can start with 'exec ' instead"
+)
 
 
 class Validator:
@@ -183,14 +189,15 @@ class Validator:
             if body.tool is None:
                 self.add((*path, "toolInput"), "toolInput needs tool: name the tool to run")
             for name, value in body.tool_input.items():
-                if isinstance(value, str) and value.startswith("$"):
-                    self.exprs.expression(
-                        (*path, "toolInput", name),
-                        value[1:],
-                        field=f"toolInput.{name}",
-                        want="any",
-                        shift=1,
-                    )
+                if not (isinstance(value, str) and value.startswith("$")):
+                    continue  # data, passed to the tool as written
+                where = (*path, "toolInput", name)
+                if body.tool == "bash" and name == "command":
+                    self.add(where, _BASH_EXPRESSION)
+                    continue
+                self.exprs.expression(
+                    where, value[1:], field=f"toolInput.{name}", want="any", shift=1
+                )
 
     def _command(self, command: str | list[str], path: DocPath) -> None:
         parts = (

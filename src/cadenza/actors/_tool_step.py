@@ -1,0 +1,464 @@
+"""Running a ``tool`` step (zenflow section 4.1): one tool call, no model.
+
+``tool`` names a built-in with zenflow's name and arguments (``bash``, ``read``,
+``write``, ``glob``, ``grep``) or a Python function ``pkg.module:function``, the
+same references an agent's ``tools:`` accept. The call's arguments are the
+step's ``toolInput``: a top-level string that starts with ``$`` is CEL,
+compiled like a condition and evaluated against the step's scope, and must
+give a string; every other value is passed as written. ``toolInput`` is never
+templated: ``{{`` in it is literal text (a file's content may well hold some).
+
+Arguments are checked before the call, as a model's are: a Python tool's by
+`python_tool` (from the function's signature), a built-in's by its input
+Struct below. Paths are relative to the workflow's directory, like every path
+in a workflow. ``bash`` runs like a ``command`` step (``/bin/sh -c`` in its own
+process group, stdout as content, a non-zero exit fails the step); ``write``
+stays inside the workflow's directory, because its path may come from a model.
+The step's content is the tool's return string and its result is null; each
+call is announced by a pair of ``tool_call`` events, as an agent's calls are.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fnmatch
+import glob as globbing
+import os
+import re
+import threading
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
+
+import anyio
+import msgspec
+
+from cadenza._redact import redact
+from cadenza.errors import ExpressionEvaluationError
+from cadenza.protocols import ErrorInfo
+from cadenza.runtime import Clock
+from cadenza.workflow import compile_expression
+from cadenza.workflow._cel import preview, quote, type_name
+
+from ._command import run_command
+from ._tools import ToolError, python_tool
+
+if TYPE_CHECKING:
+    from ._step import StepActor
+
+__all__ = [
+    "BUILTIN_TOOLS",
+    "GLOB_CAP",
+    "GREP_CAP",
+    "GREP_LINE_CAP",
+    "READ_CAP",
+    "BashInput",
+    "GlobInput",
+    "GrepInput",
+    "ReadInput",
+    "WriteInput",
+    "run_tool_step",
+    "tool_arguments",
+]
+
+READ_CAP = 1024 * 1024
+"""Bytes ``read`` returns at most (zenflow's limit); a larger file fails the step."""
+
+GLOB_CAP = 10_000
+"""Paths ``glob`` returns at most; a pattern that matches more fails the step."""
+
+GREP_CAP = 1000
+"""Matching lines ``grep`` returns; the search stops there, and says so."""
+
+GREP_LINE_CAP = 500
+"""Characters of one matching line that ``grep`` shows; a longer line is cut, marked."""
+
+_PREVIEW = 2000
+"""Characters of a call's input and output shown in its ``tool_call`` events."""
+
+_BINARY_PROBE = 8192
+"""Bytes ``grep`` looks at for a NUL, which marks a file as binary (skipped)."""
+
+
+class _Input(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """Arguments of a built-in tool: zenflow's names, unknown ones rejected."""
+
+
+class ReadInput(_Input, frozen=True):
+    """``read``: the text of one file."""
+
+    path: str
+
+
+class WriteInput(_Input, frozen=True):
+    """``write``: replace (or create) a file, and the directories above it."""
+
+    path: str
+    content: str
+
+
+class GlobInput(_Input, frozen=True):
+    """``glob``: paths matching a pattern (``**`` crosses directories)."""
+
+    pattern: str
+    path: str = "."
+
+
+class GrepInput(_Input, frozen=True):
+    """``grep``: matching lines under a file or directory."""
+
+    pattern: str
+    path: str = "."
+    glob: str | None = None
+    regex: bool = False
+
+
+class BashInput(_Input, frozen=True):
+    """``bash``: a shell command, run as a ``command`` step runs."""
+
+    command: str
+    timeout_seconds: Annotated[int, msgspec.Meta(ge=1)] | None = None
+    working_directory: str | None = None
+
+
+_In = TypeVar("_In", bound=_Input)
+
+
+def _convert(arguments: dict[str, Any], kind: type[_In]) -> _In:
+    try:
+        return msgspec.convert(arguments, kind)
+    except msgspec.ValidationError as error:
+        raise ToolError(f"invalid arguments: {error}") from None
+
+
+# What the arguments are ------------------------------------------------------------
+
+
+def tool_arguments(
+    tool_input: Mapping[str, Any] | None,
+    activation: Mapping[str, object],
+    step_ids: frozenset[str],
+) -> dict[str, Any]:
+    """The call's arguments: ``toolInput`` with its ``$`` strings evaluated.
+
+    Raises:
+        ExpressionEvaluationError: An expression failed, or gave something other
+            than a string; the message names the field.
+    """
+    arguments: dict[str, Any] = {}
+    for name, value in (tool_input or {}).items():
+        if isinstance(value, str) and value.startswith("$"):
+            value = _evaluate(name, value[1:], activation, step_ids)
+        arguments[name] = value
+    return arguments
+
+
+def _evaluate(
+    name: str, source: str, activation: Mapping[str, object], step_ids: frozenset[str]
+) -> str:
+    expression = compile_expression(source, step_ids=step_ids)  # compiled at load: cached
+    try:
+        value = expression.evaluate(activation)
+    except ExpressionEvaluationError as error:
+        raise ExpressionEvaluationError(
+            f"toolInput.{name}: {error.message}", source=source, name=error.name
+        ) from None
+    if not isinstance(value, str):
+        raise ExpressionEvaluationError(
+            f"toolInput.{name}: {quote(source)} must give a string, but it gave "
+            f"{type_name(value)} {preview(value)} (convert it with string(...))",
+            source=source,
+        )
+    return value
+
+
+# The step ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Call:
+    """Where one tool call runs."""
+
+    base_dir: Path
+    run_id: str
+    address: str
+    attempt: int
+    clock: Clock
+
+
+Runner = Callable[[dict[str, Any]], Awaitable[str]]
+
+
+async def run_tool_step(actor: StepActor, address: str, attempt: int) -> tuple[str, None]:
+    """Runs one attempt of ``actor``'s tool step; returns ``(content, None)``.
+
+    Raises:
+        StepFailure: The tool is unknown, its arguments do not fit, it failed
+            (``ToolError``), or ``bash`` exited non-zero (``CommandFailed``).
+        ExpressionEvaluationError: A ``$`` expression of ``toolInput`` failed.
+        Exception: What a Python tool raised, or could not be imported (``HandlerError``).
+    """
+    from ._step import StepFailure  # the step module imports this one
+
+    step = actor.step
+    run = actor.run
+    name = step.tool
+    assert name is not None
+    call = _Call(actor.document.base_dir, run.run_id, address, attempt, run.clock)
+    arguments = tool_arguments(step.tool_input, actor.scope.activation(run.inputs), run.step_ids)
+    runner = _runner(name, call)
+    if runner is None:
+        message = (
+            f"unknown tool {name!r}: the built-in tools are {', '.join(BUILTIN_TOOLS)}; "
+            "a Python function is named 'package.module:function'"
+        )
+        raise StepFailure(ErrorInfo(type="ToolError", message=message, address=address))
+    shown = redact(msgspec.json.encode(arguments).decode())[:_PREVIEW]
+    announced = {"tool_name": name, "tool_call_id": f"{address}:{attempt}", "input": shown}
+    run.journal.emit("tool_call", step_id=address, data={"phase": "start", **announced})
+    output: str | None = None
+    error: str | None = None
+    try:
+        output = await runner(arguments)
+        return output, None
+    except ToolError as failure:
+        error = f"ToolError: {failure}"
+        info = ErrorInfo(type="ToolError", message=f"{name}: {failure}", address=address)
+        raise StepFailure(info) from None
+    except StepFailure as failure:
+        error = f"{failure.error.type}: {failure.error.message}"
+        raise
+    except asyncio.CancelledError:
+        error = "cancelled"
+        raise
+    except Exception as failure:
+        error = f"{type(failure).__name__}: {failure}"
+        raise
+    finally:
+        data: dict[str, Any] = {"phase": "end", **announced, "error": error}
+        if output is not None:
+            data["output"] = redact(output)[:_PREVIEW]
+        run.journal.emit("tool_call", step_id=address, data=data)
+
+
+def _runner(name: str, call: _Call) -> Runner | None:
+    builtin = _BUILTINS.get(name)
+    if builtin is not None:
+        return lambda arguments: builtin(call, arguments)
+    if ":" in name:  # HandlerError if it cannot be imported: the step fails with it
+        return python_tool(name, call.base_dir).run
+    return None
+
+
+# The built-ins -----------------------------------------------------------------------
+
+
+def _path(call: _Call, given: str) -> tuple[Path, str]:
+    """The file a path argument names, and the path as shown in messages and output.
+
+    Surrounding whitespace is dropped: a path often comes from a model's answer.
+    """
+    shown = given.strip()
+    if not shown:
+        raise ToolError("the path is empty")
+    return call.base_dir / shown, shown
+
+
+async def _in_thread(function: Callable[[threading.Event], str]) -> str:
+    """Runs blocking file work in a worker thread; a timeout or cancel abandons it.
+
+    The event is set when the caller stops waiting: a long walk checks it and stops.
+    """
+    stop = threading.Event()
+    try:
+        return await anyio.to_thread.run_sync(function, stop, abandon_on_cancel=True)
+    finally:
+        stop.set()
+
+
+async def _read(call: _Call, arguments: dict[str, Any]) -> str:
+    target, shown = _path(call, _convert(arguments, ReadInput).path)
+
+    def read(stop: threading.Event) -> str:
+        try:
+            with target.open("rb") as handle:
+                data = handle.read(READ_CAP + 1)
+        except FileNotFoundError:
+            raise ToolError(f"no file {shown!r} (looked for {target})") from None
+        except IsADirectoryError:
+            raise ToolError(f"{shown!r} is a directory; glob lists what is in it") from None
+        except OSError as error:
+            raise ToolError(f"cannot read {shown!r}: {error.strerror}") from None
+        if len(data) > READ_CAP:
+            raise ToolError(
+                f"{shown!r} is larger than read's limit of {READ_CAP} bytes (1 MiB); "
+                "read a part of it with a command step (head -c, sed -n)"
+            )
+        return data.decode(errors="replace")
+
+    return await _in_thread(read)
+
+
+async def _write(call: _Call, arguments: dict[str, Any]) -> str:
+    given = _convert(arguments, WriteInput)
+    target, shown = _path(call, given.path)
+    content = given.content.encode()
+
+    def write(stop: threading.Event) -> str:
+        root = call.base_dir.resolve()
+        resolved = target.resolve()
+        if resolved == root:
+            raise ToolError(f"{shown!r} is a directory")
+        if root not in resolved.parents:
+            raise ToolError(
+                f"{shown!r} is outside the workflow's directory ({root}): write only "
+                "writes inside it, since its path may come from a model; use a command "
+                "step to write elsewhere"
+            )
+        try:
+            resolved.parent.mkdir(parents=True, exist_ok=True)
+            resolved.write_bytes(content)
+        except IsADirectoryError:
+            raise ToolError(f"{shown!r} is a directory") from None
+        except OSError as error:
+            raise ToolError(f"cannot write {shown!r}: {error.strerror}") from None
+        return f"wrote {len(content)} bytes to {shown}"
+
+    return await _in_thread(write)
+
+
+def _shown_under(root: str, relative: str) -> str:
+    """A found path as output: under the ``path`` argument, as it was written."""
+    return relative if root in (".", "./") else os.path.join(root, relative)
+
+
+async def _glob(call: _Call, arguments: dict[str, Any]) -> str:
+    given = _convert(arguments, GlobInput)
+    if not given.pattern:
+        raise ToolError("the pattern is empty")
+    root, shown = _path(call, given.path)
+    if not root.is_dir():
+        raise ToolError(f"no directory {shown!r} (looked for {root})")
+
+    def match(stop: threading.Event) -> str:
+        found: list[str] = []
+        for path in globbing.iglob(given.pattern, root_dir=root, recursive=True):
+            if stop.is_set():
+                break
+            if len(found) == GLOB_CAP:
+                raise ToolError(
+                    f"{given.pattern!r} matches more than {GLOB_CAP} paths; narrow the "
+                    "pattern or the path"
+                )
+            found.append(_shown_under(shown, path))
+        return "\n".join(sorted(found))
+
+    return await _in_thread(match)
+
+
+async def _grep(call: _Call, arguments: dict[str, Any]) -> str:
+    given = _convert(arguments, GrepInput)
+    root, shown = _path(call, given.path)
+    matches: Callable[[str], bool]
+    if given.regex:
+        try:
+            compiled = re.compile(given.pattern)
+        except re.error as error:
+            raise ToolError(f"invalid regular expression {given.pattern!r}: {error}") from None
+        matches = lambda line: compiled.search(line) is not None  # noqa: E731
+    else:
+        pattern = given.pattern
+        matches = lambda line: pattern in line  # noqa: E731
+    if not root.exists():
+        raise ToolError(f"no file or directory {shown!r} (looked for {root})")
+
+    def search(stop: threading.Event) -> str:
+        lines: list[str] = []
+
+        def scan(file: Path, name: str) -> bool:
+            """Adds the file's matching lines; False once the cap is reached."""
+            try:
+                with file.open("rb") as handle:
+                    if b"\0" in handle.read(_BINARY_PROBE):
+                        return True
+                    handle.seek(0)
+                    for number, raw in enumerate(handle, 1):
+                        line = raw.decode(errors="replace").rstrip("\r\n")
+                        if not matches(line):
+                            continue
+                        if len(lines) == GREP_CAP:
+                            lines.append(
+                                f"[... stopped after {GREP_CAP} matching lines; narrow the "
+                                "pattern, path or glob]"
+                            )
+                            return False
+                        if len(line) > GREP_LINE_CAP:
+                            line = f"{line[:GREP_LINE_CAP]} [... {len(line) - GREP_LINE_CAP} more]"
+                        lines.append(f"{name}:{number}:{line}")
+            except OSError:  # unreadable, or gone since the walk saw it: as grep -s
+                pass
+            return True
+
+        if not root.is_dir():
+            scan(root, shown)
+            return "\n".join(lines)
+        for directory, subdirectories, files in os.walk(root):
+            if stop.is_set():
+                break
+            subdirectories.sort()  # the walk, and so the output, in sorted order
+            inside = os.path.relpath(directory, root)
+            for file in sorted(files):
+                if given.glob is not None and not fnmatch.fnmatchcase(file, given.glob):
+                    continue
+                relative = file if inside == "." else os.path.join(inside, file)
+                if not scan(Path(directory, file), _shown_under(shown, relative)):
+                    return "\n".join(lines)
+        return "\n".join(lines)
+
+    return await _in_thread(search)
+
+
+async def _bash(call: _Call, arguments: dict[str, Any]) -> str:
+    from ._step import StepFailure  # the step module imports this one
+
+    given = _convert(arguments, BashInput)
+    cwd = call.base_dir
+    if given.working_directory is not None:
+        cwd = _path(call, given.working_directory)[0]
+    env = dict(os.environ)
+    env["CADENZA_RUN_ID"] = call.run_id
+    env["CADENZA_STEP_ADDRESS"] = call.address
+    env["CADENZA_ATTEMPT"] = str(call.attempt)
+    env["CADENZA_IDEMPOTENCY_KEY"] = f"{call.run_id}:{call.address}:{call.attempt}"
+    try:
+        if given.timeout_seconds is None:
+            outcome = await run_command(given.command, env=env, cwd=cwd, stdin=None)
+        else:
+            with call.clock.fail_after(given.timeout_seconds):
+                outcome = await run_command(given.command, env=env, cwd=cwd, stdin=None)
+    except TimeoutError:
+        message = f"timed out after {given.timeout_seconds}s (its timeout_seconds)"
+        raise StepFailure(ErrorInfo("Timeout", message, call.address)) from None
+    except OSError as error:  # the shell cannot start: most often a bad working_directory
+        raise ToolError(f"cannot run the command in {cwd}: {error.strerror}") from None
+    if outcome.exit_code != 0:
+        tail = outcome.stderr.strip().splitlines()[-1:] or [""]
+        message = f"exit code {outcome.exit_code}" + (f": {tail[0][:500]}" if tail[0] else "")
+        raise StepFailure(
+            ErrorInfo(type="CommandFailed", message=message, address=call.address),
+            content=outcome.stdout,
+        )
+    return outcome.stdout
+
+
+_BUILTINS: dict[str, Callable[[_Call, dict[str, Any]], Awaitable[str]]] = {
+    "bash": _bash,
+    "glob": _glob,
+    "grep": _grep,
+    "read": _read,
+    "write": _write,
+}
+
+BUILTIN_TOOLS = tuple(sorted(_BUILTINS))
+"""The built-in tools' names, zenflow's: bash, glob, grep, read, write."""
