@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
 import sys
 from collections.abc import Sequence
@@ -318,11 +319,24 @@ async def _runs(args: argparse.Namespace) -> int:
         return 0
 
 
+def _check_failpoints() -> None:
+    """A misspelt CADENZA_FAILPOINT stops every command at once (exit 2), not just
+    the ones that load the runtime: a crash test must never pass by killing nothing."""
+    if not os.environ.get("CADENZA_FAILPOINT"):
+        return
+    try:
+        from .runtime import _failpoints  # arms them on import
+    except ValueError as error:
+        raise UsageError(str(error)) from None
+    del _failpoints
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Runs the command line; returns the process exit code."""
     args = _parser().parse_args(argv)
     configure_logging()
     try:
+        _check_failpoints()
         if args.command == "run":
             return anyio.run(_run, args)
         if args.command == "validate":
