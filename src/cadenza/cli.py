@@ -8,6 +8,7 @@ traceback); 3 the run waits for a person.
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import signal
@@ -325,10 +326,9 @@ def _check_failpoints() -> None:
     if not os.environ.get("CADENZA_FAILPOINT"):
         return
     try:
-        from .runtime import _failpoints  # arms them on import
+        importlib.import_module("cadenza.runtime._failpoints")  # arms them, or raises
     except ValueError as error:
         raise UsageError(str(error)) from None
-    del _failpoints
 
 
 def main(argv: Sequence[str] | None = None) -> int:
