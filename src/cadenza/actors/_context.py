@@ -9,15 +9,14 @@ nest, so a loop body sees its own steps over those of the workflow around it.
 
 from __future__ import annotations
 
-import asyncio
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from cadenza.llm import ProviderRegistry
 from cadenza.protocols import ErrorInfo, StepRecord
-from cadenza.runtime import Clock, Supervisor
+from cadenza.runtime import Clock, Slots, Supervisor
 from cadenza.workflow import LoadedWorkflow, MemoryWindow, Options, State, Step
 
 from ._journal import RunJournal
@@ -87,7 +86,7 @@ class RunContext:
     journal: RunJournal
     supervisor: Supervisor
     clock: Clock
-    limiter: asyncio.Semaphore
+    limiter: Slots
     step_ids: frozenset[str]
     providers: ProviderRegistry
     max_concurrency: int = 0
@@ -169,19 +168,15 @@ class Scope:
 
     def activation(self, inputs: dict[str, Any]) -> dict[str, Any]:
         """The names a CEL expression evaluated here can use."""
-        names: dict[str, Any] = {}
-        for scope in self._chain():
+        names: dict[str, Any] = dict(self.variables)
+        scope = self.parent
+        while scope is not None:  # inner levels shadow outer ones
             for key, value in scope.variables.items():
                 names.setdefault(key, value)
+            scope = scope.parent
         names["inputs"] = self.inputs if self.inputs is not None else inputs
         names["steps"] = self.steps()
         return names
-
-    def _chain(self) -> Iterator[Scope]:
-        scope: Scope | None = self
-        while scope is not None:
-            yield scope
-            scope = scope.parent
 
 
 def collect_step_ids(steps: Iterable[Step]) -> frozenset[str]:

@@ -46,9 +46,8 @@ class StepOutput:
     status: str
 
 
-@dataclass(frozen=True, slots=True)
-class StepContext:
-    """Everything a handler may know about the step it runs.
+class StepContext(msgspec.Struct, frozen=True, kw_only=True):
+    """Everything a handler may know about the step it runs (immutable).
 
     Attributes:
         run_id: The run's id.

@@ -34,6 +34,7 @@ from cadenza.runtime import (
     LeaseHolder,
     RunRow,
     RunStore,
+    Slots,
     Supervisor,
 )
 from cadenza.workflow import LoadedWorkflow, compile_expression, parse_duration
@@ -176,7 +177,7 @@ async def execute_run(
             journal=journal,
             supervisor=supervisor,
             clock=clock,
-            limiter=asyncio.Semaphore(max_concurrency),
+            limiter=Slots(max_concurrency),
             max_concurrency=max_concurrency,
             step_ids=document_step_ids(document),
             providers=providers,

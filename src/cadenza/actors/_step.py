@@ -56,6 +56,9 @@ class StepFailure(Exception):
         self.result = result
 
 
+_NOT_RUN = StepRecord(status="cancelled")
+
+
 def work_error(error: BaseException, address: str) -> ErrorInfo:
     """Describes an exception raised by a step's work, for the record."""
     if isinstance(error, StepFailure):
@@ -111,11 +114,12 @@ class StepActor(Actor):
         """Runs the step to its final outcome, records it, reports it, and stops."""
         journal = self.run.journal
         address = str(self.address)
-        self.run.active.add(self)
+        active = self.run.active
+        active.add(self)
         try:
-            record = await self._execute()
+            record = await self._execute(address)
         finally:
-            self.run.active.discard(self)
+            active.discard(self)
         tokens = None
         if self.kind == "agent":
             prompt, completion = journal.take_usage(address)
@@ -124,25 +128,29 @@ class StepActor(Actor):
         await self.report(StepFinished(self.step_id, record))
         self.stop()
 
-    async def _execute(self) -> StepRecord:
-        address = str(self.address)
+    async def _execute(self, address: str) -> StepRecord:
+        run = self.run
         step = self.step
-        timeout = step.timeout or self.run.options.step_timeout
+        timeout = step.timeout or run.options.step_timeout
         seconds = parse_duration(timeout) if timeout else None
         attempts = self.first_attempt + step.retries
-        record = StepRecord(status="cancelled")
+        limiter = run.limiter
+        clock = run.clock
+        record = _NOT_RUN
         for attempt in range(self.first_attempt, attempts + 1):
-            if self._cancel_reason is not None or self.run.cancelled is not None:
-                reason = self._cancel_reason or self.run.cancelled or "cancelled"
+            if self._cancel_reason is not None or run.cancelled is not None:
+                reason = self._cancel_reason or run.cancelled or "cancelled"
                 cancelled = ErrorInfo(type="Cancelled", message=reason, address=address)
                 return StepRecord(status="cancelled", attempts=attempt - 1, error=cancelled)
-            async with self.run.limiter:
-                started = self.run.clock.now()
-                self.run.journal.step_started(
-                    address, kind=self.kind, attempt=attempt, agent=step.agent
-                )
+            if not limiter.take():
+                await limiter.wait()
+            try:
+                started = clock.now()
+                run.journal.step_started(address, kind=self.kind, attempt=attempt, agent=step.agent)
                 status, content, result, error = await self._attempt(address, attempt, seconds)
-                elapsed = self.run.clock.now() - started
+                elapsed = clock.now() - started
+            finally:
+                limiter.give()
             record = StepRecord(
                 status=status,
                 content=content,
@@ -154,7 +162,7 @@ class StepActor(Actor):
             )
             if status != "failed" or attempt == attempts:
                 break
-            self.run.journal.emit(
+            run.journal.emit(
                 EventType.STEP_RETRY,
                 step_id=address,
                 error=f"{error.type}: {error.message}" if error is not None else None,
@@ -305,13 +313,14 @@ class StepActor(Actor):
         return outcome.stdout, result
 
     async def _handler(self, address: str, attempt: int, reference: str) -> tuple[str, Any]:
+        run = self.run
         handler = resolve_handler(reference, self.document.base_dir)
-        variables = self.scope.activation(self.run.inputs)
+        variables = self.scope.activation(run.inputs)
         context = StepContext(
-            run_id=self.run.run_id,
+            run_id=run.run_id,
             address=address,
             attempt=attempt,
-            idempotency_key=f"{self.run.run_id}:{address}:{attempt}",
+            idempotency_key=f"{run.run_id}:{address}:{attempt}",
             inputs=variables["inputs"],
             steps=StepsView(variables["steps"]),
             workflow_dir=self.document.base_dir,

@@ -11,7 +11,6 @@ through ``send`` while it runs.
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import os
 from collections.abc import Callable
@@ -33,7 +32,7 @@ from cadenza.protocols import (
     Usage,
     WorkOrder,
 )
-from cadenza.runtime import Actor, Clock, MemoryRunStore, Supervisor
+from cadenza.runtime import Actor, Clock, MemoryRunStore, Slots, Supervisor
 from cadenza.workflow import Agent, LoadedWorkflow, Options, Workflow
 
 from ._agent import run_agent
@@ -223,7 +222,7 @@ async def _agent(
                 journal=journal,
                 supervisor=supervisor,
                 clock=clock,
-                limiter=asyncio.Semaphore(1),
+                limiter=Slots(1),
                 step_ids=frozenset(),
                 providers=providers,
             )

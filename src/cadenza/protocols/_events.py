@@ -100,17 +100,23 @@ class Event(msgspec.Struct, frozen=True, omit_defaults=True, rename="camel"):
 
 
 _second_cache: tuple[int, str] = (-1, "")
+_milli_cache: tuple[int, str] = (-1, "")
 
 
 def timestamp(epoch: float | None = None) -> str:
     """RFC 3339 UTC timestamp with milliseconds, e.g. ``2026-11-21T10:00:00.123Z``."""
-    global _second_cache
-    now = time.time() if epoch is None else epoch
-    whole = int(now)
-    # Events come in bursts within one second: format the date part once per second.
+    global _second_cache, _milli_cache
+    milli = int((time.time() if epoch is None else epoch) * 1000)
+    # Events come in bursts: a step's start and end often share a millisecond, and
+    # the date part changes once a second.
+    if _milli_cache[0] == milli:
+        return _milli_cache[1]
+    whole, fraction = divmod(milli, 1000)
     if _second_cache[0] != whole:
         _second_cache = (whole, time.strftime("%Y-%m-%dT%H:%M:%S.", time.gmtime(whole)))
-    return f"{_second_cache[1]}{int((now - whole) * 1000):03d}Z"
+    text = f"{_second_cache[1]}{fraction:03d}Z"
+    _milli_cache = (milli, text)
+    return text
 
 
 def format_duration(seconds: float) -> str:

@@ -22,6 +22,7 @@ from ._restart import DeadLetter as DeadLetter
 from ._restart import Restart as Restart
 from ._restart import RestartStrategy as RestartStrategy
 from ._restart import SupervisorStatistics as SupervisorStatistics
+from ._slots import Slots as Slots
 from ._sqlite import SCHEMA_VERSION as SCHEMA_VERSION
 from ._sqlite import SqliteRunStore as SqliteRunStore
 from ._store import MemoryRunStore as MemoryRunStore
@@ -52,6 +53,7 @@ __all__ = [
     "RestartStrategy",
     "RunRow",
     "RunStore",
+    "Slots",
     "SqliteRunStore",
     "Supervisor",
     "SupervisorStatistics",

@@ -105,11 +105,14 @@ def exit_actor(
     """Refuse what is left in the inbox, settle the state, and tell the supervisor."""
     inbox.close()
     ref._state = ActorState.FAILED if error is not None else ActorState.STOPPED
+    supervisor = ref._supervisor
+    left = inbox.drain()
+    if current is None and not left:  # the common end: nothing asked, nothing queued
+        supervisor._child_exited(ref, error, cancelled=cancelled)
+        return
     how = "was cancelled" if cancelled else "crashed" if error is not None else "stopped"
     if current is not None and not current.reply.done():
         current.reply.set_exception(ref._stopped(current.message, how))
-    left = inbox.drain()
-    supervisor = ref._supervisor
     for item in left:
         if type(item) is _Ask:
             if not item.reply.done():

@@ -186,6 +186,8 @@ class Inbox(Generic[T]):
 
     def drain(self) -> list[T]:
         """Remove and return every item held, oldest first (for a closed inbox's owner)."""
+        if not self._items:
+            return []
         items = list(self._items)
         self._items.clear()
         for _ in range(min(len(items), len(self._putters or ()))):

@@ -29,6 +29,10 @@ _RUNNING = ActorState.RUNNING
 _STOPPING = ActorState.STOPPING
 
 
+_ACTOR_TYPES: set[type] = set()
+"""Classes already seen to be `Actor` subclasses."""
+
+
 class _Ask:
     __slots__ = ("message", "reply")
 
@@ -203,8 +207,11 @@ class ActorRef:
 
     def _instantiate(self) -> Actor:
         actor = self._factory()
-        if not isinstance(actor, Actor):
-            raise TypeError(f"the factory for {self._address} returned {actor!r}, not an Actor")
+        kind = type(actor)
+        if kind not in _ACTOR_TYPES:  # an ABC isinstance check costs more than a set lookup
+            if not isinstance(actor, Actor):
+                raise TypeError(f"the factory for {self._address} returned {actor!r}, not an Actor")
+            _ACTOR_TYPES.add(kind)
         actor._ref = self
         self._actor = actor
         return actor

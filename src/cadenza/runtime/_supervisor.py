@@ -22,10 +22,11 @@ from cadenza.errors import ActorStopped, AddressError, InboxFull
 from ._actor import Actor
 from ._address import Address
 from ._clock import Clock
+from ._consumer import run_actor
 from ._inbox import Inbox
 from ._ref import ActorRef
 from ._restart import DeadLetter, Restart, RestartStrategy, SupervisorStatistics
-from ._supervision import Phase, SupervisionCore
+from ._supervision import _RUNNING, Phase, SupervisionCore
 
 __all__ = ["Supervisor"]
 
@@ -173,7 +174,7 @@ class Supervisor(SupervisionCore):
             ActorStopped: The supervisor is stopping.
             RuntimeError: The supervisor was not entered (``async with``).
         """
-        if self._phase is not Phase.RUNNING:
+        if self._phase is not _RUNNING:
             if self._phase is Phase.NEW:
                 raise RuntimeError("spawn() needs a running supervisor: use `async with`")
             raise ActorStopped(f"the supervisor is stopping; cannot spawn {str(address)!r}")
@@ -181,15 +182,19 @@ class Supervisor(SupervisionCore):
             address = Address.parse(address)
         size = self._inbox_size if inbox_size is None else inbox_size
         ref = ActorRef(self, address, factory, restart, size)
-        if ref._key in self._table:
-            raise AddressError(f"a live actor already has the address {ref._key!r}", text=ref._key)
+        key = ref._key
+        table = self._table
+        if key in table:
+            raise AddressError(f"a live actor already has the address {key!r}", text=key)
         ref._instantiate()
-        self._table[ref._key] = ref
-        named = self._by_name.get(address.name)
+        table[key] = ref
+        name = address.name
+        named = self._by_name.get(name)
         if named is None:
-            named = self._by_name[address.name] = {}
+            named = self._by_name[name] = {}
         named[ref] = None
-        self._start(ref)
+        ref._task = asyncio.get_running_loop().create_task(run_actor(ref), name=key)
+        self._running += 1
         return ref
 
     def lookup(self, address: Address | str) -> ActorRef | None:
