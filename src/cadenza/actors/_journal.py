@@ -125,10 +125,14 @@ class RunJournal:
         data: dict[str, Any] | None = None,
     ) -> Event:
         """Records an event, queues it for the store and shows it to observers."""
-        if self.replay is not None and self.replay.suppress(type, step_id, message, error, data):
-            return self._restate(type, step_id, agent, message, duration, tokens, error, data)
-        self._seq += 1
-        event = Event(
+        restated = self.replay is not None and self.replay.suppress(
+            type, step_id, message, error, data
+        )
+        if restated and not self._restated:
+            return Event(type=type, timestamp=timestamp(), run_id=self.run_id, seq=self._seq)
+        if not restated:
+            self._seq += 1
+        event = Event(  # positional: the hot path of every step, twice
             type,
             timestamp(),
             self.run_id,
@@ -141,43 +145,16 @@ class RunJournal:
             error,
             data,
         )
+        if restated:  # already in the log: shown to those who count from scratch only
+            for sink in self._restated:
+                sink(event)
+            return event
         self.store.append_event(event)
         for sink in self._sinks:
             sink(event)
         for sink in self._restated:
             sink(event)
         failpoint("event")
-        return event
-
-    def _restate(
-        self,
-        type: str,
-        step_id: str | None,
-        agent: str | None,
-        message: str | None,
-        duration: float | None,
-        tokens: Tokens | None,
-        error: str | None,
-        data: dict[str, Any] | None,
-    ) -> Event:
-        """An event the log already holds: not numbered or stored, shown to `restated` sinks."""
-        if not self._restated:
-            return Event(type=type, timestamp=timestamp(), run_id=self.run_id, seq=self._seq)
-        event = Event(
-            type,
-            timestamp(),
-            self.run_id,
-            self._seq,
-            step_id,
-            agent,
-            message,
-            None if duration is None else format_duration(duration),
-            tokens,
-            error,
-            data,
-        )
-        for sink in self._restated:
-            sink(event)
         return event
 
     def step_started(
