@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Any
 
-from ._actor import ActorState
+from ._actor import Actor, ActorState
 from ._ref import _Ask
 
 if TYPE_CHECKING:
@@ -22,6 +22,7 @@ __all__ = ["exit_actor", "run_actor"]
 _STARTING = ActorState.STARTING
 _RUNNING = ActorState.RUNNING
 _STOPPING = ActorState.STOPPING
+_NO_HOOK = Actor.on_stop
 
 
 async def run_actor(ref: ActorRef) -> None:
@@ -63,7 +64,8 @@ async def run_actor(ref: ActorRef) -> None:
                 await actor.receive(item)
                 item = None
         ref._state = _STOPPING
-        await actor.on_stop()
+        if type(actor).on_stop is not _NO_HOOK:  # most actors have none: spare the frame
+            await actor.on_stop()
     except (Exception, asyncio.CancelledError) as exc:
         if _cancelled(exc):
             exit_actor(ref, inbox, current, None, cancelled=True)

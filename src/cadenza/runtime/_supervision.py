@@ -48,6 +48,7 @@ class Phase(enum.Enum):
 
 
 _RUNNING: Final = Phase.RUNNING
+_TEMPORARY: Final = Restart.TEMPORARY
 
 
 class SupervisionCore:
@@ -113,7 +114,9 @@ class SupervisionCore:
                 batch.running -= 1
                 if not batch.running:
                     self._restart_batch(batch)
-            elif self._restartable(ref, error, cancelled=cancelled):
+            elif ref._restart is not _TEMPORARY and self._restartable(
+                ref, error, cancelled=cancelled
+            ):
                 self._apply_strategy(ref, error)
             else:
                 self._remove(ref)
