@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import shutil
 import sqlite3
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
+import anyio
 import pytest
 
 from cadenza import StoreError
@@ -120,3 +122,69 @@ async def test_waiting_on_a_closed_store_fails_at_once(tmp_path: Path) -> None:
     await store.close()
     with pytest.raises(StoreError, match="is closed"):
         await store.flush()
+
+
+async def test_one_batch_keeps_the_order_of_each_table(store: RunStore) -> None:
+    """Writes flushed together land as if made one by one: the last record of an address
+    stands, a removal applies to what was queued before it and not to what came after."""
+    store.begin_run(row("r"))
+    store.put_step("r", "loop.1", StepRecord(status="running", attempts=1))
+    store.append_event(event("r", 1))
+    store.put_step("r", "loop.1.a", StepRecord(status="completed", attempts=1))
+    store.put_step("r", "loop.1", StepRecord(status="failed", attempts=1))
+    store.append_event(event("r", 2))
+    store.forget_steps("r", "loop.1")
+    store.put_step("r", "loop.2", StepRecord(status="running", attempts=1))
+    again = StepRecord(status="running", attempts=2)
+    store.put_step("r", "loop.1", again)
+    last = StepRecord(status="completed", attempts=1)
+    store.put_step("r", "loop.2", last)
+    store.end_run("r", "completed", None)
+    await store.flush()
+    assert await store.steps("r") == {"loop.1": again, "loop.2": last}
+    assert [e.seq for e in await store.events("r")] == [1, 2]
+    stored = await store.get_run("r")
+    assert stored is not None
+    assert stored.status == "completed"
+
+
+async def test_flushes_of_one_batch_all_return(store: RunStore) -> None:
+    """Many steps flushing at once are all woken, each after its own writes are durable."""
+
+    async def step(n: int) -> None:
+        store.append_event(event("r", n))
+        await store.flush()
+
+    store.begin_run(row("r"))
+    async with anyio.create_task_group() as group:
+        for n in range(1, 51):
+            group.start_soon(step, n)
+    assert [e.seq for e in await store.events("r")] == list(range(1, 51))
+
+
+async def test_files_copied_while_the_store_is_open_hold_what_was_flushed(tmp_path: Path) -> None:
+    """The database and its WAL as a crash leaves them hold exactly what was flushed."""
+    path = tmp_path / "runs.db"
+    store = SqliteRunStore(path)
+    await store.open()
+    try:
+        wal = tmp_path / "runs.db-wal"
+        store.begin_run(row("r"))
+        for seq in (1, 2, 3):
+            store.append_event(event("r", seq))
+        await store.flush()
+        crashed = tmp_path / "crashed"
+        crashed.mkdir()
+        shutil.copy(path, crashed / "runs.db")
+        shutil.copy(wal, crashed / "runs.db-wal")
+    finally:
+        await store.close()
+    assert not wal.exists()  # SQLite checkpoints and removes it when the store closes
+    for where in (crashed / "runs.db", path):
+        reopened = SqliteRunStore(where)
+        await reopened.open()
+        try:
+            assert [e.seq for e in await reopened.events("r")] == [1, 2, 3]
+            assert await reopened.check() == []
+        finally:
+            await reopened.close()

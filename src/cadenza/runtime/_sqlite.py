@@ -40,7 +40,7 @@ from ._sqlite_schema import (
     migrate,
     take_lease,
 )
-from ._sqlite_writer import GroupWriter
+from ._sqlite_writer import GroupWriter, Statement
 from ._store import RunRow
 
 __all__ = ["SCHEMA_VERSION", "SqliteRunStore"]
@@ -50,6 +50,32 @@ _decode_event = msgspec.json.Decoder(Event).decode
 _decode_step = msgspec.json.Decoder(StepRecord).decode
 _decode_result = msgspec.json.Decoder(RunResult).decode
 _decode_inputs = msgspec.json.Decoder(dict[str, Any]).decode
+
+_BEGIN_RUN = Statement("INSERT OR REPLACE INTO runs VALUES (?, ?, ?, ?, ?, ?, ?, NULL)", "runs", 1)
+_APPEND_EVENT = Statement(
+    "INSERT OR REPLACE INTO events (run_id, seq, type, step_id, body, crc) "
+    "VALUES (?, ?, ?, ?, ?, ?)",
+    "events",
+    2,
+)
+_PUT_STEP = Statement(
+    "INSERT OR REPLACE INTO steps (run_id, address, status, record, crc) VALUES (?, ?, ?, ?, ?)",
+    "steps",
+    2,
+)
+_END_RUN = Statement(
+    "UPDATE runs SET status = ?, updated_at = ?, result = ? WHERE run_id = ?", "runs"
+)
+_SAVE_DOCUMENT = Statement("INSERT OR REPLACE INTO documents VALUES (?, ?, ?)", "documents", 1)
+_RELEASE_LEASE = Statement("DELETE FROM leases WHERE run_id = ? AND holder = ?", "leases")
+_FORGET_STEPS = Statement(
+    "DELETE FROM steps WHERE run_id = ? AND (address = ? OR substr(address, 1, ?) IN (?, ?))",
+    "steps",
+)
+_DELETE_RUN = [
+    Statement(f"DELETE FROM {table} WHERE run_id = ?", table)
+    for table in ("events", "steps", "documents", "leases", "runs")
+]
 
 
 class SqliteRunStore:
@@ -92,7 +118,7 @@ class SqliteRunStore:
     def begin_run(self, row: RunRow) -> None:
         """Queues a new run row."""
         self._writer.put(
-            "INSERT OR REPLACE INTO runs VALUES (?, ?, ?, ?, ?, ?, ?, NULL)",
+            _BEGIN_RUN,
             (
                 row.run_id,
                 row.workflow,
@@ -108,8 +134,7 @@ class SqliteRunStore:
         """Queues an event."""
         body = _encode(event)
         self._writer.put(
-            "INSERT OR REPLACE INTO events (run_id, seq, type, step_id, body, crc) "
-            "VALUES (?, ?, ?, ?, ?, ?)",
+            _APPEND_EVENT,
             (event.run_id, event.seq, event.type, event.step_id, body, crc(body)),
         )
 
@@ -117,15 +142,14 @@ class SqliteRunStore:
         """Queues the latest record of an address."""
         body = _encode(record)
         self._writer.put(
-            "INSERT OR REPLACE INTO steps (run_id, address, status, record, crc) "
-            "VALUES (?, ?, ?, ?, ?)",
+            _PUT_STEP,
             (run_id, address, record.status, body, crc(body)),
         )
 
     def end_run(self, run_id: str, status: RunStatus, result: RunResult | None) -> None:
         """Queues the run's new status and result."""
         self._writer.put(
-            "UPDATE runs SET status = ?, updated_at = ?, result = ? WHERE run_id = ?",
+            _END_RUN,
             (status, time.time(), None if result is None else _encode(result), run_id),
         )
 
@@ -191,9 +215,7 @@ class SqliteRunStore:
 
     def save_document(self, run_id: str, body: bytes) -> None:
         """Queues the run's document."""
-        self._writer.put(
-            "INSERT OR REPLACE INTO documents VALUES (?, ?, ?)", (run_id, body, crc(body))
-        )
+        self._writer.put(_SAVE_DOCUMENT, (run_id, body, crc(body)))
 
     async def document(self, run_id: str) -> bytes | None:
         """The run's document, checked against its CRC, or None."""
@@ -214,23 +236,22 @@ class SqliteRunStore:
     def release_lease(self, run_id: str, holder: LeaseHolder) -> None:
         """Queues the release of ``holder``'s lease."""
         self._writer.put(
-            "DELETE FROM leases WHERE run_id = ? AND holder = ?",
+            _RELEASE_LEASE,
             (run_id, _encode(holder)),
         )
 
     def forget_steps(self, run_id: str, prefix: str) -> None:
         """Queues the removal of the records at ``prefix`` and below it."""
         self._writer.put(
-            "DELETE FROM steps WHERE run_id = ? AND (address = ? OR substr(address, 1, ?) IN "
-            "(?, ?))",
+            _FORGET_STEPS,
             (run_id, prefix, len(prefix) + 1, prefix + ".", prefix + "["),
         )
 
     async def delete_runs(self, run_ids: Sequence[str]) -> None:
         """Removes the runs with their events, records, documents and leases."""
         for run_id in run_ids:
-            for table in ("events", "steps", "documents", "leases", "runs"):
-                self._writer.put(f"DELETE FROM {table} WHERE run_id = ?", (run_id,))
+            for statement in _DELETE_RUN:
+                self._writer.put(statement, (run_id,))
         await self.flush()
 
     async def check(self) -> list[str]:

@@ -27,7 +27,14 @@ from cadenza.protocols import Event, StepRecord
 
 from ._lease import LeaseHolder, check_takeover
 
-__all__ = ["SCHEMA_VERSION", "checked", "connect", "integrity_problems", "migrate", "take_lease"]
+__all__ = [
+    "SCHEMA_VERSION",
+    "checked",
+    "connect",
+    "integrity_problems",
+    "migrate",
+    "take_lease",
+]
 
 SCHEMA_VERSION = 2
 

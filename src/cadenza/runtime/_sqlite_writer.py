@@ -1,11 +1,20 @@
 """The SQLite store's writer: one thread, group commit, a failure that sticks.
 
-Writes are queued as (SQL, parameters) and never wait. The writer thread takes
-everything queued so far, writes it in one transaction and commits once, then
-wakes every `GroupWriter.flush` whose barrier was in that batch: steps that
-finish together share one fsync, and each still waits for its own durability.
-Runs of one statement in a batch go to ``executemany``: one call instead of one
-per row holds the GIL, so a burst of events does not starve the event loop.
+Writes are queued as (`Statement`, parameters) and never wait. The writer
+thread takes everything queued so far, writes it in one transaction and commits
+once, then wakes every `GroupWriter.flush` whose barrier was in that batch:
+steps that finish together share one fsync, and each still waits for its own
+durability.
+
+A batch is written table by table, in queue order within each table, so that
+the rows of one statement go to SQLite in as few calls as possible (one
+``executemany`` holds the GIL once, not once per row, so a burst of events does
+not starve the event loop). Tables have no triggers or foreign keys, so
+statements on different tables commute inside the transaction. A row of an
+upsert (`Statement.key`) that a later row of the same run replaces (a step's
+``running`` record, then its outcome) is not written at all. A batch that holds
+only barriers writes nothing: everything queued before them was committed by
+an earlier batch.
 
 After a failed commit every later `flush` raises `StoreError`: a run that can no
 longer be recorded must not go on as if it were.
@@ -14,12 +23,12 @@ longer be recorded must not go on as if it were.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import queue
 import sqlite3
 import threading
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import anyio
 
@@ -28,10 +37,30 @@ from cadenza.errors import StoreError
 from ._failpoints import failpoint
 from ._sqlite_schema import connect
 
-__all__ = ["GroupWriter"]
+__all__ = ["GroupWriter", "Statement"]
 
-_Write = tuple[str, tuple[Any, ...]]
-_Waker = Callable[[], None]
+
+class Statement(NamedTuple):
+    """One SQL statement the writer runs, and what it needs to know to batch it.
+
+    Attributes:
+        sql: The statement, with ``?`` parameters.
+        table: The one table it writes.
+        key: For an ``INSERT OR REPLACE``: how many leading parameters are the
+            primary key (a later row with the same key replaces the row); else 0.
+    """
+
+    sql: str
+    table: str
+    key: int = 0
+
+
+class _Barrier(NamedTuple):
+    loop: asyncio.AbstractEventLoop
+    future: asyncio.Future[None]
+
+
+_Write = tuple[Statement, tuple[Any, ...]]
 _STOP = object()
 
 
@@ -40,7 +69,7 @@ class GroupWriter:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self._queue: queue.SimpleQueue[_Write | _Waker | object] = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[_Write | _Barrier | object] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._failure: BaseException | None = None
 
@@ -56,9 +85,9 @@ class GroupWriter:
             await anyio.to_thread.run_sync(self._thread.join)
             self._thread = None
 
-    def put(self, sql: str, parameters: tuple[Any, ...]) -> None:
+    def put(self, statement: Statement, parameters: tuple[Any, ...]) -> None:
         """Queues one statement."""
-        self._queue.put((sql, parameters))
+        self._queue.put((statement, parameters))
 
     async def flush(self) -> None:
         """Waits until everything queued before this call is committed.
@@ -72,11 +101,7 @@ class GroupWriter:
             raise StoreError(f"the run store {str(self.path)!r} is closed")
         loop = asyncio.get_running_loop()
         done = loop.create_future()
-
-        def wake() -> None:
-            loop.call_soon_threadsafe(_resolve, done)
-
-        self._queue.put(wake)
+        self._queue.put(_Barrier(loop, done))
         await done
         self._raise_failure()
 
@@ -86,6 +111,7 @@ class GroupWriter:
 
     def _loop(self) -> None:
         connection = connect(self.path)
+        cursor = connection.cursor()
         try:
             while True:
                 batch = [self._queue.get()]
@@ -95,45 +121,74 @@ class GroupWriter:
                         batch.append(self._queue.get_nowait())
                     except queue.Empty:
                         break
-                if self._commit(connection, batch):
+                if self._commit(connection, cursor, batch):
                     return
         finally:
             connection.close()
 
-    def _commit(self, connection: sqlite3.Connection, batch: list[Any]) -> bool:
-        wakers: list[_Waker] = []
+    def _commit(
+        self, connection: sqlite3.Connection, cursor: sqlite3.Cursor, batch: list[Any]
+    ) -> bool:
+        barriers: list[_Barrier] = []
         stop = False
-        writes = 0
-        try:
-            connection.execute("BEGIN")
-            sql, rows = "", list[tuple[Any, ...]]()
-            for item in [*batch, None]:
-                if item is None or item is _STOP or callable(item) or item[0] != sql:
-                    if rows:
-                        connection.executemany(sql, rows)
-                        writes += len(rows)
-                    sql, rows = "", []
-                if item is _STOP:
-                    stop = True
-                elif callable(item):
-                    wakers.append(item)
-                elif item is not None:
-                    sql = item[0]
-                    rows.append(item[1])
-            if writes:
+        # table -> runs of one statement, in queue order
+        tables: dict[str, list[tuple[Statement, list[tuple[Any, ...]]]]] = {}
+        for item in batch:
+            if item is _STOP:
+                stop = True
+            elif type(item) is _Barrier:
+                barriers.append(item)
+            else:
+                statement, parameters = item
+                runs = tables.get(statement.table)
+                if runs is None:
+                    tables[statement.table] = [(statement, [parameters])]
+                elif runs[-1][0] is statement:
+                    runs[-1][1].append(parameters)
+                else:
+                    runs.append((statement, [parameters]))
+        if tables:
+            try:
+                cursor.execute("BEGIN")
+                for runs in tables.values():
+                    for statement, rows in runs:
+                        if len(rows) == 1:
+                            cursor.execute(statement.sql, rows[0])
+                        else:
+                            cursor.executemany(statement.sql, _latest(statement, rows))
                 failpoint("store.before_commit")
-            connection.execute("COMMIT")
-            if writes:
+                cursor.execute("COMMIT")
                 failpoint("store.after_commit")
-        except sqlite3.Error as error:
-            self._failure = error
-            if connection.in_transaction:
-                connection.execute("ROLLBACK")
-        for wake in wakers:
-            wake()
+            except sqlite3.Error as error:
+                self._failure = error
+                if connection.in_transaction:
+                    connection.execute("ROLLBACK")
+        _wake(barriers)
         return stop
 
 
-def _resolve(future: asyncio.Future[None]) -> None:
-    if not future.done():
-        future.set_result(None)
+def _latest(statement: Statement, rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+    """The rows of a run of one statement that are not replaced later in the run."""
+    if not statement.key:
+        return rows
+    key = statement.key
+    latest = {row[:key]: row for row in rows}  # rows of different keys commute
+    return rows if len(latest) == len(rows) else list(latest.values())
+
+
+def _wake(barriers: list[_Barrier]) -> None:
+    """Resolves the barriers' futures: one hand-off to each event loop, not one per flush."""
+    if not barriers:
+        return
+    by_loop: dict[asyncio.AbstractEventLoop, list[asyncio.Future[None]]] = {}
+    for loop, future in barriers:
+        by_loop.setdefault(loop, []).append(future)
+    for loop, futures in by_loop.items():
+        with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits any more
+            loop.call_soon_threadsafe(_resolve, futures)
+
+
+def _resolve(futures: list[asyncio.Future[None]]) -> None:
+    for future in futures:
+        if not future.done():
+            future.set_result(None)
