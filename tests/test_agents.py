@@ -436,3 +436,23 @@ async def test_max_retries_bounds_each_model_call(
     if status == "failed":
         assert result.error is not None
         assert result.error.type == "LLMHTTPError"
+
+
+async def test_runs_of_one_runtime_share_its_http_client(
+    write_flow: WriteFlow, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The runtime's one HTTP client serves every run: later runs reuse its connection."""
+    with ScriptedLLMServer([ServerRule(["done"])]) as server:
+        for name, value in server.environ().items():
+            monkeypatch.setenv(name, value)
+        path = write_flow(
+            'name: one\nagents:\n  a: {model: "openai:m", prompt: "p"}\n'
+            "steps:\n  - {id: s, agent: a, instructions: go}\n"
+        )
+        async with Runtime() as runtime:
+            for _ in range(3):
+                result = await runtime.run(path)
+                assert result.status == "completed"
+        ports = {request.client_port for request in server.requests}
+    assert len(server.requests) == 3
+    assert len(ports) == 1, f"each run opened its own connection: ports {sorted(ports)}"

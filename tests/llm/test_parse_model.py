@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from cadenza.llm import PROVIDERS, LLMConfigError, parse_model
+from cadenza.llm import PROVIDERS, LLMConfigError, ProviderRegistry, parse_model
 
 
 @pytest.mark.parametrize(
@@ -41,3 +41,15 @@ def test_rejects_specs_without_provider_or_model(spec: str) -> None:
     """A spec must name both a provider and a model."""
     with pytest.raises(LLMConfigError, match="names no"):
         parse_model(spec)
+
+
+async def test_check_answers_the_same_every_time() -> None:
+    """``check`` remembers a passed spec; a failing one fails again, every time."""
+    async with ProviderRegistry(environ={"OPENAI_API_KEY": "k"}) as providers:
+        assert providers.check("openai:gpt-4o") == ("openai", "gpt-4o")
+        assert providers.check("openai:gpt-4o") == ("openai", "gpt-4o")
+        for _ in range(2):
+            with pytest.raises(LLMConfigError, match="ANTHROPIC_API_KEY is not set"):
+                providers.check("anthropic:claude")
+            with pytest.raises(LLMConfigError, match="unknown provider"):
+                providers.check("nope:model")

@@ -158,6 +158,17 @@ def _submit_result(conversation: _Conversation, schema: dict[str, Any]) -> Tool:
     return Tool(spec, submit)
 
 
+_SEND_MESSAGE = ToolSpec(
+    name="send_message",
+    description="Send a message to the coordinator of this run.",
+    parameters={
+        "type": "object",
+        "properties": {"text": {"type": "string", "description": "The message."}},
+        "required": ["text"],
+    },
+)
+
+
 def _send_message(run: RunContext, address: str) -> Tool:
     async def send(arguments: dict[str, Any]) -> str:
         text = arguments.get("text")
@@ -173,35 +184,45 @@ def _send_message(run: RunContext, address: str) -> Tool:
             raise ToolError(f"message dropped: {reason}") from None
         return '{"status": "sent"}'
 
-    spec = ToolSpec(
-        name="send_message",
-        description="Send a message to the coordinator of this run.",
-        parameters={
-            "type": "object",
-            "properties": {"text": {"type": "string", "description": "The message."}},
-            "required": ["text"],
-        },
-    )
-    return Tool(spec, send)
+    return Tool(_SEND_MESSAGE, send)
 
 
 def _tools(conversation: _Conversation, document: LoadedWorkflow, *, can_send: bool) -> None:
     agent = conversation.agent
-    allowed = None if agent is None or agent.tools is None else set(agent.tools)
-    denied = (
-        set() if agent is None or agent.disallowed_tools is None else set(agent.disallowed_tools)
-    )
+    if agent is None or (agent.tools is None and agent.disallowed_tools is None):
+        # Nothing allowed or denied by name (the common case): no sets to build.
+        if agent is not None and agent.result_schema is not None:
+            conversation.offer(_submit_result(conversation, agent.result_schema))
+        if can_send:
+            conversation.offer(_send_message(conversation.run, conversation.address))
+        return
+    allowed = None if agent.tools is None else set(agent.tools)
+    denied = set() if agent.disallowed_tools is None else set(agent.disallowed_tools)
 
     def wanted(name: str) -> bool:
         return (allowed is None or name in allowed) and name not in denied
 
-    if agent is not None and agent.result_schema is not None:
+    if agent.result_schema is not None:
         conversation.offer(_submit_result(conversation, agent.result_schema))
     if can_send and wanted("send_message"):
         conversation.offer(_send_message(conversation.run, conversation.address))
     for reference in sorted(allowed or ()):
         if ":" in reference and reference not in denied:
             conversation.offer(python_tool(reference, document.base_dir))
+
+
+def _item(scope: Scope) -> Any:
+    """The ``item`` variable visible at ``scope`` (the innermost wins), or None.
+
+    What ``scope.activation(...)["item"]`` gives, without building the activation.
+    """
+    level: Scope | None = scope
+    while level is not None:
+        variables = level.variables
+        if "item" in variables:
+            return variables["item"]
+        level = level.parent
+    return None
 
 
 def _remembered(run: RunContext, brief: Brief) -> list[Message]:
@@ -263,11 +284,10 @@ async def run_agent(
         _tools(conversation, document, can_send=can_send_messages)
         for tool in extra_tools:
             conversation.offer(tool)
-        variables = scope.activation(run.inputs)
         prompt = build_prompt(
             instructions,
             brief=brief,
-            item=variables.get("item"),
+            item=_item(scope),
             dependencies=dependencies,
             context=context,
             context_files=read_context_files(document.base_dir, context_files),

@@ -167,7 +167,7 @@ async def execute_run(
             done.set_result(outcome)
 
     async with (
-        ProviderRegistry(clock=clock) as providers,
+        ProviderRegistry(clock=clock, http=http) as providers,
         Supervisor(clock=clock, on_crash=on_crash, on_dead_letter=on_dead_letter) as supervisor,
     ):
         context = RunContext(

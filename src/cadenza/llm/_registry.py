@@ -125,6 +125,7 @@ class ProviderRegistry:
         self._shared_http = http
         self._closed = False
         self._clients: dict[tuple[str, str], LLMClient] = {}
+        self._checked: dict[str, tuple[str, str]] = {}  # spec -> check(spec), once it passed
         self._caller = HTTPCaller(
             http=self._http_client,
             clock=self._clock,
@@ -148,10 +149,14 @@ class ProviderRegistry:
             LLMConfigError: The spec is bad, or the provider's key is not set
                 (``OPENAI_API_KEY is not set (needed by model openai:gpt-4o)``).
         """
+        checked = self._checked.get(spec)
+        if checked is not None:  # the environment was read once: the answer stands
+            return checked
         provider, model = parse_model(spec)
         variable = self._missing_key(provider)
         if variable is not None:
             raise LLMConfigError(f"{variable} is not set (needed by model {provider}:{model})")
+        self._checked[spec] = provider, model
         return provider, model
 
     def client(

@@ -11,6 +11,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
+import httpx
+
 from cadenza._redact import redact
 
 from ._errors import LLMConfigError
@@ -87,7 +89,8 @@ class HTTPModelClient:
         if api_key:
             headers.update(wire.auth_headers(api_key))
             secrets = secrets | {api_key}
-        self._headers = headers
+        # Built once: httpx copies an ``httpx.Headers`` as is, but normalises a dict per call.
+        self._headers = httpx.Headers(headers)
         self._missing_key = missing_key
         self._caller = caller
         self._secrets = secrets

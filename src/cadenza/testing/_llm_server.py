@@ -41,6 +41,7 @@ class RecordedRequest:
         body: The parsed JSON body, or None when it was not JSON.
         rule: The name (or index) of the rule that answered; None if none did.
         inflight: Requests in flight when this one arrived, itself included.
+        client_port: The client's port: requests over one kept-alive connection share it.
     """
 
     path: str
@@ -48,6 +49,7 @@ class RecordedRequest:
     body: Any
     rule: str | None
     inflight: int
+    client_port: int = 0
 
     @property
     def model(self) -> str | None:
@@ -213,7 +215,7 @@ class ScriptedLLMServer:
             else None
         )
         if problem is not None:
-            self._record(RecordedRequest(path, headers, body, None, 0))
+            self._record(RecordedRequest(path, headers, body, None, 0, handler.client_address[1]))
             handler.send_body(problem[0], self._error(*problem))
             return
         with self._lock:
@@ -224,7 +226,9 @@ class ScriptedLLMServer:
         try:
             picked = self._script.pick(self._wire.view(body))
             rule = picked[0] if picked is not None else None
-            self._record(RecordedRequest(path, headers, body, rule, inflight))
+            self._record(
+                RecordedRequest(path, headers, body, rule, inflight, handler.client_address[1])
+            )
             if picked is None:
                 handler.send_body(400, self._error(400, "no rule matches this request"))
             else:
