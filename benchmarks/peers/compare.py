@@ -48,11 +48,12 @@ LOOP_NOTE = """\
 Each Cadenza step is an actor: spawning it (a task, an inbox, an address in the
 supervisor's tables), two events through the journal, a step record, the loop
 controller's bookkeeping and a fresh CEL scope per iteration. docs/architecture.md
-measures this at 75-85 µs for a no-op step on an idle machine against a 25 µs goal
-the design does not reach without giving up an actor per step. LangGraph's
-per-step cost (its Pregel superstep: channel updates, task preparation) is a few
-hundred µs, so the ratio lands at a few x (3.6-4.3x in our runs), not 15x. The 15x
-target assumed a ~25 µs Cadenza step."""
+measures this at 55-65 µs for a no-op step (about 223k CPU instructions) against a
+25 µs goal: the spawn, start, exit and one message of a bare supervised actor
+already cost about 106k instructions (about 25 µs), so the goal is out of reach
+while every step is an actor on CPython 3.11. LangGraph's per-step cost (its
+Pregel superstep: channel updates, task preparation) is a few hundred µs, so the
+ratio lands at a few x, not 15x. The 15x target assumed a ~25 µs Cadenza step."""
 
 SQLITE_NOTE = """\
 Both sides are bound by the disk. Cadenza commits each step durably (WAL,
