@@ -75,6 +75,7 @@ __all__ = [
     "include",
     "input_",
     "loop",
+    "tool",
     "workflow",
     "workflow_loop",
 ]
@@ -368,6 +369,54 @@ def command(
         env=None if env is None else dict(env),
         cwd=cwd,
         stdin=stdin,
+    )
+    return BuiltStep(step, feedback=feedback)
+
+
+def tool(
+    id: str,
+    tool: str | Callable[..., Any],
+    tool_input: Mapping[str, Any] | None = None,
+    *,
+    depends_on: Iterable[str | StepLike] = (),
+    when: Condition | None = None,
+    timeout: str | None = None,
+    retries: int = 0,
+    on_error: OnError = "fail",
+    feedback: bool | None = None,
+) -> BuiltStep:
+    """A ``tool`` step: one call of a tool, without a model (zenflow 4.1).
+
+    ``tool`` is a built-in (``read``, ``write``, ``glob``, ``grep``, ``bash``), a
+    ``package.module:function`` reference, or an importable function (a module-level
+    ``def``; it is stored as its reference, as a worker or a resume must import it).
+    ``tool_input`` holds its arguments as written, except that a top-level string
+    starting with ``$`` is CEL (``"$steps.draft.content"``). Other arguments as for
+    `handler`.
+
+    Raises:
+        TypeError: ``tool`` is a function that cannot be imported by its name
+            (a lambda, a nested function, one defined in ``__main__``).
+    """
+    if isinstance(tool, str):
+        name = tool
+    else:
+        found = _importable(tool)
+        if found is None:
+            raise TypeError(
+                f"tool step {id!r}: {tool!r} cannot be imported by name; define the "
+                "tool at module level, or pass its 'package.module:function' reference"
+            )
+        name = found
+    step = _step(
+        id,
+        depends_on,
+        when,
+        timeout,
+        retries,
+        on_error,
+        tool=name,
+        tool_input=None if tool_input is None else dict(tool_input),
     )
     return BuiltStep(step, feedback=feedback)
 

@@ -52,6 +52,7 @@ from ._build import human as human
 from ._build import include as include
 from ._build import input_ as input_
 from ._build import loop as loop
+from ._build import tool as tool
 from ._build import workflow as workflow
 from ._build import workflow_loop as workflow_loop
 from .errors import PredicateNotRegistered as PredicateNotRegistered
@@ -83,6 +84,7 @@ __all__ = [
     "include",
     "input_",
     "loop",
+    "tool",
     "workflow",
     "workflow_loop",
 ]

@@ -180,6 +180,55 @@ async def test_leaf_steps_build_the_yaml_structs_and_run_the_same() -> None:
     assert result.steps["never"].status == "skipped"
 
 
+def add_numbers(a: int, b: int = 0) -> dict[str, int]:
+    """A Python tool: adds two whole numbers."""
+    return {"sum": a + b}
+
+
+async def test_tool_steps_build_the_yaml_structs_and_run_the_same(tmp_path: Path) -> None:
+    """A built-in tool with a `$` CEL input, and a Python tool given as a function."""
+    built = b.workflow(
+        "tools",
+        steps=[
+            b.handler("draft", shout),
+            b.tool(
+                "save",
+                "write",
+                {"path": "out/draft.txt", "content": "$steps.draft.content"},
+                depends_on=["draft"],
+            ),
+            b.tool("add", add_numbers, {"a": 2, "b": 3}),
+        ],
+        base_dir=tmp_path,
+    )
+    assert built.workflow.steps[2].tool == f"{__name__}:add_numbers"
+    loaded = yaml(
+        """
+        name: tools
+        steps:
+          - {id: draft, handler: "REF_SHOUT"}
+          - id: save
+            tool: write
+            toolInput: {path: out/draft.txt, content: $steps.draft.content}
+            dependsOn: [draft]
+          - {id: add, tool: "REF_ADD", toolInput: {a: 2, b: 3}}
+        """,
+        tmp_path,
+        SHOUT=ref(shout),
+        ADD=f"{__name__}:add_numbers",
+    )
+    assert built.workflow == loaded.workflow
+    result = await same_run(built, loaded)
+    assert result.status == "completed", result.error
+    assert result.steps["add"].content == '{"sum":5}'
+    assert (tmp_path / "out" / "draft.txt").read_text() == result.steps["draft"].content
+
+
+def test_a_tool_function_that_cannot_be_imported_by_name_is_refused() -> None:
+    with pytest.raises(TypeError, match="cannot be imported by name"):
+        b.tool("add", lambda a: a, {"a": 1})
+
+
 async def test_loops_and_foreach_build_the_yaml_structs_and_run_the_same() -> None:
     """A repeated step, a loop body, a forEach over a list and one over CEL, a root loop."""
     built = b.workflow(
