@@ -11,17 +11,9 @@ import pytest
 
 import cadenza
 from cadenza import RunResult, Runtime
+from tests._processes import running
 
 WriteFlow = Callable[..., Path]
-
-
-def running(pid: int) -> bool:
-    """True while a process exists and is not a zombie waiting to be reaped."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except FileNotFoundError:
-        return False
-    return state != "Z"
 
 
 def gone(pid: int, *, within: float = 5.0) -> bool:

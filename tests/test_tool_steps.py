@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 
 from cadenza import RunResult, Runtime
-from cadenza.remote import Dispatcher
 from cadenza.testing import ScriptedLLMServer, ServerRule
 from cadenza.workflow import WorkflowError, load_workflow
+from tests._processes import running
 
 WriteFlow = Callable[..., Path]
 
@@ -246,16 +246,6 @@ async def test_bash_timeouts_kill_the_command(write_flow: WriteFlow, tmp_path: P
     assert own == ("Timeout", "timed out after 1s (its timeout_seconds)")
     assert not running(tmp_path / "one.pid")
     assert not running(tmp_path / "two.pid")
-
-
-def running(pid_file: Path) -> bool:
-    """True while the process whose pid the file holds exists and is not a zombie."""
-    pid = int(pid_file.read_text())
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except FileNotFoundError:
-        return False
-    return state != "Z"
 
 
 # Python tools ----------------------------------------------------------------------------
@@ -509,30 +499,6 @@ async def test_a_tool_step_announces_its_call(write_flow: WriteFlow, tmp_path: P
     }
     assert end is not None
     assert (end["phase"], end["output"], end["error"]) == ("end", "content", None)
-
-
-async def test_with_remote_workers_tool_steps_run_here_under_their_timeout(
-    write_flow: WriteFlow, tmp_path: Path
-) -> None:
-    """A tool step has no work order: it runs in the supervisor, needing no worker,
-    and its timeout still holds."""
-    path = write_flow(
-        f"""
-        name: remote
-        steps:
-          - {{id: quick, tool: glob, toolInput: {{pattern: "*.yaml"}}}}
-          - id: slow
-            timeout: 1s
-            tool: bash
-            toolInput: {{command: 'echo $$ > {tmp_path}/slow.pid; exec sleep 300'}}
-        """
-    )
-    async with Runtime(workers=Dispatcher("tcp://127.0.0.1:*", heartbeat=0.2)) as runtime:
-        result = await runtime.run(path)
-    quick = result.steps["quick"]
-    assert (quick.content, quick.worker) == ("flow.yaml", None)
-    assert error_of(result, "slow") == ("Timeout", "timed out after 1s")
-    assert not running(tmp_path / "slow.pid")
 
 
 def test_cli_runs_a_tool_step(write_flow: WriteFlow, tmp_path: Path) -> None:

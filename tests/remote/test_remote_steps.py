@@ -11,6 +11,7 @@ from cadenza import Runtime
 from cadenza.protocols import Event, EventType
 from cadenza.remote import Dispatcher
 from cadenza.testing import ScriptedLLMServer, ServerRule
+from tests._processes import running
 
 from .conftest import SpawnWorker, Watch
 
@@ -163,3 +164,92 @@ async def test_an_agent_loop_that_keeps_memory_runs_in_the_supervisor(
     assert [result.steps[f"talk.{i}"].content for i in (0, 1)] == ["one", "two"]
     assert {result.steps[f"talk.{i}"].worker for i in (0, 1)} == {None}
     assert result.steps["once"].worker == "remote"
+
+
+TOOLS = """
+name: remote-tools
+inputs:
+  who: {type: string, default: "world"}
+steps:
+  - id: greet
+    handler: "HANDLERS:greet"
+  - id: save
+    dependsOn: [greet]
+    tool: write
+    toolInput: {path: out/greeting.txt, content: $steps.greet.result.greeting}
+  - id: where
+    tool: bash
+    toolInput: {command: "echo $$"}
+  - id: add
+    tool: "HANDLERS:add"
+    toolInput: {a: 2, b: 3}
+  - id: wrong
+    tool: "HANDLERS:add"
+    toolInput: {a: two}
+    onError: continue
+"""
+
+TOOL_CODE = (
+    HANDLER_CODE
+    + """
+def add(a: int, b: int = 0) -> dict:
+    return {"sum": a + b}
+"""
+)
+
+
+async def test_tool_steps_run_on_the_worker_with_their_arguments_evaluated_here(
+    write_flow: WriteFlow, spawn_worker: SpawnWorker
+) -> None:
+    """A tool step's `$` arguments are evaluated by the supervisor; the call runs on the
+    worker, whose tool_call events reach the run; a bad argument fails as it would here."""
+    flow = write_flow(TOOLS, handlers=TOOL_CODE)
+    events: Watch[Event] = Watch()
+    async with Runtime(workers=Dispatcher("tcp://127.0.0.1:*", heartbeat=0.2)) as runtime:
+        assert runtime.workers is not None
+        spawn_worker(runtime.workers.endpoint, "hands")
+        handle = await runtime.start(flow, on_event=events)
+        result = await handle.result()
+    assert result.status == "completed", result.error
+    assert (flow.parent / "out" / "greeting.txt").read_text() == "hello world"
+    assert int(result.steps["where"].content or "0") != os.getpid()
+    assert result.steps["add"].content == '{"sum":5}'
+    wrong = result.steps["wrong"]
+    assert wrong.status == "failed"
+    assert wrong.error is not None
+    assert wrong.error.type == "ToolError"
+    assert "invalid arguments" in wrong.error.message
+    tools = ("save", "where", "add", "wrong")
+    assert {result.steps[step].worker for step in tools} == {"hands"}
+    phases = [
+        (e.step_id, (e.data or {}).get("phase")) for e in events.items if e.type == "tool_call"
+    ]
+    assert sorted(phases) == sorted((step, p) for step in tools for p in ("start", "end"))
+
+
+async def test_a_tool_step_on_a_worker_is_ended_by_its_timeout(
+    write_flow: WriteFlow, spawn_worker: SpawnWorker, tmp_path: Path
+) -> None:
+    """The step's timeout holds on the worker: the bash process group is gone after it."""
+    flow = write_flow(
+        f"""
+        name: remote-timeout
+        steps:
+          - {{id: quick, tool: glob, toolInput: {{pattern: "*.yaml"}}}}
+          - id: slow
+            timeout: 1s
+            tool: bash
+            toolInput: {{command: 'echo $$ > {tmp_path}/slow.pid; exec sleep 300'}}
+        """
+    )
+    async with Runtime(workers=Dispatcher("tcp://127.0.0.1:*", heartbeat=0.2)) as runtime:
+        assert runtime.workers is not None
+        spawn_worker(runtime.workers.endpoint, "hands")
+        result = await runtime.run(flow)
+    quick = result.steps["quick"]
+    assert (quick.content, quick.worker) == ("flow.yaml", "hands")
+    slow = result.steps["slow"]
+    assert slow.status == "failed"
+    assert slow.error is not None
+    assert (slow.error.type, slow.error.message) == ("Timeout", "timed out after 1s")
+    assert not running(tmp_path / "slow.pid")

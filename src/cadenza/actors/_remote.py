@@ -3,7 +3,8 @@
 When a run has a dispatcher (``Runtime(workers=...)``), `StepActor` hands each
 attempt to `remote_work` instead of running it in this process. What to run is
 decided here, where the run's state lives: templates are rendered, an agent's
-prompt is built from its dependencies, brief and inbox, its model resolved.
+prompt is built from its dependencies, brief and inbox, its model resolved, a
+tool step's ``$`` arguments evaluated.
 What travels is a self-contained `WorkOrder`; the worker runs it with the same
 executors and sends back one `Result`, which becomes exactly what the
 in-process path would have returned or raised. The step's events and messages
@@ -31,6 +32,7 @@ from cadenza.protocols import (
     HandlerOrder,
     Result,
     StepEvent,
+    ToolOrder,
     WorkOrder,
 )
 from cadenza.workflow import Step, parse_duration
@@ -39,6 +41,7 @@ from ._agent import _model_spec
 from ._context import NO_BRIEF
 from ._coordinator import COORDINATOR, AgentMessage, Outgoing
 from ._prompt import build_prompt, read_context_files
+from ._tool_step import tool_arguments
 
 if TYPE_CHECKING:
     from ._step import StepActor
@@ -211,6 +214,18 @@ def _order(actor: StepActor, address: str, attempt: int, seconds: float | None) 
             index=variables.get("index"),
             iteration=variables.get("iteration"),
             brief={} if brief is NO_BRIEF else msgspec.to_builtins(brief),
+        )
+    if step.tool is not None:
+        activation = actor.scope.activation(run.inputs)
+        return ToolOrder(
+            run_id=run.run_id,
+            address=address,
+            attempt=attempt,
+            idempotency_key=key,
+            base_dir=str(base_dir),
+            timeout=seconds,
+            tool=step.tool,
+            arguments=tool_arguments(step.tool_input, activation, run.step_ids),
         )
     if actor.kind == "agent":
         return _agent_order(actor, address, attempt, key, str(base_dir), seconds)

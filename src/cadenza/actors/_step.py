@@ -182,9 +182,7 @@ class StepActor(Actor):
         # step, and `cancel()` only fires it while the task is parked inside the work.
         self._task = task
         try:
-            if self.run.dispatcher is not None and self.kind != "tool":
-                # A worker runs it, and applies its timeout (tool steps have no work
-                # order: they run here, under the timeout below).
+            if self.run.dispatcher is not None:  # a worker runs it, and applies its timeout
                 content, result = await remote_work(self, self.run.dispatcher, address, attempt)
             elif seconds is None:
                 handler = self.step.handler

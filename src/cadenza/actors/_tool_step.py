@@ -45,6 +45,7 @@ from ._command import run_command
 from ._tools import ToolError, python_tool
 
 if TYPE_CHECKING:
+    from ._journal import RunJournal
     from ._step import StepActor
 
 __all__ = [
@@ -54,10 +55,12 @@ __all__ = [
     "GREP_LINE_CAP",
     "READ_CAP",
     "BashInput",
+    "CallSite",
     "GlobInput",
     "GrepInput",
     "ReadInput",
     "WriteInput",
+    "call_tool",
     "run_tool_step",
     "tool_arguments",
 ]
@@ -177,8 +180,8 @@ def _evaluate(
 
 
 @dataclass(frozen=True, slots=True)
-class _Call:
-    """Where one tool call runs."""
+class CallSite:
+    """Where one tool call runs: the workflow's directory and the step attempt."""
 
     base_dir: Path
     run_id: str
@@ -191,23 +194,35 @@ Runner = Callable[[dict[str, Any]], Awaitable[str]]
 
 
 async def run_tool_step(actor: StepActor, address: str, attempt: int) -> tuple[str, None]:
-    """Runs one attempt of ``actor``'s tool step; returns ``(content, None)``.
+    """Runs one attempt of ``actor``'s tool step here; returns ``(content, None)``.
+
+    Raises:
+        ExpressionEvaluationError: A ``$`` expression of ``toolInput`` failed.
+        Exception: What `call_tool` raises.
+    """
+    step = actor.step
+    run = actor.run
+    assert step.tool is not None
+    arguments = tool_arguments(step.tool_input, actor.scope.activation(run.inputs), run.step_ids)
+    site = CallSite(actor.document.base_dir, run.run_id, address, attempt, run.clock)
+    return await call_tool(step.tool, arguments, site, run.journal)
+
+
+async def call_tool(
+    name: str, arguments: dict[str, Any], site: CallSite, journal: RunJournal
+) -> tuple[str, None]:
+    """Calls the tool ``name`` with ``arguments`` (already evaluated), announcing it in
+    ``journal``; returns ``(content, None)``. A worker runs a tool step through this too.
 
     Raises:
         StepFailure: The tool is unknown, its arguments do not fit, it failed
             (``ToolError``), or ``bash`` exited non-zero (``CommandFailed``).
-        ExpressionEvaluationError: A ``$`` expression of ``toolInput`` failed.
         Exception: What a Python tool raised, or could not be imported (``HandlerError``).
     """
     from ._step import StepFailure  # the step module imports this one
 
-    step = actor.step
-    run = actor.run
-    name = step.tool
-    assert name is not None
-    call = _Call(actor.document.base_dir, run.run_id, address, attempt, run.clock)
-    arguments = tool_arguments(step.tool_input, actor.scope.activation(run.inputs), run.step_ids)
-    runner = _runner(name, call)
+    address = site.address
+    runner = _runner(name, site)
     if runner is None:
         message = (
             f"unknown tool {name!r}: the built-in tools are {', '.join(BUILTIN_TOOLS)}; "
@@ -215,8 +230,8 @@ async def run_tool_step(actor: StepActor, address: str, attempt: int) -> tuple[s
         )
         raise StepFailure(ErrorInfo(type="ToolError", message=message, address=address))
     shown = redact(msgspec.json.encode(arguments).decode())[:_PREVIEW]
-    announced = {"tool_name": name, "tool_call_id": f"{address}:{attempt}", "input": shown}
-    run.journal.emit("tool_call", step_id=address, data={"phase": "start", **announced})
+    announced = {"tool_name": name, "tool_call_id": f"{address}:{site.attempt}", "input": shown}
+    journal.emit("tool_call", step_id=address, data={"phase": "start", **announced})
     output: str | None = None
     error: str | None = None
     try:
@@ -239,10 +254,10 @@ async def run_tool_step(actor: StepActor, address: str, attempt: int) -> tuple[s
         data: dict[str, Any] = {"phase": "end", **announced, "error": error}
         if output is not None:
             data["output"] = redact(output)[:_PREVIEW]
-        run.journal.emit("tool_call", step_id=address, data=data)
+        journal.emit("tool_call", step_id=address, data=data)
 
 
-def _runner(name: str, call: _Call) -> Runner | None:
+def _runner(name: str, call: CallSite) -> Runner | None:
     builtin = _BUILTINS.get(name)
     if builtin is not None:
         return lambda arguments: builtin(call, arguments)
@@ -254,7 +269,7 @@ def _runner(name: str, call: _Call) -> Runner | None:
 # The built-ins -----------------------------------------------------------------------
 
 
-def _path(call: _Call, given: str) -> tuple[Path, str]:
+def _path(call: CallSite, given: str) -> tuple[Path, str]:
     """The file a path argument names, and the path as shown in messages and output.
 
     Surrounding whitespace is dropped: a path often comes from a model's answer.
@@ -277,7 +292,7 @@ async def _in_thread(function: Callable[[threading.Event], str]) -> str:
         stop.set()
 
 
-async def _read(call: _Call, arguments: dict[str, Any]) -> str:
+async def _read(call: CallSite, arguments: dict[str, Any]) -> str:
     target, shown = _path(call, _convert(arguments, ReadInput).path)
 
     def read(stop: threading.Event) -> str:
@@ -300,7 +315,7 @@ async def _read(call: _Call, arguments: dict[str, Any]) -> str:
     return await _in_thread(read)
 
 
-async def _write(call: _Call, arguments: dict[str, Any]) -> str:
+async def _write(call: CallSite, arguments: dict[str, Any]) -> str:
     given = _convert(arguments, WriteInput)
     target, shown = _path(call, given.path)
     content = given.content.encode()
@@ -333,7 +348,7 @@ def _shown_under(root: str, relative: str) -> str:
     return relative if root in (".", "./") else os.path.join(root, relative)
 
 
-async def _glob(call: _Call, arguments: dict[str, Any]) -> str:
+async def _glob(call: CallSite, arguments: dict[str, Any]) -> str:
     given = _convert(arguments, GlobInput)
     if not given.pattern:
         raise ToolError("the pattern is empty")
@@ -357,7 +372,7 @@ async def _glob(call: _Call, arguments: dict[str, Any]) -> str:
     return await _in_thread(match)
 
 
-async def _grep(call: _Call, arguments: dict[str, Any]) -> str:
+async def _grep(call: CallSite, arguments: dict[str, Any]) -> str:
     given = _convert(arguments, GrepInput)
     root, shown = _path(call, given.path)
     matches: Callable[[str], bool]
@@ -419,7 +434,7 @@ async def _grep(call: _Call, arguments: dict[str, Any]) -> str:
     return await _in_thread(search)
 
 
-async def _bash(call: _Call, arguments: dict[str, Any]) -> str:
+async def _bash(call: CallSite, arguments: dict[str, Any]) -> str:
     from ._step import StepFailure  # the step module imports this one
 
     given = _convert(arguments, BashInput)
@@ -452,7 +467,7 @@ async def _bash(call: _Call, arguments: dict[str, Any]) -> str:
     return outcome.stdout
 
 
-_BUILTINS: dict[str, Callable[[_Call, dict[str, Any]], Awaitable[str]]] = {
+_BUILTINS: dict[str, Callable[[CallSite, dict[str, Any]], Awaitable[str]]] = {
     "bash": _bash,
     "glob": _glob,
     "grep": _grep,

@@ -2,10 +2,10 @@
 
 A worker gets a self-contained `WorkOrder` (built by `remote_work` in the
 supervisor) and runs it with the executors the supervisor would have used in
-its own process: `run_command`, `call_handler`, `run_agent`, under the order's
+its own process: `run_command`, `call_handler`, `run_agent`, `call_tool`, under the order's
 timeout. The outcome is one `Result`: whatever goes wrong inside the work
 becomes its error exactly as `StepActor` would have recorded it; only
-cancellation propagates. An agent's events and ``send_message`` calls go back
+cancellation propagates. An agent's and a tool's events and ``send_message`` calls go back
 through ``send`` while it runs.
 """
 
@@ -29,6 +29,7 @@ from cadenza.protocols import (
     Mail,
     Result,
     StepEvent,
+    ToolOrder,
     Usage,
     WorkOrder,
 )
@@ -42,6 +43,7 @@ from ._coordinator import COORDINATOR, Outgoing
 from ._handler import StepContext, StepsView, call_handler, resolve_handler
 from ._journal import RunJournal
 from ._step import StepFailure, work_error
+from ._tool_step import CallSite, call_tool
 
 __all__ = ["command_result", "run_work_order"]
 
@@ -152,6 +154,12 @@ async def _run(
         cwd = Path(order.cwd) if order.cwd else Path.cwd()
         outcome = await run_command(order.command, env=env, cwd=cwd, stdin=order.stdin)
         return command_result(outcome, order.address)
+    if isinstance(order, ToolOrder):
+        site = CallSite(
+            _directory(order.base_dir), order.run_id, order.address, order.attempt, clock
+        )
+        journal = _forwarding_journal(order.run_id, "remote", job, attempt, send)
+        return await call_tool(order.tool, order.arguments, site, journal)
     return await _agent(order, job, attempt, clock, providers(order.run_id), send, usage)
 
 
@@ -160,6 +168,32 @@ class _Forwarded(MemoryRunStore):
 
     def append_event(self, event: Event) -> None:
         """Keeps nothing."""
+
+
+def _forwarding_journal(
+    run_id: str, workflow: str, job: int, attempt: int, send: Send
+) -> RunJournal:
+    """A journal that keeps nothing and sends every event to the supervisor."""
+    journal = RunJournal(run_id, workflow, _Forwarded())
+
+    def forward(event: Event) -> None:
+        duration = float(event.duration.rstrip("s")) if event.duration else None
+        send(
+            StepEvent(
+                job,
+                attempt,
+                event.type,
+                agent=event.agent,
+                message=event.message,
+                duration=duration,
+                tokens=event.tokens,
+                error=event.error,
+                data=event.data,
+            )
+        )
+
+    journal.subscribe(forward)
+    return journal
 
 
 class _Courier(Actor):
@@ -192,26 +226,8 @@ async def _agent(
     document = LoadedWorkflow(
         workflow=workflow, path=None, base_dir=Path(order.base_dir), includes={}
     )
-    journal = RunJournal(order.run_id, workflow.name, _Forwarded())
+    journal = _forwarding_journal(order.run_id, workflow.name, job, attempt, send)
     journal.prompt_tokens = order.tokens_spent  # the budget counts the whole run's spend
-
-    def forward(event: Event) -> None:
-        duration = float(event.duration.rstrip("s")) if event.duration else None
-        send(
-            StepEvent(
-                job,
-                attempt,
-                event.type,
-                agent=event.agent,
-                message=event.message,
-                duration=duration,
-                tokens=event.tokens,
-                error=event.error,
-                data=event.data,
-            )
-        )
-
-    journal.subscribe(forward)
     try:
         async with Supervisor(clock=clock) as supervisor:
             supervisor.spawn(COORDINATOR, lambda: _Courier(job, attempt, send))

@@ -31,6 +31,7 @@ from ._wire import Ready as Ready
 from ._wire import Result as Result
 from ._wire import StepEvent as StepEvent
 from ._wire import SupervisorMessage as SupervisorMessage
+from ._wire import ToolOrder as ToolOrder
 from ._wire import Welcome as Welcome
 from ._wire import WireError as WireError
 from ._wire import WorkerMessage as WorkerMessage
@@ -64,6 +65,7 @@ __all__ = [
     "StepStatus",
     "SupervisorMessage",
     "Tokens",
+    "ToolOrder",
     "Usage",
     "Welcome",
     "WireError",

@@ -48,6 +48,7 @@ __all__ = [
     "Result",
     "StepEvent",
     "SupervisorMessage",
+    "ToolOrder",
     "Welcome",
     "WireError",
     "WorkOrder",
@@ -56,7 +57,7 @@ __all__ = [
     "worker_decoder",
 ]
 
-PROTOCOL_VERSION: Final = 1
+PROTOCOL_VERSION: Final = 2
 """The wire protocol's version; a peer with another one is refused."""
 
 
@@ -137,7 +138,15 @@ class AgentOrder(_Order, frozen=True, kw_only=True, tag="agent"):
     max_retries: int | None = None
 
 
-WorkOrder = CommandOrder | HandlerOrder | AgentOrder
+class ToolOrder(_Order, frozen=True, kw_only=True, tag="tool"):
+    """Run a ``tool`` step: the tool's name and its arguments, ``$`` values already
+    evaluated by the supervisor (they read the run's state)."""
+
+    tool: str
+    arguments: dict[str, Any] = {}
+
+
+WorkOrder = CommandOrder | HandlerOrder | AgentOrder | ToolOrder
 """One step attempt to run on a worker."""
 
 
