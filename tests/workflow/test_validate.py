@@ -127,6 +127,7 @@ RULES: list[tuple[str, int, str, list[str]]] = [
     ("check-expr-syntax.yaml", 9, "steps[0].control.checks[0].expr", ["invalid CEL", "check"]),
     ("output-syntax.yaml", 5, "output", ["invalid CEL", "output"]),
     ("tool-input-cel-syntax.yaml", 6, "steps[0].toolInput.path", ["invalid CEL", "toolInput"]),
+    ("tool-input-not-string.yaml", 6, "steps[0].toolInput.b", ["always a number", "string("]),
     # Includes (the including file's side)
     ("include-missing.yaml", 6, "steps[0].include", ["'workflows/deploy.yaml'", "not found"]),
     ("control-missing-workflow.yaml", 6, "steps[0].control.actor", ["'actors/none.yaml'"]),

@@ -24,7 +24,7 @@ from ._template import has_template, parse_template
 
 __all__ = ["ExpressionChecker", "constant_kind"]
 
-Want = Literal["bool", "list", "any"]
+Want = Literal["bool", "list", "string", "any"]
 
 _TOKEN = re.compile(
     r"""\s*(?:
@@ -123,6 +123,12 @@ class ExpressionChecker:
         elif want == "list" and kind not in (None, "a list"):
             self.reporter.add_rule(
                 path, f"{field} must yield a list, but {source.strip()!r} is always {kind}"
+            )
+        elif want == "string" and kind not in (None, "a string"):
+            self.reporter.add_rule(
+                path,
+                f"{field} must give a string, but {source.strip()!r} is always {kind} "
+                "(convert it with string(...), or drop the '$' to pass the value as written)",
             )
 
     def template(self, path: DocPath, text: str, *, field: str, in_value: bool = True) -> bool:

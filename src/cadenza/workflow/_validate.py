@@ -196,7 +196,7 @@ class Validator:
                     self.add(where, _BASH_EXPRESSION)
                     continue
                 self.exprs.expression(
-                    where, value[1:], field=f"toolInput.{name}", want="any", shift=1
+                    where, value[1:], field=f"toolInput.{name}", want="string", shift=1
                 )
 
     def _command(self, command: str | list[str], path: DocPath) -> None:
