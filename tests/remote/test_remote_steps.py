@@ -6,8 +6,9 @@ import json
 import os
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
-from cadenza import Runtime
+from cadenza import RunResult, Runtime
 from cadenza.protocols import Event, EventType
 from cadenza.remote import Dispatcher
 from cadenza.testing import ScriptedLLMServer, ServerRule
@@ -50,6 +51,21 @@ async def item(ctx):
 """
 
 
+async def run_on_worker(
+    flow: Path,
+    spawn_worker: SpawnWorker,
+    name: str,
+    events: Watch[Event] | None = None,
+    **worker_options: Any,
+) -> RunResult:
+    """Runs ``flow`` with one worker called ``name`` connected; events go to ``events``."""
+    async with Runtime(workers=Dispatcher("tcp://127.0.0.1:*", heartbeat=0.2)) as runtime:
+        assert runtime.workers is not None
+        spawn_worker(runtime.workers.endpoint, name, **worker_options)
+        handle = await runtime.start(flow, on_event=events)
+        return await handle.result()
+
+
 async def test_handlers_run_on_the_worker_with_their_context(
     write_flow: WriteFlow, spawn_worker: SpawnWorker
 ) -> None:
@@ -57,11 +73,7 @@ async def test_handlers_run_on_the_worker_with_their_context(
     a failed attempt is retried like an in-process one."""
     flow = write_flow(HANDLERS, handlers=HANDLER_CODE)
     events: Watch[Event] = Watch()
-    async with Runtime(workers=Dispatcher("tcp://127.0.0.1:*", heartbeat=0.2)) as runtime:
-        assert runtime.workers is not None
-        spawn_worker(runtime.workers.endpoint, "hands")
-        handle = await runtime.start(flow, on_event=events)
-        result = await handle.result()
+    result = await run_on_worker(flow, spawn_worker, "hands", events)
     assert result.status == "completed", result.error
     greet = result.steps["greet"]
     assert greet.result["greeting"] == "hello world"
@@ -111,12 +123,8 @@ async def test_agents_run_on_the_worker_with_its_own_keys(
     flow = write_flow(AGENTS)
     events: Watch[Event] = Watch()
     with ScriptedLLMServer([ServerRule(["heard"])]) as server:
-        async with Runtime(workers=Dispatcher("tcp://127.0.0.1:*", heartbeat=0.2)) as runtime:
-            assert runtime.workers is not None
-            env = {**os.environ, **server.environ()}
-            spawn_worker(runtime.workers.endpoint, "thinker", env=env)
-            handle = await runtime.start(flow, on_event=events)
-            result = await handle.result()
+        env = {**os.environ, **server.environ()}
+        result = await run_on_worker(flow, spawn_worker, "thinker", events, env=env)
         prompt = json.dumps(server.requests[0].body)
     assert result.status == "completed", result.error
     assert result.steps["tell"].content == "told"
@@ -156,10 +164,7 @@ async def test_an_agent_loop_that_keeps_memory_runs_in_the_supervisor(
     """The conversation a remembering loop continues is the run's state: those visits stay
     in the supervisor; a fresh agent step still goes to a worker."""
     flow = write_flow(MEMORY)
-    async with Runtime(workers=Dispatcher("tcp://127.0.0.1:*", heartbeat=0.2)) as runtime:
-        assert runtime.workers is not None
-        spawn_worker(runtime.workers.endpoint, "remote")
-        result = await runtime.run(flow)
+    result = await run_on_worker(flow, spawn_worker, "remote")
     assert result.status == "completed", result.error
     assert [result.steps[f"talk.{i}"].content for i in (0, 1)] == ["one", "two"]
     assert {result.steps[f"talk.{i}"].worker for i in (0, 1)} == {None}
@@ -205,11 +210,7 @@ async def test_tool_steps_run_on_the_worker_with_their_arguments_evaluated_here(
     worker, whose tool_call events reach the run; a bad argument fails as it would here."""
     flow = write_flow(TOOLS, handlers=TOOL_CODE)
     events: Watch[Event] = Watch()
-    async with Runtime(workers=Dispatcher("tcp://127.0.0.1:*", heartbeat=0.2)) as runtime:
-        assert runtime.workers is not None
-        spawn_worker(runtime.workers.endpoint, "hands")
-        handle = await runtime.start(flow, on_event=events)
-        result = await handle.result()
+    result = await run_on_worker(flow, spawn_worker, "hands", events)
     assert result.status == "completed", result.error
     assert (flow.parent / "out" / "greeting.txt").read_text() == "hello world"
     assert int(result.steps["where"].content or "0") != os.getpid()
@@ -242,10 +243,7 @@ async def test_a_tool_step_on_a_worker_is_ended_by_its_timeout(
             toolInput: {{command: 'echo $$ > {tmp_path}/slow.pid; exec sleep 300'}}
         """
     )
-    async with Runtime(workers=Dispatcher("tcp://127.0.0.1:*", heartbeat=0.2)) as runtime:
-        assert runtime.workers is not None
-        spawn_worker(runtime.workers.endpoint, "hands")
-        result = await runtime.run(flow)
+    result = await run_on_worker(flow, spawn_worker, "hands")
     quick = result.steps["quick"]
     assert (quick.content, quick.worker) == ("flow.yaml", "hands")
     slow = result.steps["slow"]

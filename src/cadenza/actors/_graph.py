@@ -21,7 +21,6 @@ from __future__ import annotations
 from cadenza.protocols import ErrorInfo, EventType, GraphSummary, StepRecord, StepStatus
 from cadenza.workflow import Edge, LoadedWorkflow, State, Step, compile_expression
 from cadenza.workflow._cel import quote
-from cadenza.workflow._python import is_python
 
 from ._children import spawn_step
 from ._container import Container, Outcome, amend
@@ -55,11 +54,6 @@ class GraphController(Container):
         self.edges: dict[str, list[tuple[int, Edge]]] = {name: [] for name in self.graph.states}
         for index, edge in enumerate(self.graph.edges):
             self.edges.setdefault(edge.from_, []).append((index, edge))
-        # A graph with Python edge conditions routes on a path that may await them;
-        # a CEL-only graph keeps the synchronous one.
-        self.python_edges = any(
-            edge.condition is not None and is_python(edge.condition) for edge in self.graph.edges
-        )
         self.path: list[str] = []
         self.visits: dict[str, int] = {}
         self.previous: dict[str, str] = {}
@@ -108,10 +102,7 @@ class GraphController(Container):
             await self._end("failed", "failed", record.error)
             return
         try:
-            if self.python_edges:
-                chosen = await self._route_python(state, key, record)
-            else:
-                chosen = self._route(state, key, record)
+            chosen = await self._route(state, key, record)
         except Exception as error:  # a bad edge condition fails the graph, naming it
             await self._end("failed", "failed", work_error(error, self.here))
             return
@@ -144,23 +135,12 @@ class GraphController(Container):
             self.previous[state] = content
             await self._visit(edge.to, self._brief(edge.to, state, content))
 
-    def _route(self, state: str, key: int, record: StepRecord) -> tuple[int, Edge, str] | None:
-        names: dict[str, object] | None = None  # built for the first condition only
-        for index, edge in self.edges.get(state, ()):
-            if edge.condition is None:
-                return index, edge, "unconditional"
-            if names is None:
-                names = self._names(state, key, record)
-            expression = compile_expression(edge.condition, step_ids=self.run.step_ids)
-            if expression.evaluate_bool(names, what="edge condition"):
-                return index, edge, f"condition {quote(edge.condition)} is true"
-        return None
-
-    async def _route_python(
+    async def _route(
         self, state: str, key: int, record: StepRecord
     ) -> tuple[int, Edge, str] | None:
-        """`_route` for a graph with Python conditions; None also when cancelled meanwhile."""
-        names: dict[str, object] | None = None
+        """The first edge out of ``state`` that applies; None when none does, or when the
+        graph was cancelled while an async Python condition ran."""
+        names: dict[str, object] | None = None  # built for the first condition only
         for index, edge in self.edges.get(state, ()):
             if edge.condition is None:
                 return index, edge, "unconditional"

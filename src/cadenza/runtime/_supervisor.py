@@ -22,7 +22,6 @@ from cadenza.errors import ActorStopped, AddressError, InboxFull
 from ._actor import Actor
 from ._address import Address
 from ._clock import Clock
-from ._consumer import run_actor
 from ._inbox import Inbox
 from ._ref import ActorRef
 from ._restart import DeadLetter, Restart, RestartStrategy, SupervisorStatistics
@@ -193,8 +192,7 @@ class Supervisor(SupervisionCore):
         if named is None:
             named = self._by_name[name] = {}
         named[ref] = None
-        ref._task = asyncio.get_running_loop().create_task(run_actor(ref), name=key)
-        self._running += 1
+        self._start(ref)
         return ref
 
     def lookup(self, address: Address | str) -> ActorRef | None:
