@@ -340,10 +340,18 @@ def test_evaluate_bool_refuses_other_types(source: str, what: str, message: str)
 
 
 def test_cost_is_bounded() -> None:
-    """A hostile nest of comprehensions stops at the engine's iteration budget."""
+    """A hostile nest of comprehensions that builds lists is refused before it runs."""
     expression = compile_expression("inputs.xs.map(a, inputs.xs.map(b, inputs.xs.map(c, a + b)))")
     with pytest.raises(ExpressionEvaluationError) as caught:
         expression.evaluate({"inputs": {"xs": list(range(100))}})
+    assert "over the limit of 32 Mi per evaluation" in caught.value.message
+
+
+def test_iterations_are_bounded() -> None:
+    """A comprehension that builds nothing but runs long stops at the engine's iteration budget."""
+    expression = compile_expression("inputs.xs.all(a, a >= 0)")
+    with pytest.raises(ExpressionEvaluationError) as caught:
+        expression.evaluate({"inputs": {"xs": list(range(20_000))}})
     assert "comprehensions ran past 10,000 iterations in one evaluation" in caught.value.message
 
 

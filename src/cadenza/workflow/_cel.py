@@ -35,6 +35,8 @@ from cadenza.errors import (
     ExpressionTooComplex,
 )
 
+from ._cel_ast import decode_checked
+from ._cel_cost import ELEMENT, WORK_LIMIT, CostBound, TooCostly, bound_of
 from ._cel_cpp import CompileFailure, EvalFailure, Program, compile_program
 from ._cel_lexer import (
     TextError,
@@ -93,14 +95,22 @@ class Expression:
             CEL keeps its plain synchronous path.
     """
 
-    __slots__ = ("_path", "_paths", "_plan", "_program", "source")
+    __slots__ = ("_cost", "_path", "_paths", "_plan", "_program", "source")
     is_async: ClassVar[bool] = False
 
     def __init__(
-        self, source: str, program: Program, paths: list[Path], plan: Plan, *, is_path: bool
+        self,
+        source: str,
+        program: Program,
+        paths: list[Path],
+        plan: Plan,
+        *,
+        is_path: bool,
+        cost: CostBound | None = None,
     ) -> None:
         self.source = source
         self._program = program
+        self._cost = cost
         self._paths = tuple(paths)
         self._plan = _freeze(plan)
         # When the whole expression is one constant path, this is it.
@@ -128,10 +138,7 @@ class Expression:
             value = self._lookup(activation, self._path)
             if value is not _MISSING:
                 return _copy(value)
-        try:
-            return self._program.run(self._select(activation))
-        except EvalFailure as failure:
-            raise self._explain(failure, activation) from None
+        return self._run(activation)
 
     def evaluate_bool(self, activation: Mapping[str, object], *, what: str = "condition") -> bool:
         """Evaluate an expression that must yield true or false.
@@ -147,10 +154,7 @@ class Expression:
         """
         value = _MISSING if self._path is None else self._lookup(activation, self._path)
         if value is _MISSING:
-            try:
-                value = self._program.run(self._select(activation))
-            except EvalFailure as failure:
-                raise self._explain(failure, activation) from None
+            value = self._run(activation)
         if value is True or value is False:
             return value
         raise ExpressionEvaluationError(
@@ -168,6 +172,23 @@ class Expression:
     ) -> bool:
         """`evaluate_bool`, awaitable: the one call that serves CEL and async Python alike."""
         return self.evaluate_bool(activation, what=what)
+
+    def _run(self, activation: Mapping[str, object]) -> object:
+        """The engine's value over what ``activation`` holds for it, within the cost bound."""
+        data = self._select(activation)
+        if self._cost is not None:
+            work = self._cost.estimate(data)
+            if work > WORK_LIMIT:
+                raise ExpressionEvaluationError(
+                    f"{quote(self.source)}: refused before evaluating: on these values it could"
+                    f" build or scan about {_units(work)} units (bytes, and {ELEMENT} per list"
+                    f" element), over the limit of {_units(WORK_LIMIT)} per evaluation",
+                    source=self.source,
+                )
+        try:
+            return self._program.run(data)
+        except EvalFailure as failure:
+            raise self._explain(failure, activation) from None
 
     @staticmethod
     def _lookup(activation: Mapping[str, object], path: Path) -> object:
@@ -314,9 +335,21 @@ def _compile(source: str, step_ids: frozenset[str], names: frozenset[str]) -> Ex
         kind = ExpressionTooComplex if failure.too_complex else ExpressionSyntaxError
         column = original_position(position, edits) + 1
         raise kind(failure.description, source=source, column=column) from None
+    try:
+        cost = bound_of(decode_checked(program.checked_tree()))
+    except TooCostly as exc:
+        raise ExpressionTooComplex(str(exc), source=source, column=1) from None
     paths = access_paths(tokens, names)
     is_path = is_one_path(tokens, names)
-    return Expression(source, program, paths, plan_of(paths), is_path=is_path)
+    return Expression(source, program, paths, plan_of(paths), is_path=is_path, cost=cost)
+
+
+def _units(amount: float) -> str:
+    """``amount`` units for a person: 1.2 Gi, 64 Mi, 300 Ki."""
+    for size, suffix in ((2**30, "Gi"), (2**20, "Mi"), (2**10, "Ki")):
+        if amount >= size:
+            return f"{amount / size:.3g} {suffix}" if amount < 1e18 else "more than 1e18"
+    return f"{amount:.0f}"
 
 
 def _name_position(tokens: list[Token], name: str, near: int) -> int:

@@ -79,10 +79,16 @@ class EvalFailure(Exception):
 class Program:
     """One compiled expression; evaluating it is thread-safe in cel-cpp."""
 
-    __slots__ = ("_eval",)
+    __slots__ = ("_compiled", "_eval")
 
     def __init__(self, compiled: cel.Expression) -> None:
+        self._compiled = compiled
         self._eval = compiled.eval
+
+    def checked_tree(self) -> bytes:
+        """The engine's checked tree (a serialized ``cel.expr.CheckedExpr``) for `_cel_ast`."""
+        data: bytes = self._compiled.serialize()
+        return data
 
     def run(self, data: dict[str, object]) -> object:
         """Evaluate over ``data`` and return plain Python.
@@ -95,6 +101,8 @@ class Program:
             value = self._eval(None, data)
         except RuntimeError as exc:  # the iteration budget, and bad input values
             raise _eval_failure(str(exc)) from None
+        except MemoryError:  # std::bad_alloc: refused by the cost bound first, but never raw
+            raise EvalFailure("memory", "the CEL engine ran out of memory") from None
         plain = value.value()
         kind = type(plain)
         if kind is bool or kind is int or kind is float or plain is None:

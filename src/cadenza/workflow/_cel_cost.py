@@ -1,0 +1,380 @@
+"""A bound on what one CEL evaluation can build, checked before the engine runs.
+
+cel-cpp caps the iterations of an evaluation (10,000) but not the size of the
+values it builds: ``content.replace("", content)`` on 40 KB of model output
+asks for 1.6 GB, and ``items.map(i, i * 2)`` copies its growing list on every
+iteration (8,000 items: 1.5 s and 750 MB). The engine cannot be interrupted
+once it runs, so the bound is worked out beforehand.
+
+At compile time the checked tree (``_cel_ast``) becomes a polynomial in the
+sizes of the values the expression reads (``steps.a.content`` has a size and,
+for a list or map, a count of elements): the *work* of an evaluation, in units
+of about one byte, counting every value built and every value scanned. Before
+each evaluation the sizes of the values actually handed to the engine are
+measured and the polynomial evaluated; over :data:`WORK_LIMIT` the evaluation
+is refused. Expressions that build nothing (comparisons, ``size``,
+``contains``, field access) are linear in their input by construction and skip
+the measurement, so the common conditions pay nothing.
+
+The bound is an over-estimate by design: sums over a comprehension use
+``sum(a_i ** k) <= sum(a_i) ** k``, a conditional counts both branches, and a
+comprehension's accumulator counts its full final size on every iteration
+(which is what cel-cpp really does for ``map`` and ``filter``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from ._cel_ast import SCALAR_TYPES, Node
+
+__all__ = ["WORK_LIMIT", "CostBound", "TooCostly", "bound_of", "measure"]
+
+WORK_LIMIT = 32 * 2**20
+"""Units of work (about bytes built or scanned) one evaluation may need: 32 Mi.
+
+Measured with cel-cpp on this project's machines, 32 Mi units of the slowest
+kinds (``replace``, a ``map``'s copied accumulator) take under 100 ms and
+64 MB; plain concatenation takes a fraction of that."""
+
+ELEMENT = 16
+"""The units one list element or map entry costs beyond its contents."""
+
+_MAX_TERMS = 256
+
+Monomial = tuple[tuple[str, int], ...]
+Poly = dict[Monomial, float]
+
+# Functions that only read their arguments (work: their sizes) and give a scalar.
+_READERS = frozenset({
+    "_==_", "_!=_", "_<_", "_<=_", "_>_", "_>=_", "@in", "contains", "startsWith",
+    "endsWith", "matches", "indexOf", "lastIndexOf", "size", "@not_strictly_false",
+})  # fmt: skip
+# Functions that select part of their first argument without copying it.
+_SELECTORS = frozenset({"_[_]", "dyn", "_-_", "_*_", "_/_", "_%_", "-_"})
+# Functions whose new result is at most as large as their receiver.
+_COPIERS = frozenset({"lowerAscii", "upperAscii", "reverse", "trim", "substring", "charAt"})
+# Conversions: a number or timestamp printed as text is larger than its 1 unit.
+_CONVERSIONS = frozenset({"string", "bytes", "int", "uint", "double", "timestamp", "duration"})
+_PRINTED = 32  # units of text one scalar can print as
+# Builders that cost more time per unit built than a copy (measured): a weight each.
+_SLOW = {"replace": 4.0, "split": 2.0}
+
+
+class TooCostly(Exception):
+    """The expression is too intricate to bound (the bound grew past its term cap)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Size:
+    """Upper bounds of one value: its size, its element count, and the work to build it."""
+
+    size: Poly
+    count: Poly
+    work: Poly
+
+
+@dataclass(frozen=True, slots=True)
+class CostBound:
+    """The work polynomial of one expression and the input paths it is written in."""
+
+    work: tuple[tuple[Monomial, float], ...]
+    paths: tuple[tuple[str, tuple[str, ...]], ...]
+
+    def estimate(self, data: Mapping[str, object]) -> float:
+        """The bound on the work of evaluating over ``data`` (the engine's own input)."""
+        values: dict[str, float] = {}
+        for root, keys in self.paths:
+            value = _lookup(data, root, keys)
+            size, count = measure(value)
+            name = _path_name(root, keys)
+            values["s:" + name] = size
+            values["n:" + name] = count
+        total = 0.0
+        for monomial, coefficient in self.work:
+            term = coefficient
+            for symbol, exponent in monomial:
+                try:
+                    term *= values.get(symbol, 0.0) ** exponent
+                except OverflowError:
+                    return math.inf
+            total += term
+        return total
+
+
+def bound_of(root: Node) -> CostBound | None:
+    """The work bound of the tree at ``root``, or None when it builds nothing worth checking.
+
+    Raises:
+        TooCostly: The bound has too many terms to evaluate cheaply.
+    """
+    walker = _Walker()
+    result = walker.walk(root, {})
+    if not walker.builds:
+        return None
+    work = _add(result.work, result.size)
+    return CostBound(tuple(work.items()), tuple(sorted(walker.paths)))
+
+
+def measure(value: object) -> tuple[float, float]:
+    """(size, count) of a plain value: text length plus ``ELEMENT`` per element, nested."""
+    if isinstance(value, str | bytes):
+        return float(len(value)), float(len(value))
+    if not isinstance(value, list | tuple | dict):
+        return 1.0, 1.0
+    count = float(len(value))
+    size = 0.0
+    stack: list[object] = [value]
+    while stack:
+        current = stack.pop()
+        if isinstance(current, str | bytes):
+            size += len(current)
+        elif isinstance(current, dict):
+            size += ELEMENT * len(current)
+            stack.extend(current.keys())
+            stack.extend(current.values())
+        elif isinstance(current, list | tuple):
+            size += ELEMENT * len(current)
+            stack.extend(current)
+        else:
+            size += 1
+    return size, count
+
+
+class _Walker:
+    """One pass over a tree, collecting the input paths it reads."""
+
+    def __init__(self) -> None:
+        self.paths: set[tuple[str, tuple[str, ...]]] = set()
+        self.builds = False
+        self._depth = 0
+
+    def walk(self, node: Node, scope: dict[str, _Size]) -> _Size:
+        measured = self._node(node, scope)
+        if node.type in SCALAR_TYPES:
+            return _Size(_ONE, _ONE, measured.work)
+        return measured
+
+    def _node(self, node: Node, scope: dict[str, _Size]) -> _Size:
+        path = _path(node, scope)
+        if path is not None:
+            self.paths.add(path)
+            name = _path_name(*path)
+            return _Size(_symbol("s:" + name), _symbol("n:" + name), {})
+        if node.kind == "const":
+            length = float(len(node.value)) if isinstance(node.value, str | bytes) else 1.0
+            return _Size(_constant(length), _constant(length), {})
+        if node.kind == "ident":
+            return scope.get(node.name, _Size(_ONE, _ONE, {}))
+        if node.kind == "select":
+            assert node.target is not None
+            operand = self.walk(node.target, scope)
+            return _Size(operand.size, operand.size, operand.work)
+        if node.kind in ("list", "struct"):
+            return self._literal(node, scope)
+        if node.kind == "loop":
+            return self._loop(node, scope)
+        return self._call(node, scope)
+
+    def _literal(self, node: Node, scope: dict[str, _Size]) -> _Size:
+        parts = [self.walk(arg, scope) for arg in node.args]
+        entries = len(parts) if node.kind == "list" else len(parts) // 2
+        size = _add(_constant(ELEMENT * entries), *(part.size for part in parts))
+        if parts:
+            self.builds = True
+        work = _add(size, *(part.work for part in parts))
+        return _Size(size, _constant(entries), work)
+
+    def _call(self, node: Node, scope: dict[str, _Size]) -> _Size:
+        operands = [node.target] if node.target is not None else []
+        parts = [self.walk(arg, scope) for arg in [*operands, *node.args]]
+        work = _add(*(part.work for part in parts))
+        name = node.name.rsplit(".", 1)[-1]  # strings.quote -> quote
+        if name in ("_&&_", "_||_", "!_", "@not_strictly_false"):
+            return _Size(_ONE, _ONE, work)
+        if name in _READERS:
+            return _Size(_ONE, _ONE, _add(work, *(part.size for part in parts)))
+        if name == "_?_:_" and len(parts) == 3:
+            size = _max(parts[1].size, parts[2].size)
+            return _Size(size, _max(parts[1].count, parts[2].count), work)
+        if name in _SELECTORS and parts:
+            return _Size(parts[0].size, parts[0].size, work)
+        if name in _COPIERS and parts:
+            return _Size(parts[0].size, parts[0].size, _add(work, parts[0].size))
+        if node.type in SCALAR_TYPES:
+            return _Size(_ONE, _ONE, _add(work, *(part.size for part in parts)))
+        self.builds = True
+        size, count = _built(name, parts)
+        if name == "_+_" and node.type == "list":
+            # Lists share their elements: joining two copies references, not contents.
+            return _Size(size, count, _add(work, _scale(count, ELEMENT)))
+        built = _scale(size, _SLOW.get(name, 1.0))
+        return _Size(size, count, _add(work, built, *(part.size for part in parts)))
+
+    def _loop(self, node: Node, scope: dict[str, _Size]) -> _Size:
+        loop = node.loop
+        assert loop is not None
+        # Every iteration may scan its inputs again: a comprehension is always checked.
+        self.builds = True
+        self._depth += 1
+        variable = f"v:{self._depth}:{loop.iter_var}"
+        over = self.walk(loop.range, scope)
+        element = _Size(_symbol(variable), _symbol(variable), {})
+        inner = {**scope, loop.iter_var: element}
+        if loop.iter_var2:
+            inner[loop.iter_var2] = element
+        init = self.walk(loop.init, inner)
+
+        def summed(poly: Poly) -> Poly:
+            return _sum_over(poly, variable, over.count, over.size)
+
+        # First the accumulator's final size (init plus every iteration's step),
+        # then the work of every step with the accumulator at that size.
+        inner[loop.accu_var] = init
+        first = self.walk(loop.step, inner)
+        final = _Size(
+            _add(init.size, summed(first.size)), _add(init.count, summed(first.count)), {}
+        )
+        inner[loop.accu_var] = final
+        step = self.walk(loop.step, inner)
+        condition = self.walk(loop.condition, inner)
+        result = self.walk(loop.result, inner)
+        self._depth -= 1
+        work = _add(over.work, init.work, summed(_add(step.work, condition.work)), result.work)
+        return _Size(result.size, result.count, work)
+
+
+def _built(name: str, parts: list[_Size]) -> tuple[Poly, Poly]:
+    """(size, count) of what a building function returns, from its arguments'."""
+    sizes = [part.size for part in parts]
+    if name == "_+_":
+        return _add(*sizes), _add(*(part.count for part in parts))
+    if name == "replace" and len(parts) >= 3:
+        text, new = sizes[0], sizes[2]
+        grown = _add(text, _mul(_add(text, _ONE), new))  # every gap may take `new`
+        return grown, grown
+    if name == "split" and parts:
+        return _add(_scale(sizes[0], 1 + ELEMENT), _constant(ELEMENT)), _add(sizes[0], _ONE)
+    if name == "join" and parts:
+        separator = sizes[1] if len(sizes) > 1 else {}
+        joined = _add(sizes[0], _mul(parts[0].count, separator))
+        return joined, joined
+    if name == "quote" and parts:
+        quoted = _add(_scale(sizes[0], 10), _constant(2))  # \U escapes: 10 per character
+        return quoted, quoted
+    if name in _CONVERSIONS and parts:
+        printed = _add(_scale(sizes[0], _PRINTED), _constant(_PRINTED))
+        return printed, printed
+    # format, and anything not known here: every argument printed at its widest.
+    printed = _add(_scale(_add(*sizes), _PRINTED), _constant(_PRINTED))
+    return printed, printed
+
+
+def _path(node: Node, scope: Mapping[str, _Size]) -> tuple[str, tuple[str, ...]] | None:
+    """The context path a chain of fields and constant keys selects, if that is what it is."""
+    keys: list[str] = []
+    current = node
+    while True:
+        if current.kind == "select" and current.target is not None and current.name:
+            keys.append(current.name)
+            current = current.target
+        elif (
+            current.kind == "call"
+            and current.name == "_[_]"
+            and len(current.args) == 2
+            and current.args[1].kind == "const"
+            and isinstance(current.args[1].value, str)
+        ):
+            keys.append(current.args[1].value)
+            current = current.args[0]
+        elif current.kind == "ident" and current.name not in scope:
+            return current.name, tuple(reversed(keys))
+        else:
+            return None
+
+
+def _path_name(root: str, keys: tuple[str, ...]) -> str:
+    return "\x1f".join((root, *keys))
+
+
+def _lookup(data: Mapping[str, object], root: str, keys: tuple[str, ...]) -> object:
+    value: object = data.get(root)
+    for key in keys:
+        if not isinstance(value, dict):
+            return None
+        value = value.get(key)
+    return value
+
+
+_ONE: Poly = {(): 1.0}
+
+
+def _constant(value: float) -> Poly:
+    return {(): float(value)} if value else {}
+
+
+def _symbol(name: str) -> Poly:
+    return {((name, 1),): 1.0}
+
+
+def _add(*polys: Poly) -> Poly:
+    total: Poly = {}
+    for poly in polys:
+        for monomial, coefficient in poly.items():
+            total[monomial] = total.get(monomial, 0.0) + coefficient
+    return _checked(total)
+
+
+def _scale(poly: Poly, factor: float) -> Poly:
+    return {monomial: coefficient * factor for monomial, coefficient in poly.items()}
+
+
+def _max(a: Poly, b: Poly) -> Poly:
+    """An upper bound of both (symbols are never negative): each term's larger coefficient."""
+    return {m: max(a.get(m, 0.0), b.get(m, 0.0)) for m in a.keys() | b.keys()}
+
+
+def _mul(a: Poly, b: Poly) -> Poly:
+    product: Poly = {}
+    for left, x in a.items():
+        for right, y in b.items():
+            monomial = _times(left, right)
+            product[monomial] = product.get(monomial, 0.0) + x * y
+    return _checked(product)
+
+
+def _times(left: Monomial, right: Monomial) -> Monomial:
+    exponents = dict(left)
+    for symbol, exponent in right:
+        exponents[symbol] = exponents.get(symbol, 0) + exponent
+    return tuple(sorted(exponents.items()))
+
+
+def _power(poly: Poly, exponent: int) -> Poly:
+    result = _ONE
+    for _ in range(exponent):
+        result = _mul(result, poly)
+    return result
+
+
+def _sum_over(poly: Poly, variable: str, count: Poly, total: Poly) -> Poly:
+    """The sum of ``poly`` over every iteration, ``variable`` being one element's size.
+
+    A term without the element is paid once per iteration (``count`` times);
+    ``c * x**k`` summed over elements whose sizes add up to ``total`` is at
+    most ``c * total**k``.
+    """
+    summed: list[Poly] = []
+    for monomial, coefficient in poly.items():
+        exponent = dict(monomial).get(variable, 0)
+        rest: Poly = {tuple(p for p in monomial if p[0] != variable): coefficient}
+        summed.append(_mul(rest, count if exponent == 0 else _power(total, exponent)))
+    return _add(*summed)
+
+
+def _checked(poly: Poly) -> Poly:
+    if len(poly) > _MAX_TERMS:
+        raise TooCostly(f"its cost bound has more than {_MAX_TERMS} terms")
+    return poly
