@@ -6,24 +6,37 @@ secrets Cadenza knows about (API keys and tokens from the environment, and any
 values of credential-named keys in JSON-ish or ``key=value`` text.
 ``redact_processor`` applies it to every string of a structlog event.
 
+``scrub`` is the narrower pass over everything a run records (step outputs,
+model text, errors, events, messages, results): it masks only the known
+secrets, so ordinary output that merely talks about ``api_key=`` keeps its
+words. A known secret is recognised in every form this module can derive
+from it: whole, without its vendor prefix (``sk-``, ``sk-ant-``, ``ghp_``...),
+percent-encoded, and base64 (standard and URL-safe, at any alignment, so the
+key inside a ``Basic`` credential or an encoded blob is found too).
+
 Masking is best effort for text Cadenza did not produce; the rule that holds is
 that Cadenza itself never puts a key into an error, a repr or a log field.
 """
 
 from __future__ import annotations
 
+import base64
 import functools
 import os
 import re
+import urllib.parse
 from collections.abc import Iterable, Mapping, MutableMapping
 from typing import Any, Final
 
 __all__ = [
     "MASK",
+    "known_secrets",
     "redact",
     "redact_processor",
     "register_secret",
     "register_secrets_from",
+    "scrub",
+    "secret_forms",
     "secrets_from",
 ]
 
@@ -44,6 +57,13 @@ _KEY_VALUE = re.compile(
 _SK_KEY = re.compile(r"\bsk-[A-Za-z0-9_\-]{8,}")
 _BEARER = re.compile(r"\b(Bearer|Basic)\s+[A-Za-z0-9._~+/=\-]{6,}", re.IGNORECASE)
 _SENSITIVE_FIELD = re.compile(rf"\A(?:{_KEY_NAMES}|password|secret)\Z", re.IGNORECASE)
+# Vendor prefixes of well-known keys: the rest of the key is a secret on its own.
+_VENDOR_PREFIX = re.compile(
+    r"\A(?:sk-(?:ant-(?:api\d+-|admin\d+-)?|proj-|svcacct-)?|gh[pousr]_|github_pat_"
+    r"|xox[abpr]-|glpat-|hf_|AIza)"
+)
+# A derived form shorter than this is not masked (it would match ordinary text).
+_MIN_FORM_LENGTH: Final = 12
 
 # Replaced, never mutated, so a redact() on another thread (a log call) never
 # sees the set change under it.
@@ -96,6 +116,58 @@ def redact(text: str, secrets: Iterable[str] = ()) -> str:
     return _BEARER.sub(lambda m: f"{m.group(1)} {MASK}", text)
 
 
+def known_secrets() -> frozenset[str]:
+    """The secrets registered so far (empty: `scrub` has nothing to do)."""
+    return _known
+
+
+def scrub(value: Any) -> Any:
+    """``value`` with every known secret masked in every string it holds, in every form.
+
+    For what a run records: strings, and the dicts and lists of plain data
+    (keys included); other values pass unchanged. Returns ``value`` itself
+    when nothing needed masking, so the common case copies nothing; with no
+    secret known it is one check.
+    """
+    if not _known:
+        return value
+    return _scrub(value, _secret_pattern(_known))
+
+
+def _scrub(value: Any, pattern: re.Pattern[str]) -> Any:
+    if isinstance(value, str):
+        return pattern.sub(MASK, value) if pattern.search(value) else value
+    if isinstance(value, dict):
+        pairs = [(_scrub(k, pattern), _scrub(v, pattern), k, v) for k, v in value.items()]
+        if all(new_k is k and new_v is v for new_k, new_v, k, v in pairs):
+            return value
+        return {new_k: new_v for new_k, new_v, _, _ in pairs}
+    if isinstance(value, list):
+        items = [_scrub(item, pattern) for item in value]
+        return value if all(a is b for a, b in zip(items, value, strict=True)) else items
+    return value
+
+
+def secret_forms(secret: str) -> frozenset[str]:
+    """The forms of ``secret`` that are masked: whole, unprefixed, percent-encoded, base64."""
+    forms = {secret}
+    bare = _VENDOR_PREFIX.sub("", secret)
+    if len(bare) >= _MIN_FORM_LENGTH:
+        forms.add(bare)
+    forms.add(urllib.parse.quote(secret, safe=""))
+    raw = secret.encode()
+    for offset in range(3):
+        # A secret inside a longer base64 text is encoded at one of three alignments;
+        # the characters that depend only on its own bytes are the same at each.
+        encoded = base64.b64encode(b"\0" * offset + raw).decode()
+        core = encoded[-(-offset // 3) * 4 : ((offset + len(raw)) // 3) * 4]
+        core = core[4:] if offset else core  # the first group mixes in the padding
+        for form in (core, core.replace("+", "-").replace("/", "_")):
+            if len(form) >= _MIN_FORM_LENGTH:
+                forms.add(form)
+    return frozenset(forms)
+
+
 def redact_processor(
     logger: object, method_name: str, event_dict: MutableMapping[str, Any]
 ) -> MutableMapping[str, Any]:
@@ -132,8 +204,9 @@ def _mask_value(match: re.Match[str]) -> str:
 
 @functools.lru_cache(maxsize=32)
 def _secret_pattern(secrets: frozenset[str]) -> re.Pattern[str]:
+    forms = frozenset().union(*(secret_forms(secret) for secret in secrets))
     # Longest first, so a secret that contains another is masked whole.
-    ordered = sorted(secrets, key=len, reverse=True)
+    ordered = sorted(forms, key=len, reverse=True)
     return re.compile("|".join(re.escape(s) for s in ordered))
 
 

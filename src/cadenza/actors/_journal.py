@@ -4,6 +4,11 @@ Every actor of a run reports through the journal: it numbers events, hands them
 to observers and to the store, keeps the latest record of every executed
 address, and adds up token usage. It lives on the event loop and is only ever
 touched from there, one call at a time, so it needs no locks.
+
+It is also where known secrets are masked (``_redact.scrub``): every event,
+record, message and result passes through here before it reaches an observer
+or the store, so a command that prints its environment or a model that echoes
+a key leaves no copy anywhere.
 """
 
 from __future__ import annotations
@@ -12,6 +17,9 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+import msgspec
+
+from cadenza._redact import known_secrets, scrub
 from cadenza.protocols import (
     ErrorInfo,
     Event,
@@ -33,7 +41,14 @@ from cadenza.runtime._failpoints import failpoint
 if TYPE_CHECKING:
     from ._replay import Replay
 
-__all__ = ["STEP_REPLAYED", "STEP_WAITING", "EventSink", "RunJournal"]
+__all__ = [
+    "STEP_REPLAYED",
+    "STEP_WAITING",
+    "EventSink",
+    "RunJournal",
+    "clean_message",
+    "clean_record",
+]
 
 STEP_REPLAYED = "step_replayed"
 """A leaf's recorded outcome was reported to its controller instead of running it again."""
@@ -125,6 +140,8 @@ class RunJournal:
         data: dict[str, Any] | None = None,
     ) -> Event:
         """Records an event, queues it for the store and shows it to observers."""
+        if known_secrets():
+            message, error, data = scrub(message), scrub(error), scrub(data)
         restated = self.replay is not None and self.replay.suppress(
             type, step_id, message, error, data
         )
@@ -198,6 +215,7 @@ class RunJournal:
                 return
             self.replay.overwritten(address)
         failpoint("step.before_record")
+        record = clean_record(record)
         self.records[address] = record
         self.store.put_step(self.run_id, address, record)
         self._announce(address, record, agent, tokens)
@@ -257,14 +275,33 @@ class RunJournal:
             run_id=self.run_id,
             workflow=self.workflow,
             status=status,
-            output=output,
+            output=scrub(output),
             steps=dict(self.records),
             loops=dict(self.loops),
             graphs=dict(self.graphs),
-            messages=list(self.messages),
+            messages=[clean_message(message) for message in self.messages],
             usage=self.usage(),
             error=error,
         )
+
+
+def clean_record(record: StepRecord) -> StepRecord:
+    """``record`` with known secrets masked in its content, result and error."""
+    if not known_secrets():
+        return record
+    content, result = scrub(record.content), scrub(record.result)
+    error = record.error
+    if error is not None and scrub(error.message) is not error.message:
+        error = msgspec.structs.replace(error, message=scrub(error.message))
+    if content is record.content and result is record.result and error is record.error:
+        return record
+    return msgspec.structs.replace(record, content=content, result=result, error=error)
+
+
+def clean_message(message: MessageRecord) -> MessageRecord:
+    """``message`` with known secrets masked in its text."""
+    text = scrub(message.text)
+    return message if text is message.text else msgspec.structs.replace(message, text=text)
 
 
 def _reason(record: StepRecord) -> str | None:

@@ -141,7 +141,7 @@ async def _ask_judge(
         content, result, error = outcome.content, outcome.result, outcome.error
     except asyncio.CancelledError:
         cancelled = ErrorInfo("Cancelled", "the loop was cancelled", address)
-        record = StepRecord(status="cancelled", error=cancelled)
+        record = StepRecord(status="cancelled", error=cancelled)  # nothing secret in it
         # No await while being cancelled: the record is queued, the loop's own flush saves it.
         run.journal.records[address] = record
         run.journal.store.put_step(run.run_id, address, record)
