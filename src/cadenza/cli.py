@@ -238,6 +238,11 @@ async def _run(args: argparse.Namespace) -> int:
         return await follow(handle, args)
 
 
+CANCEL_GRACE = 5.0
+"""Seconds the steps of an interrupted run get to stop before they are stopped outright
+(more than a command's SIGTERM-to-SIGKILL wait of 2 s)."""
+
+
 def observer(args: argparse.Namespace) -> EventSink | None:
     """What watches a run's events: NDJSON on stderr (``--events``), or live progress."""
     stderr = sys.stderr
@@ -256,8 +261,14 @@ async def follow(handle: RunHandle, args: argparse.Namespace) -> int:
         async with anyio.create_task_group() as group:
 
             async def cancel_on_signal() -> None:
+                # The first signal asks the steps to stop and gives them CANCEL_GRACE
+                # seconds; a step that does not is then stopped outright, so a signal
+                # always ends the run, recorded ``cancelled``. A second signal stops
+                # everything at once.
+                grace = CANCEL_GRACE
                 async for signum in signals:
-                    handle.cancel(f"interrupted by {signal.Signals(signum).name}")
+                    handle.cancel(f"interrupted by {signal.Signals(signum).name}", deadline=grace)
+                    grace = 0.0
 
             group.start_soon(cancel_on_signal)
             result = await handle.result()

@@ -22,6 +22,7 @@ from cadenza.llm import LLMRequest, Message, ToolCall, ToolSpec
 from cadenza.protocols import ErrorInfo, Tokens
 from cadenza.workflow import Agent, LoadedWorkflow, MemoryWindow
 
+from ._budget import BudgetExceeded
 from ._context import Brief, RunContext, Scope
 from ._coordinator import COORDINATOR, Outgoing
 from ._prompt import build_prompt, cap, read_context_files
@@ -35,10 +36,6 @@ AGENT_MEMORY = "agent_memory"
 DEFAULT_SYSTEM = "You are a helpful assistant. Do the task you are given."
 NEVER_SUBMITTED = "resultSchema defined but submit_result never called"
 _OUTPUT_PREVIEW = 2000
-
-
-class BudgetExceeded(CadenzaError):
-    """The run's token budget (``options.maxTokens``) is spent; the run ends ``failed``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,10 +60,6 @@ def _model_spec(
         return run.default_model
     who = f"agent {agent_name!r}" if agent_name else "a step without an agent"
     raise CadenzaError(f"no model for {who}: set its model, or give --model / CADENZA_MODEL")
-
-
-def _spent(run: RunContext) -> int:
-    return run.journal.prompt_tokens + run.journal.completion_tokens
 
 
 class _Conversation:
@@ -301,12 +294,6 @@ async def run_agent(
         specs = tuple(tool.spec for tool in conversation.tools.values())
         turns = agent.turns if agent is not None else 50
         for turn in range(1, turns + 1):
-            budget = run.options.max_tokens
-            if budget is not None and _spent(run) >= budget:
-                raise BudgetExceeded(
-                    f"the run's token budget is spent: {_spent(run)} of {budget} tokens used "
-                    "(options.maxTokens)"
-                )
             if turn > 1:
                 waiting = drain_inbox()
                 if waiting:
@@ -319,18 +306,18 @@ async def run_agent(
                 agent=agent_name,
                 data={"phase": "request", "turn": turn, "model": spec},
             )
-            completion = await client.complete(
-                LLMRequest(
-                    model=model,
-                    messages=tuple(messages),
-                    tools=specs,
-                    temperature=agent.temperature if agent is not None else None,
-                    top_p=agent.top_p if agent is not None else None,
-                    max_retries=retries,
-                )
+            request = LLMRequest(
+                model=model,
+                messages=tuple(messages),
+                tools=specs,
+                temperature=agent.temperature if agent is not None else None,
+                top_p=agent.top_p if agent is not None else None,
+                max_retries=retries,
             )
-            usage = completion.usage
-            run.journal.spend(address, usage.prompt_tokens, usage.completion_tokens)
+            async with run.token_budget():
+                completion = await client.complete(request)
+                usage = completion.usage
+                run.journal.spend(address, usage.prompt_tokens, usage.completion_tokens)
             run.journal.emit(
                 "agent_turn",
                 step_id=address,

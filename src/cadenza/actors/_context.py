@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterable
+from contextlib import AbstractAsyncContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
@@ -19,6 +20,7 @@ from cadenza.protocols import ErrorInfo, StepRecord
 from cadenza.runtime import Clock, Slots, Supervisor
 from cadenza.workflow import LoadedWorkflow, MemoryWindow, Options, State, Step
 
+from ._budget import TokenBudget
 from ._journal import RunJournal
 
 if TYPE_CHECKING:
@@ -101,11 +103,22 @@ class RunContext:
     """Messages forwarded to a step with no live instance, kept for its next one."""
     dispatcher: StepDispatcher | None = None
     """Where leaf steps run when the run has remote workers (None: in this process)."""
+    budget: TokenBudget | None = None
+    """The gate of ``options.maxTokens``, made on the first model call."""
 
     @property
     def options(self) -> Options:
         """The root workflow's options."""
         return self.document.workflow.options
+
+    def token_budget(self) -> AbstractAsyncContextManager[None]:
+        """Wraps one model call: reserves against ``options.maxTokens`` (see `TokenBudget`)."""
+        limit = self.options.max_tokens
+        if limit is None:
+            return nullcontext()
+        if self.budget is None:
+            self.budget = TokenBudget(limit, self.journal)
+        return self.budget.call()
 
     def exhaust_budget(self, error: ErrorInfo) -> None:
         """Ends the run as ``failed`` with ``error``: the token budget is spent."""

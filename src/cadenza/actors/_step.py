@@ -107,7 +107,11 @@ class StepActor(Actor):
         if self._cancel_reason is not None:
             return
         self._cancel_reason = reason
-        if self._task is not None:
+        # Only a task parked inside the work is cancelled. A step that ends the run
+        # itself (an agent spending the last of the budget) calls this from its own
+        # task: cancelling that would land on its next await, the recording of its
+        # own outcome, and its controller would wait for a report that never comes.
+        if self._task is not None and self._task is not asyncio.current_task():
             self._task.cancel(reason)
 
     async def on_start(self) -> None:
