@@ -106,11 +106,20 @@ def test_load_workflow_text_resolves_in_base_dir() -> None:
     assert loaded.includes["child.yaml"].workflow.name == "test-fix"
 
 
-def test_broken_yaml_is_one_located_problem() -> None:
+def test_broken_yaml_is_one_located_problem(tmp_path: Path) -> None:
     """A YAML syntax error is one problem at the scanner's line and column, in words."""
+    path = tmp_path / "broken.yaml"
+    path.write_text("name: broken\nsteps:\n  - id: a\n    command: [echo\n")
+    (problem,) = validate_file(path)
+    assert (problem.line, problem.path) == (5, "")
+    assert problem.message.startswith("invalid YAML: ")
+
+
+def test_a_tab_is_named_as_a_tab() -> None:
+    """A tab where YAML wants indentation is called a tab, at its place."""
     (problem,) = validate_file(INVALID / "broken-yaml.yaml")
     assert (problem.line, problem.column, problem.path) == (4, 1, "")
-    assert problem.message.startswith("invalid YAML: ")
+    assert problem.message.startswith("a tab character: YAML indents with spaces only")
 
 
 def test_duplicate_keys_name_both_locations() -> None:
@@ -130,7 +139,7 @@ def test_duplicate_keys_name_both_locations() -> None:
         ("two-documents.yaml", 3, ["one YAML document"]),
         ("undefined-alias.yaml", 4, ["*cmd", "no anchor"]),
         ("not-a-mapping.yaml", 1, ["must be a mapping"]),
-        ("empty.yaml", 0, ["empty"]),
+        ("empty.yaml", 1, ["empty"]),
         ("alias-bomb.yaml", 7, ["too many aliases"]),
     ],
 )
@@ -155,7 +164,8 @@ def test_deep_nesting_fails_fast(opening: str, tmp_path: Path) -> None:
     closing = "]" if opening == "[" else "}"
     problem = only_problem(f"name: x\nsteps: {opening * 10_000}{closing * 10_000}\n", tmp_path)
     assert problem.line == 2
-    assert "nests deeper than 128" in problem.message
+    # Said in the project's words, whether its cap or PyYAML's own answered first.
+    assert problem.message == "the document nests deeper than 128 levels"
 
 
 def test_huge_file_is_refused(tmp_path: Path) -> None:

@@ -166,9 +166,10 @@ class _Session:
             return self.whole_file(filename, f"cannot be checked: {exc}")
         return self.load_document(raw, Reporter(filename), directory, None, (), built)
 
-    def whole_file(self, name: str, message: str) -> tuple[None, int]:
+    def whole_file(self, name: str, message: str, *, line: int = 0) -> tuple[None, int]:
+        """A problem of the file as a whole (at ``line`` 1, column 1, when it has a place)."""
         self.order.setdefault(name, len(self.order))
-        self.problems.append(Problem(name, 0, 0, "", message))
+        self.problems.append(Problem(name, line, 1 if line else 0, "", message))
         return None, 0
 
     def load_file(
@@ -217,7 +218,8 @@ class _Session:
             self.problems.extend(parsed.problems)
             return None, 0
         if parsed.value is None:
-            return self.whole_file(name, "the document is empty; a workflow needs name and steps")
+            message = "the document is empty; a workflow needs name and steps"
+            return self.whole_file(name, message, line=1)
         reporter = Reporter(name, parsed.source)
         return self.load_document(parsed.value, reporter, base_dir, path, chain)
 

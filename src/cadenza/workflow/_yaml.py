@@ -96,6 +96,21 @@ class _Frame:
         self.seen: dict[str, Loc] = {}
 
 
+def _yaml_words(error: yaml.MarkedYAMLError, text: str, mark: yaml.Mark | None) -> str:
+    """PyYAML's complaint in the words of this project, whichever PyYAML answered.
+
+    A tab and a too-deep document are said the same way whatever the version of
+    PyYAML (newer ones have a depth limit of their own that answers before ours).
+    """
+    problem = str(error.problem)
+    if mark is not None and 0 <= mark.index < len(text) and text[mark.index] == "\t":
+        return "a tab character: YAML indents with spaces only (replace the tab with spaces)"
+    if "nesting depth" in problem:
+        return f"the document nests deeper than {MAX_DEPTH} levels"
+    detail = f"{problem} ({error.context})" if error.context else problem
+    return f"invalid YAML: {detail}"
+
+
 def parse_yaml(text: str, filename: str) -> Parsed:
     """Load one YAML or JSON document safely, recording positions and problems.
 
@@ -109,8 +124,7 @@ def parse_yaml(text: str, filename: str) -> Parsed:
             builder.feed(loader.get_event())
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
-        detail = f"{exc.problem} ({exc.context})" if exc.context else str(exc.problem)
-        builder.problem(_mark(mark), (), f"invalid YAML: {detail}")
+        builder.problem(_mark(mark), (), _yaml_words(exc, text, mark))
     except yaml.reader.ReaderError as exc:
         line = text.count("\n", 0, exc.position) + 1
         column = exc.position - (text.rfind("\n", 0, exc.position) + 1) + 1
