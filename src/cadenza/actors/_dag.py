@@ -5,8 +5,10 @@ branch never waits behind a slow one. Readiness is tracked with a count of
 unfinished dependencies per step, so each completion costs O(its dependents).
 Failure propagation follows ``options.onStepFailure``:
 
-* ``cascade``: dependents of a failed step fail too (transitively);
-* ``skip-dependents``: they are skipped, independent branches go on;
+* ``cascade``: the failed step's dependents, transitively, are ``cancelled``
+  with no error of their own (zenflow's meaning); independent branches go on;
+* ``skip-dependents``: its direct dependents are ``skipped``; a skipped step
+  counts as finished, so theirs run (their ``condition`` can test the status);
 * ``abort``: running steps are cancelled and nothing new starts.
 
 A step with ``onError: continue`` is recorded as failed but its dependents run.
@@ -162,16 +164,9 @@ class DagController(Actor):
 
     def _decide(self, step: Step, address: Address) -> StepRecord | None:
         """Skips or fails a step before it runs: a failed dependency or a false condition."""
-        blocked = self._blocked_by(step)
-        if blocked is not None:
-            dependency, dependency_record = blocked
-            strategy = self.run.options.on_step_failure
-            error = ErrorInfo(
-                type="DependencyFailed",
-                message=f"dependency {dependency!r} {dependency_record.status}",
-                address=str(address),
-            )
-            return StepRecord(status="failed" if strategy == "cascade" else "skipped", error=error)
+        if self._blocked(step):
+            cascade = self.run.options.on_step_failure == "cascade"
+            return _CASCADED if cascade else _SKIPPED
         if step.condition is None:
             return None
         try:
@@ -208,23 +203,21 @@ class DagController(Actor):
             self.run.active.discard(self)
         return None if go else _skipped(step.condition)
 
-    def _blocked_by(self, step: Step) -> tuple[str, StepRecord] | None:
+    def _blocked(self, step: Step) -> bool:
+        """Whether a dependency failed (not under ``onError: continue``) or was cancelled."""
         for dependency in step.depends_on:
             record = self.records[dependency]
             if record.status == "failed" and self.steps[dependency].on_error == "continue":
                 continue
             if record.status in ("failed", "cancelled"):
-                return dependency, record
-            if record.error is not None and record.error.type == "DependencyFailed":
-                return dependency, record
-        return None
+                return True
+        return False
 
     def _note(self, step_id: str, record: StepRecord) -> None:
         self.records[step_id] = record
         self.scope.record(step_id, record)
         failed = record.status == "failed" and self.steps[step_id].on_error != "continue"
-        caused_here = record.error is None or record.error.type != "DependencyFailed"
-        if (failed or record.status == "cancelled") and self.first_error is None and caused_here:
+        if (failed or record.status == "cancelled") and self.first_error is None:
             self.first_error = record.error
         if failed and self.run.options.on_step_failure == "abort" and not self.aborting:
             self.cancel(f"step {step_id!r} failed and onStepFailure is abort")
@@ -268,6 +261,11 @@ class DagController(Actor):
             error = first.error if first is not None else None
         return DagOutcome(status=status, content=content, error=error)
 
+
+_CASCADED = StepRecord(status="cancelled")
+"""A dependent of a failed step under ``cascade``: never started, no error of its own."""
+_SKIPPED = StepRecord(status="skipped")
+"""A direct dependent of a failed step under ``skip-dependents``: never started, no error."""
 
 _AWAIT = StepRecord(status="pending")
 """`DagController._decide`'s answer for a condition that must be awaited (an async callable)."""
