@@ -293,7 +293,7 @@ async def test_python_tools_get_schemas_and_errors_go_back_to_the_model(
 async def test_a_full_step_inbox_drops_with_an_event(
     write_flow: WriteFlow, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Messages past a step's 10,000-message inbox are dropped, each with a reason."""
+    """Messages past a step's 10,000-message inbox are dropped, counted, with a reason."""
     hold = threading.Event()
     path = write_flow(
         "name: inbox\nagents:\n  ear: {model: 'openai:m'}\n"
@@ -311,9 +311,11 @@ async def test_a_full_step_inbox_drops_with_an_event(
             hold.set()
             result = await handle.result()
     assert result.status == "completed"
-    dropped = [e for e in events if e.type == "message_dropped"]
-    assert len(dropped) == 3
-    assert all(e.data is not None and e.data["reason"] == "inbox full" for e in dropped)
+    dropped = [e.data for e in events if e.type == "message_dropped" and e.data is not None]
+    assert [d["dropped"] for d in dropped] == [1, 3]  # the first drop, then the run's total
+    assert all(d["reason"] == "inbox full" and "text" not in d for d in dropped)
+    assert len(result.messages) == 1_000  # the newest; the rest are counted
+    assert result.messages_omitted == 10_000 - 1_000
 
 
 MEMORY = """

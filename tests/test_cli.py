@@ -59,6 +59,7 @@ def test_run_json_prints_only_the_result(tmp_path: Path) -> None:
         "loops",
         "graphs",
         "messages",
+        "messagesOmitted",  # an extension key: how many older messages a flood left out
         "usage",
         "error",
     }

@@ -6,13 +6,17 @@ which records it in the run and, when the workflow names a coordinator agent
 may ``forward_to_agent(target_step_id, text, kind?)``, ``narrate(text)`` and
 ``finalize(summary?)``. A forward to a bare step id reaches the newest live
 instance; to an address, that instance, or the step's next instance if that one
-has finished. Every inbox is bounded: what does not fit is dropped with a
-``message_dropped`` event that says why — never silently.
+has finished. Every inbox is bounded: what does not fit is dropped and
+counted, never silently. A flood must not fill memory or the store, so a
+dropped message is not recorded whole: its target's first drop, every
+thousandth after it, and the total when the run ends each give one
+``message_dropped`` event carrying the count so far (``dropped``), not the text.
 """
 
 from __future__ import annotations
 
 from collections import deque
+from dataclasses import dataclass
 from typing import Any
 
 import msgspec
@@ -43,6 +47,9 @@ INBOX_SIZE = 10_000
 
 MSG_TYPES = {"info": 0, "cancel": 1, "context": 2, "reply": 3}
 
+DROP_EVENT_EVERY = 1_000
+"""After a target's first dropped message, one ``message_dropped`` event per this many."""
+
 
 class AgentMessage(msgspec.Struct, frozen=True):
     """A message delivered into an agent step's inbox."""
@@ -71,6 +78,15 @@ class Drain(msgspec.Struct, frozen=True):
     """Asked at the end of a run: answered once every earlier message is handled."""
 
 
+@dataclass(slots=True)
+class _Drops:
+    """Messages dropped for one target: how many, how many an event reported, the last."""
+
+    count: int = 0
+    reported: int = 0
+    last: tuple[str, int, str] = ("", 0, "")
+
+
 class Coordinator(Actor):
     """Records messages between agents and, with a coordinator agent, routes them."""
 
@@ -81,6 +97,7 @@ class Coordinator(Actor):
         self.agent_name = coordinator.agent if coordinator is not None else None
         self.max_wakes = coordinator.max_wakes if coordinator is not None else 0
         self.wakes = 0
+        self.dropped: dict[str, _Drops] = {}
 
     async def receive(self, message: Any) -> None:
         """Handles one message: an agent's outgoing message, a post, or a drain."""
@@ -88,10 +105,12 @@ class Coordinator(Actor):
             await self._incoming(message)
         elif isinstance(message, PostMessage):
             self.deliver(message.target, message.text, message.kind, sender="coordinator")
+        elif isinstance(message, Drain):
+            self._report_drops()
 
     async def _incoming(self, message: Outgoing) -> None:
         journal = self.run.journal
-        journal.messages.append(
+        journal.record_message(
             MessageRecord(from_=message.sender, to="coordinator", text=message.text)
         )
         if self.agent_name is None or self.run.cancelled is not None:
@@ -132,31 +151,60 @@ class Coordinator(Actor):
             )
 
     def deliver(self, target: str, text: str, kind: str, *, sender: str) -> None:
-        """Puts a message into a step's inbox, or keeps it for the step's next instance."""
-        journal = self.run.journal
-        data = {"from": sender, "to": target, "msg_type": MSG_TYPES.get(kind, 0)}
-        journal.messages.append(MessageRecord(from_=sender, to=target, text=text, kind=kind))
-        journal.emit("message_sent", step_id=sender, data={**data, "text": text})
+        """Puts a message into a step's inbox, or keeps it for the step's next instance.
+
+        Only a message that found room is recorded (``message_sent``, the result's
+        messages); one that did not is counted (see the module docstring).
+        """
         letter = AgentMessage(sender, text, kind)
+        refused = self._place(target, letter)
+        if refused is not None:
+            self._drop(target, sender, kind, refused)
+            return
+        journal = self.run.journal
+        journal.record_message(MessageRecord(from_=sender, to=target, text=text, kind=kind))
+        data = {"from": sender, "to": target, "msg_type": MSG_TYPES.get(kind, 0), "text": text}
+        journal.emit("message_sent", step_id=sender, data=data)
+
+    def _place(self, target: str, letter: AgentMessage) -> str | None:
+        """Delivers ``letter``, or keeps it for the step's next instance; else why not."""
         ref = self.run.supervisor.lookup(target)
         if ref is not None:
             try:
                 ref.send_nowait(letter)
-                return
+                return None
             except InboxFull:
-                journal.emit(
-                    "message_dropped", step_id=target, data={**data, "reason": "inbox full"}
-                )
-                return
+                return "inbox full"
             except ActorStopped:
                 pass  # that instance finished: the next one gets it
         name = target.rsplit(".", 1)[-1].split("[", 1)[0]
         waiting = self.run.mail.setdefault(name, deque())
         if len(waiting) >= INBOX_SIZE:
-            reason = f"{INBOX_SIZE} messages already wait for {name!r}"
-            journal.emit("message_dropped", step_id=target, data={**data, "reason": reason})
-            return
+            return f"{INBOX_SIZE} messages already wait for {name!r}"
         waiting.append(letter)
+        return None
+
+    def _drop(self, target: str, sender: str, kind: str, reason: str) -> None:
+        drops = self.dropped.get(target)
+        if drops is None:
+            drops = self.dropped[target] = _Drops()
+        drops.count += 1
+        drops.last = (sender, MSG_TYPES.get(kind, 0), reason)
+        if drops.count == 1 or drops.count % DROP_EVENT_EVERY == 0:
+            self._drop_event(target, drops)
+
+    def _drop_event(self, target: str, drops: _Drops) -> None:
+        sender, msg_type, reason = drops.last
+        drops.reported = drops.count
+        data = {"from": sender, "to": target, "msg_type": msg_type, "reason": reason}
+        data["dropped"] = drops.count
+        self.run.journal.emit("message_dropped", step_id=target, data=data)
+
+    def _report_drops(self) -> None:
+        """At the run's end: the total of every target with drops no event has counted yet."""
+        for target, drops in self.dropped.items():
+            if drops.count != drops.reported:
+                self._drop_event(target, drops)
 
     def _tools(self) -> list[Tool]:
         from cadenza.llm import ToolSpec

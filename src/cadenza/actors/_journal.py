@@ -14,6 +14,7 @@ a key leaves no copy anywhere.
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -42,6 +43,7 @@ if TYPE_CHECKING:
     from ._replay import Replay
 
 __all__ = [
+    "MAX_RESULT_MESSAGES",
     "STEP_REPLAYED",
     "STEP_WAITING",
     "EventSink",
@@ -55,6 +57,9 @@ STEP_REPLAYED = "step_replayed"
 
 STEP_WAITING = "step_waiting"
 """A step waits for a person (SPEC 2.6); message: the prompt, data: ``{prompt, schema}``."""
+
+MAX_RESULT_MESSAGES = 1_000
+"""Messages a run's result lists (the newest); older ones are counted, not kept."""
 
 EventSink = Callable[[Event], None]
 """Receives every event of a run as it happens; must not block."""
@@ -70,7 +75,8 @@ class RunJournal:
         self.records: dict[str, StepRecord] = {}
         self.loops: dict[str, LoopSummary] = {}
         self.graphs: dict[str, GraphSummary] = {}
-        self.messages: list[MessageRecord] = []
+        self.messages: deque[MessageRecord] = deque(maxlen=MAX_RESULT_MESSAGES)
+        self.messages_omitted = 0
         self.prompt_tokens = 0
         self.completion_tokens = 0
         self.llm_calls = 0
@@ -93,10 +99,18 @@ class RunJournal:
         self.replay = replay
         self._seq = replay.last_seq
         log = replay.log
-        self.messages = list(log.messages)
+        self.messages.clear()
+        for message in log.messages:
+            self.record_message(message)
         self.prompt_tokens = log.prompt_tokens
         self.completion_tokens = log.completion_tokens
         self.llm_calls = log.llm_calls
+
+    def record_message(self, message: MessageRecord) -> None:
+        """Keeps ``message`` for the result; past `MAX_RESULT_MESSAGES` the oldest is counted."""
+        if len(self.messages) == MAX_RESULT_MESSAGES:
+            self.messages_omitted += 1
+        self.messages.append(message)
 
     def spend(self, address: str, prompt: int, completion: int, calls: int = 1) -> None:
         """Counts model usage for the run and for the step at ``address``."""
@@ -280,6 +294,7 @@ class RunJournal:
             loops=dict(self.loops),
             graphs=dict(self.graphs),
             messages=[clean_message(message) for message in self.messages],
+            messages_omitted=self.messages_omitted,
             usage=self.usage(),
             error=error,
         )

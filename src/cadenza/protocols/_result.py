@@ -95,5 +95,8 @@ class RunResult(_Record, frozen=True):
     loops: dict[str, LoopSummary] = {}
     graphs: dict[str, GraphSummary] = {}
     messages: list[MessageRecord] = []
+    """The newest 1,000 messages the run carried, oldest first."""
+    messages_omitted: int = 0
+    """Older messages left out of ``messages`` (a flood is counted, not kept)."""
     usage: Usage = Usage()
     error: ErrorInfo | None = None
