@@ -60,6 +60,7 @@ def test_run_json_prints_only_the_result(tmp_path: Path) -> None:
         "graphs",
         "messages",
         "messagesOmitted",  # an extension key: how many older messages a flood left out
+        "undelivered",  # messages no instance of their step took (SPEC section 5)
         "usage",
         "error",
     }

@@ -283,7 +283,13 @@ class RunJournal:
             llm_calls=self.llm_calls,
         )
 
-    def result(self, status: RunStatus, output: Any, error: ErrorInfo | None) -> RunResult:
+    def result(
+        self,
+        status: RunStatus,
+        output: Any,
+        error: ErrorInfo | None,
+        undelivered: list[MessageRecord] | None = None,
+    ) -> RunResult:
         """The result JSON of the run as it stands."""
         return RunResult(
             run_id=self.run_id,
@@ -295,6 +301,7 @@ class RunJournal:
             graphs=dict(self.graphs),
             messages=[clean_message(message) for message in self.messages],
             messages_omitted=self.messages_omitted,
+            undelivered=[clean_message(m) for m in undelivered or ()],
             usage=self.usage(),
             error=error,
         )

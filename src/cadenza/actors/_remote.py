@@ -18,7 +18,6 @@ it continues is the run's state.
 from __future__ import annotations
 
 import os
-from collections import deque
 from typing import TYPE_CHECKING, Any, Protocol
 
 import msgspec
@@ -39,7 +38,7 @@ from cadenza.workflow import Step, parse_duration
 
 from ._agent import _model_spec
 from ._context import NO_BRIEF
-from ._coordinator import COORDINATOR, AgentMessage, Outgoing
+from ._coordinator import COORDINATOR, Outgoing
 from ._prompt import build_prompt, read_context_files
 from ._tool_step import tool_arguments
 
@@ -162,8 +161,6 @@ async def remote_work(
     if result.usage is not None:
         usage = result.usage
         journal.spend(address, usage.prompt_tokens, usage.completion_tokens, usage.llm_calls)
-    if isinstance(order, AgentOrder):
-        _keep_late_messages(actor)
     if result.status == "completed":
         return result.content or "", result.result
     error = result.error or ErrorInfo(
@@ -264,10 +261,3 @@ def _agent_order(
         tokens_spent=run.journal.prompt_tokens + run.journal.completion_tokens,
         max_retries=step.max_retries if step.max_retries is not None else run.options.max_retries,
     )
-
-
-def _keep_late_messages(actor: StepActor) -> None:
-    """Messages that reached a remote agent after it left wait for the step's next visit."""
-    late = [letter for letter in actor.take_messages() if isinstance(letter, AgentMessage)]
-    if late:
-        actor.run.mail.setdefault(actor.address.name, deque()).extend(late)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,7 +27,7 @@ import httpx
 import msgspec
 
 from cadenza.llm import ProviderRegistry
-from cadenza.protocols import ErrorInfo, EventType, RunResult, RunStatus, Tokens
+from cadenza.protocols import ErrorInfo, EventType, MessageRecord, RunResult, RunStatus, Tokens
 from cadenza.runtime import (
     Address,
     Clock,
@@ -40,18 +41,28 @@ from cadenza.runtime import (
 from cadenza.workflow import LoadedWorkflow, compile_expression, parse_duration
 
 from ._context import RunContext, Scope, document_step_ids
-from ._coordinator import COORDINATOR, INBOX_SIZE, Coordinator, Drain
+from ._coordinator import COORDINATOR, INBOX_SIZE, AgentMessage, Coordinator, Drain
 from ._dag import DagController, DagOutcome
 from ._document import encode_document
-from ._journal import RunJournal
+from ._journal import MAX_RESULT_MESSAGES, RunJournal
 from ._loop import spawn_root_loop
 from ._remote import StepDispatcher
 from ._replay import RUN_RESUMED, Replay
 
-__all__ = ["RUN_INTERRUPTED", "RunControl", "execute_run", "interrupted_result"]
+__all__ = [
+    "MESSAGE_UNDELIVERED",
+    "RUN_INTERRUPTED",
+    "RunControl",
+    "execute_run",
+    "interrupted_result",
+    "report_undelivered",
+]
 
 ROOT = Address.root("Run")
 """The root controller's address: capitalised, so no step id can take it."""
+
+MESSAGE_UNDELIVERED = "message_undelivered"
+"""Messages for a step that no instance of it took before the run ended (SPEC section 5)."""
 
 RUN_INTERRUPTED = "run_interrupted"
 """The run stopped without ending (its runtime shut down); message: why. Resumable."""
@@ -240,7 +251,8 @@ async def execute_run(
         except Exception as failure:  # a bad output expression fails the run, located
             status = "failed"
             error = ErrorInfo(type=type(failure).__name__, message=f"output: {failure}")
-    result = journal.result(status, _plain(output), error)
+    undelivered = report_undelivered(journal, context.mail) if status != "waiting" else []
+    result = journal.result(status, _plain(output), error, undelivered)
     store.end_run(run_id, status, result)
     usage = result.usage
     journal.emit(
@@ -257,6 +269,31 @@ async def execute_run(
     )
     await store.flush()
     return result
+
+
+def report_undelivered(
+    journal: RunJournal, mail: dict[str, deque[AgentMessage]]
+) -> list[MessageRecord]:
+    """Messages still waiting when the run ends: no instance of their step will take them.
+
+    One ``message_undelivered`` event per target (with the count), and the newest
+    `MAX_RESULT_MESSAGES` for the result's ``undelivered``.
+    """
+    undelivered: deque[MessageRecord] = deque(maxlen=MAX_RESULT_MESSAGES)
+    for target, letters in mail.items():
+        if not letters:
+            continue
+        journal.emit(
+            MESSAGE_UNDELIVERED,
+            step_id=target,
+            message=f"{len(letters)} message(s) for {target!r}: no instance of it took them",
+            data={"to": target, "count": len(letters)},
+        )
+        for letter in letters:
+            undelivered.append(
+                MessageRecord(from_=letter.sender, to=target, text=letter.text, kind=letter.kind)
+            )
+    return list(undelivered)
 
 
 def interrupted_result(journal: RunJournal, reason: str) -> RunResult:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+from collections import deque
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -124,6 +125,7 @@ class StepActor(Actor):
             record = await self._execute(address)
         finally:
             active.discard(self)
+        self._keep_late_messages()
         tokens = None
         if self.kind == "agent":
             prompt, completion = journal.take_usage(address)
@@ -261,6 +263,17 @@ class StepActor(Actor):
         if outcome.error is not None:
             raise StepFailure(outcome.error, content=outcome.content or None, result=outcome.result)
         return outcome.content, outcome.result
+
+    def _keep_late_messages(self) -> None:
+        """Messages that reached this instance after its last turn wait for the step's next one.
+
+        The inbox belongs to the step, not to one iteration or visit (zenflow's
+        loop-bidirectional behaviour); what no instance ever takes is reported
+        as undelivered when the run ends.
+        """
+        late = [letter for letter in self.take_messages() if isinstance(letter, AgentMessage)]
+        if late:
+            self.run.mail.setdefault(self.address.name, deque()).extend(late)
 
     def _drain_inbox(self) -> list[str]:
         """Messages for this step: kept for it before it started, then its inbox."""

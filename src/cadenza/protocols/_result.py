@@ -98,5 +98,7 @@ class RunResult(_Record, frozen=True):
     """The newest 1,000 messages the run carried, oldest first."""
     messages_omitted: int = 0
     """Older messages left out of ``messages`` (a flood is counted, not kept)."""
+    undelivered: list[MessageRecord] = []
+    """Messages no instance of their target step ever took (at most 1,000, the newest)."""
     usage: Usage = Usage()
     error: ErrorInfo | None = None
