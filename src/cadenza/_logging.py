@@ -1,35 +1,102 @@
-"""Logging for the command line: structlog to stderr, redacted, quiet by default.
+"""Logging: the library writes to the standard ``logging`` module; the CLI shows it.
 
-The library never configures logging for its embedder; the CLI does, so that
-logs never mix with ``--json`` on stdout and never show a secret.
+A library must stay silent until its application configures logging. So
+Cadenza's loggers (`get_logger`) are structlog loggers over the standard
+library's ``logging.getLogger("cadenza...")``: an application that configures
+nothing sees warnings and errors on stderr (Python's last-resort handler) and
+no debug line anywhere; one that configures ``logging`` gets Cadenza's records
+like any library's, each with its structured fields in ``record.cadenza_fields``.
+Every field is redacted before it leaves.
+
+The command line configures the ``cadenza`` logger itself (`configure_logging`):
+text lines on stderr, or, when the events stream is on stderr too, one JSON
+object per line (``{"type": "log", ...}``), so that stream stays NDJSON.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import sys
+import time
+from collections.abc import MutableMapping
+from typing import Any
 
 import structlog
 
 from cadenza._redact import redact_processor
 
-__all__ = ["configure_logging"]
+__all__ = ["FIELDS", "configure_logging", "get_logger"]
+
+FIELDS = "cadenza_fields"
+"""The attribute of a ``logging.LogRecord`` that holds a Cadenza record's fields."""
 
 
-def configure_logging(level: str | None = None) -> None:
-    """Sends structlog output to stderr at ``level`` (default ``CADENZA_LOG_LEVEL`` or warning)."""
-    name = (level or os.environ.get("CADENZA_LOG_LEVEL") or "warning").upper()
-    numeric = logging.getLevelNamesMapping().get(name, logging.WARNING)
-    structlog.configure(
-        processors=[
-            structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso", utc=True),
-            redact_processor,
-            structlog.processors.format_exc_info,
-            structlog.dev.ConsoleRenderer(colors=False),
-        ],
-        wrapper_class=structlog.make_filtering_bound_logger(numeric),
-        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
+def _to_stdlib(
+    logger: object, method_name: str, event_dict: MutableMapping[str, Any]
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    event = str(event_dict.pop("event", ""))
+    event_dict.pop("level", None)
+    return (event,), {"extra": {FIELDS: dict(event_dict)}}
+
+
+_PROCESSORS: list[Any] = [
+    structlog.stdlib.filter_by_level,  # first: a disabled level costs one check
+    redact_processor,
+    structlog.processors.format_exc_info,
+    _to_stdlib,
+]
+
+
+def get_logger(name: str) -> Any:
+    """A structlog logger that writes to the standard ``logging`` logger ``name``."""
+    return structlog.wrap_logger(
+        logging.getLogger(name),
+        processors=_PROCESSORS,
+        wrapper_class=structlog.stdlib.BoundLogger,
         cache_logger_on_first_use=True,
     )
+
+
+class _Text(logging.Formatter):
+    """``2026-01-01T00:00:00Z [warning ] event key=value``, like structlog's console."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(record.created))
+        fields = getattr(record, FIELDS, {})
+        pairs = " ".join(f"{key}={value!r}" for key, value in fields.items())
+        line = f"{stamp} [{record.levelname.lower():<8}] {record.getMessage()} {pairs}"
+        return line.rstrip()
+
+
+class _Json(logging.Formatter):
+    """One JSON object per record, in the events stream's envelope: ``type`` ``log``."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
+        line = {
+            "type": "log",
+            "timestamp": f"{stamp}.{int(record.msecs):03d}Z",
+            "level": record.levelname.lower(),
+            "message": record.getMessage(),
+            "data": getattr(record, FIELDS, {}),
+        }
+        return json.dumps(line, default=str)
+
+
+def configure_logging(level: str | None = None, *, json_lines: bool = False) -> None:
+    """Shows Cadenza's records on stderr at ``level`` (default ``CADENZA_LOG_LEVEL`` or warning).
+
+    With ``json_lines``, each record is one JSON object (for ``--events``).
+    """
+    name = (level or os.environ.get("CADENZA_LOG_LEVEL") or "warning").upper()
+    numeric = logging.getLevelNamesMapping().get(name, logging.WARNING)
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_Json() if json_lines else _Text())
+    root = logging.getLogger("cadenza")
+    for old in list(root.handlers):
+        root.removeHandler(old)
+    root.addHandler(handler)
+    root.setLevel(numeric)
+    root.propagate = False

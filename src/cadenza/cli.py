@@ -345,7 +345,8 @@ def _check_failpoints() -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     """Runs the command line; returns the process exit code."""
     args = _parser().parse_args(argv)
-    configure_logging()
+    # With --events, stderr is an NDJSON stream: log records join it as JSON lines.
+    configure_logging(json_lines=bool(getattr(args, "events", False)))
     try:
         _check_failpoints()
         if args.command == "run":

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
-import structlog
+import logging
 
+import pytest
+
+from cadenza._logging import FIELDS
 from cadenza.llm import LLMError, LLMRequest, Message, ProviderRegistry, RetryPolicy
 from cadenza.runtime import Clock
 from cadenza.testing import ServerRule
@@ -12,7 +15,9 @@ from cadenza.testing.pytest_plugin import StartLLMServer
 CANARY = "canary-7f3a9c41e2b8d605"
 
 
-async def test_canary_key_is_never_shown(llm_server: StartLLMServer, clock: Clock) -> None:
+async def test_canary_key_is_never_shown(
+    llm_server: StartLLMServer, clock: Clock, caplog: pytest.LogCaptureFixture
+) -> None:
     """401 and 500 bodies that echo the key reach the caller with the key masked."""
     echo = f'{{"error": {{"message": "Incorrect API key provided: {CANARY}"}}}}'
     server = llm_server(
@@ -24,7 +29,7 @@ async def test_canary_key_is_never_shown(llm_server: StartLLMServer, clock: Cloc
     environ = server.environ(api_key=CANARY)
     request = LLMRequest("gpt-401", (Message("user", "hi"),))
     errors: list[LLMError] = []
-    with structlog.testing.capture_logs() as logs:
+    with caplog.at_level(logging.DEBUG, logger="cadenza"):
         async with ProviderRegistry(
             environ=environ, clock=clock, policy=RetryPolicy(max_attempts=2)
         ) as providers:
@@ -39,6 +44,7 @@ async def test_canary_key_is_never_shown(llm_server: StartLLMServer, clock: Cloc
     assert "Incorrect API key provided: ***" in str(errors[0])
     assert "upstream said Bearer ***" in str(errors[1])
     assert server.requests[0].headers["authorization"] == f"Bearer {CANARY}"
+    logs = [f"{r.getMessage()} {getattr(r, FIELDS)!r}" for r in caplog.records]
     assert logs  # every attempt is logged at debug level
-    for text in [*shown, *map(repr, logs)]:
+    for text in [*shown, *logs]:
         assert CANARY not in text

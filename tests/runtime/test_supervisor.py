@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
-from structlog.testing import capture_logs
 
+from cadenza._logging import FIELDS
 from cadenza.errors import ActorStopped, AddressError, InboxFull, SupervisorEscalation
 from cadenza.runtime import (
     Actor,
@@ -135,19 +136,18 @@ async def test_dead_letters_for_unknown_and_stopped_addresses(settle: Settle) ->
     assert sup.statistics().dead_letters == 4
 
 
-async def test_dead_letters_are_logged_by_default() -> None:
-    """Without on_dead_letter, each dead letter is a structured log event."""
-    with capture_logs() as logs:
+async def test_dead_letters_are_logged_by_default(caplog: pytest.LogCaptureFixture) -> None:
+    """Without on_dead_letter, each dead letter is a structured warning record."""
+    with caplog.at_level(logging.WARNING, logger="cadenza"):
         async with Supervisor() as sup:
             await sup.tell("nobody", Ping())
-    assert logs == [
-        {
-            "event": "dead_letter",
-            "log_level": "warning",
-            "address": "nobody",
-            "message_type": "Ping",
-            "reason": "no such actor",
-        }
+    assert [(r.name, r.levelname, r.getMessage(), getattr(r, FIELDS)) for r in caplog.records] == [
+        (
+            "cadenza.runtime",
+            "WARNING",
+            "dead_letter",
+            {"address": "nobody", "message_type": "Ping", "reason": "no such actor"},
+        )
     ]
 
 

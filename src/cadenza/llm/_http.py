@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from typing import Final
 
 import httpx
-import structlog
 from anyio import CancelScope
 
+from cadenza._logging import get_logger
 from cadenza._redact import redact
 from cadenza.runtime import Clock
 
@@ -38,7 +38,7 @@ DEFAULT_MAX_BODY: Final = 8 * 1024 * 1024
 _PREVIEW_CHARS: Final = 200
 _PARSED_URLS: Final = 64  # endpoints whose parsed URL is kept; a run uses one or two
 
-_log = structlog.get_logger("cadenza.llm")
+_log = get_logger("cadenza.llm")
 
 
 class _BodyTooLarge(Exception):

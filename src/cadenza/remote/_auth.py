@@ -17,10 +17,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Final
 
-import structlog
 import zmq
 from zmq.auth.asyncio import AsyncioAuthenticator
 from zmq.utils.monitor import parse_monitor_message
+
+from cadenza._logging import get_logger
 
 from ._keys import ServerKeys
 from ._socket import LoopSocket
@@ -29,7 +30,7 @@ __all__ = ["ZAP_DOMAIN", "AllowList", "refuse_unknown_keys", "watch_handshakes"]
 
 ZAP_DOMAIN: Final = "cadenza"
 
-_log = structlog.get_logger("cadenza.remote")
+_log = get_logger("cadenza.remote")
 
 _CAUSES: Final[dict[int, tuple[str, str]]] = {
     int(zmq.PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH): ("no-curve", "the peer does not speak CURVE"),

@@ -24,9 +24,9 @@ from types import TracebackType
 from typing import Any, Final
 
 import msgspec
-import structlog
 import zmq
 
+from cadenza._logging import get_logger
 from cadenza.actors._remote import DispatchSink
 from cadenza.errors import DispatcherClosed, RemoteError
 from cadenza.protocols import Dispatch, Result, WorkOrder, supervisor_decoder
@@ -46,7 +46,7 @@ DEFAULT_MAX_MESSAGE: Final = 64 * 1024 * 1024
 _LOG_EVERY: Final = 60.0
 """Seconds between two log lines about the same kind of refused peer."""
 
-_log = structlog.get_logger("cadenza.remote")
+_log = get_logger("cadenza.remote")
 
 
 class Dispatcher:

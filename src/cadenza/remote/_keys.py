@@ -25,6 +25,7 @@ from pathlib import Path
 import zmq
 import zmq.auth
 
+from cadenza._logging import get_logger
 from cadenza.errors import InsecureEndpoint, KeysError
 
 __all__ = [
@@ -36,6 +37,8 @@ __all__ = [
     "load_server_keys",
     "load_worker_keys",
 ]
+
+_log = get_logger("cadenza.remote")
 
 SERVER = "server"
 WORKER = "worker"
@@ -159,6 +162,13 @@ def check_endpoint(endpoint: str, *, keys: bool, insecure: bool) -> None:
         InsecureEndpoint: ``endpoint`` is not local, ``keys`` is False and so is
             ``insecure``.
     """
+    if insecure and not keys:
+        _log.warning(
+            "insecure_endpoint",
+            endpoint=endpoint,
+            risk="without CURVE keys any process that reaches this endpoint can take steps"
+            " and read the environment and inputs they are sent",
+        )
     if keys or insecure or is_local_endpoint(endpoint):
         return
     raise InsecureEndpoint(

@@ -23,9 +23,9 @@ from collections.abc import Callable
 from typing import Any, Final
 
 import msgspec
-import structlog
 import zmq
 
+from cadenza._logging import get_logger
 from cadenza.protocols import (
     PROTOCOL_VERSION,
     Cancel,
@@ -60,7 +60,7 @@ _COUNTS: Final = (
     "lost_workers",
 )
 
-_log = structlog.get_logger("cadenza.remote")
+_log = get_logger("cadenza.remote")
 
 Send = Callable[[bytes, bytes], None]
 """Sends a payload to a session; raises ``zmq.ZMQError`` when it is unreachable."""

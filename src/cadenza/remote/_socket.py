@@ -23,15 +23,16 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Final, cast
 
-import structlog
 import zmq
+
+from cadenza._logging import get_logger
 
 __all__ = ["LoopSocket"]
 
 _BATCH: Final = 256
 """Messages handled per turn before the other tasks of the loop get one."""
 
-_log = structlog.get_logger("cadenza.remote")
+_log = get_logger("cadenza.remote")
 
 
 class LoopSocket:

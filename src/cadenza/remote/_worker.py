@@ -25,9 +25,9 @@ from typing import Any, Final, Literal
 
 import anyio
 import msgspec
-import structlog
 import zmq
 
+from cadenza._logging import get_logger
 from cadenza.actors._work_order import run_work_order
 from cadenza.protocols import (
     PROTOCOL_VERSION,
@@ -55,7 +55,7 @@ __all__ = ["Worker"]
 _UNSENT: Final = 10_000
 """Messages kept while no session is up; beyond that the oldest go."""
 
-_log = structlog.get_logger("cadenza.remote")
+_log = get_logger("cadenza.remote")
 
 _Outcome = Literal["reconnect", "leave", "fatal"]
 

@@ -13,9 +13,9 @@ import functools
 from collections.abc import Callable
 from typing import Any, Final
 
-import structlog
 from anyio import CancelScope
 
+from cadenza._logging import get_logger
 from cadenza.errors import SupervisorEscalation
 
 from ._actor import ActorState
@@ -35,7 +35,7 @@ from ._restart import (
 
 __all__ = ["Phase", "SupervisionCore"]
 
-_log = structlog.get_logger("cadenza.runtime")
+_log = get_logger("cadenza.runtime")
 
 
 class Phase(enum.Enum):

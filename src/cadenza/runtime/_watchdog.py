@@ -34,11 +34,11 @@ from dataclasses import dataclass, field
 from types import FrameType
 from typing import ClassVar
 
-import structlog
+from cadenza._logging import get_logger
 
 __all__ = ["LoopBlocked", "LoopGuard", "LoopWatchdog"]
 
-_log = structlog.get_logger("cadenza.runtime")
+_log = get_logger("cadenza.runtime")
 
 
 class LoopBlocked(BaseException):
