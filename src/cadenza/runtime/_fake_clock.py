@@ -10,7 +10,10 @@ from typing import Any, Final, TypeVarTuple, Unpack
 
 from ._clock import Cancellable, Clock
 
-__all__ = ["FakeClock"]
+__all__ = ["AUTOJUMP_THRESHOLD", "FakeClock"]
+
+AUTOJUMP_THRESHOLD: Final = 0.05
+"""Real seconds the loop must be idle before `FakeClock.autojump` moves time."""
 
 Ts = TypeVarTuple("Ts")
 
@@ -52,6 +55,11 @@ class FakeClock(Clock):
             with pytest.raises(AskTimeout):
                 await ask
 
+    Or let it move by itself, as trio's ``MockClock(autojump_threshold=...)``
+    does: `autojump` jumps to the next timer whenever the event loop has been
+    idle for a moment of real time (``cadenza.testing.run_workflow`` runs it
+    for you, so a loop's ``delay: 1h`` takes no time).
+
     Args:
         start: The initial value of ``now()``.
     """
@@ -60,6 +68,7 @@ class FakeClock(Clock):
         self._now = start
         self._timers: list[tuple[float, int, _Timer]] = []
         self._order = itertools.count()
+        self._timer_added: asyncio.Event | None = None  # made by autojump, on its loop
 
     def now(self) -> float:
         """The fake time in seconds."""
@@ -72,6 +81,8 @@ class FakeClock(Clock):
         timer = _Timer(callback, args)
         due = self._now + max(seconds, 0.0)
         heapq.heappush(self._timers, (due, next(self._order), timer))
+        if self._timer_added is not None:
+            self._timer_added.set()
         return timer
 
     async def sleep(self, seconds: float) -> None:
@@ -112,6 +123,35 @@ class FakeClock(Clock):
         # max(): a concurrent advance() may already have gone further.
         self._now = max(self._now, target)
         await _settle()
+
+    async def autojump(self, threshold: float = AUTOJUMP_THRESHOLD) -> None:
+        """Jump to the next timer whenever the loop has been idle for ``threshold`` real seconds.
+
+        Runs until cancelled. "Idle" means no callback ready to run: every task
+        waits on this clock or on real I/O. Real I/O that takes longer than
+        ``threshold`` (a command, a real HTTP call) therefore sees time jump,
+        and a timeout armed around it can fire early, as with trio's
+        ``autojump_threshold``; advance by hand to test such steps.
+        """
+        added = self._timer_added = asyncio.Event()
+        try:
+            while True:
+                if self.pending == 0:
+                    added.clear()
+                    await added.wait()
+                await _settle()
+                await asyncio.sleep(threshold)  # real time: let real I/O answer first
+                await _settle()
+                due = self._next_due()
+                if due is not None:
+                    await self.advance(max(0.0, due - self._now))
+        finally:
+            self._timer_added = None
+
+    def _next_due(self) -> float | None:
+        while self._timers and self._timers[0][2].cancelled:
+            heapq.heappop(self._timers)
+        return self._timers[0][0] if self._timers else None
 
     def __repr__(self) -> str:
         return f"FakeClock(now={self._now}, pending={self.pending})"

@@ -16,7 +16,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import anyio
+
 from cadenza.protocols import Event, RunResult
+from cadenza.runtime import FakeClock
 
 if TYPE_CHECKING:
     from cadenza.runtime import Clock, RunStore
@@ -41,7 +44,11 @@ async def run_workflow(
         workflow: A file path, a loaded workflow, or one built with `cadenza.build`.
         inputs: The run's inputs.
         store: A store or a SQLite path, to look at the run afterwards or resume it.
-        clock: A `FakeClock` makes delays, timeouts and loop waits instant.
+        clock: A `FakeClock` makes delays, timeouts and loop waits instant: it
+            jumps to the next timer whenever the run has been idle for 50 ms of
+            real time (`FakeClock.autojump`). A step doing real work for longer
+            than that (a command, a real model call) can see its timeout fire
+            early under it.
         default_model: The model of steps that name none (e.g. ``scripted:writer``).
         on_event: Sees every event of the run (a `MessageRecorder`, a list's append).
 
@@ -53,7 +60,13 @@ async def run_workflow(
 
     async with Runtime(store=store, clock=clock, default_model=default_model) as runtime:
         handle = await runtime.start(workflow, inputs=inputs, on_event=on_event)
-        return await handle.result()
+        if not isinstance(clock, FakeClock):
+            return await handle.result()
+        async with anyio.create_task_group() as group:
+            group.start_soon(clock.autojump)
+            result = await handle.result()
+            group.cancel_scope.cancel()
+        return result
 
 
 @dataclass(frozen=True, slots=True)
