@@ -36,11 +36,36 @@ def test_unknown_provider_lists_the_known_ones() -> None:
         assert provider in message
 
 
-@pytest.mark.parametrize("spec", ["gpt-4o", ":gpt-4o", "openai:", ""])
+@pytest.mark.parametrize("spec", [":gpt-4o", "openai:", "", "llama3"])
 def test_rejects_specs_without_provider_or_model(spec: str) -> None:
-    """A spec must name both a provider and a model."""
+    """A spec must name both a provider and a model (a bare name outside the known families too)."""
     with pytest.raises(LLMConfigError, match="names no"):
         parse_model(spec)
+
+
+@pytest.mark.parametrize(
+    ("spec", "expected"),
+    [
+        ("claude-sonnet-4-6", ("anthropic", "claude-sonnet-4-6")),
+        ("gpt-4o-mini", ("openai", "gpt-4o-mini")),
+        ("o3-mini", ("openai", "o3-mini")),
+    ],
+)
+def test_bare_zenflow_names_go_to_their_makers(spec: str, expected: tuple[str, str]) -> None:
+    """zenflow's documents write bare names; the well-known families are placed as zenflow does."""
+    assert parse_model(spec) == expected
+
+
+def test_other_bare_names_go_to_the_default_provider() -> None:
+    assert parse_model("llama3", default_provider="ollama") == ("ollama", "llama3")
+    with pytest.raises(LLMConfigError, match="CADENZA_DEFAULT_PROVIDER"):
+        parse_model("llama3", default_provider="olama")
+
+
+async def test_the_registry_reads_the_default_provider_from_the_environment() -> None:
+    environ = {"CADENZA_DEFAULT_PROVIDER": "openai", "OPENAI_API_KEY": "k"}
+    async with ProviderRegistry(environ=environ) as providers:
+        assert providers.check("qwen2.5-coder") == ("openai", "qwen2.5-coder")
 
 
 async def test_check_answers_the_same_every_time() -> None:

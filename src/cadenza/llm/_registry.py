@@ -34,6 +34,7 @@ _KEY_VARIABLES: Final = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API
 _VARIABLES: Final = (
     "ANTHROPIC_API_KEY",
     "ANTHROPIC_BASE_URL",
+    "CADENZA_DEFAULT_PROVIDER",
     "OLLAMA_HOST",
     "OPENAI_API_KEY",
     "OPENAI_BASE_URL",
@@ -41,13 +42,34 @@ _VARIABLES: Final = (
 _CONNECT_TIMEOUT: Final = 10.0
 
 
-def parse_model(spec: str) -> tuple[str, str]:
+DEFAULT_PROVIDER_VARIABLE: Final = "CADENZA_DEFAULT_PROVIDER"
+"""Names the provider of bare model names no well-known prefix places (e.g. ``ollama``)."""
+
+# zenflow's bare model names: the families whose maker serves them natively.
+_BARE_PREFIXES: Final = (
+    ("gpt-", "openai"),
+    ("chatgpt-", "openai"),
+    ("o1", "openai"),
+    ("o3", "openai"),
+    ("o4", "openai"),
+    ("claude-", "anthropic"),
+)
+
+
+def parse_model(spec: str, *, default_provider: str | None = None) -> tuple[str, str]:
     """Split a model spec into ``(provider, model)``.
 
     ``openai:gpt-4o-mini`` and zenflow's ``openai/gpt-4o-mini`` both give
     ``("openai", "gpt-4o-mini")``; the first ``:`` or ``/`` separates, so
     ``ollama:llama3.1:8b`` keeps its tag. A bare ``scripted`` is allowed and
     gives ``("scripted", "scripted")``: a script has no model to name.
+
+    A bare model name, as zenflow's documents write them, is placed as zenflow
+    places it: ``gpt-*``, ``o1``/``o3``/``o4*`` go to ``openai`` and ``claude-*``
+    to ``anthropic``; any other bare name goes to ``default_provider`` (the
+    ``CADENZA_DEFAULT_PROVIDER`` variable), and without one it is an error:
+    names like ``llama3`` are served by many providers, and guessing would be
+    wrong as often as right.
 
     Raises:
         LLMConfigError: No provider, no model, or a provider that is not one of
@@ -58,6 +80,8 @@ def parse_model(spec: str) -> tuple[str, str]:
         return "scripted", "scripted"
     cuts = [i for i in (text.find(":"), text.find("/")) if i >= 0]
     cut = min(cuts, default=-1)
+    if cut < 0 and text:
+        return _bare(spec, text, default_provider), text
     if cut <= 0:
         raise LLMConfigError(
             f"model {spec!r} names no provider; write provider:model, e.g. openai:gpt-4o-mini "
@@ -152,7 +176,8 @@ class ProviderRegistry:
         checked = self._checked.get(spec)
         if checked is not None:  # the environment was read once: the answer stands
             return checked
-        provider, model = parse_model(spec)
+        default = self._environ.get(DEFAULT_PROVIDER_VARIABLE)
+        provider, model = parse_model(spec, default_provider=default)
         variable = self._missing_key(provider)
         if variable is not None:
             raise LLMConfigError(f"{variable} is not set (needed by model {provider}:{model})")
@@ -276,6 +301,24 @@ class ProviderRegistry:
             transport=self._transport,
             timeout=httpx.Timeout(deadline, connect=min(_CONNECT_TIMEOUT, deadline)),
         )
+
+
+def _bare(spec: str, name: str, default_provider: str | None) -> str:
+    """The provider of a bare model name (see `parse_model`)."""
+    for prefix, provider in _BARE_PREFIXES:
+        if name.lower().startswith(prefix):
+            return provider
+    if default_provider:
+        provider = default_provider.strip().lower()
+        if provider not in PROVIDERS:
+            raise LLMConfigError(
+                f"unknown provider {provider!r} in {DEFAULT_PROVIDER_VARIABLE}{_hint(provider)}"
+            )
+        return provider
+    raise LLMConfigError(
+        f"model {spec!r} names no provider; write provider:model, e.g. openai:{name}, or set "
+        f"{DEFAULT_PROVIDER_VARIABLE} for bare names ({_known()})"
+    )
 
 
 def _http_url(variable: str, value: str, secrets: frozenset[str]) -> str:
