@@ -39,7 +39,7 @@ steps:
     instructions: "Hello."
   - id: crash
     dependsOn: [ask]
-    handler: "nowhere_to_be_found:handler"
+    handler: "json:loads"  # exists, and fails on a StepContext
 """
 
 

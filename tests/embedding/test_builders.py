@@ -731,12 +731,22 @@ def failing(place: str, predicate: Any) -> LoadedWorkflow:
     if place == "when":
         steps.append(b.handler("second", go, depends_on=["first"], when=predicate))
     elif place == "until":
-        steps.append(b.loop("second", step=b.handler("x", go), max_iterations=2, until=predicate))
+        steps.append(
+            b.loop(
+                "second",
+                step=b.handler("x", go),
+                max_iterations=2,
+                until=predicate,
+                depends_on=["first"],
+            )
+        )
     elif place == "items":
-        steps.append(b.for_each("second", predicate, step=b.handler("x", go)))
+        steps.append(b.for_each("second", predicate, step=b.handler("x", go), depends_on=["first"]))
     else:
         edges = [b.edge("a", b.END, when=predicate), b.edge("a", b.END)]
-        steps.append(b.graph("second", states=[b.handler("a", go)], edges=edges))
+        steps.append(
+            b.graph("second", states=[b.handler("a", go)], edges=edges, depends_on=["first"])
+        )
     return b.workflow("failing", steps=steps)
 
 
@@ -810,7 +820,7 @@ def test_a_document_naming_an_unregistered_predicate_is_invalid() -> None:
             name: stray
             steps:
               - id: spin
-                handler: "mod:fn"
+                handler: "json:dumps"
                 loop: {maxIterations: 2, until: "@python:nowhere:done"}
             """
         )
@@ -947,12 +957,12 @@ def test_a_builder_mistake_is_reported_with_its_document_path_like_yaml() -> Non
             """
             name: bad
             steps:
-              - {id: first, handler: "mod:go"}
+              - {id: first, handler: "json:dumps"}
               - id: spin
                 loop:
                   maxIterations: 100
                   until: "steps.x.content =="
-                  steps: [{id: x, handler: "mod:go"}]
+                  steps: [{id: x, handler: "json:dumps"}]
             """
         )
     (mine,) = built.value.problems

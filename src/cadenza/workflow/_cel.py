@@ -119,6 +119,15 @@ class Expression:
     def __repr__(self) -> str:
         return f"Expression({self.source!r})"
 
+    @property
+    def paths(self) -> tuple[Path, ...]:
+        """Every use of a context name with the constant keys right after it (``_cel_paths``)."""
+        return self._paths
+
+    def checked_tree(self) -> bytes:
+        """The engine's checked tree of the expression, for `_cel_ast` (load-time checks)."""
+        return self._program.checked_tree()
+
     def evaluate(self, activation: Mapping[str, object]) -> object:
         """The expression's value over ``activation``, as plain Python.
 

@@ -7,6 +7,14 @@ is a constant of the wrong type (``condition: "'yes'"``, ``until: "1 + 2"``) is
 caught statically: it could never be the boolean (or list) the field needs.
 A Python predicate's marker (``@python:...``, from ``cadenza.build``) stands
 where CEL would: it is only checked to name a function registered in this process.
+
+What an expression reads is checked against the document too (`_check_reads`):
+a step id that no step declares (with "did you mean"), a field a step result
+cannot have (only ``content``, ``result`` and ``status``), an input the
+workflow does not declare, ``step.x`` written for ``steps.x``, a top-level
+step that is not among the reading step's (transitive) dependencies, and a
+comparison of a step's text with a number. Only constant keys are checked:
+``steps[name]`` with a variable key is left to run time.
 """
 
 from __future__ import annotations
@@ -17,8 +25,9 @@ from typing import Literal
 
 from cadenza.errors import ExpressionSyntaxError, ExpressionTooComplex, PredicateNotRegistered
 
-from ._cel import compile_expression
-from ._problems import DocPath, Reporter
+from ._cel import Expression, compile_expression
+from ._cel_ast import Node, decode_checked
+from ._problems import DocPath, Reporter, did_you_mean
 from ._python import is_python, not_registered
 from ._template import has_template, parse_template
 
@@ -36,6 +45,9 @@ _TOKEN = re.compile(
     re.VERBOSE,
 )
 _ARITHMETIC = frozenset("+-*/%()")
+_STEP_FIELDS = frozenset({"content", "result", "status"})
+_ORDERINGS = frozenset({"_<_", "_<=_", "_>_", "_>=_"})
+_TEXT_FIELDS = frozenset({"content", "status"})
 
 
 @functools.lru_cache(maxsize=4096)
@@ -83,9 +95,22 @@ class ExpressionChecker:
         step_ids: Every step id the document declares (for ``steps.list-services``).
     """
 
-    def __init__(self, reporter: Reporter, step_ids: frozenset[str]) -> None:
+    def __init__(
+        self,
+        reporter: Reporter,
+        step_ids: frozenset[str],
+        *,
+        inputs: frozenset[str] | None = None,
+        top_level: frozenset[str] = frozenset(),
+    ) -> None:
         self.reporter = reporter
         self.step_ids = step_ids
+        self.inputs = inputs
+        """The declared input names; None when the workflow declares none (nothing to check)."""
+        self.top_level = top_level
+        self.visible: frozenset[str] | None = None
+        """While a top-level step is checked: the top-level ids it may read (itself and its
+        transitive dependencies). None elsewhere: nested scopes are not checked for it."""
 
     def expression(
         self, path: DocPath, source: str, *, field: str, want: Want, shift: int = 0
@@ -104,7 +129,7 @@ class ExpressionChecker:
                 self.reporter.add_rule(path, f"{field}: {not_registered(source)}")
             return
         try:
-            compile_expression(source, step_ids=self.step_ids)
+            compiled = compile_expression(source, step_ids=self.step_ids)
         except ExpressionTooComplex as exc:
             self.reporter.add_rule(path, f"{field} is too complex: {exc.message}")
             return
@@ -115,6 +140,7 @@ class ExpressionChecker:
                 offset=shift + max(exc.column - 1, 0),
             )
             return
+        self._check_reads(path, compiled, field, offset=shift)
         kind = constant_kind(source)
         if want == "bool" and kind not in (None, "a boolean"):
             self.reporter.add_rule(
@@ -140,7 +166,7 @@ class ExpressionChecker:
         if not has_template(text):
             return False
         try:
-            parse_template(text, step_ids=self.step_ids)
+            template = parse_template(text, step_ids=self.step_ids)
         except ExpressionSyntaxError as exc:
             what = "too complex" if isinstance(exc, ExpressionTooComplex) else "invalid"
             self.reporter.add_rule(
@@ -148,4 +174,93 @@ class ExpressionChecker:
                 f"{what} template in {field}: {exc.message}",
                 offset=max(exc.column - 1, 0) if in_value else None,
             )
+            return True
+        for part, column in template.placeholders():
+            self._check_reads(path, part, field, offset=column if in_value else None)
         return True
+
+    def _check_reads(
+        self, path: DocPath, expression: Expression, field: str, *, offset: int | None
+    ) -> None:
+        """Report what ``expression`` reads that the document says cannot be there."""
+        add = self.reporter.add_rule
+        for root, keys in expression.paths:
+            if not keys:
+                continue
+            first = keys[0]
+            if root == "steps" and "." not in first and "[" not in first:
+                if first not in self.step_ids:
+                    found = f"{field} reads steps.{first}, but no step has the id {first!r}"
+                    add(path, found + did_you_mean(first, self.step_ids), offset=offset)
+                elif (
+                    self.visible is not None
+                    and first in self.top_level
+                    and first not in self.visible
+                ):
+                    add(
+                        path,
+                        f"{field} reads steps.{first}, but {first!r} is not among this step's "
+                        f"dependencies: add it to dependsOn (dependsOn: [{first}])",
+                        offset=offset,
+                    )
+                if len(keys) > 1 and keys[1] not in _STEP_FIELDS:
+                    add(
+                        path,
+                        f"{field} reads steps.{first}.{keys[1]}, but a step has only content, "
+                        f"result and status" + did_you_mean(keys[1], _STEP_FIELDS),
+                        offset=offset,
+                    )
+            elif root == "inputs" and self.inputs is not None and first not in self.inputs:
+                declared = ", ".join(sorted(self.inputs)) or "none"
+                add(
+                    path,
+                    f"{field} reads inputs.{first}, but the workflow declares no input {first!r} "
+                    f"(it declares: {declared})" + did_you_mean(first, self.inputs),
+                    offset=offset,
+                )
+            elif root == "step":
+                add(
+                    path,
+                    f"{field} reads step.{first}, but 'step' is a graph's step number; "
+                    f"did you mean steps.{first}?",
+                    offset=offset,
+                )
+        if not expression.is_async and type(expression) is Expression:
+            for words in _text_compared_with_numbers(decode_checked(expression.checked_tree())):
+                add(path, f"{field}: {words}", offset=offset)
+
+
+def _text_compared_with_numbers(root: Node) -> list[str]:
+    """Orderings (``<``, ``>=``...) of a step's text against a number: never true or false."""
+    found = []
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        if node.kind == "call" and node.name in _ORDERINGS and len(node.args) == 2:
+            text = [_step_text(arg) for arg in node.args]
+            numeric = [arg.kind == "const" and arg.type in ("int", "double") for arg in node.args]
+            for side in (0, 1):
+                name = text[side]
+                if name is not None and numeric[1 - side]:
+                    found.append(
+                        f"{name} is text, so comparing it with a number always fails at run "
+                        f"time (convert it: int({name}) or double({name}))"
+                    )
+        if node.target is not None:
+            stack.append(node.target)
+        stack.extend(node.args)
+        if node.loop is not None:
+            loop = node.loop
+            stack.extend((loop.range, loop.init, loop.condition, loop.step, loop.result))
+    return found
+
+
+def _step_text(node: Node) -> str | None:
+    """``steps.<id>.content`` or ``.status`` when ``node`` selects one, else None."""
+    if node.kind != "select" or node.name not in _TEXT_FIELDS or node.target is None:
+        return None
+    owner = node.target
+    parent = owner.target
+    if owner.kind == "select" and parent is not None and parent.kind == "ident":
+        return f"steps.{owner.name}.{node.name}" if parent.name == "steps" else None
+    return None

@@ -59,6 +59,11 @@ class Template:
     def __repr__(self) -> str:
         return f"Template({self.source!r})"
 
+    def placeholders(self) -> list[tuple[Expression, int]]:
+        """Each placeholder's compiled expression and its 0-based offset in ``source``."""
+        expressions = [part for part in self.parts if isinstance(part, Expression)]
+        return [(part, column - 1) for part, column in zip(expressions, self._columns, strict=True)]
+
     @property
     def is_static(self) -> bool:
         """True when the text has no placeholders (render returns it unchanged)."""

@@ -12,6 +12,9 @@ workflows (a callback from the loader, which owns include cycles and depth).
 
 from __future__ import annotations
 
+import importlib.machinery
+import importlib.util
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -86,7 +89,12 @@ class Validator:
         self.include = include
         self.replacements: dict[DocPath, str] = {}
         self.ids = declared_ids(workflow)
-        self.exprs = ExpressionChecker(reporter, frozenset(self.ids))
+        self.exprs = ExpressionChecker(
+            reporter,
+            frozenset(self.ids),
+            inputs=frozenset(workflow.inputs) if workflow.inputs else None,
+            top_level=frozenset(step.id for step in workflow.steps),
+        )
         self.add = reporter.add_rule
         self._defined_agents: str | None = None
 
@@ -120,13 +128,16 @@ class Validator:
 
     def _scope(self, steps: list[Step], path: DocPath, depth: int) -> None:
         check_scope(steps, path, self.reporter, self.ids)
+        readable = _dependencies(steps) if path == ("steps",) else {}
         for index, step in enumerate(steps):
             where = (*path, index)
+            self.exprs.visible = readable.get(step.id)
             if step.condition is not None:
                 self.exprs.expression(
                     (*where, "condition"), step.condition, field="condition", want="bool"
                 )
             self._body(step, where, depth, "step")
+        self.exprs.visible = None
 
     def _body(self, body: Body, path: DocPath, depth: int, noun: str) -> None:
         kinds = [key for key in _KIND_KEYS if getattr(body, key) is not None]
@@ -170,6 +181,8 @@ class Validator:
     def _fields(self, body: Body, path: DocPath) -> None:
         if body.agent is not None:
             self._agent((*path, "agent"), body.agent)
+        if body.handler is not None:
+            self._handler((*path, "handler"), body.handler)
         if body.instructions is not None:
             self._text((*path, "instructions"), body.instructions, "instructions")
         if body.include is not None:
@@ -315,6 +328,23 @@ class Validator:
         )
         return False
 
+    def _handler(self, path: DocPath, reference: str) -> None:
+        """A handler whose module can be found nowhere fails at load, not mid-run.
+
+        Only the top-level package is looked up, without importing anything: user
+        code never runs at load. ``pkg.missing:fn`` inside an existing ``pkg`` is
+        found at run time.
+        """
+        module, colon, _ = reference.partition(":")
+        top = module.split(".", 1)[0]
+        if not colon or not top.isidentifier() or _module_exists(top, self.base_dir):
+            return  # a malformed reference is the schema's to report
+        self.add(
+            path,
+            f"handler {reference!r}: no module {top!r} beside the workflow ({self.base_dir}) "
+            "or on the Python path",
+        )
+
     def _text(self, path: DocPath, text: str, field: str) -> None:
         if text.startswith("@"):
             content = self._read(path, text)
@@ -328,3 +358,32 @@ class Validator:
         if content is not None:
             self.replacements[path] = content
         return content
+
+
+def _dependencies(steps: list[Step]) -> dict[str, frozenset[str]]:
+    """Each step's id with its transitive dependencies: the top-level steps it may read."""
+    direct = {step.id: step.depends_on for step in steps}
+    closed: dict[str, frozenset[str]] = {}
+    for start in direct:
+        seen = {start}
+        todo = list(direct[start])
+        while todo:
+            current = todo.pop()
+            if current in seen or current not in direct:
+                continue
+            seen.add(current)
+            todo.extend(direct[current])
+        closed[start] = frozenset(seen)
+    return closed
+
+
+def _module_exists(name: str, base_dir: Path) -> bool:
+    """Whether a top-level module ``name`` can be imported, beside the workflow or on the path."""
+    if name in sys.modules:
+        return True
+    if importlib.machinery.PathFinder.find_spec(name, [str(base_dir)]) is not None:
+        return True
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        return False
