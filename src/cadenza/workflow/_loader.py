@@ -19,6 +19,7 @@ from typing import Any
 
 import msgspec
 
+from ._files import FileRefused, read_capped, resolve_inside
 from ._problems import (
     DocPath,
     Problem,
@@ -143,6 +144,13 @@ class _Session:
     order: dict[str, int] = field(default_factory=dict)
     # Resolved path -> (the loaded file or None when it had problems, include height).
     done: dict[Path, tuple[LoadedWorkflow | None, int]] = field(default_factory=dict)
+    root: Path | None = None
+    """Where included and @ files must live: the first workflow's directory (``_files``)."""
+
+    def root_of(self, base_dir: Path) -> Path:
+        if self.root is None:
+            self.root = base_dir.resolve()
+        return self.root
 
     def result(self, loaded: tuple[LoadedWorkflow | None, int]) -> LoadedWorkflow:
         if loaded[0] is None or self.problems:
@@ -176,16 +184,12 @@ class _Session:
         self, path: Path, name: str, chain: tuple[tuple[Path, str], ...]
     ) -> tuple[LoadedWorkflow | None, int]:
         try:
-            size = path.stat().st_size
-            if size > MAX_FILE_BYTES:
-                return self.whole_file(
-                    name, f"the file is {size} bytes; workflows are capped at 1 MiB"
-                )
-            data = path.read_bytes()
-        except OSError as exc:
-            return self.whole_file(
-                name, f"cannot read workflow file {name!r}: {exc.strerror or exc}"
-            )
+            data = read_capped(path, MAX_FILE_BYTES)
+        except FileRefused as refused:
+            return self.whole_file(name, f"cannot read workflow file {name!r}: {refused}")
+        except (OSError, ValueError) as exc:  # ValueError: a NUL byte in the path
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            return self.whole_file(name, f"cannot read workflow file {name!r}: {reason}")
         try:
             text = data.decode("utf-8-sig")
         except UnicodeDecodeError as exc:
@@ -196,6 +200,7 @@ class _Session:
             return None, 0
         # Resolved, so that a file reached by two spellings is one file (cycles, caching).
         path = path.resolve()
+        self.root_of(path.parent)
         return self.load_text(text, name, path.parent, path, chain)
 
     def load_text(
@@ -276,7 +281,12 @@ class _Session:
         agents = raw.get("agents")
         names = frozenset(agents) if isinstance(agents, dict) else frozenset(workflow.agents)
         validator = Validator(
-            workflow, reporter, base_dir=base_dir, agent_names=names, include=include
+            workflow,
+            reporter,
+            base_dir=base_dir,
+            root=self.root_of(base_dir),
+            agent_names=names,
+            include=include,
         )
         validator.run()
         self.problems.extend(reporter.problems)
@@ -308,7 +318,16 @@ class _Session:
     ) -> tuple[LoadedWorkflow | None, int]:
         target = parent.includes.get(ref, ref)
         base = chain[-1][0].parent
-        path = (base / target).resolve()
+        shown = target if len(target) <= 200 else target[:200] + "..."
+        try:
+            path = resolve_inside(self.root_of(base), base, target)
+            found = path.is_file()
+        except FileRefused as refused:
+            reporter.add_rule(at, f"include {shown!r}: {refused}")
+            return None, 0
+        except OSError as exc:  # a name too long for the file system, say
+            reporter.add_rule(at, f"include {shown!r}: the path cannot be used: {exc.strerror}")
+            return None, 0
         name = os.path.normpath(os.path.join(os.path.dirname(chain[-1][1]), target))
         names = [n for _, n in chain]
         if any(path == p for p, _ in chain):
@@ -316,7 +335,7 @@ class _Session:
             cycle = " -> ".join([*names[start:], name])
             reporter.add_rule(at, f"include cycle: {cycle}")
             return None, 0
-        if not path.is_file():
+        if not found:
             hint = "" if ref in parent.includes else did_you_mean(ref, parent.includes)
             reporter.add_rule(at, f"workflow {target!r} not found in {base}{hint}")
             return None, 0

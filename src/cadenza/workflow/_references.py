@@ -17,6 +17,7 @@ from typing import Any
 
 import msgspec
 
+from ._files import FileRefused, read_capped, resolve_inside
 from ._problems import DocPath, Reporter, did_you_mean
 from ._spec import Agent, Workflow
 
@@ -32,21 +33,23 @@ MAX_ATTACHMENT_BYTES = 10 << 20
 """Largest file an ``@file`` reference may read in (zenflow's attachment cap)."""
 
 
-def read_reference(reporter: Reporter, base_dir: Path, path: DocPath, ref: str) -> str | None:
-    """The text of the file ``@name`` names, relative to ``base_dir``; None if unreadable."""
+def read_reference(
+    reporter: Reporter, base_dir: Path, path: DocPath, ref: str, *, root: Path | None = None
+) -> str | None:
+    """The text of the file ``@name`` names, relative to ``base_dir``; None if unreadable.
+
+    The file must lie inside ``root`` (default ``base_dir``), be regular, and hold
+    at most 10 MiB of UTF-8 (`_files`).
+    """
     name = ref[1:].strip()
     if not name:
         reporter.add_rule(path, "'@' must be followed by a file name")
         return None
-    file = base_dir / name
     try:
-        size = file.stat().st_size
-        if size > MAX_ATTACHMENT_BYTES:
-            reporter.add_rule(
-                path, f"{name!r} is {size} bytes; files read in by @ are capped at 10 MiB"
-            )
-            return None
-        return file.read_text(encoding="utf-8")
+        file = resolve_inside(root or base_dir, base_dir, name)
+        return read_capped(file, MAX_ATTACHMENT_BYTES).decode("utf-8")
+    except FileRefused as refused:
+        reporter.add_rule(path, f"cannot read {name!r} (from {ref!r}): {refused}")
     except FileNotFoundError:
         reporter.add_rule(path, f"file {name!r} (from {ref!r}) not found in {base_dir}")
     except UnicodeDecodeError:

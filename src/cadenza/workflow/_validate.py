@@ -65,6 +65,7 @@ class Validator:
         workflow: The document, already through the schema layer.
         reporter: Collects and locates the problems.
         base_dir: Where ``@file`` references are resolved.
+        root: The tree ``@file`` references must stay in (default: ``base_dir``).
         agent_names: Agent names the document declares (including any whose
             definition had schema problems, so references to them stay quiet).
         include: Loads an included or control workflow.
@@ -81,10 +82,12 @@ class Validator:
         base_dir: Path,
         agent_names: frozenset[str],
         include: IncludeLoader,
+        root: Path | None = None,
     ) -> None:
         self.workflow = workflow
         self.reporter = reporter
         self.base_dir = base_dir
+        self.root = root or base_dir
         self.agent_names = agent_names
         self.include = include
         self.replacements: dict[DocPath, str] = {}
@@ -354,7 +357,7 @@ class Validator:
             self.exprs.template(path, text, field=field)
 
     def _read(self, path: DocPath, ref: str) -> str | None:
-        content = read_reference(self.reporter, self.base_dir, path, ref)
+        content = read_reference(self.reporter, self.base_dir, path, ref, root=self.root)
         if content is not None:
             self.replacements[path] = content
         return content
