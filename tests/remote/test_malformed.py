@@ -116,3 +116,40 @@ def test_the_supervisor_decoder_rejects_bad_frames(frame: bytes) -> None:
     """Invalid msgpack, an unknown tag or a mistyped field is a decode error, never a value."""
     with pytest.raises(msgspec.DecodeError):
         supervisor_decoder().decode(frame)
+
+
+@pytest.mark.parametrize(
+    ("hello", "field"),
+    [
+        ({"capacity": 2**62, "name": "greedy"}, "capacity"),
+        ({"capacity": 2, "name": "n" * 100_000}, "name"),
+        ({"capacity": 2, "name": "bad\nname"}, "name"),
+        ({"capacity": -1, "name": "negative"}, "capacity"),
+    ],
+)
+async def test_a_hello_out_of_bounds_is_refused_with_a_reason(
+    hello: dict[str, object], field: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The impostor never becomes a worker; the refusal names the field, in a warning."""
+    dispatcher = Dispatcher("tcp://127.0.0.1:*", heartbeat=0.2)
+    events: Watch[WorkerEvent] = Watch()
+    dispatcher.subscribe(events)
+    context = zmq.asyncio.Context()
+    rogue = context.socket(zmq.DEALER)
+    try:
+        async with Runtime(workers=dispatcher):
+            rogue.connect(dispatcher.endpoint)
+            frame = {"t": "hello", "version": PROTOCOL_VERSION, **hello}
+            await rogue.send(msgspec.msgpack.encode(frame))
+            await events.wait_for(lambda e: any(x.type == "frame_rejected" for x in e))
+            statistics = dispatcher.statistics()
+    finally:
+        rogue.close(linger=0)
+        context.term()
+    assert statistics.workers == 0
+    (rejected,) = [e for e in events.items if e.type == "frame_rejected"]
+    assert rejected.data is not None
+    assert f"$.{field}" in rejected.data["reason"]
+    warnings = [r for r in caplog.records if r.getMessage() == "frame_rejected"]
+    assert warnings
+    assert warnings[0].levelname == "WARNING"

@@ -17,7 +17,9 @@ from ._result import RunStatus as RunStatus
 from ._result import StepRecord as StepRecord
 from ._result import StepStatus as StepStatus
 from ._result import Usage as Usage
+from ._wire import MAX_CAPACITY as MAX_CAPACITY
 from ._wire import PROTOCOL_VERSION as PROTOCOL_VERSION
+from ._wire import WORKER_NAME as WORKER_NAME
 from ._wire import AgentOrder as AgentOrder
 from ._wire import Cancel as Cancel
 from ._wire import CommandOrder as CommandOrder
@@ -40,7 +42,9 @@ from ._wire import supervisor_decoder as supervisor_decoder
 from ._wire import worker_decoder as worker_decoder
 
 __all__ = [
+    "MAX_CAPACITY",
     "PROTOCOL_VERSION",
+    "WORKER_NAME",
     "AgentOrder",
     "Cancel",
     "CommandOrder",

@@ -26,7 +26,8 @@ carry and both ends check.
 
 from __future__ import annotations
 
-from typing import Any, Final, Literal
+import re
+from typing import Annotated, Any, Final, Literal
 
 import msgspec
 
@@ -34,7 +35,9 @@ from ._events import Tokens
 from ._result import ErrorInfo, Usage
 
 __all__ = [
+    "MAX_CAPACITY",
     "PROTOCOL_VERSION",
+    "WORKER_NAME",
     "AgentOrder",
     "Cancel",
     "CommandOrder",
@@ -193,64 +196,78 @@ class Heartbeat(_Message, frozen=True, tag="heartbeat"):
 class WireError(_Message, frozen=True, tag="error"):
     """A protocol-level problem, e.g. ``code="version"``; about a job when ``job`` > 0."""
 
-    code: str
-    message: str
-    job: int = 0
-    attempt: int = 0
+    code: Annotated[str, msgspec.Meta(max_length=64)]
+    message: Annotated[str, msgspec.Meta(max_length=1 << 16)]
+    job: Annotated[int, msgspec.Meta(ge=0, le=2**53)] = 0
+    attempt: Annotated[int, msgspec.Meta(ge=0, le=2**53)] = 0
 
 
 class Disconnect(_Message, frozen=True, tag="disconnect"):
     """The sender is leaving (worker), or does not know the receiver: hello again."""
 
-    reason: str = ""
+    reason: Annotated[str, msgspec.Meta(max_length=1 << 16)] = ""
 
 
 # -- worker -> supervisor --------------------------------------------------------------
+# Every field a peer sends is bounded, so a malformed or hostile worker is refused at
+# decoding (counted, logged) rather than granted 2**62 credits or a 100,000-character
+# name copied into every event.
+
+MAX_CAPACITY: Final = 1024
+"""The most steps one worker may say it runs at once."""
+WORKER_NAME: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@:+-]{0,63}")
+"""What a worker's name may be: 1 to 64 of letters, digits and ``._@:+-``."""
+
+_Counter = Annotated[int, msgspec.Meta(ge=0, le=2**53)]
+_Capacity = Annotated[int, msgspec.Meta(ge=0, le=MAX_CAPACITY)]
+_Name = Annotated[str, msgspec.Meta(pattern=f"^{WORKER_NAME.pattern}$")]
+_Word = Annotated[str, msgspec.Meta(max_length=256)]
+_Text = Annotated[str, msgspec.Meta(max_length=1 << 20)]
 
 
 class Hello(_Message, frozen=True, tag="hello"):
     """A worker introduces itself and grants ``capacity`` credits (steps at once)."""
 
-    version: int
-    name: str
-    capacity: int
-    pid: int = 0
-    host: str = ""
+    version: _Counter
+    name: _Name
+    capacity: _Capacity
+    pid: _Counter = 0
+    host: _Word = ""
 
 
 class Ready(_Message, frozen=True, tag="ready"):
     """The worker's capacity changed; 0 means draining (finish, take no more)."""
 
-    capacity: int
+    capacity: _Capacity
 
 
 class StepEvent(_Message, frozen=True, tag="event"):
     """An event of a running step (an agent's turn, a tool call), for the run's stream."""
 
-    job: int
-    attempt: int
-    type: str
-    agent: str | None = None
-    message: str | None = None
+    job: _Counter
+    attempt: _Counter
+    type: Annotated[str, msgspec.Meta(max_length=64)]
+    agent: _Word | None = None
+    message: _Text | None = None
     duration: float | None = None
     tokens: Tokens | None = None
-    error: str | None = None
+    error: _Text | None = None
     data: dict[str, Any] | None = None
 
 
 class Mail(_Message, frozen=True, tag="mail"):
     """An agent's ``send_message`` to the run's coordinator."""
 
-    job: int
-    attempt: int
-    text: str
+    job: _Counter
+    attempt: _Counter
+    text: _Text
 
 
 class Result(_Message, frozen=True, tag="result"):
     """The outcome of one dispatch: exactly one per `Dispatch` a worker took."""
 
-    job: int
-    attempt: int
+    job: _Counter
+    attempt: _Counter
     status: Literal["completed", "failed", "cancelled"]
     content: str | None = None
     result: Any = None

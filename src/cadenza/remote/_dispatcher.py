@@ -47,6 +47,7 @@ _LOG_EVERY: Final = 60.0
 """Seconds between two log lines about the same kind of refused peer."""
 
 _log = get_logger("cadenza.remote")
+_MAX_WARNED = 1_000  # peers whose first rejected frame is logged as a warning
 
 
 class Dispatcher:
@@ -89,6 +90,7 @@ class Dispatcher:
         self._clock: Clock = clock or SystemClock()
         self._encode = msgspec.msgpack.Encoder().encode
         self._decode = supervisor_decoder().decode
+        self._warned: set[bytes] = set()
         self._ids = itertools.count(1)
         self._sinks: list[Callable[[WorkerEvent], None]] = []
         self._logged: dict[tuple[str, str | None], float] = {}
@@ -235,7 +237,13 @@ class Dispatcher:
     def _reject(self, identity: bytes, reason: str) -> None:
         self._pool.counts["rejected_frames"] += 1
         record = self._pool.workers.get(identity)
-        _log.debug("frame_rejected", peer=identity.hex(), reason=reason)
+        # The first refusal from a peer is a warning with its reason; a peer that goes
+        # on sending garbage is counted, not allowed to flood the log.
+        if len(self._warned) < _MAX_WARNED and identity not in self._warned:
+            self._warned.add(identity)
+            _log.warning("frame_rejected", peer=identity[:64].hex(), reason=reason[:500])
+        else:
+            _log.debug("frame_rejected", peer=identity[:64].hex(), reason=reason[:500])
         self._emit(
             WorkerEvent("frame_rejected", record.name if record else None, data={"reason": reason})
         )

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import os
+import re
 import secrets
 import socket as sockets
 from collections import deque
@@ -30,7 +31,9 @@ import zmq
 from cadenza._logging import get_logger
 from cadenza.actors._work_order import run_work_order
 from cadenza.protocols import (
+    MAX_CAPACITY,
     PROTOCOL_VERSION,
+    WORKER_NAME,
     Cancel,
     Disconnect,
     Dispatch,
@@ -87,11 +90,17 @@ class Worker:
         backoff: tuple[float, float] = (0.1, 5.0),
         clock: Clock | None = None,
     ) -> None:
-        if concurrency < 1:
-            raise ValueError("concurrency must be at least 1")
+        if not 1 <= concurrency <= MAX_CAPACITY:
+            raise ValueError(f"concurrency must be from 1 to {MAX_CAPACITY}, got {concurrency}")
+        if name is not None and not WORKER_NAME.fullmatch(name):
+            raise ValueError(
+                f"worker name {name[:80]!r} is not 1 to 64 letters, digits and ._@:+- "
+                "(starting with a letter or digit)"
+            )
         self.endpoint = endpoint
         self.concurrency = concurrency
-        self.name = name or f"{sockets.gethostname()}-{os.getpid()}"
+        host = re.sub(r"[^A-Za-z0-9._@:+-]", "-", sockets.gethostname()).lstrip("._@:+-")
+        self.name = name or f"{host[:50] or 'worker'}-{os.getpid()}"
         self._keys = load_worker_keys(curve_keys, name=name) if curve_keys is not None else None
         self._max_message = max_message_size
         self._backoff = backoff
