@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-__all__ = ["SCALAR_TYPES", "Node", "decode_checked"]
+__all__ = ["SCALAR_TYPES", "Node", "decode_checked", "walk"]
 
 SCALAR_TYPES = frozenset({"bool", "int", "uint", "double", "null"})
 """Checker types whose values have a fixed, small size."""
@@ -78,12 +78,13 @@ def decode_checked(serialized: bytes) -> Node:
             root = _expr(value)
     if root is None:
         raise ValueError("a CheckedExpr without an expression")
-    for node in _walk(root):
+    for node in walk(root):
         node.type = types.get(node.id, "dyn")
     return root
 
 
-def _walk(node: Node) -> Iterator[Node]:
+def walk(node: Node) -> Iterator[Node]:
+    """Every node of the tree under ``node``, ``node`` included (any order)."""
     stack = [node]
     while stack:
         current = stack.pop()

@@ -26,7 +26,7 @@ from typing import Literal
 from cadenza.errors import ExpressionSyntaxError, ExpressionTooComplex, PredicateNotRegistered
 
 from ._cel import Expression, compile_expression
-from ._cel_ast import Node, decode_checked
+from ._cel_ast import Node, decode_checked, walk
 from ._problems import DocPath, Reporter, did_you_mean
 from ._python import is_python, not_registered
 from ._template import has_template, parse_template
@@ -233,9 +233,7 @@ class ExpressionChecker:
 def _text_compared_with_numbers(root: Node) -> list[str]:
     """Orderings (``<``, ``>=``...) of a step's text against a number: never true or false."""
     found = []
-    stack = [root]
-    while stack:
-        node = stack.pop()
+    for node in walk(root):
         if node.kind == "call" and node.name in _ORDERINGS and len(node.args) == 2:
             text = [_step_text(arg) for arg in node.args]
             numeric = [arg.kind == "const" and arg.type in ("int", "double") for arg in node.args]
@@ -246,12 +244,6 @@ def _text_compared_with_numbers(root: Node) -> list[str]:
                         f"{name} is text, so comparing it with a number always fails at run "
                         f"time (convert it: int({name}) or double({name}))"
                     )
-        if node.target is not None:
-            stack.append(node.target)
-        stack.extend(node.args)
-        if node.loop is not None:
-            loop = node.loop
-            stack.extend((loop.range, loop.init, loop.condition, loop.step, loop.result))
     return found
 
 
