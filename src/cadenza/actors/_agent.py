@@ -22,6 +22,7 @@ from cadenza.llm import LLMRequest, Message, ToolCall, ToolSpec
 from cadenza.protocols import ErrorInfo, Tokens
 from cadenza.workflow import Agent, LoadedWorkflow, MemoryWindow
 
+from ._agent_tools import agent_builtins, builtin_names
 from ._budget import BudgetExceeded
 from ._context import Brief, RunContext, Scope
 from ._coordinator import COORDINATOR, Outgoing
@@ -182,6 +183,16 @@ def _send_message(run: RunContext, address: str) -> Tool:
 
 def _tools(conversation: _Conversation, document: LoadedWorkflow, *, can_send: bool) -> None:
     agent = conversation.agent
+    run = conversation.run
+    builtins = agent_builtins(
+        builtin_names(agent),
+        base_dir=document.base_dir,
+        run_id=run.run_id,
+        address=conversation.address,
+        clock=run.clock,
+    )
+    for tool in builtins:
+        conversation.offer(tool)
     if agent is None or (agent.tools is None and agent.disallowed_tools is None):
         # Nothing allowed or denied by name (the common case): no sets to build.
         if agent is not None and agent.result_schema is not None:

@@ -60,6 +60,7 @@ __all__ = [
     "GrepInput",
     "ReadInput",
     "WriteInput",
+    "builtin",
     "call_tool",
     "run_tool_step",
     "tool_arguments",
@@ -477,3 +478,8 @@ _BUILTINS: dict[str, Callable[[CallSite, dict[str, Any]], Awaitable[str]]] = {
 
 BUILTIN_TOOLS = tuple(sorted(_BUILTINS))
 """The built-in tools' names, zenflow's: bash, glob, grep, read, write."""
+
+
+def builtin(name: str) -> Callable[[CallSite, dict[str, Any]], Awaitable[str]]:
+    """The implementation of the built-in tool ``name`` (one of `BUILTIN_TOOLS`)."""
+    return _BUILTINS[name]
