@@ -1,9 +1,10 @@
-"""Writer -> critic reflection built in Python: a Python predicate decides when to stop.
+"""Writer -> critic reflection built in Python: a Python function picks the output.
 
 The workflow of ``reflection.yaml``, built with `cadenza.build` instead of YAML:
-the same steps, the same loop, and the same run, except that ``until`` is a
-Python function given a `PredicateContext` rather than a CEL string. Runs
-offline on the built-in scripted model.
+the same agents, the same loop (the critic judges each draft), and the same run,
+except that the workflow's ``output`` is a Python function given a
+`PredicateContext` rather than a CEL string. Runs offline on the built-in
+scripted model.
 
     python examples/reflection_python.py
 """
@@ -14,6 +15,7 @@ import asyncio
 
 from cadenza import LoadedWorkflow, RunResult, Runtime
 from cadenza import build as b
+from cadenza.workflow import ScriptToolCall
 
 DRAFTS = [
     "Actors are objects with inboxes.",
@@ -21,52 +23,53 @@ DRAFTS = [
     "Actors own their state and talk only by messages: an Erlang process handles one "
     "message at a time, so it needs no locks.",
 ]
-CRITIQUES = [
-    "Too vague: name a concrete runtime.",
-    "Better. Now say why that matters for concurrency.",
-    "APPROVED",
+VERDICTS = [
+    {"done": False, "reason": "Too vague: name a concrete runtime."},
+    {"done": False, "reason": "Better. Now say why that matters for concurrency."},
+    {"done": True, "reason": "Approved."},
 ]
+CRITIC = b.Agent(
+    prompt="You are a critic. Approve the draft (done: true) when it is good, "
+    "else say what to fix.",
+    result_schema={
+        "type": "object",
+        "required": ["done"],
+        "properties": {"done": {"type": "boolean"}, "reason": {"type": "string"}},
+    },
+    script=[
+        b.ScriptReply(tool_calls=[ScriptToolCall("submit_result", verdict)]) for verdict in VERDICTS
+    ],
+)
 
 
-def approved(context: b.PredicateContext) -> bool:
-    """The loop's ``until``: true once the critic approved this iteration's draft."""
-    critique = context.steps["critique"].content or ""
-    return critique.startswith("APPROVED")
+def accepted_draft(context: b.PredicateContext) -> str:
+    """The workflow's output: the loop's last draft, the one the critic approved."""
+    return context.steps["reflection"].content or ""
 
 
 def build() -> LoadedWorkflow:
-    """The reflection workflow: a loop of write -> critique, until `approved`."""
+    """The reflection workflow: the writer repeated until the critic approves."""
     return b.workflow(
         "reflection-python",
-        description="A writer drafts, a critic reviews, until the critic approves.",
+        description="A writer drafts, a critic judges each draft, until the critic approves one.",
         inputs={"topic": b.input_("string", default="actor runtimes")},
+        agents={"critic": CRITIC},
         steps=[
             b.loop(
                 "reflection",
                 max_iterations=5,
-                until=approved,
-                output_mode="cumulative",  # the output: every iteration's critique, in order
-                steps=[
-                    b.agent(
-                        "write",
-                        "Write about {{ inputs.topic }}.",
-                        name="writer",
-                        prompt="You are a writer. Write one short paragraph.",
-                        script=DRAFTS,
-                    ),
-                    b.agent(
-                        "critique",
-                        "Review the draft.",
-                        depends_on=["write"],
-                        name="critic",
-                        prompt="You are a critic. Reply APPROVED when the draft is good, "
-                        "else say what to fix.",
-                        script=CRITIQUES,
-                    ),
-                ],
+                until_agent="critic",  # its reason is the next draft's revision feedback
+                step=b.agent(
+                    "write",
+                    "Write about {{ inputs.topic }}.",
+                    name="writer",
+                    prompt="You are a writer. Write one short paragraph; revise it as the "
+                    "critic asks.",
+                    script=DRAFTS,
+                ),
             )
         ],
-        output="steps.reflection.content",
+        output=accepted_draft,
     )
 
 

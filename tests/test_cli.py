@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import pty
 import subprocess
 import sys
 from collections.abc import Callable
@@ -12,10 +10,11 @@ from pathlib import Path
 
 import pytest
 
+from ._terminal import Terminal
+
 WriteFlow = Callable[..., Path]
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
-CLI = [sys.executable, "-m", "cadenza"]
 
 
 def cadenza(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -157,26 +156,8 @@ def test_validate_examples() -> None:
 
 def test_a_terminal_gets_live_progress(tmp_path: Path) -> None:
     """On a TTY, stderr shows each step, iteration and graph move as it happens."""
-    leader, follower = pty.openpty()
-    proc = subprocess.run(
-        [*CLI, "run", str(EXAMPLES / "tool-router.yaml"), "--store", "runs.db"],
-        cwd=tmp_path,
-        stdout=subprocess.PIPE,
-        stderr=follower,
-        timeout=60,
-    )
-    os.close(follower)
-    shown = b""
-    while True:
-        try:
-            chunk = os.read(leader, 65536)
-        except OSError:
-            break
-        if not chunk:
-            break
-        shown += chunk
-    os.close(leader)
-    text = shown.decode()
-    assert proc.returncode == 0
-    assert "✓ router.0.analyze" in text
-    assert "→ router  analyze → search" in text
+    tool_router = str(EXAMPLES / "tool-router.yaml")
+    with Terminal("run", tool_router, "--store", "runs.db", cwd=tmp_path) as tty:
+        assert tty.wait() == 0
+    assert "✓ router.0.analyze" in tty.text
+    assert "→ router  analyze → search" in tty.text

@@ -455,6 +455,8 @@ BROKEN: list[tuple[str, str]] = [
     (_doc(f"[{{id: a, {ECHO}}}]", "version: 2\n"), "unsupported version 2"),
     (_doc(f"[{{id: a, {ECHO}}}]", "name: y\n"), "duplicate key 'name'"),
     ("name: x\nsteps: [\n", "invalid YAML"),
+    ("name: x\nsteps:\n\t- id: a\n", "a tab character"),
+    ("# nothing yet\n", "the document is empty"),
     (
         _doc(f"[{{id: a, {ECHO}}}]", "inputs: {n: {type: integer, default: 'x'}}\n"),
         "the default does not fit",

@@ -16,12 +16,13 @@ import json
 import re
 import sys
 from pathlib import Path
-from typing import Any
-
-import msgspec
+from typing import TYPE_CHECKING, Any
 
 from .errors import CadenzaError, InputError
 from .workflow import parse_duration
+
+if TYPE_CHECKING:
+    from ._api import Runtime
 
 __all__ = [
     "add_durable_commands",
@@ -79,33 +80,36 @@ def _store(args: argparse.Namespace) -> Path:
 
 async def resume_command(args: argparse.Namespace) -> int:
     """``cadenza resume``: reports like ``cadenza run``; returns the exit code."""
-    from .cli import follow, observer
-
     if bool(args.run_id) == bool(args.all):
         raise InputError("resume needs a RUN_ID, or --all (not both)")
     from ._api import Runtime  # loaded by the commands that need it
 
     async with Runtime(store=_store(args), default_model=args.model) as runtime:
         if not args.all:
-            handle = await runtime.resume(
-                args.run_id, max_concurrency=args.max_concurrency, on_event=observer(args)
-            )
-            return await follow(handle, args)
+            return await _resume_one(runtime, args.run_id, args)
         codes = []
         for row in await runtime.resumable():
             try:
-                handle = await runtime.resume(
-                    row.run_id, max_concurrency=args.max_concurrency, on_event=observer(args)
-                )
+                codes.append(await _resume_one(runtime, row.run_id, args))
             except CadenzaError as error:  # one run that cannot go on does not stop the rest
                 sys.stderr.write(f"cadenza: {row.run_id}: {error}\n")
                 codes.append(2)
-                continue
-            codes.append(await follow(handle, args))
         if not codes:
             sys.stderr.write("cadenza: no run to resume\n")
         # Worst first: a failed run, then one that could not resume, then one still waiting.
         return next((code for code in (1, 2, 3) if code in codes), 0)
+
+
+async def _resume_one(runtime: Runtime, run_id: str, args: argparse.Namespace) -> int:
+    """Resumes one run, watched and reported like ``cadenza run``; its exit code."""
+    from ._run_output import watch_run
+    from .cli import follow
+
+    async with watch_run(events=args.events, json_only=args.json) as on_event:
+        handle = await runtime.resume(
+            run_id, max_concurrency=args.max_concurrency, on_event=on_event
+        )
+        return await follow(handle, args)
 
 
 async def signal_command(args: argparse.Namespace) -> int:
@@ -118,9 +122,11 @@ async def signal_command(args: argparse.Namespace) -> int:
 
     async with Runtime(store=_store(args)) as runtime:
         await runtime.signal(args.run_id, args.address, data)
+    from ._run_output import command_hint
+
+    resume = command_hint("resume", args.run_id, store=args.store)
     sys.stdout.write(
-        f"recorded the answer for {args.address} of run {args.run_id}; continue it with: "
-        f"cadenza resume {args.run_id}\n"
+        f"recorded the answer for {args.address} of run {args.run_id}; continue it with: {resume}\n"
     )
     return 0
 
@@ -144,16 +150,3 @@ async def maintain_runs(args: argparse.Namespace) -> int:
             sys.stdout.write(f"{run_id}\n")
         sys.stderr.write(f"pruned {len(pruned)} finished run(s)\n")
         return 0
-
-
-def waiting_lines(run_id: str, steps: dict[str, Any]) -> list[str]:
-    """How a person learns what a waiting run needs, and how to answer it."""
-    lines = []
-    for address, record in steps.items():
-        # Only a step that asks holds a question; the containers around it wait with it.
-        question = msgspec.to_builtins(record.result) if record.status == "waiting" else None
-        if isinstance(question, dict) and "prompt" in question:
-            prompt = str(question["prompt"] or "").replace("\n", "\n    ")
-            lines.append(f"  waiting at {address}: {prompt}")
-            lines.append(f"    answer: cadenza signal {run_id} {address} --data JSON")
-    return lines

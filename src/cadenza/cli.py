@@ -15,29 +15,21 @@ import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, NoReturn, TextIO
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import anyio
 import msgspec
 
 from . import __version__
-from ._durable_cli import (
-    add_durable_commands,
-    maintain_runs,
-    resume_command,
-    signal_command,
-    waiting_lines,
-)
+from ._durable_cli import add_durable_commands, maintain_runs, resume_command, signal_command
 from ._logging import configure_logging
 from ._remote_cli import add_remote_commands, add_run_options, keys_command, worker_command
 from ._serve_cli import add_serve_command, serve_command
 from .errors import CadenzaError, InputError
-from .protocols import Event, EventType, RunResult
 from .workflow import WorkflowError, describe_workflow, load_workflow, to_mermaid, validate_file
 
 if TYPE_CHECKING:
-    from ._api import RunHandle
-    from .actors import EventSink
+    from ._api import RunHandle, Runtime
 
 __all__ = ["main"]
 
@@ -93,6 +85,9 @@ def _parser() -> argparse.ArgumentParser:
     runs.add_argument("run_id", nargs="?")
     runs.add_argument("--store", type=Path, default=DEFAULT_STORE)
     runs.add_argument("--events", action="store_true", help="with show: the stored event stream")
+    runs.add_argument(
+        "--json", action="store_true", help="with show: the result JSON, on a terminal too"
+    )
     runs.add_argument("--limit", type=_positive, default=50)
     add_remote_commands(commands, _positive)
     add_durable_commands(commands, runs, _positive, DEFAULT_STORE)
@@ -149,91 +144,28 @@ def _inputs(args: argparse.Namespace) -> dict[str, Any]:
     return values
 
 
-class _Progress:
-    """Live progress on a terminal: steps as they finish, iterations, graph moves."""
-
-    MARKS: ClassVar[dict[str, str]] = {
-        "step_end": "✓",
-        "error": "✗",
-        "step_skipped": "-",
-        "step_retry": "↻",
-    }
-
-    def __init__(self, stream: TextIO) -> None:
-        self.stream = stream
-
-    def __call__(self, event: Event) -> None:
-        line = self._line(event)
-        if line is not None:
-            self.stream.write(line + "\n")
-            self.stream.flush()
-
-    def _line(self, event: Event) -> str | None:
-        data = event.data or {}
-        if event.type == EventType.ITERATION_START:
-            return f"  ⟳ {event.step_id}  iteration {data.get('iteration')}"
-        if event.type == EventType.JUDGE_VERDICT:
-            verdict = {True: "done", False: "not done", None: "no verdict"}[data.get("done")]
-            reason = f": {data['reason']}" if data.get("reason") else ""
-            return f"  ⚖ {event.step_id}  {verdict}{reason}"
-        if event.type == EventType.GRAPH_TRANSITION:
-            return f"  → {event.step_id}  {data.get('from')} → {data.get('to')}"
-        mark = self.MARKS.get(event.type)
-        if mark is None or event.step_id is None:
-            return None
-        detail = event.duration or ""
-        if event.error:
-            detail = f"{detail} {event.error}".strip()
-        if event.type == EventType.STEP_SKIPPED and event.message:
-            detail = event.message
-        return f"  {mark} {event.step_id}  {detail}"
-
-
-def _print_summary(result: RunResult, stream: TextIO) -> None:
-    """The run as a person reads it: status, loops and graphs, messages, output."""
-    stream.write(f"run {result.run_id} ({result.workflow}): {result.status}\n")
-    for address, loop in result.loops.items():
-        flag = ", flagged" if loop.flagged else ""
-        stream.write(
-            f"  loop {address}: {loop.iterations} iteration(s), {loop.termination_reason}{flag}\n"
-        )
-    for address, graph in result.graphs.items():
-        path = " -> ".join(graph.path)
-        stream.write(f"  graph {address}: {path} ({graph.termination_reason})\n")
-    for message in result.messages:
-        stream.write(f"  {message.from_} -> {message.to}: {message.text}\n")
-    if result.usage.llm_calls:
-        usage = result.usage
-        tokens = usage.prompt_tokens + usage.completion_tokens
-        stream.write(f"  {usage.llm_calls} model call(s), {tokens} tokens\n")
-    for line in waiting_lines(result.run_id, result.steps):
-        stream.write(line + "\n")
-    if result.error is not None:
-        where = f" at {result.error.address}" if result.error.address else ""
-        stream.write(f"error{where}: {result.error.type}: {result.error.message}\n")
-    if result.output is not None:
-        output = result.output if isinstance(result.output, str) else json.dumps(result.output)
-        stream.write(output if output.endswith("\n") else output + "\n")
-
-
 async def _run(args: argparse.Namespace) -> int:
     from ._api import Runtime  # the runtime loads only for the commands that run
+    from ._run_output import watch_run
 
     document = load_workflow(args.file)
     inputs = _inputs(args)
-    async with Runtime(
-        store=args.store,
-        default_model=args.model,
-        workers=args.workers,
-        curve_keys=args.curve_keys,
-        insecure=args.insecure,
-    ) as runtime:
+    async with (
+        Runtime(
+            store=args.store,
+            default_model=args.model,
+            workers=args.workers,
+            curve_keys=args.curve_keys,
+            insecure=args.insecure,
+        ) as runtime,
+        watch_run(events=args.events, json_only=args.json) as on_event,
+    ):
         handle = await runtime.start(
             document,
             inputs=inputs,
             run_id=args.run_id,
             max_concurrency=args.max_concurrency,
-            on_event=observer(args),
+            on_event=on_event,
         )
         return await follow(handle, args)
 
@@ -241,18 +173,6 @@ async def _run(args: argparse.Namespace) -> int:
 CANCEL_GRACE = 5.0
 """Seconds the steps of an interrupted run get to stop before they are stopped outright
 (more than a command's SIGTERM-to-SIGKILL wait of 2 s)."""
-
-
-def observer(args: argparse.Namespace) -> EventSink | None:
-    """What watches a run's events: NDJSON on stderr (``--events``), or live progress."""
-    stderr = sys.stderr
-    if args.events:
-
-        def write(event: Event) -> None:
-            stderr.write(_encode_json(event).decode() + "\n")
-
-        return write
-    return _Progress(stderr) if stderr.isatty() and not args.json else None
 
 
 async def follow(handle: RunHandle, args: argparse.Namespace) -> int:
@@ -276,7 +196,9 @@ async def follow(handle: RunHandle, args: argparse.Namespace) -> int:
     if args.json:
         sys.stdout.write(_encode_json(result).decode() + "\n")
     else:
-        _print_summary(result, sys.stdout)
+        from ._run_output import print_summary
+
+        print_summary(result, sys.stdout, store=args.store)
     return EXIT_CODES[result.status]
 
 
@@ -313,22 +235,32 @@ async def _runs(args: argparse.Namespace) -> int:
 
     async with Runtime(store=args.store) as runtime:
         if args.action == "list":
-            for row in await runtime.list_runs(limit=args.limit):
-                sys.stdout.write(f"{row.run_id}  {row.status:<9}  {row.workflow}\n")
-            return 0
-        row = await runtime.get_run(args.run_id)
-        if args.events:
-            for event in await runtime.stored_events(args.run_id):
-                sys.stdout.write(_encode_json(event).decode() + "\n")
-            return 0
-        if row.result is not None:
-            sys.stdout.write(_encode_json(row.result).decode() + "\n")
+            from ._run_output import print_runs
+
+            print_runs(await runtime.list_runs(limit=args.limit), sys.stdout)
         else:
-            steps = await runtime.store.steps(args.run_id)
-            snapshot = {"runId": row.run_id, "workflow": row.workflow, "status": row.status}
-            snapshot["steps"] = msgspec.to_builtins(steps)
-            sys.stdout.write(json.dumps(snapshot) + "\n")
+            await _show_run(runtime, args)
         return 0
+
+
+async def _show_run(runtime: Runtime, args: argparse.Namespace) -> None:
+    """``runs show``: readable on a terminal; JSON with ``--json`` or into a pipe, as ever."""
+    row = await runtime.get_run(args.run_id)
+    if args.events:
+        for event in await runtime.stored_events(args.run_id):
+            sys.stdout.write(_encode_json(event).decode() + "\n")
+        return
+    steps = row.result.steps if row.result is not None else await runtime.store.steps(row.run_id)
+    if not args.json and sys.stdout.isatty():
+        from ._run_output import print_run
+
+        print_run(row, steps, sys.stdout, store=args.store)
+    elif row.result is not None:
+        sys.stdout.write(_encode_json(row.result).decode() + "\n")
+    else:  # not ended: what the store holds so far
+        snapshot = {"runId": row.run_id, "workflow": row.workflow, "status": row.status}
+        snapshot["steps"] = msgspec.to_builtins(steps)
+        sys.stdout.write(json.dumps(snapshot) + "\n")
 
 
 def _check_failpoints() -> None:

@@ -28,13 +28,18 @@ async def run(name: str, clock: SystemClock | None = None) -> RunResult:
 
 
 async def test_reflection_until_the_critic_approves() -> None:
-    """Three rounds of write and critique; the third critique approves."""
+    """Three drafts, each judged by the critic; the third is approved and is the output."""
     result = await run("reflection.yaml")
     assert result.status == "completed", result.error
-    assert result.loops["reflection"].termination_reason == "until"
-    assert result.steps["reflection.2.critique"].content == "APPROVED"
-    assert "reflection.3.write" not in result.steps
-    assert str(result.output).count("\n\n---\n\n") == 2
+    assert result.loops["reflection"].termination_reason == "judge"
+    assert result.steps["reflection.1.untilAgent"].result == {
+        "done": False,
+        "reason": "Better. Now say why that matters for concurrency.",
+    }
+    assert result.steps["reflection.2.untilAgent"].result["done"] is True
+    assert "reflection.3" not in result.steps
+    assert result.output == result.steps["reflection.2"].content
+    assert str(result.output).endswith("so it needs no locks.")
 
 
 async def test_retry_until_valid_waits_between_attempts() -> None:

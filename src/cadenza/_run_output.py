@@ -1,0 +1,351 @@
+"""What the command line prints about a run: progress, the summary, stored runs.
+
+``cadenza run`` and ``cadenza resume`` watch a run with `watch_run` (NDJSON
+events with ``--events``, live progress on a terminal, else nothing) and end
+with `print_summary`; ``cadenza runs list`` is `print_runs`, and ``cadenza runs
+show`` on a terminal `print_run`. Durations, step marks
+and the commands a person is told to type next are made here once, so every
+command words them alike. A suggested command carries ``--store`` when the run
+is not in the default store, so that it works when pasted.
+
+Imported by the commands that run or read runs only: it loads the runtime.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import sys
+import time
+from collections.abc import AsyncIterator, Iterable, Mapping
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import TextIO
+
+import anyio
+import msgspec
+
+from .actors import EventSink
+from .actors._journal import STEP_REPLAYED, STEP_WAITING
+from .actors._replay_log import RUN_RESUMED
+from .actors._run import RUN_INTERRUPTED
+from .protocols import Event, EventType, RunResult, StepRecord
+from .runtime import RunRow
+
+__all__ = [
+    "LiveProgress",
+    "command_hint",
+    "print_run",
+    "print_runs",
+    "print_summary",
+    "watch_run",
+]
+
+_encode_json = msgspec.json.Encoder().encode
+
+_SHOWS_OUTPUT = frozenset({"completed"})
+"""Statuses whose output is the workflow's own: any other run's output is a fallback
+(the last step that ran) that a person would take for a success."""
+
+_MARKS = {  # by step status
+    "completed": "✓",
+    "failed": "✗",
+    "cancelled": "✗",
+    "skipped": "-",
+    "waiting": "?",
+    "running": "⋯",
+}
+
+
+def command_hint(*words: str, store: Path) -> str:
+    """A ``cadenza`` command line to paste: quoted, with ``--store`` unless the default."""
+    from .cli import DEFAULT_STORE  # cli loads this module only once a command runs
+
+    if store != DEFAULT_STORE:
+        words = (*words, "--store", str(store))
+    return " ".join(["cadenza", *map(shlex.quote, words)])
+
+
+def took(seconds: float) -> str:
+    """A finished duration: ``850ms``, ``12.3s``, ``2m05s``, ``1h02m``."""
+    if seconds < 1:
+        return f"{seconds * 1000:.0f}ms"
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    return elapsed(seconds)
+
+
+def elapsed(seconds: float) -> str:
+    """A running time in whole seconds (it is redrawn each second): ``7s``, ``2m05s``."""
+    minutes, whole = divmod(int(seconds), 60)
+    if not minutes:
+        return f"{whole}s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{whole:02d}s"
+
+
+def _containers(addresses: Iterable[str]) -> set[str]:
+    """Every address that holds one of ``addresses`` (``loop``, ``loop.0`` for
+    ``loop.0.write``; ``each`` for ``each[2]``): linear in their total length."""
+    return {
+        address[:end] for address in addresses for end, char in enumerate(address) if char in ".["
+    }
+
+
+class LiveProgress:
+    """Live progress on a terminal: what ended scrolls up; below it, what runs now.
+
+    Each line of the running list says how long the step has been running; the
+    list is redrawn on every event and by `keep_time`, and erased when the run
+    ends, before the summary is printed. Only the innermost running addresses
+    are listed (a loop's iteration step, not the loop and the iteration too).
+    """
+
+    MARKS: Mapping[str, str] = {
+        EventType.STEP_END: _MARKS["completed"],
+        EventType.ERROR: _MARKS["failed"],
+        EventType.STEP_SKIPPED: _MARKS["skipped"],
+        STEP_WAITING: _MARKS["waiting"],
+        EventType.STEP_RETRY: "↻",
+    }
+    SHOWN = 6
+    """Running steps listed at most; the rest are counted."""
+    _ENDINGS = frozenset((*MARKS, STEP_REPLAYED))
+    _UP_AND_CLEAR = "\x1b[1A\x1b[2K"
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+        self.running: dict[str, float] = {}  # address -> when it started (monotonic)
+        self.drawn = 0  # lines of the running list on the screen now
+
+    def __call__(self, event: Event) -> None:
+        line = self._line(event)
+        if self._track(event) or line is not None:
+            self._draw([] if line is None else [line])
+
+    def redraw(self) -> None:
+        """Brings the elapsed times up to date."""
+        if self.running:
+            self._draw([])
+
+    async def keep_time(self) -> None:
+        """Redraws once a second, until cancelled."""
+        while True:
+            await anyio.sleep(1)
+            self.redraw()
+
+    def close(self) -> None:
+        """Erases the running list (the run is over)."""
+        self.running.clear()
+        self._draw([])
+
+    def _track(self, event: Event) -> bool:
+        """Keeps the running list; whether it changed."""
+        address = event.step_id
+        if event.type == EventType.STEP_START and address is not None:
+            self.running[address] = time.monotonic()
+            return True
+        if event.type in self._ENDINGS and address in self.running:
+            del self.running[address]
+            return True
+        if event.type in (EventType.WORKFLOW_END, RUN_INTERRUPTED) and self.running:
+            self.running.clear()
+            return True
+        return False
+
+    def _line(self, event: Event) -> str | None:
+        data = event.data or {}
+        if event.type in (EventType.WORKFLOW_START, RUN_RESUMED):
+            verb = "started" if event.type == EventType.WORKFLOW_START else "resumed"
+            return f"run {event.run_id} ({event.message}) {verb}"
+        if event.type == EventType.ITERATION_START:
+            return f"  ⟳ {event.step_id}  iteration {data.get('iteration')}"
+        if event.type == EventType.JUDGE_VERDICT:
+            verdict = {True: "done", False: "not done", None: "no verdict"}[data.get("done")]
+            reason = f": {data['reason']}" if data.get("reason") else ""
+            return f"  ⚖ {event.step_id}  {verdict}{reason}"
+        if event.type == EventType.GRAPH_TRANSITION:
+            return f"  → {event.step_id}  {data.get('from')} → {data.get('to')}"
+        mark = self.MARKS.get(event.type)
+        if mark is None or event.step_id is None:
+            return None
+        detail = event.duration or ""
+        if event.error:
+            detail = f"{detail} {event.error}".strip()
+        if event.type in (EventType.STEP_SKIPPED, STEP_WAITING) and event.message:
+            detail = event.message.splitlines()[0]
+        return f"  {mark} {event.step_id}  {detail}"
+
+    def _draw(self, lines: list[str]) -> None:
+        footer = self._running_lines()
+        text = self._UP_AND_CLEAR * self.drawn + "".join(f"{line}\n" for line in lines + footer)
+        self.drawn = len(footer)
+        self.stream.write(text)
+        self.stream.flush()
+
+    def _running_lines(self) -> list[str]:
+        # The running list is redrawn in place: a line that wrapped would break
+        # the count of lines to go back up, so each is cut to the terminal's width.
+        try:
+            columns = os.get_terminal_size(self.stream.fileno()).columns
+        except (OSError, ValueError):
+            columns = 0
+        width = (columns or 80) - 1  # a terminal that tells no size (0) is taken as 80 wide
+        holding = _containers(self.running)
+        innermost = [address for address in self.running if address not in holding]
+        now = time.monotonic()
+        lines = [
+            f"  {_MARKS['running']} {address}  running {elapsed(now - self.running[address])}"
+            for address in innermost[: self.SHOWN]
+        ]
+        if len(innermost) > self.SHOWN:
+            lines.append(f"  … and {len(innermost) - self.SHOWN} more running")
+        return [line[:width] for line in lines]
+
+
+@asynccontextmanager
+async def watch_run(*, events: bool, json_only: bool) -> AsyncIterator[EventSink | None]:
+    """What watches a run's events: NDJSON on stderr (``--events``), live progress on a
+    terminal (not with ``--json``), else nothing. The progress lives as long as the block.
+    """
+    stderr = sys.stderr
+    if events:
+
+        def write(event: Event) -> None:
+            stderr.write(_encode_json(event).decode() + "\n")
+
+        yield write
+        return
+    if json_only or not stderr.isatty():
+        yield None
+        return
+    progress = LiveProgress(stderr)
+    async with anyio.create_task_group() as group:
+        group.start_soon(progress.keep_time)
+        try:
+            yield progress
+        finally:
+            group.cancel_scope.cancel()
+            progress.close()
+
+
+def print_summary(result: RunResult, stream: TextIO, *, store: Path) -> None:
+    """The run as a person reads it at its end: status, loops and graphs, messages,
+    usage, steps that failed while the run went on, questions, the error, the output."""
+    _write(stream, [_header(result.run_id, result.workflow, result.status)])
+    _write(stream, _details(result, store))
+
+
+def print_run(row: RunRow, steps: Mapping[str, StepRecord], stream: TextIO, *, store: Path) -> None:
+    """A stored run for a person (``runs show`` on a terminal): the summary's header,
+    when it started and how long it took, every step, then the rest of the summary."""
+    lines = [_header(row.run_id, row.workflow, row.status)]
+    lines.append(f"  started {_started(row)}, {_duration(row)}")
+    if steps:
+        lines.append("  steps:")
+        lines.extend(_step_lines(steps))
+    if row.result is not None:
+        lines.extend(_details(row.result, store))
+    _write(stream, lines)
+
+
+def print_runs(rows: list[RunRow], stream: TextIO) -> None:
+    """``runs list``: a line per run: id, status, when it started, how long it took
+    (``-`` while running), workflow."""
+    width = max((len(row.run_id) for row in rows), default=0)
+    for row in rows:
+        duration = took(row.updated_at - row.created_at) if row.status != "running" else "-"
+        stream.write(
+            f"{row.run_id:<{width}}  {row.status:<9}  {_started(row)}  {duration:>7}  "
+            f"{row.workflow}\n"
+        )
+
+
+def _header(run_id: str, workflow: str, status: str) -> str:
+    return f"run {run_id} ({workflow}): {status}"
+
+
+def _started(row: RunRow) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(row.created_at))
+
+
+def _duration(row: RunRow) -> str:
+    if row.status == "running":
+        return "not ended"
+    return f"took {took(row.updated_at - row.created_at)}"
+
+
+def _write(stream: TextIO, lines: list[str]) -> None:
+    stream.write("".join(f"{line}\n" for line in lines))
+
+
+def _details(result: RunResult, store: Path) -> list[str]:
+    lines = []
+    for address, loop in result.loops.items():
+        flag = ", flagged" if loop.flagged else ""
+        lines.append(
+            f"  loop {address}: {loop.iterations} iteration(s), {loop.termination_reason}{flag}"
+        )
+    for address, graph in result.graphs.items():
+        lines.append(f"  graph {address}: {' -> '.join(graph.path)} ({graph.termination_reason})")
+    lines.extend(f"  {m.from_} -> {m.to}: {m.text}" for m in result.messages)
+    if result.usage.llm_calls:
+        usage = result.usage
+        tokens = usage.prompt_tokens + usage.completion_tokens
+        lines.append(f"  {usage.llm_calls} model call(s), {tokens} tokens")
+    lines.extend(_tolerated_failures(result))
+    lines.extend(_questions(result.run_id, result.steps, store))
+    if result.error is not None:
+        where = f" at {result.error.address}" if result.error.address else ""
+        lines.append(f"error{where}: {result.error.type}: {result.error.message}")
+    if result.status in _SHOWS_OUTPUT and result.output not in (None, ""):
+        output = result.output if isinstance(result.output, str) else json.dumps(result.output)
+        lines.append(output.removesuffix("\n"))
+    return lines
+
+
+def _tolerated_failures(result: RunResult) -> list[str]:
+    """Steps that failed while the run went on (``onError: continue``, a judge that
+    failed open): each where it failed first, not again for every container above it."""
+    failed = [address for address, record in result.steps.items() if record.status == "failed"]
+    skip = _containers(failed)
+    if result.error is not None and result.error.address is not None:
+        skip.add(result.error.address)  # the summary's error line names it
+    lines = []
+    for address in failed:
+        if address in skip:
+            continue
+        error = result.steps[address].error
+        why = f": {error.type}: {error.message}" if error is not None else ""
+        lines.append(f"  {_MARKS['failed']} {address} failed, the run went on{why}")
+    return lines
+
+
+def _questions(run_id: str, steps: Mapping[str, StepRecord], store: Path) -> list[str]:
+    """What a waiting run asks, and the command that answers it."""
+    lines = []
+    for address, record in steps.items():
+        # Only a step that asks holds a question; the containers around it wait with it.
+        question = msgspec.to_builtins(record.result) if record.status == "waiting" else None
+        if isinstance(question, dict) and "prompt" in question:
+            prompt = str(question["prompt"] or "").replace("\n", "\n    ")
+            answer = command_hint("signal", run_id, address, "--data", "JSON", store=store)
+            lines.append(f"  waiting at {address}: {prompt}")
+            lines.append(f"    answer: {answer}")
+    return lines
+
+
+def _step_lines(steps: Mapping[str, StepRecord]) -> list[str]:
+    width = min(max(map(len, steps)), 48)
+    lines = []
+    for address, record in steps.items():
+        detail = took(record.duration_ms / 1000) if record.status != "running" else ""
+        if record.attempts > 1:
+            detail += f" ({record.attempts} attempts)"
+        if record.error is not None:
+            first = record.error.message.splitlines()[0] if record.error.message else ""
+            detail += f"  {record.error.type}: {first}"
+        mark = _MARKS.get(record.status, " ")
+        lines.append(f"    {mark} {address:<{width}}  {record.status:<9}  {detail}".rstrip())
+    return lines
