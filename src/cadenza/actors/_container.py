@@ -22,7 +22,7 @@ from cadenza.runtime import Actor, Address
 from cadenza.runtime import Cancellable as Timer
 from cadenza.workflow import LoadedWorkflow, State, Step, parse_duration
 
-from ._context import NO_BRIEF, Brief, Cancellable, RunContext, Scope
+from ._context import NO_BRIEF, Brief, Cancellable, RunContext, Scope, cancel_parked
 from ._dag import DagController, DagOutcome
 from ._step import Report, StepFinished
 
@@ -159,8 +159,7 @@ class Container(Actor):
     def _interrupt(self, reason: str) -> None:
         for child in list(self.children.values()):
             child.cancel(reason)
-        if self._parked is not None:
-            self._parked.cancel(reason)
+        cancel_parked(self._parked, reason)
 
     def _expire(self) -> None:
         self._timer = None

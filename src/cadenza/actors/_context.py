@@ -9,6 +9,7 @@ nest, so a loop body sees its own steps over those of the workflow around it.
 
 from __future__ import annotations
 
+import asyncio
 from collections import deque
 from collections.abc import Iterable
 from contextlib import AbstractAsyncContextManager, nullcontext
@@ -32,6 +33,7 @@ __all__ = [
     "Cancellable",
     "RunContext",
     "Scope",
+    "cancel_parked",
     "collect_step_ids",
     "document_step_ids",
 ]
@@ -76,6 +78,19 @@ class Cancellable(Protocol):
 
     def cancel(self, reason: str) -> None:
         """Stops the work soon; the owner records it as ``cancelled``."""
+
+
+def cancel_parked(task: asyncio.Task[Any] | None, reason: str) -> None:
+    """Cancels ``task`` where it waits inside its work, unless ``task`` is the caller.
+
+    Work can cancel the run it belongs to (an agent finding the token budget spent
+    cancels everything running, itself included). Its task is then running, not
+    parked, and a cancellation requested now would fire at the task's next await:
+    the recording of its own outcome, which is lost, and whoever waits for that
+    outcome waits forever. Such work ends by itself a moment later.
+    """
+    if task is not None and task is not asyncio.current_task():
+        task.cancel(reason)
 
 
 @dataclass(eq=False)

@@ -27,7 +27,7 @@ from cadenza.workflow._spec import State
 
 from ._agent import run_agent
 from ._command import run_command
-from ._context import NO_BRIEF, Brief, RunContext, Scope
+from ._context import NO_BRIEF, Brief, RunContext, Scope, cancel_parked
 from ._coordinator import MSG_TYPES, AgentMessage
 from ._handler import StepContext, StepsView, call_handler, resolve_handler
 from ._remote import remote_work
@@ -108,12 +108,7 @@ class StepActor(Actor):
         if self._cancel_reason is not None:
             return
         self._cancel_reason = reason
-        # Only a task parked inside the work is cancelled. A step that ends the run
-        # itself (an agent spending the last of the budget) calls this from its own
-        # task: cancelling that would land on its next await, the recording of its
-        # own outcome, and its controller would wait for a report that never comes.
-        if self._task is not None and self._task is not asyncio.current_task():
-            self._task.cancel(reason)
+        cancel_parked(self._task, reason)
 
     async def on_start(self) -> None:
         """Runs the step to its final outcome, records it, reports it, and stops."""
