@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import signal
 from pathlib import Path
+
+import anyio
 
 from cadenza import Runtime
 from cadenza.protocols import Event, EventType
@@ -23,6 +26,30 @@ steps:
     env: {ITEM: "{{ item }}", GATE: "{{ inputs.gate }}"}
     loop: {forEach: "inputs.items", maxConcurrency: 8}
 """.replace("wait_for_gate", WAIT_FOR_GATE)
+
+ANNOUNCED = """
+name: announced
+options: {maxConcurrency: 8}
+inputs:
+  items: {type: array}
+  gate: {type: string}
+  started: {type: string}
+steps:
+  - id: each
+    command: 'echo "$ITEM" > "$STARTED"; wait_for_gate; echo "$ITEM"'
+    env: {ITEM: "{{ item }}", GATE: "{{ inputs.gate }}", STARTED: "{{ inputs.started }}"}
+    loop: {forEach: "inputs.items", maxConcurrency: 8}
+""".replace("wait_for_gate", WAIT_FOR_GATE)
+"""GATED, and each command says on the FIFO ``started`` that it runs: a test can wait
+until a worker has taken its jobs (a dispatch only says the supervisor sent them)."""
+
+
+def read_lines(descriptor: int, count: int) -> list[str]:
+    """Blocks until ``count`` lines have come through the FIFO open at ``descriptor``."""
+    data = b""
+    while data.count(b"\n") < count:
+        data += os.read(descriptor, 4096)
+    return data.decode().splitlines()
 
 
 async def test_steps_wait_for_a_worker_and_say_so(
@@ -47,31 +74,36 @@ async def test_steps_wait_for_a_worker_and_say_so(
 
 async def test_sigterm_drains_the_worker(tmp_path: Path, spawn_worker: SpawnWorker) -> None:
     """SIGTERM: the worker takes no more steps, finishes those it holds, leaves, exits 0."""
-    flow, gate = tmp_path / "flow.yaml", tmp_path / "gate"
-    flow.write_text(GATED)
+    flow, gate, started = tmp_path / "flow.yaml", tmp_path / "gate", tmp_path / "started"
+    flow.write_text(ANNOUNCED)
+    os.mkfifo(started)
+    # Open read-write for the whole test: writers come and go without an end of file,
+    # and a later step's write never blocks for want of a reader.
+    announcements = os.open(started, os.O_RDWR)
     # A generous heartbeat: on a loaded machine a short liveness window could declare
     # the draining worker lost and re-dispatch its steps, which this test forbids.
     dispatcher = Dispatcher("tcp://127.0.0.1:*", heartbeat=1.0)
     workers: Watch[WorkerEvent] = Watch()
     dispatcher.subscribe(workers)
     run_events: Watch[Event] = Watch()
-    async with Runtime(workers=dispatcher) as runtime:
-        first = spawn_worker(dispatcher.endpoint, "first", "--concurrency", "2")
-        await workers.wait_for(lambda e: "first" in worker_names(e, "worker_connected"))
-        handle = await runtime.start(
-            flow, inputs={"items": [0, 1, 2, 3], "gate": str(gate)}, on_event=run_events
-        )
-        await run_events.wait_for(
-            lambda e: sum(x.type == EventType.STEP_DISPATCHED for x in e) == 2
-        )
-        first.send_signal(signal.SIGTERM)
-        await workers.wait_for(lambda e: any(x.type == "ready" for x in e))
-        gate.touch()
-        await workers.wait_for(lambda e: "first" in worker_names(e, "worker_left"))
-        spawn_worker(dispatcher.endpoint, "second", "--concurrency", "2")
-        result = await handle.result()
-        exit_code = first.wait()
-        statistics = dispatcher.statistics()
+    try:
+        async with Runtime(workers=dispatcher) as runtime:
+            first = spawn_worker(dispatcher.endpoint, "first", "--concurrency", "2")
+            await workers.wait_for(lambda e: "first" in worker_names(e, "worker_connected"))
+            inputs = {"items": [0, 1, 2, 3], "gate": str(gate), "started": str(started)}
+            handle = await runtime.start(flow, inputs=inputs, on_event=run_events)
+            # Not just dispatched: both commands run on the worker, waiting for the gate.
+            await anyio.to_thread.run_sync(read_lines, announcements, 2)
+            first.send_signal(signal.SIGTERM)
+            await workers.wait_for(lambda e: any(x.type == "ready" for x in e))
+            gate.touch()
+            await workers.wait_for(lambda e: "first" in worker_names(e, "worker_left"))
+            spawn_worker(dispatcher.endpoint, "second", "--concurrency", "2")
+            result = await handle.result()
+            exit_code = first.wait()
+            statistics = dispatcher.statistics()
+    finally:
+        os.close(announcements)
 
     assert result.status == "completed", result.error
     ran = {address: record.worker for address, record in result.steps.items() if "[" in address}
