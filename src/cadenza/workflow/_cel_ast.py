@@ -108,21 +108,18 @@ def _expr(data: bytes) -> Node:
             node.kind, node.value = "const", _constant(value)
         elif number == 4:
             node.kind, node.name = "ident", _text(_first(value, 1))
-        elif number == 5:
-            node.kind = "select"
+        elif number in (5, 6):
+            # Select (operand 1, field 2, test_only 3: a varint) and Call (target 1,
+            # function 2, args 3) share their first field numbers.
+            node.kind = "select" if number == 5 else "call"
             for n, v in _fields(value):
-                if n == 1 and isinstance(v, bytes):
+                if not isinstance(v, bytes):
+                    continue
+                if n == 1:
                     node.target = _expr(v)
-                elif n == 2 and isinstance(v, bytes):
+                elif n == 2:
                     node.name = v.decode()
-        elif number == 6:
-            node.kind = "call"
-            for n, v in _fields(value):
-                if n == 1 and isinstance(v, bytes):
-                    node.target = _expr(v)
-                elif n == 2 and isinstance(v, bytes):
-                    node.name = v.decode()
-                elif n == 3 and isinstance(v, bytes):
+                elif n == 3:
                     node.args.append(_expr(v))
         elif number == 7:
             node.kind = "list"
