@@ -56,6 +56,14 @@ def test_bare_zenflow_names_go_to_their_makers(spec: str, expected: tuple[str, s
     assert parse_model(spec) == expected
 
 
+def test_zenflow_providers_without_a_client_go_to_the_default_provider() -> None:
+    """zenflow's bedrock/, google/... need their own keys there; here, a gateway."""
+    spec = "bedrock/anthropic.claude-sonnet-4-6"
+    assert parse_model(spec, default_provider="openai") == ("openai", spec)
+    with pytest.raises(LLMConfigError, match="no 'bedrock' client; set CADENZA_DEFAULT_PROVIDER"):
+        parse_model(spec)
+
+
 def test_other_bare_names_go_to_the_default_provider() -> None:
     assert parse_model("llama3", default_provider="ollama") == ("ollama", "llama3")
     with pytest.raises(LLMConfigError, match="CADENZA_DEFAULT_PROVIDER"):

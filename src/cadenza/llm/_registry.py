@@ -45,6 +45,15 @@ _CONNECT_TIMEOUT: Final = 10.0
 DEFAULT_PROVIDER_VARIABLE: Final = "CADENZA_DEFAULT_PROVIDER"
 """Names the provider of bare model names no well-known prefix places (e.g. ``ollama``)."""
 
+# zenflow's provider prefixes that Cadenza has no client for (they need their own
+# cloud credentials there too): served through CADENZA_DEFAULT_PROVIDER's gateway.
+_GATEWAY_PROVIDERS: Final = frozenset({
+    "azure", "azure-deployment", "bedrock", "cerebras", "cloudflare", "cohere", "compat",
+    "deepinfra", "deepseek", "fireworks", "fptcloud", "google", "groq", "minimax", "mistral",
+    "nvidia", "openrouter", "perplexity", "runpod", "together", "vertex", "vertex-anthropic",
+    "vllm", "xai",
+})  # fmt: skip
+
 # zenflow's bare model names: the families whose maker serves them natively.
 _BARE_PREFIXES: Final = (
     ("gpt-", "openai"),
@@ -69,7 +78,10 @@ def parse_model(spec: str, *, default_provider: str | None = None) -> tuple[str,
     to ``anthropic``; any other bare name goes to ``default_provider`` (the
     ``CADENZA_DEFAULT_PROVIDER`` variable), and without one it is an error:
     names like ``llama3`` are served by many providers, and guessing would be
-    wrong as often as right.
+    wrong as often as right. zenflow's other provider prefixes (``bedrock/``,
+    ``google/``, ``groq/``...), for which Cadenza has no client, go to
+    ``default_provider`` too (an OpenAI-compatible gateway, typically), with the
+    whole name as the model; without one they are an error that says so.
 
     Raises:
         LLMConfigError: No provider, no model, or a provider that is not one of
@@ -88,6 +100,14 @@ def parse_model(spec: str, *, default_provider: str | None = None) -> tuple[str,
             f"({_known()})"
         )
     provider, model = text[:cut].lower(), text[cut + 1 :]
+    if provider in _GATEWAY_PROVIDERS and provider not in PROVIDERS:
+        if not default_provider:
+            raise LLMConfigError(
+                f"model {spec!r}: Cadenza has no {provider!r} client; set "
+                f"{DEFAULT_PROVIDER_VARIABLE} (e.g. openai, with OPENAI_BASE_URL at a "
+                f"gateway that serves {provider} models) or write provider:model ({_known()})"
+            )
+        return _default(default_provider), text
     if provider not in PROVIDERS:
         raise LLMConfigError(f"unknown provider {provider!r} in model {spec!r}{_hint(provider)}")
     if not model:
@@ -309,16 +329,21 @@ def _bare(spec: str, name: str, default_provider: str | None) -> str:
         if name.lower().startswith(prefix):
             return provider
     if default_provider:
-        provider = default_provider.strip().lower()
-        if provider not in PROVIDERS:
-            raise LLMConfigError(
-                f"unknown provider {provider!r} in {DEFAULT_PROVIDER_VARIABLE}{_hint(provider)}"
-            )
-        return provider
+        return _default(default_provider)
     raise LLMConfigError(
         f"model {spec!r} names no provider; write provider:model, e.g. openai:{name}, or set "
         f"{DEFAULT_PROVIDER_VARIABLE} for bare names ({_known()})"
     )
+
+
+def _default(default_provider: str) -> str:
+    """``CADENZA_DEFAULT_PROVIDER``'s provider, checked."""
+    provider = default_provider.strip().lower()
+    if provider not in PROVIDERS:
+        raise LLMConfigError(
+            f"unknown provider {provider!r} in {DEFAULT_PROVIDER_VARIABLE}{_hint(provider)}"
+        )
+    return provider
 
 
 def _http_url(variable: str, value: str, secrets: frozenset[str]) -> str:
