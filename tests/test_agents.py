@@ -318,6 +318,46 @@ async def test_a_full_step_inbox_drops_with_an_event(
     assert result.messages_omitted == 10_000 - 1_000
 
 
+async def test_a_step_inbox_holds_at_most_a_mebibyte_of_undrained_text(
+    write_flow: WriteFlow, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past 1 MiB of undrained text a message is dropped; a drain makes room again."""
+    first_turn, second_turn = threading.Event(), threading.Event()
+    path = write_flow(
+        "name: inbox\nagents:\n  ear: {model: 'openai:m'}\n"
+        "steps:\n  - id: listen\n    agent: ear\n    instructions: Listen.\n"
+    )
+    said = {"name": "send_message", "arguments": {"text": "listening"}}
+    replies: list[Any] = [
+        {"tool_calls": [said], "hold": first_turn},
+        {"content": "heard", "hold": second_turn},
+    ]
+    events: list[cadenza.Event] = []
+    big = 400 * 1024
+    with ScriptedLLMServer([ServerRule(replies)]) as server:
+        for name, value in server.environ().items():
+            monkeypatch.setenv(name, value)
+        async with Runtime() as runtime:
+            handle = await runtime.start(path, on_event=events.append)
+            await anyio.to_thread.run_sync(server.wait_for_requests, 1)
+            for mark in "ABC":  # C would make 1.2 MiB
+                await handle.post_message("listen", mark * big)
+            first_turn.set()
+            requests = await anyio.to_thread.run_sync(server.wait_for_requests, 2)
+            await handle.post_message("listen", "D" * big)  # A and B were drained
+            second_turn.set()
+            result = await handle.result()
+    assert result.status == "completed", result.error
+    inbox = json.dumps(requests[1].body)
+    assert "A" * big in inbox
+    assert "B" * big in inbox
+    assert "C" * 1024 not in inbox
+    dropped = [e.data for e in events if e.type == "message_dropped" and e.data is not None]
+    assert [d["dropped"] for d in dropped] == [1]
+    assert "bytes of messages wait for 'listen'" in dropped[0]["reason"]
+    assert [m.text[0] for m in result.undelivered] == ["D"]
+
+
 MEMORY = """
 name: memory
 agents:

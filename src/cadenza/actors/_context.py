@@ -113,9 +113,11 @@ class RunContext:
     failure: ErrorInfo | None = None
     active: set[Cancellable] = field(default_factory=set)
     mail: dict[str, deque[Any]] = field(default_factory=dict)
+    """Messages forwarded to a step with no live instance, kept for its next one."""
+    mail_bytes: dict[str, int] = field(default_factory=dict)
+    """Per step name: UTF-8 bytes of message text delivered, not yet drained (INBOX_BYTES)."""
     conversations: dict[str, list[list[Any]]] = field(default_factory=dict)
     """Per ``Brief.memory_key``: each earlier visit's turns, for ``memory`` other than fresh."""
-    """Messages forwarded to a step with no live instance, kept for its next one."""
     dispatcher: StepDispatcher | None = None
     """Where leaf steps run when the run has remote workers (None: in this process)."""
     budget: TokenBudget | None = None

@@ -31,12 +31,15 @@ from ._tools import Tool, ToolError
 
 __all__ = [
     "COORDINATOR",
+    "INBOX_BYTES",
     "INBOX_SIZE",
     "AgentMessage",
     "Coordinator",
     "Drain",
     "Outgoing",
     "PostMessage",
+    "pending_bytes",
+    "step_name",
 ]
 
 COORDINATOR = Address.root("Coordinator")
@@ -44,6 +47,15 @@ COORDINATOR = Address.root("Coordinator")
 
 INBOX_SIZE = 10_000
 """Messages an agent step (and the coordinator) may hold before new ones are dropped."""
+
+INBOX_BYTES = 1 << 20
+"""UTF-8 bytes of text a step's undrained messages may hold before new ones are dropped.
+
+A drained inbox becomes part of the agent's next prompt, and 1 MiB of text
+(~250,000 tokens) is past most models' context windows already; every accepted
+message is also journaled whole, so this bound is what keeps a flood of large
+messages from filling the store.
+"""
 
 MSG_TYPES = {"info": 0, "cancel": 1, "context": 2, "reply": 3}
 
@@ -168,20 +180,27 @@ class Coordinator(Actor):
 
     def _place(self, target: str, letter: AgentMessage) -> str | None:
         """Delivers ``letter``, or keeps it for the step's next instance; else why not."""
+        name = step_name(target)
+        pending = self.run.mail_bytes.get(name, 0)
+        size = len(letter.text.encode())
+        if pending + size > INBOX_BYTES:
+            return f"inbox full: {pending} of {INBOX_BYTES} bytes of messages wait for {name!r}"
         ref = self.run.supervisor.lookup(target)
+        placed = False
         if ref is not None:
             try:
                 ref.send_nowait(letter)
-                return None
+                placed = True
             except InboxFull:
                 return "inbox full"
             except ActorStopped:
                 pass  # that instance finished: the next one gets it
-        name = target.rsplit(".", 1)[-1].split("[", 1)[0]
-        waiting = self.run.mail.setdefault(name, deque())
-        if len(waiting) >= INBOX_SIZE:
-            return f"{INBOX_SIZE} messages already wait for {name!r}"
-        waiting.append(letter)
+        if not placed:
+            waiting = self.run.mail.setdefault(name, deque())
+            if len(waiting) >= INBOX_SIZE:
+                return f"{INBOX_SIZE} messages already wait for {name!r}"
+            waiting.append(letter)
+        self.run.mail_bytes[name] = pending + size
         return None
 
     def _drop(self, target: str, sender: str, kind: str, reason: str) -> None:
@@ -265,3 +284,15 @@ class Coordinator(Actor):
             ),
             Tool(spec("finalize", "Sum up the exchange.", {"summary": text}, []), finalize),
         ]
+
+
+def step_name(target: str) -> str:
+    """The step an address belongs to: ``loop.0.worker``, ``each[1].worker`` → ``worker``."""
+    return target.rsplit(".", 1)[-1].split("[", 1)[0]
+
+
+def pending_bytes(mail: dict[str, deque[AgentMessage]]) -> dict[str, int]:
+    """`RunContext.mail_bytes` for messages kept in ``mail`` (after a replay)."""
+    return {
+        name: sum(len(letter.text.encode()) for letter in letters) for name, letters in mail.items()
+    }

@@ -41,7 +41,14 @@ from cadenza.runtime import (
 from cadenza.workflow import LoadedWorkflow, compile_expression, parse_duration
 
 from ._context import RunContext, Scope, document_step_ids
-from ._coordinator import COORDINATOR, INBOX_SIZE, AgentMessage, Coordinator, Drain
+from ._coordinator import (
+    COORDINATOR,
+    INBOX_SIZE,
+    AgentMessage,
+    Coordinator,
+    Drain,
+    pending_bytes,
+)
 from ._dag import DagController, DagOutcome
 from ._document import encode_document
 from ._journal import MAX_RESULT_MESSAGES, RunJournal
@@ -198,6 +205,7 @@ async def execute_run(
         control.context = context
         if replay is not None:  # messages for steps not started yet; agents' memories
             context.mail.update(replay.log.mail)
+            context.mail_bytes.update(pending_bytes(context.mail))
             context.conversations.update(replay.log.conversations)
         if control.cancel_reason is not None:
             context.cancel(control.cancel_reason)

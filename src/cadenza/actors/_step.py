@@ -275,9 +275,11 @@ class StepActor(Actor):
         waiting = self.run.mail.pop(self.address.name, None) or ()
         letters = [*waiting, *self.take_messages()]
         texts = []
+        drained = 0
         for letter in letters:
             if not isinstance(letter, AgentMessage):
                 continue
+            drained += len(letter.text.encode())
             self.run.journal.emit(
                 "agent_inbox_drain",
                 step_id=str(self.address),
@@ -285,6 +287,9 @@ class StepActor(Actor):
                 data={"from": letter.sender, "msg_type": MSG_TYPES.get(letter.kind, 0)},
             )
             texts.append(f"from {letter.sender} ({letter.kind}): {letter.text}")
+        if drained:
+            pending = self.run.mail_bytes
+            pending[self.address.name] = pending.get(self.address.name, 0) - drained
         return texts
 
     def _render(self, text: str) -> str:
