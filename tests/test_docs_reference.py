@@ -217,7 +217,7 @@ def test_yaml_reference_sections_are_structs() -> None:
 
 
 def _subcommands() -> dict[str, argparse.ArgumentParser]:
-    from cadenza.cli import _parser
+    from cadenza.cli._main import _parser
 
     parser = _parser()
     actions = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
@@ -257,7 +257,7 @@ def test_cli_documents_every_option(name: str) -> None:
 
 
 def test_cli_documents_exit_codes() -> None:
-    from cadenza.cli import EXIT_CODES
+    from cadenza.cli._output import EXIT_CODES
 
     section = _section((DOCS / "cli.md").read_text(), "## Exit codes")
     rows = dict(re.findall(r"^\| `(\d)` \| (.*) \|$", section, re.M))

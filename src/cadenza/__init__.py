@@ -23,13 +23,13 @@ from .protocols import RunResult as RunResult
 from .protocols import StepRecord as StepRecord
 
 if _typing.TYPE_CHECKING:
-    from ._api import EventSubscription as EventSubscription
-    from ._api import RunHandle as RunHandle
-    from ._api import Runtime as Runtime
-    from ._api import SubscriptionStatistics as SubscriptionStatistics
-    from ._api import new_run_id as new_run_id
     from .actors import StepContext as StepContext
     from .actors import StepOutput as StepOutput
+    from .api import EventSubscription as EventSubscription
+    from .api import RunHandle as RunHandle
+    from .api import Runtime as Runtime
+    from .api import SubscriptionStatistics as SubscriptionStatistics
+    from .api import new_run_id as new_run_id
     from .workflow import LoadedWorkflow as LoadedWorkflow
     from .workflow import Workflow as Workflow
     from .workflow import WorkflowError as WorkflowError
@@ -38,11 +38,11 @@ if _typing.TYPE_CHECKING:
 # The runtime (httpx, the actors, the store) loads on first use, so
 # `import cadenza.workflow` and `cadenza validate` do not pay for it.
 _LAZY = {
-    "EventSubscription": "._api",
-    "RunHandle": "._api",
-    "Runtime": "._api",
-    "SubscriptionStatistics": "._api",
-    "new_run_id": "._api",
+    "EventSubscription": ".api",
+    "RunHandle": ".api",
+    "Runtime": ".api",
+    "SubscriptionStatistics": ".api",
+    "new_run_id": ".api",
     "StepContext": ".actors",
     "StepOutput": ".actors",
     "LoadedWorkflow": ".workflow",

@@ -25,7 +25,7 @@ from typing import Any
 
 import structlog
 
-from cadenza._redact import redact_processor
+from ._redact import redact_processor
 
 __all__ = ["FIELDS", "configure_logging", "get_logger"]
 

@@ -1017,7 +1017,7 @@ async def test_a_lambda_handler_and_a_plain_workflow_struct_run_too() -> None:
     """Functions without an importable name are registered; a bare Workflow is validated."""
     built = b.workflow("lambda", steps=[b.handler("hi", lambda context: "hi there")])
     assert built.workflow.steps[0].handler is not None
-    assert built.workflow.steps[0].handler.startswith("cadenza._loop_functions:HANDLERS.")
+    assert built.workflow.steps[0].handler.startswith("cadenza.loops._functions:HANDLERS.")
     result = await run(built.workflow)
     assert result.output == "hi there"
 

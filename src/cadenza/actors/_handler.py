@@ -104,6 +104,10 @@ _cache: dict[tuple[str, Path], Handler] = {}
 _is_async: dict[Handler, bool] = {}
 
 
+MOVED_MODULES = {"cadenza._loop_functions": "cadenza.loops._functions"}
+"""Where Cadenza's own handler modules went, so runs recorded before a move still resume."""
+
+
 def resolve_handler(reference: str, workflow_dir: Path) -> Handler:
     """Imports ``pkg.module:function``, looking beside the workflow file too.
 
@@ -118,6 +122,7 @@ def resolve_handler(reference: str, workflow_dir: Path) -> Handler:
     module_name, sep, attribute = reference.partition(":")
     if not sep or not module_name or not attribute:
         raise HandlerError(f"handler {reference!r} is not of the form 'package.module:function'")
+    module_name = MOVED_MODULES.get(module_name, module_name)
     # Handlers usually live beside the workflow that names them.
     directory = str(workflow_dir)
     if directory not in sys.path:

@@ -8,6 +8,7 @@ from ._events import EventType as EventType
 from ._events import Tokens as Tokens
 from ._events import format_duration as format_duration
 from ._events import timestamp as timestamp
+from ._result import FINISHED as FINISHED
 from ._result import ErrorInfo as ErrorInfo
 from ._result import GraphSummary as GraphSummary
 from ._result import LoopSummary as LoopSummary
@@ -42,6 +43,7 @@ from ._wire import supervisor_decoder as supervisor_decoder
 from ._wire import worker_decoder as worker_decoder
 
 __all__ = [
+    "FINISHED",
     "MAX_CAPACITY",
     "PROTOCOL_VERSION",
     "WORKER_NAME",

@@ -7,6 +7,7 @@ from typing import Any, Literal
 import msgspec
 
 __all__ = [
+    "FINISHED",
     "ErrorInfo",
     "GraphSummary",
     "LoopSummary",
@@ -20,6 +21,9 @@ __all__ = [
 
 StepStatus = Literal["pending", "running", "completed", "failed", "skipped", "cancelled", "waiting"]
 RunStatus = Literal["running", "completed", "failed", "cancelled", "waiting"]
+
+FINISHED: frozenset[RunStatus] = frozenset(("completed", "failed", "cancelled"))
+"""The statuses of a run that has ended for good: its result never changes again."""
 
 
 class _Record(msgspec.Struct, frozen=True, rename="camel"):

@@ -20,10 +20,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from cadenza import Runtime
-from cadenza._resume import FINISHED
 from cadenza.actors._document import decode_document
 from cadenza.errors import CadenzaError
-from cadenza.protocols import Event, MessageRecord, RunResult, RunStatus, Usage
+from cadenza.protocols import FINISHED, Event, MessageRecord, RunResult, RunStatus, Usage
 from cadenza.runtime import RunRow
 from cadenza.workflow import LoadedWorkflow, load_workflow
 

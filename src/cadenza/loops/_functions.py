@@ -8,7 +8,7 @@ else is passed on as it is, and the engine judges its shape, exactly as for a
 workflow written in YAML.
 
 Handler steps name a callable by ``module:attribute``; the functions are
-registered in `HANDLERS` under a fresh name each (``cadenza._loop_functions:
+registered in `HANDLERS` under a fresh name each (``cadenza.loops._functions:
 HANDLERS.f7``), and stay registered for the life of the process.
 """
 
@@ -20,8 +20,8 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .actors import StepContext
-from .actors._decide import Recommendation
+from cadenza.actors import StepContext
+from cadenza.actors._decide import Recommendation
 
 __all__ = [
     "HANDLERS",

@@ -22,29 +22,30 @@ controller and the same `decide` policy, which is public here too so that its
 rules can be read, tested and simulated (`decide`, `admit`, `advance`).
 """
 
-from ._loop_functions import ActorInput as ActorInput
-from ._loop_functions import Evaluation as Evaluation
-from ._loop_functions import EvaluatorInput as EvaluatorInput
-from ._loop_functions import PlannerInput as PlannerInput
-from ._loop_functions import PrePlannerInput as PrePlannerInput
-from ._loop_run import DecisionEntry as DecisionEntry
-from ._loop_run import LoopError as LoopError
-from ._loop_run import LoopResult as LoopResult
-from ._loop_run import LoopRun as LoopRun
-from ._loop_sdk import Loop as Loop
-from .actors._decide import CheckResult as CheckResult
-from .actors._decide import ControlStatus as ControlStatus
-from .actors._decide import Decision as Decision
-from .actors._decide import History as History
-from .actors._decide import InfraFailure as InfraFailure
-from .actors._decide import Recommendation as Recommendation
-from .actors._decide import Ruling as Ruling
-from .actors._decide import Setup as Setup
-from .actors._decide import Spent as Spent
-from .actors._decide import Verdict as Verdict
-from .actors._decide import admit as admit
-from .actors._decide import advance as advance
-from .actors._decide import decide as decide
+from cadenza.actors._decide import CheckResult as CheckResult
+from cadenza.actors._decide import ControlStatus as ControlStatus
+from cadenza.actors._decide import Decision as Decision
+from cadenza.actors._decide import History as History
+from cadenza.actors._decide import InfraFailure as InfraFailure
+from cadenza.actors._decide import Recommendation as Recommendation
+from cadenza.actors._decide import Ruling as Ruling
+from cadenza.actors._decide import Setup as Setup
+from cadenza.actors._decide import Spent as Spent
+from cadenza.actors._decide import Verdict as Verdict
+from cadenza.actors._decide import admit as admit
+from cadenza.actors._decide import advance as advance
+from cadenza.actors._decide import decide as decide
+
+from ._functions import ActorInput as ActorInput
+from ._functions import Evaluation as Evaluation
+from ._functions import EvaluatorInput as EvaluatorInput
+from ._functions import PlannerInput as PlannerInput
+from ._functions import PrePlannerInput as PrePlannerInput
+from ._run import DecisionEntry as DecisionEntry
+from ._run import LoopError as LoopError
+from ._run import LoopResult as LoopResult
+from ._run import LoopRun as LoopRun
+from ._sdk import Loop as Loop
 
 __all__ = [
     "ActorInput",

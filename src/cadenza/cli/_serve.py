@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .errors import CadenzaError
+from cadenza.errors import CadenzaError
 
 __all__ = ["add_serve_command", "serve_command"]
 
@@ -59,7 +59,7 @@ def serve_command(args: argparse.Namespace) -> int:
         CadenzaError: The serve extra is missing, or the options are unsafe.
     """
     try:
-        from .serve import ServeOptions, serve
+        from cadenza.serve import ServeOptions, serve
     except ImportError as error:
         raise CadenzaError(
             f"cadenza serve needs the serve extra: pip install 'cadenza[serve]' ({error})"

@@ -22,10 +22,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final, Self
 
-from .actors import RunJournal
-from .actors._run import RUN_INTERRUPTED
-from .protocols import Event, EventType
-from .runtime import RunStore
+from cadenza.actors import RunJournal
+from cadenza.actors._run import RUN_INTERRUPTED
+from cadenza.protocols import Event, EventType
+from cadenza.runtime import RunStore
 
 __all__ = ["ENDINGS", "EventSubscription", "SubscriptionStatistics"]
 

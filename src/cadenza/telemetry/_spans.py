@@ -20,14 +20,14 @@ from typing import TYPE_CHECKING, Any, Final
 from opentelemetry.trace import Span, Status, StatusCode, Tracer, set_span_in_context
 from opentelemetry.util.types import AttributeValue
 
-from .actors._control_log import DECISION
-from .actors._journal import STEP_WAITING
-from .actors._replay_log import RUN_RESUMED
-from .protocols import Event, EventType, Tokens
+from cadenza.actors._control_log import DECISION
+from cadenza.actors._journal import STEP_WAITING
+from cadenza.actors._replay_log import RUN_RESUMED
+from cadenza.protocols import Event, EventType, Tokens
 
 if TYPE_CHECKING:
-    from .actors._journal import RunJournal
-    from .actors._replay import Replay
+    from cadenza.actors._journal import RunJournal
+    from cadenza.actors._replay import Replay
 
 __all__ = ["RunSpans"]
 

@@ -32,13 +32,13 @@ from collections.abc import Callable, Mapping
 from importlib.metadata import entry_points
 from typing import TYPE_CHECKING
 
-from .errors import CadenzaError
+from cadenza.errors import CadenzaError
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace.export import SpanExporter
     from opentelemetry.trace import Tracer, TracerProvider
 
-    from .actors import RunJournal
+    from cadenza.actors import RunJournal
 
 __all__ = ["ENVIRONMENT", "INSTALL", "OpenTelemetry", "TelemetryUnavailable", "from_environment"]
 
@@ -73,7 +73,7 @@ class OpenTelemetry:
         _require_api()
         from opentelemetry import trace
 
-        from . import __version__
+        from cadenza import __version__
 
         self.tracer_provider = tracer_provider
         self._tracer: Tracer = trace.get_tracer(
@@ -87,7 +87,7 @@ class OpenTelemetry:
         returned function when the run's task ends: spans a cancelled or crashed
         run left open are ended then, marked ``cadenza.status: interrupted``.
         """
-        from ._telemetry_spans import RunSpans
+        from ._spans import RunSpans
 
         spans = RunSpans(self._tracer, journal)
         unsubscribe = journal.subscribe(spans.on_event)

@@ -16,22 +16,30 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import signal
 import sys
 import time
 from collections.abc import AsyncIterator, Iterable, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 import anyio
 import msgspec
 
-from .actors import EventSink
-from .actors._journal import STEP_REPLAYED, STEP_WAITING
-from .actors._replay_log import RUN_RESUMED
-from .actors._run import RUN_INTERRUPTED
-from .protocols import Event, EventType, RunResult, StepRecord
-from .runtime import RunRow
+from cadenza.actors import EventSink
+from cadenza.actors._journal import STEP_REPLAYED, STEP_WAITING
+from cadenza.actors._replay_log import RUN_RESUMED
+from cadenza.actors._run import RUN_INTERRUPTED
+from cadenza.protocols import Event, EventType, RunResult, StepRecord
+from cadenza.runtime import RunRow
+
+from ._paths import DEFAULT_STORE
+
+if TYPE_CHECKING:
+    import argparse
+
+    from cadenza.api import RunHandle
 
 __all__ = [
     "LiveProgress",
@@ -60,7 +68,6 @@ _MARKS = {  # by step status
 
 def command_hint(*words: str, store: Path) -> str:
     """A ``cadenza`` command line to paste: quoted, with ``--store`` unless the default."""
-    from .cli import DEFAULT_STORE  # cli loads this module only once a command runs
 
     if store != DEFAULT_STORE:
         words = (*words, "--store", str(store))
@@ -349,3 +356,36 @@ def _step_lines(steps: Mapping[str, StepRecord]) -> list[str]:
         mark = _MARKS.get(record.status, " ")
         lines.append(f"    {mark} {address:<{width}}  {record.status:<9}  {detail}".rstrip())
     return lines
+
+
+EXIT_CODES = {"completed": 0, "failed": 1, "cancelled": 1, "waiting": 3, "running": 1}
+"""The exit code of ``cadenza run`` and ``resume`` for each run status."""
+
+CANCEL_GRACE = 5.0
+"""Seconds the steps of an interrupted run get to stop before they are stopped outright
+(more than a command's SIGTERM-to-SIGKILL wait of 2 s)."""
+
+
+async def follow(handle: RunHandle, args: argparse.Namespace) -> int:
+    """Waits for the run (SIGINT/SIGTERM cancel it), prints its result; the exit code."""
+    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async with anyio.create_task_group() as group:
+
+            async def cancel_on_signal() -> None:
+                # The first signal asks the steps to stop and gives them CANCEL_GRACE
+                # seconds; a step that does not is then stopped outright, so a signal
+                # always ends the run, recorded ``cancelled``. A second signal stops
+                # everything at once.
+                grace = CANCEL_GRACE
+                async for signum in signals:
+                    handle.cancel(f"interrupted by {signal.Signals(signum).name}", deadline=grace)
+                    grace = 0.0
+
+            group.start_soon(cancel_on_signal)
+            result = await handle.result()
+            group.cancel_scope.cancel()
+    if args.json:
+        sys.stdout.write(_encode_json(result).decode() + "\n")
+    else:
+        print_summary(result, sys.stdout, store=args.store)
+    return EXIT_CODES[result.status]

@@ -20,18 +20,17 @@ from typing import Any
 
 import msgspec
 
-from .actors._document import decode_document
-from .actors._human import waiting_for
-from .actors._replay import Replay
-from .actors._tools import schema_errors
-from .errors import RunNotFound, SignalRejected, StoreError
-from .protocols import Event, RunResult, StepRecord, timestamp
-from .runtime import RunRow, RunStore
-from .runtime._lease import LeaseHolder
-from .workflow import LoadedWorkflow, load_workflow
+from cadenza.actors._document import decode_document
+from cadenza.actors._human import waiting_for
+from cadenza.actors._replay import Replay
+from cadenza.actors._tools import schema_errors
+from cadenza.errors import RunNotFound, SignalRejected, StoreError
+from cadenza.protocols import FINISHED, Event, RunResult, StepRecord, timestamp
+from cadenza.runtime import RunRow, RunStore
+from cadenza.runtime._lease import LeaseHolder
+from cadenza.workflow import LoadedWorkflow, load_workflow
 
 __all__ = [
-    "FINISHED",
     "SIGNAL_RECEIVED",
     "Prepared",
     "finished_result",
@@ -41,9 +40,6 @@ __all__ = [
     "resumable_runs",
     "runs_to_prune",
 ]
-
-FINISHED = frozenset(("completed", "failed", "cancelled"))
-"""Run statuses that never change again: resume returns the stored result."""
 
 SIGNAL_RECEIVED = "signal_received"
 """A person's answer was recorded for a waiting address; data ``{answer}``."""

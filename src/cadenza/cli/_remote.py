@@ -46,7 +46,7 @@ def add_remote_commands(commands: Any, positive: Any) -> None:
 
 def keys_command(args: argparse.Namespace) -> int:
     """``cadenza keys generate DIR``: prints each file written."""
-    from .remote import generate_keys
+    from cadenza.remote import generate_keys
 
     for path in generate_keys(args.directory, name=args.name):
         sys.stdout.write(f"{path}\n")
@@ -55,7 +55,7 @@ def keys_command(args: argparse.Namespace) -> int:
 
 def worker_command(args: argparse.Namespace) -> int:
     """``cadenza worker``: serves until drained or stopped; its exit code."""
-    from .remote import Worker
+    from cadenza.remote import Worker
 
     worker = Worker(
         args.connect, concurrency=args.concurrency, name=args.name, curve_keys=args.curve_keys

@@ -11,7 +11,6 @@ import argparse
 import importlib
 import json
 import os
-import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -20,21 +19,27 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import anyio
 import msgspec
 
-from . import __version__
-from ._durable_cli import add_durable_commands, maintain_runs, resume_command, signal_command
-from ._logging import configure_logging
-from ._remote_cli import add_remote_commands, add_run_options, keys_command, worker_command
-from ._serve_cli import add_serve_command, serve_command
-from .errors import CadenzaError, InputError
-from .workflow import WorkflowError, describe_workflow, load_workflow, to_mermaid, validate_file
+from cadenza import __version__
+from cadenza._logging import configure_logging
+from cadenza.errors import CadenzaError, InputError
+from cadenza.workflow import (
+    WorkflowError,
+    describe_workflow,
+    load_workflow,
+    to_mermaid,
+    validate_file,
+)
+
+from ._durable import add_durable_commands, maintain_runs, resume_command, signal_command
+from ._paths import DEFAULT_STORE
+from ._remote import add_remote_commands, add_run_options, keys_command, worker_command
+from ._serve import add_serve_command, serve_command
 
 if TYPE_CHECKING:
-    from ._api import RunHandle, Runtime
+    from cadenza.api import Runtime
 
 __all__ = ["main"]
 
-DEFAULT_STORE = Path(".cadenza") / "runs.db"
-EXIT_CODES = {"completed": 0, "failed": 1, "cancelled": 1, "waiting": 3, "running": 1}
 _encode_json = msgspec.json.Encoder().encode
 
 
@@ -145,8 +150,9 @@ def _inputs(args: argparse.Namespace) -> dict[str, Any]:
 
 
 async def _run(args: argparse.Namespace) -> int:
-    from ._api import Runtime  # the runtime loads only for the commands that run
-    from ._run_output import watch_run
+    from cadenza.api import Runtime  # the runtime loads only for the commands that run
+
+    from ._output import watch_run
 
     document = load_workflow(args.file)
     inputs = _inputs(args)
@@ -167,39 +173,9 @@ async def _run(args: argparse.Namespace) -> int:
             max_concurrency=args.max_concurrency,
             on_event=on_event,
         )
+        from ._output import follow
+
         return await follow(handle, args)
-
-
-CANCEL_GRACE = 5.0
-"""Seconds the steps of an interrupted run get to stop before they are stopped outright
-(more than a command's SIGTERM-to-SIGKILL wait of 2 s)."""
-
-
-async def follow(handle: RunHandle, args: argparse.Namespace) -> int:
-    """Waits for the run (SIGINT/SIGTERM cancel it), prints its result; the exit code."""
-    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-        async with anyio.create_task_group() as group:
-
-            async def cancel_on_signal() -> None:
-                # The first signal asks the steps to stop and gives them CANCEL_GRACE
-                # seconds; a step that does not is then stopped outright, so a signal
-                # always ends the run, recorded ``cancelled``. A second signal stops
-                # everything at once.
-                grace = CANCEL_GRACE
-                async for signum in signals:
-                    handle.cancel(f"interrupted by {signal.Signals(signum).name}", deadline=grace)
-                    grace = 0.0
-
-            group.start_soon(cancel_on_signal)
-            result = await handle.result()
-            group.cancel_scope.cancel()
-    if args.json:
-        sys.stdout.write(_encode_json(result).decode() + "\n")
-    else:
-        from ._run_output import print_summary
-
-        print_summary(result, sys.stdout, store=args.store)
-    return EXIT_CODES[result.status]
 
 
 def _validate(args: argparse.Namespace) -> int:
@@ -231,11 +207,11 @@ async def _runs(args: argparse.Namespace) -> int:
         raise UsageError("runs show needs a RUN_ID")
     if not args.store.exists():
         raise UsageError(f"no run store at {str(args.store)!r} (give --store PATH)")
-    from ._api import Runtime
+    from cadenza.api import Runtime
 
     async with Runtime(store=args.store) as runtime:
         if args.action == "list":
-            from ._run_output import print_runs
+            from ._output import print_runs
 
             print_runs(await runtime.list_runs(limit=args.limit), sys.stdout)
         else:
@@ -252,7 +228,7 @@ async def _show_run(runtime: Runtime, args: argparse.Namespace) -> None:
         return
     steps = row.result.steps if row.result is not None else await runtime.store.steps(row.run_id)
     if not args.json and sys.stdout.isatty():
-        from ._run_output import print_run
+        from ._output import print_run
 
         print_run(row, steps, sys.stdout, store=args.store)
     elif row.result is not None:

@@ -12,12 +12,12 @@ from collections.abc import AsyncGenerator, Mapping
 from dataclasses import dataclass
 from typing import Any, cast
 
-from ._api import RunHandle
-from .actors import EventSink
-from .actors._control_log import DECISION
-from .actors._decide import ControlStatus, Decision
-from .errors import CadenzaError
-from .protocols import Event
+from cadenza.actors import EventSink
+from cadenza.actors._control_log import DECISION
+from cadenza.actors._decide import ControlStatus, Decision
+from cadenza.api import RunHandle
+from cadenza.errors import CadenzaError
+from cadenza.protocols import Event
 
 __all__ = ["DecisionEntry", "LoopError", "LoopResult", "LoopRun", "decision_sink"]
 

@@ -17,11 +17,9 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Literal, TypeVar
 
-from ._api import Runtime
-from ._loop_functions import HANDLERS, PRE_PLANNER, ROLE_INPUTS, handler
-from ._loop_run import DecisionEntry, LoopResult, LoopRun, decision_sink
-from .errors import CadenzaError
-from .workflow import (
+from cadenza.api import Runtime
+from cadenza.errors import CadenzaError
+from cadenza.workflow import (
     Check,
     Control,
     ControlLimits,
@@ -33,6 +31,9 @@ from .workflow import (
     parse_duration,
     parse_template,
 )
+
+from ._functions import HANDLERS, PRE_PLANNER, ROLE_INPUTS, handler
+from ._run import DecisionEntry, LoopResult, LoopRun, decision_sink
 
 __all__ = ["Loop"]
 

@@ -18,11 +18,11 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .errors import CadenzaError, InputError
-from .workflow import parse_duration
+from cadenza.errors import CadenzaError, InputError
+from cadenza.workflow import parse_duration
 
 if TYPE_CHECKING:
-    from ._api import Runtime
+    from cadenza.api import Runtime
 
 __all__ = [
     "add_durable_commands",
@@ -82,7 +82,7 @@ async def resume_command(args: argparse.Namespace) -> int:
     """``cadenza resume``: reports like ``cadenza run``; returns the exit code."""
     if bool(args.run_id) == bool(args.all):
         raise InputError("resume needs a RUN_ID, or --all (not both)")
-    from ._api import Runtime  # loaded by the commands that need it
+    from cadenza.api import Runtime  # loaded by the commands that need it
 
     async with Runtime(store=_store(args), default_model=args.model) as runtime:
         if not args.all:
@@ -102,8 +102,7 @@ async def resume_command(args: argparse.Namespace) -> int:
 
 async def _resume_one(runtime: Runtime, run_id: str, args: argparse.Namespace) -> int:
     """Resumes one run, watched and reported like ``cadenza run``; its exit code."""
-    from ._run_output import watch_run
-    from .cli import follow
+    from ._output import follow, watch_run
 
     async with watch_run(events=args.events, json_only=args.json) as on_event:
         handle = await runtime.resume(
@@ -118,11 +117,11 @@ async def signal_command(args: argparse.Namespace) -> int:
         data = json.loads(args.data)
     except ValueError as error:
         raise InputError(f"--data is not JSON: {error}") from None
-    from ._api import Runtime  # loaded by the commands that need it
+    from cadenza.api import Runtime  # loaded by the commands that need it
 
     async with Runtime(store=_store(args)) as runtime:
         await runtime.signal(args.run_id, args.address, data)
-    from ._run_output import command_hint
+    from ._output import command_hint
 
     resume = command_hint("resume", args.run_id, store=args.store)
     sys.stdout.write(
@@ -133,7 +132,7 @@ async def signal_command(args: argparse.Namespace) -> int:
 
 async def maintain_runs(args: argparse.Namespace) -> int:
     """``cadenza runs prune`` and ``cadenza runs check``."""
-    from ._api import Runtime  # loaded by the commands that need it
+    from cadenza.api import Runtime  # loaded by the commands that need it
 
     async with Runtime(store=_store(args)) as runtime:
         if args.action == "check":

@@ -37,30 +37,30 @@ new process, build the workflow there again first (the same code registers the
 same markers); otherwise the run fails with `PredicateNotRegistered`.
 """
 
-from ._build import END as END
-from ._build import BuiltStep as BuiltStep
-from ._build import PredicateContext as PredicateContext
-from ._build import agent as agent
-from ._build import check as check
-from ._build import command as command
-from ._build import control as control
-from ._build import edge as edge
-from ._build import for_each as for_each
-from ._build import graph as graph
-from ._build import handler as handler
-from ._build import human as human
-from ._build import include as include
-from ._build import input_ as input_
-from ._build import loop as loop
-from ._build import tool as tool
-from ._build import workflow as workflow
-from ._build import workflow_loop as workflow_loop
-from .errors import PredicateNotRegistered as PredicateNotRegistered
-from .workflow import Agent as Agent
-from .workflow import ControlLimits as ControlLimits
-from .workflow import LoadedWorkflow as LoadedWorkflow
-from .workflow import Options as Options
-from .workflow import ScriptReply as ScriptReply
+from ._builders import END as END
+from ._builders import BuiltStep as BuiltStep
+from ._builders import PredicateContext as PredicateContext
+from ._builders import agent as agent
+from ._builders import check as check
+from ._builders import command as command
+from ._builders import control as control
+from ._builders import edge as edge
+from ._builders import for_each as for_each
+from ._builders import graph as graph
+from ._builders import handler as handler
+from ._builders import human as human
+from ._builders import include as include
+from ._builders import input_ as input_
+from ._builders import loop as loop
+from ._builders import tool as tool
+from ._builders import workflow as workflow
+from ._builders import workflow_loop as workflow_loop
+from cadenza.errors import PredicateNotRegistered as PredicateNotRegistered
+from cadenza.workflow import Agent as Agent
+from cadenza.workflow import ControlLimits as ControlLimits
+from cadenza.workflow import LoadedWorkflow as LoadedWorkflow
+from cadenza.workflow import Options as Options
+from cadenza.workflow import ScriptReply as ScriptReply
 
 __all__ = [
     "END",

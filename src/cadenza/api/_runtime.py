@@ -32,8 +32,43 @@ import anyio
 import anyio.abc
 import httpx
 
-from ._resume import (
+from cadenza.actors import EventSink, RunControl, RunJournal, execute_run
+from cadenza.actors._coordinator import COORDINATOR, PostMessage
+from cadenza.actors._replay import Replay
+from cadenza.actors._run import RUN_INTERRUPTED, interrupted_result
+from cadenza.errors import CadenzaError, InputError, LeaseHeld
+from cadenza.llm import RetryPolicy
+from cadenza.protocols import (
     FINISHED,
+    ErrorInfo,
+    Event,
+    EventType,
+    MessageRecord,
+    RunResult,
+    StepRecord,
+    Tokens,
+)
+from cadenza.runtime import (
+    Cancellable,
+    Clock,
+    MemoryRunStore,
+    RunRow,
+    RunStore,
+    SqliteRunStore,
+    SystemClock,
+)
+from cadenza.runtime._lease import LeaseHolder
+from cadenza.workflow import (
+    DEFAULT_MAX_CONCURRENCY,
+    LoadedWorkflow,
+    Workflow,
+    load_workflow,
+    resolve_inputs,
+    validate_workflow,
+)
+from cadenza.workflow import WorkflowError as WorkflowError
+
+from ._resume import (
     finished_result,
     get_row,
     pending_inputs,
@@ -44,36 +79,10 @@ from ._resume import (
 )
 from ._subscription import ENDINGS, EventSubscription
 from ._subscription import SubscriptionStatistics as SubscriptionStatistics
-from .actors import EventSink, RunControl, RunJournal, execute_run
-from .actors._coordinator import COORDINATOR, PostMessage
-from .actors._replay import Replay
-from .actors._run import RUN_INTERRUPTED, interrupted_result
-from .errors import CadenzaError, InputError, LeaseHeld
-from .llm import RetryPolicy
-from .protocols import ErrorInfo, Event, EventType, MessageRecord, RunResult, StepRecord, Tokens
-from .runtime import (
-    Cancellable,
-    Clock,
-    MemoryRunStore,
-    RunRow,
-    RunStore,
-    SqliteRunStore,
-    SystemClock,
-)
-from .runtime._lease import LeaseHolder
-from .workflow import (
-    DEFAULT_MAX_CONCURRENCY,
-    LoadedWorkflow,
-    Workflow,
-    load_workflow,
-    resolve_inputs,
-    validate_workflow,
-)
-from .workflow import WorkflowError as WorkflowError
 
 if TYPE_CHECKING:
-    from .remote import Dispatcher
-    from .telemetry import OpenTelemetry
+    from cadenza.remote import Dispatcher
+    from cadenza.telemetry import OpenTelemetry
 
 __all__ = ["EventSubscription", "RunHandle", "Runtime", "SubscriptionStatistics", "new_run_id"]
 
@@ -338,7 +347,7 @@ class Runtime:
         self._http: httpx.AsyncClient | None = None
         self._http_lock = anyio.Lock()
         if isinstance(workers, str):
-            from .remote import Dispatcher  # pyzmq is imported only by runtimes that use it
+            from cadenza.remote import Dispatcher  # pyzmq is imported only by runtimes that use it
 
             workers = Dispatcher(
                 workers, curve_keys=curve_keys, insecure=insecure, clock=self.clock
@@ -346,7 +355,7 @@ class Runtime:
         self.workers: Dispatcher | None = workers
         """The remote workers' dispatcher (None: steps run in this process)."""
         if telemetry is None:
-            from .telemetry import from_environment  # opentelemetry only if switched on
+            from cadenza.telemetry import from_environment  # opentelemetry only if switched on
 
             telemetry = from_environment()
         self.telemetry: OpenTelemetry | None = telemetry

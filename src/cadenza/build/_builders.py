@@ -32,11 +32,11 @@ from typing import Any, Literal, TypeAlias, TypeVar
 
 import msgspec
 
-from ._loop_functions import HANDLERS
-from .actors import StepContext, StepOutput
-from .actors._handler import StepsView
-from .actors._loop import SAFETY_CAP
-from .workflow import (
+from cadenza.loops._functions import HANDLERS
+from cadenza.actors import StepContext, StepOutput
+from cadenza.actors._handler import StepsView
+from cadenza.actors._loop import SAFETY_CAP
+from cadenza.workflow import (
     Agent,
     Check,
     Control,
@@ -55,8 +55,8 @@ from .workflow import (
     Step,
     Workflow,
 )
-from .workflow._loader import build_loaded
-from .workflow._python import AsyncPythonExpression, python_expression, register_python
+from cadenza.workflow._loader import build_loaded
+from cadenza.workflow._python import AsyncPythonExpression, python_expression, register_python
 
 __all__ = [
     "END",
