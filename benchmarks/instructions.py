@@ -9,8 +9,10 @@ The difference divided by 990 is what one more step costs, with interpreter
 start-up, imports and the runtime's own set-up cancelled out. Needs Linux
 ``perf`` (Debian: ``linux-perf``) and permission to count (root, or
 ``kernel.perf_event_paranoid`` <= 2). Where the machine has no hardware
-counter (many virtual machines: perf says ``<not supported>``) it says so and
-reports CPU microseconds per unit instead, the best of three runs each.
+counter (many virtual machines: perf says ``<not supported>``) it counts the
+instructions under Valgrind's callgrind instead (Debian: ``valgrind``), which
+is exact and repeatable but some fifty times slower; without either it reports
+CPU microseconds per unit, the best of three runs each.
 """
 
 from __future__ import annotations
@@ -74,6 +76,23 @@ def instructions(n: int, shape: str) -> int | None:
     raise RuntimeError(f"perf printed no instruction count:\n{done.stderr}")
 
 
+def simulated_instructions(n: int, shape: str) -> int:
+    """Instructions executed running ``shape`` with ``n`` units, counted by callgrind."""
+    program = _PROGRAM.format(here=str(HERE))
+    command = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null"]
+    done = subprocess.run(
+        [*command, sys.executable, "-c", program, str(n), shape],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=3600,
+    )
+    for line in done.stderr.splitlines():
+        if "Collected :" in line:
+            return int(line.rsplit(":", 1)[1])
+    raise RuntimeError(f"callgrind printed no instruction count:\n{done.stderr}")
+
+
 def cpu_seconds(n: int, shape: str) -> float:
     """User plus system CPU of an interpreter running ``shape`` with ``n`` units, best of 3."""
     program = _PROGRAM.format(here=str(HERE))
@@ -91,16 +110,23 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("shapes", nargs="*", metavar="SHAPE", help=f"of {SHAPES}")
     args = parser.parse_args()
-    if shutil.which("perf") is None:
-        print("perf is not installed (Debian: apt-get install linux-perf)", file=sys.stderr)
+    if shutil.which("perf") is None and shutil.which("valgrind") is None:
+        print("needs perf (Debian: linux-perf) or valgrind", file=sys.stderr)
         return 2
     unknown = sorted(set(args.shapes) - set(SHAPES))
     if unknown:
         parser.error(f"unknown shape(s) {unknown}; have {list(SHAPES)}")
     for shape in args.shapes or SHAPES:
-        big, small = instructions(1000, shape), instructions(10, shape)
+        big = small = None
+        if shutil.which("perf") is not None:
+            big, small = instructions(1000, shape), instructions(10, shape)
         if big is not None and small is not None:
             print(f"{shape:8} {(big - small) / 990 / 1000:8.1f}k instructions per unit")
+            continue
+        if shutil.which("valgrind") is not None:
+            big, small = simulated_instructions(1000, shape), simulated_instructions(10, shape)
+            per_unit = (big - small) / 990 / 1000
+            print(f"{shape:8} {per_unit:8.1f}k instructions per unit (callgrind)")
             continue
         cpu = (cpu_seconds(1000, shape) - cpu_seconds(10, shape)) / 990 * 1e6
         print(f"{shape:8} {cpu:8.1f} us CPU per unit (perf: no instruction counter here)")

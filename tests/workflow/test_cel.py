@@ -411,7 +411,7 @@ def test_recursion_limit_is_left_alone() -> None:
     """Importing, compiling and evaluating never change ``sys.getrecursionlimit()``."""
     code = (
         "import sys; before = sys.getrecursionlimit();"
-        "from cadenza.workflow._cel import compile_expression;"
+        "from cadenza.workflow import compile_expression;"
         "compile_expression('[1, 2].map(x, x * 2).size() == 2').evaluate({});"
         "print(before, sys.getrecursionlimit())"
     )

@@ -13,10 +13,10 @@ from ._handler import StepContext as StepContext
 from ._handler import StepOutput as StepOutput
 from ._journal import EventSink as EventSink
 from ._journal import RunJournal as RunJournal
+from ._outcome import StepFinished as StepFinished
 from ._run import RunControl as RunControl
 from ._run import execute_run as execute_run
 from ._step import StepActor as StepActor
-from ._step import StepFinished as StepFinished
 
 __all__ = [
     "DagController",

@@ -25,14 +25,13 @@ from cadenza.workflow import Agent, LoadedWorkflow, MemoryWindow
 from ._agent_tools import agent_builtins, builtin_names
 from ._budget import BudgetExceeded
 from ._context import Brief, RunContext, Scope
-from ._coordinator import COORDINATOR, Outgoing
+from ._journal import AGENT_MEMORY
+from ._messages import COORDINATOR, Outgoing
 from ._prompt import build_prompt, cap, read_context_files
 from ._tools import Tool, ToolError, python_tool, schema_errors
 
-__all__ = ["AGENT_MEMORY", "AgentOutcome", "BudgetExceeded", "run_agent"]
+__all__ = ["AgentOutcome", "BudgetExceeded", "model_spec", "run_agent"]
 
-AGENT_MEMORY = "agent_memory"
-"""An agent visit's turns, kept for later visits (loop ``memory``); data ``{key, turns}``."""
 
 DEFAULT_SYSTEM = "You are a helpful assistant. Do the task you are given."
 NEVER_SUBMITTED = "resultSchema defined but submit_result never called"
@@ -48,7 +47,7 @@ class AgentOutcome:
     error: ErrorInfo | None
 
 
-def _model_spec(
+def model_spec(
     run: RunContext, agent: Agent | None, agent_name: str | None, step_model: str | None
 ) -> str:
     if step_model:
@@ -280,7 +279,7 @@ async def run_agent(
     conversation = _Conversation(run, address, agent_name, agent)
     contents: list[str] = []
     try:
-        spec = _model_spec(run, agent, agent_name, step_model)
+        spec = model_spec(run, agent, agent_name, step_model)
         providers = run.providers
         provider, model = providers.check(spec)
         script = agent.script if agent is not None and provider == "scripted" else None

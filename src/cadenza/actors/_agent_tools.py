@@ -24,6 +24,7 @@ from cadenza.runtime import Clock
 from cadenza.workflow import Agent
 from cadenza.workflow._files import FileRefused, resolve_inside
 
+from ._outcome import StepFailure
 from ._tool_step import BUILTIN_TOOLS, CallSite, builtin
 from ._tools import Tool, ToolError
 
@@ -93,7 +94,6 @@ def _tool(name: str, site: CallSite) -> Tool:
                     raise ToolError(
                         f"{key} {value.strip()[:200]!r} is refused: {refused}"
                     ) from None
-        from ._step import StepFailure  # the step module imports this one
 
         try:
             return await implementation(site, arguments)

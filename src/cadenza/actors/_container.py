@@ -18,13 +18,21 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar
 
 from cadenza.protocols import ErrorInfo, EventType, StepRecord, StepStatus
-from cadenza.runtime import Actor, Address
+from cadenza.runtime import Address
 from cadenza.runtime import Cancellable as Timer
-from cadenza.workflow import LoadedWorkflow, State, Step, parse_duration
+from cadenza.workflow import LoadedWorkflow, Step, parse_duration
 
-from ._context import NO_BRIEF, Brief, Cancellable, RunContext, Scope, cancel_parked
+from ._context import (
+    NO_BRIEF,
+    Brief,
+    Cancellable,
+    PlacedActor,
+    Placement,
+    Scope,
+    cancel_parked,
+)
 from ._dag import DagController, DagOutcome
-from ._step import Report, StepFinished
+from ._outcome import Report, StepFinished
 
 __all__ = ["ChildDone", "Container", "Outcome", "amend", "last_output"]
 
@@ -77,7 +85,7 @@ def last_output(steps: Sequence[Step], scope: Scope) -> tuple[str | None, Any]:
     return None, None
 
 
-class Container(Actor):
+class Container(PlacedActor):
     """Base of the container controllers: attempts, timeout, cancellation, the final record.
 
     Subclasses implement `begin` (start an attempt from scratch) and `child_done`
@@ -87,23 +95,8 @@ class Container(Actor):
 
     kind: ClassVar[str] = "container"
 
-    def __init__(
-        self,
-        run: RunContext,
-        document: LoadedWorkflow,
-        step_id: str,
-        step: Step | State,
-        scope: Scope,
-        report: Report,
-        brief: Brief = NO_BRIEF,
-    ) -> None:
-        self.run = run
-        self.document = document
-        self.step_id = step_id
-        self.step = step
-        self.scope = scope
-        self.report = report
-        self.brief = brief
+    def __init__(self, placement: Placement) -> None:
+        super().__init__(placement)
         self.children: dict[int, Cancellable] = {}
         self.attempt = 0
         self.done = False

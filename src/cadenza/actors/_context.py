@@ -18,11 +18,12 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from cadenza.llm import ProviderRegistry
 from cadenza.protocols import ErrorInfo, StepRecord
-from cadenza.runtime import Clock, Slots, Supervisor
+from cadenza.runtime import Actor, Address, Clock, Slots, Supervisor
 from cadenza.workflow import LoadedWorkflow, MemoryWindow, Options, State, Step
 
 from ._budget import TokenBudget
 from ._journal import RunJournal
+from ._outcome import Report
 
 if TYPE_CHECKING:
     from ._remote import StepDispatcher
@@ -31,8 +32,11 @@ __all__ = [
     "NO_BRIEF",
     "Brief",
     "Cancellable",
+    "PlacedActor",
+    "Placement",
     "RunContext",
     "Scope",
+    "SpawnStep",
     "cancel_parked",
     "collect_step_ids",
     "document_step_ids",
@@ -93,6 +97,16 @@ def cancel_parked(task: asyncio.Task[Any] | None, reason: str) -> None:
         task.cancel(reason)
 
 
+class SpawnStep(Protocol):
+    """Starts the actor that runs a placed step at ``address`` (`RunContext.spawn_step`)."""
+
+    def __call__(self, placement: Placement, address: Address) -> Cancellable: ...
+
+
+def _no_containers(placement: Placement, address: Address) -> Cancellable:
+    raise RuntimeError(f"{address}: this run spawns no steps (a worker runs leaf steps only)")
+
+
 @dataclass(eq=False)
 class RunContext:
     """The state shared by every actor of one run (touched only on the event loop)."""
@@ -120,6 +134,8 @@ class RunContext:
     """Per ``Brief.memory_key``: each earlier visit's turns, for ``memory`` other than fresh."""
     dispatcher: StepDispatcher | None = None
     """Where leaf steps run when the run has remote workers (None: in this process)."""
+    spawn_step: SpawnStep = _no_containers
+    """Starts the actor of a step; the run wires the one that knows every step kind."""
     budget: TokenBudget | None = None
     """The gate of ``options.maxTokens``, made on the first model call."""
 
@@ -247,3 +263,34 @@ def document_step_ids(document: LoadedWorkflow) -> frozenset[str]:
 
 _INTERNED: dict[frozenset[str], frozenset[str]] = {}
 _INTERNED_MAX = 256
+
+
+@dataclass(slots=True)
+class Placement:
+    """A step about to run: its run, document and definition, what it sees, whom it tells.
+
+    Every actor that runs a step (a leaf, one waiting for a person, a container)
+    is built from one; a controller makes one for each child it spawns.
+    """
+
+    run: RunContext
+    document: LoadedWorkflow
+    step_id: str
+    step: Step | State
+    scope: Scope
+    report: Report
+    """How the step's actor reaches its controller when it has a final record."""
+    brief: Brief = NO_BRIEF
+
+
+class PlacedActor(Actor):
+    """An actor that runs one step: its `Placement`'s fields are its attributes."""
+
+    def __init__(self, placement: Placement) -> None:
+        self.run = placement.run
+        self.document = placement.document
+        self.step_id = placement.step_id
+        self.step = placement.step
+        self.scope = placement.scope
+        self.report = placement.report
+        self.brief = placement.brief

@@ -37,10 +37,10 @@ import msgspec
 from cadenza.protocols import ErrorInfo, Event, StepRecord
 from cadenza.runtime import Address
 from cadenza.runtime import Cancellable as Timer
-from cadenza.workflow import LoadedWorkflow, State, Step, parse_duration, parse_template
+from cadenza.workflow import LoadedWorkflow, parse_duration, parse_template
 
 from ._container import Container, Outcome
-from ._context import NO_BRIEF, Brief, RunContext, Scope
+from ._context import Placement
 from ._control_log import DecisionLog
 from ._decide import (
     PERSON_SCHEMA,
@@ -58,7 +58,7 @@ from ._decide import effective_score as scored
 from ._evidence import read_verdict, run_checks
 from ._human import ask_person
 from ._journal import STEP_REPLAYED
-from ._step import Report, StepFinished, work_error
+from ._outcome import StepFinished, work_error
 from ._subflow import call_workflow, load_reference, render_reference
 
 __all__ = ["HUMAN", "ControlController"]
@@ -83,17 +83,9 @@ class ControlController(Container):
 
     kind = "control"
 
-    def __init__(
-        self,
-        run: RunContext,
-        document: LoadedWorkflow,
-        step_id: str,
-        step: Step | State,
-        scope: Scope,
-        report: Report,
-        brief: Brief = NO_BRIEF,
-    ) -> None:
-        super().__init__(run, document, step_id, step, scope, report, brief)
+    def __init__(self, placement: Placement) -> None:
+        super().__init__(placement)
+        step = self.step
         assert step.control is not None, "a control controller needs a control step"
         self.spec = step.control
         self.limits = self.spec.limits
@@ -102,7 +94,7 @@ class ControlController(Container):
             has_delegate=self.spec.delegate is not None,
             escalate=self.spec.escalate,
         )
-        self.log = DecisionLog(run.journal, "", self.limits.max_iterations)
+        self.log = DecisionLog(self.run.journal, "", self.limits.max_iterations)
         self.tokens = 0
         self.history = History()
         self.objective = self.criteria = self.feedback = ""

@@ -19,75 +19,30 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
-import msgspec
-
 from cadenza.errors import ActorStopped, InboxFull
 from cadenza.protocols import MessageRecord
-from cadenza.runtime import Actor, Address
+from cadenza.runtime import Actor
 from cadenza.workflow import LoadedWorkflow
 
+from ._agent import run_agent
 from ._context import NO_BRIEF, RunContext, Scope
+from ._messages import (
+    COORDINATOR,
+    INBOX_BYTES,
+    INBOX_SIZE,
+    MSG_TYPES,
+    AgentMessage,
+    Drain,
+    Outgoing,
+    PostMessage,
+    step_name,
+)
 from ._tools import Tool, ToolError
 
-__all__ = [
-    "COORDINATOR",
-    "INBOX_BYTES",
-    "INBOX_SIZE",
-    "AgentMessage",
-    "Coordinator",
-    "Drain",
-    "Outgoing",
-    "PostMessage",
-    "pending_bytes",
-    "step_name",
-]
-
-COORDINATOR = Address.root("Coordinator")
-"""The coordinator's address: capitalised, so no step id can take it."""
-
-INBOX_SIZE = 10_000
-"""Messages an agent step (and the coordinator) may hold before new ones are dropped."""
-
-INBOX_BYTES = 1 << 20
-"""UTF-8 bytes of text a step's undrained messages may hold before new ones are dropped.
-
-A drained inbox becomes part of the agent's next prompt, and 1 MiB of text
-(~250,000 tokens) is past most models' context windows already; every accepted
-message is also journaled whole, so this bound is what keeps a flood of large
-messages from filling the store.
-"""
-
-MSG_TYPES = {"info": 0, "cancel": 1, "context": 2, "reply": 3}
+__all__ = ["Coordinator"]
 
 DROP_EVENT_EVERY = 1_000
 """After a target's first dropped message, one ``message_dropped`` event per this many."""
-
-
-class AgentMessage(msgspec.Struct, frozen=True):
-    """A message delivered into an agent step's inbox."""
-
-    sender: str
-    text: str
-    kind: str = "info"
-
-
-class Outgoing(msgspec.Struct, frozen=True):
-    """An agent's ``send_message``: to the coordinator."""
-
-    sender: str
-    text: str
-
-
-class PostMessage(msgspec.Struct, frozen=True):
-    """A message the embedding service posts to a step (``RunHandle.post_message``)."""
-
-    target: str
-    text: str
-    kind: str = "info"
-
-
-class Drain(msgspec.Struct, frozen=True):
-    """Asked at the end of a run: answered once every earlier message is handled."""
 
 
 @dataclass(slots=True)
@@ -141,8 +96,6 @@ class Coordinator(Actor):
                 step_id=str(COORDINATOR),
                 data={"current_cycle": self.wakes, "max_cycles": self.max_wakes},
             )
-        from ._agent import run_agent  # the agent loop imports this module's tools
-
         outcome = await run_agent(
             self.run,
             self.document,
@@ -284,15 +237,3 @@ class Coordinator(Actor):
             ),
             Tool(spec("finalize", "Sum up the exchange.", {"summary": text}, []), finalize),
         ]
-
-
-def step_name(target: str) -> str:
-    """The step an address belongs to: ``loop.0.worker``, ``each[1].worker`` → ``worker``."""
-    return target.rsplit(".", 1)[-1].split("[", 1)[0]
-
-
-def pending_bytes(mail: dict[str, deque[AgentMessage]]) -> dict[str, int]:
-    """`RunContext.mail_bytes` for messages kept in ``mail`` (after a replay)."""
-    return {
-        name: sum(len(letter.text.encode()) for letter in letters) for name, letters in mail.items()
-    }

@@ -29,9 +29,8 @@ from cadenza.protocols import ErrorInfo, StepRecord
 from cadenza.runtime import Actor, Address
 from cadenza.workflow import LoadedWorkflow, Step, compile_expression
 
-from ._children import spawn_step
-from ._context import NO_BRIEF, Brief, Cancellable, RunContext, Scope
-from ._step import StepFinished, work_error
+from ._context import NO_BRIEF, Brief, Cancellable, Placement, RunContext, Scope
+from ._outcome import StepFinished, work_error
 
 __all__ = ["DagController", "DagOutcome"]
 
@@ -154,9 +153,10 @@ class DagController(Actor):
             await self.run.journal.step_finished(str(address), record)
             return record
         brief = self.briefs.get(step_id, NO_BRIEF)
-        self.running[step_id] = spawn_step(
-            self.run, self.document, step_id, step, self.scope, address, self.ref.send, brief
+        placement = Placement(
+            self.run, self.document, step_id, step, self.scope, self.ref.send, brief
         )
+        self.running[step_id] = self.run.spawn_step(placement, address)
         return None
 
     def _halted(self) -> bool:

@@ -22,13 +22,12 @@ from typing import Any
 import msgspec
 
 from cadenza.protocols import ErrorInfo, EventType, LoopSummary, StepRecord, StepStatus
-from cadenza.workflow import LoadedWorkflow, State, Step, compile_expression
+from cadenza.workflow import compile_expression
 from cadenza.workflow._cel import preview, quote, type_name
 
-from ._children import spawn_step
 from ._container import Container, Outcome, amend
-from ._context import NO_BRIEF, Brief, RunContext, Scope
-from ._step import Report, work_error
+from ._context import Brief, Placement, Scope
+from ._outcome import work_error
 
 __all__ = ["ForEachController"]
 
@@ -41,17 +40,9 @@ class ForEachController(Container):
 
     kind = "forEach"
 
-    def __init__(
-        self,
-        run: RunContext,
-        document: LoadedWorkflow,
-        step_id: str,
-        step: Step | State,
-        scope: Scope,
-        report: Report,
-        brief: Brief = NO_BRIEF,
-    ) -> None:
-        super().__init__(run, document, step_id, step, scope, report, brief)
+    def __init__(self, placement: Placement) -> None:
+        super().__init__(placement)
+        step = self.step
         assert step.loop is not None
         self.loop = step.loop
         self.body_steps = self.loop.steps
@@ -147,16 +138,16 @@ class ForEachController(Container):
         self.run.journal.emit(EventType.ITEM_START, step_id=str(address), data=self.start_event)
         item_brief = amend(self.brief, item_index=index)
         if self.body is not None:
-            self.children[index] = spawn_step(
+            placement = Placement(
                 self.run,
                 self.document,
                 self.step_id,
                 self.body,
                 scope,
-                address,
                 self.reporter(index),
                 item_brief,
             )
+            self.children[index] = self.run.spawn_step(placement, address)
             return
         inner = Brief(item_index=index)
         steps = self.body_steps or ()

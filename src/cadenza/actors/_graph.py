@@ -19,13 +19,12 @@ or ``feedbackOnRevisit: false`` on the graph.
 from __future__ import annotations
 
 from cadenza.protocols import ErrorInfo, EventType, GraphSummary, StepRecord, StepStatus
-from cadenza.workflow import Edge, LoadedWorkflow, State, Step, compile_expression
+from cadenza.workflow import Edge, compile_expression
 from cadenza.workflow._cel import quote
 
-from ._children import spawn_step
 from ._container import Container, Outcome, amend
-from ._context import NO_BRIEF, Brief, RunContext, Scope
-from ._step import Report, work_error
+from ._context import Brief, Placement, Scope
+from ._outcome import work_error
 
 __all__ = ["PREVIEW", "GraphController"]
 
@@ -38,17 +37,9 @@ class GraphController(Container):
 
     kind = "graph"
 
-    def __init__(
-        self,
-        run: RunContext,
-        document: LoadedWorkflow,
-        step_id: str,
-        step: Step | State,
-        scope: Scope,
-        report: Report,
-        brief: Brief = NO_BRIEF,
-    ) -> None:
-        super().__init__(run, document, step_id, step, scope, report, brief)
+    def __init__(self, placement: Placement) -> None:
+        super().__init__(placement)
+        step = self.step
         assert step.graph is not None
         self.graph = step.graph
         self.edges: dict[str, list[tuple[int, Edge]]] = {name: [] for name in self.graph.states}
@@ -57,7 +48,7 @@ class GraphController(Container):
         self.path: list[str] = []
         self.visits: dict[str, int] = {}
         self.previous: dict[str, str] = {}
-        self.states = Scope(scope)
+        self.states = Scope(self.scope)
         self.last: StepRecord | None = None
 
     def start_data(self) -> dict[str, object]:
@@ -82,9 +73,10 @@ class GraphController(Container):
         self.visits[state] = self.visits.get(state, 0) + 1
         body = self.graph.states[state]
         address = self.address.iteration(n).child(state)
-        self.children[n] = spawn_step(
-            self.run, self.document, state, body, self.states, address, self.reporter(n), brief
+        placement = Placement(
+            self.run, self.document, state, body, self.states, self.reporter(n), brief
         )
+        self.children[n] = self.run.spawn_step(placement, address)
 
     async def child_done(self, key: int, record: StepRecord) -> None:
         """Routes from the state just visited, or ends the graph."""

@@ -19,11 +19,10 @@ from __future__ import annotations
 from typing import Any
 
 from cadenza.protocols import StepRecord
-from cadenza.runtime import Actor
-from cadenza.workflow import LoadedWorkflow, State, Step, parse_template
+from cadenza.workflow import parse_template
 
-from ._context import NO_BRIEF, Brief, RunContext, Scope
-from ._step import Report, StepFinished, work_error
+from ._context import PlacedActor, Placement, RunContext
+from ._outcome import StepFinished, work_error
 
 __all__ = ["HumanStep", "ask_person", "waiting_for"]
 
@@ -57,25 +56,13 @@ def waiting_for(record: StepRecord) -> dict[str, Any] | None:
     return record.result
 
 
-class HumanStep(Actor):
+class HumanStep(PlacedActor):
     """A ``human:`` step: asks its question once and reports the answer or ``waiting``."""
 
-    def __init__(
-        self,
-        run: RunContext,
-        document: LoadedWorkflow,
-        step_id: str,
-        step: Step | State,
-        scope: Scope,
-        report: Report,
-        brief: Brief = NO_BRIEF,
-    ) -> None:
-        assert step.human is not None
-        self.run = run
-        self.step_id = step_id
-        self.human = step.human
-        self.scope = scope
-        self.report = report
+    def __init__(self, placement: Placement) -> None:
+        super().__init__(placement)
+        assert self.step.human is not None
+        self.human = self.step.human
 
     async def receive(self, message: Any) -> None:
         """A human step takes no messages."""

@@ -17,6 +17,7 @@ declared step that ran.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import msgspec
@@ -34,9 +35,9 @@ from cadenza.workflow import (
 )
 
 from ._container import Container, Outcome
-from ._context import NO_BRIEF, Brief, Cancellable, RunContext, Scope
+from ._context import Cancellable, Placement, RunContext, Scope
 from ._loop import FinishHook, LoopController
-from ._step import Report, work_error
+from ._outcome import work_error
 
 __all__ = ["BODY", "IncludeController", "render_value", "spawn_include"]
 
@@ -108,20 +109,12 @@ class IncludeController(Container):
 
     kind = "include"
 
-    def __init__(
-        self,
-        run: RunContext,
-        document: LoadedWorkflow,
-        step_id: str,
-        step: Step | State,
-        scope: Scope,
-        report: Report,
-        brief: Brief = NO_BRIEF,
-    ) -> None:
-        super().__init__(run, document, step_id, step, scope, report, brief)
+    def __init__(self, placement: Placement) -> None:
+        super().__init__(placement)
+        step = self.step
         assert step.include is not None
-        self.child = document.includes[step.include]
-        self.inner = scope
+        self.child = self.document.includes[step.include]
+        self.inner = self.scope
 
     def start_data(self) -> dict[str, object]:
         """The include reference, as zenflow's ``step_start`` carries it."""
@@ -152,32 +145,18 @@ class IncludeController(Container):
         await self.finish(hooked if hooked is not None else Outcome("cancelled"))
 
 
-def spawn_include(
-    run: RunContext,
-    document: LoadedWorkflow,
-    step_id: str,
-    step: Step | State,
-    scope: Scope,
-    address: Address,
-    report: Report,
-    brief: Brief = NO_BRIEF,
-) -> Cancellable:
+def spawn_include(placement: Placement, address: Address) -> Cancellable:
     """Spawns the controller of an include step at ``address``."""
+    run, step, scope = placement.run, placement.step, placement.scope
     assert step.include is not None
-    child = document.includes[step.include]
+    child = placement.document.includes[step.include]
     loop = child.workflow.loop
     controller: Container
     if loop is None:
-        controller = IncludeController(run, document, step_id, step, scope, report, brief)
+        controller = IncludeController(placement)
     else:
         controller = LoopController(
-            run,
-            child,
-            step_id,
-            step,
-            scope,
-            report,
-            brief,
+            dataclasses.replace(placement, document=child),
             loop=loop,
             steps=child.workflow.steps,
             prepare=lambda: child_scope(run, step, scope, child),

@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     from ._replay import Replay
 
 __all__ = [
+    "AGENT_MEMORY",
     "MAX_RESULT_MESSAGES",
     "STEP_REPLAYED",
     "STEP_WAITING",
@@ -51,6 +52,9 @@ __all__ = [
     "clean_message",
     "clean_record",
 ]
+
+AGENT_MEMORY = "agent_memory"
+"""An agent visit's turns, kept for later visits (loop ``memory``); data ``{key, turns}``."""
 
 STEP_REPLAYED = "step_replayed"
 """A leaf's recorded outcome was reported to its controller instead of running it again."""

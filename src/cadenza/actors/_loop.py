@@ -21,15 +21,14 @@ import msgspec
 
 from cadenza.protocols import ErrorInfo, EventType, LoopSummary, StepRecord, StepStatus
 from cadenza.runtime import Address
-from cadenza.workflow import LoadedWorkflow, Loop, State, Step, compile_expression, parse_duration
+from cadenza.workflow import LoadedWorkflow, Loop, Step, compile_expression, parse_duration
 
-from ._children import spawn_step
 from ._container import Container, Outcome, amend
-from ._context import NO_BRIEF, Brief, Cancellable, RunContext, Scope
+from ._context import NO_BRIEF, Brief, Cancellable, Placement, RunContext, Scope
 from ._dag import DagOutcome
 from ._judge import JUDGE, Verdict, iteration_report, run_judge
+from ._outcome import StepFinished, work_error
 from ._retention import checkpoint, forget, restore
-from ._step import Report, StepFinished, work_error
 
 __all__ = ["CUMULATIVE_SEPARATOR", "ROOT_LOOP", "SAFETY_CAP", "LoopController", "spawn_root_loop"]
 
@@ -55,20 +54,15 @@ class LoopController(Container):
 
     def __init__(
         self,
-        run: RunContext,
-        document: LoadedWorkflow,
-        step_id: str,
-        step: Step | State,
-        scope: Scope,
-        report: Report,
-        brief: Brief = NO_BRIEF,
+        placement: Placement,
         *,
         loop: Loop | None = None,
         steps: Sequence[Step] | None = None,
         prepare: Callable[[], Scope] | None = None,
         hook: FinishHook | None = None,
     ) -> None:
-        super().__init__(run, document, step_id, step, scope, report, brief)
+        super().__init__(placement)
+        step = self.step
         spec = loop if loop is not None else step.loop
         assert spec is not None, "a loop controller needs a loop"
         self.loop = spec
@@ -81,14 +75,14 @@ class LoopController(Container):
         )
         self.roots = {s.id for s in self.body_steps or () if not s.depends_on}
         # Later body steps keep only the forEach item they belong to.
-        index = brief.item_index
+        index = self.brief.item_index
         self.inner_brief = NO_BRIEF if index is None else Brief(item_index=index)
         self.limit = spec.max_iterations or SAFETY_CAP
         self.prepare = prepare
         self.hook = hook
         self.cumulative = spec.output_mode == "cumulative"
-        self.outer = scope
-        self.current = scope
+        self.outer = self.scope
+        self.current = self.scope
         self.current_address = ""
         self.iterations = 0
         self.blocks: list[str] = []
@@ -130,9 +124,10 @@ class LoopController(Container):
         if self.body is not None:
             brief = self._brief(self.step_id, True, feedback)
             report = self.reporter(n)
-            self.children[n] = spawn_step(
-                self.run, self.document, self.step_id, self.body, scope, address, report, brief
+            placement = Placement(
+                self.run, self.document, self.step_id, self.body, scope, report, brief
             )
+            self.children[n] = self.run.spawn_step(placement, address)
             return
         steps = self.body_steps or ()
         briefs = {s.id: self._brief(s.id, s.id in self.roots, feedback) for s in steps}
@@ -304,12 +299,7 @@ def spawn_root_loop(
         return outcome
 
     controller = LoopController(
-        run,
-        document,
-        ROOT_LOOP,
-        Step(id=ROOT_LOOP),
-        scope,
-        finished,
+        Placement(run, document, ROOT_LOOP, Step(id=ROOT_LOOP), scope, finished),
         loop=workflow.loop,
         steps=workflow.steps,
         hook=expose,

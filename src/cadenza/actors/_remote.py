@@ -36,9 +36,10 @@ from cadenza.protocols import (
 )
 from cadenza.workflow import Step, parse_duration
 
-from ._agent import _model_spec
+from ._agent import model_spec
 from ._context import NO_BRIEF
-from ._coordinator import COORDINATOR, Outgoing
+from ._messages import COORDINATOR, Outgoing
+from ._outcome import StepFailure
 from ._prompt import build_prompt, read_context_files
 from ._tool_step import tool_arguments
 
@@ -140,7 +141,6 @@ async def remote_work(
     Raises:
         StepFailure: The step failed on its worker (its error, content and result).
     """
-    from ._step import StepFailure  # the step module imports this one
 
     step = actor.step
     timeout = step.timeout or actor.run.options.step_timeout
@@ -255,7 +255,7 @@ def _agent_order(
         timeout=seconds,
         agent_name=step.agent,
         agent=None if agent is None else msgspec.to_builtins(agent),
-        model=_model_spec(run, agent, step.agent, step.model),
+        model=model_spec(run, agent, step.agent, step.model),
         prompt=prompt,
         max_tokens=run.options.max_tokens,
         tokens_spent=run.journal.prompt_tokens + run.journal.completion_tokens,

@@ -30,8 +30,8 @@ from cadenza.protocols import Event, EventType, StepRecord, Tokens
 from cadenza.runtime import Actor
 
 from ._journal import STEP_REPLAYED, STEP_WAITING, RunJournal
+from ._outcome import Report, StepFinished
 from ._replay_log import RUN_RESUMED, LogState, read_log
-from ._step import Report, StepFinished
 
 __all__ = ["CHECKPOINT", "REPLAYABLE", "RUN_RESUMED", "Replay", "ReplayedStep"]
 

@@ -28,8 +28,8 @@ from cadenza.llm import Message
 from cadenza.protocols import Event, EventType, MessageRecord, Tokens
 from cadenza.runtime import Address
 
-from ._agent import AGENT_MEMORY
-from ._coordinator import MSG_TYPES, AgentMessage
+from ._journal import AGENT_MEMORY
+from ._messages import MSG_TYPES, AgentMessage
 
 __all__ = ["RUN_RESUMED", "LogState", "read_log"]
 

@@ -40,19 +40,14 @@ from cadenza.runtime import (
 )
 from cadenza.workflow import LoadedWorkflow, compile_expression, parse_duration
 
+from ._children import spawn_step
 from ._context import RunContext, Scope, document_step_ids
-from ._coordinator import (
-    COORDINATOR,
-    INBOX_SIZE,
-    AgentMessage,
-    Coordinator,
-    Drain,
-    pending_bytes,
-)
+from ._coordinator import Coordinator
 from ._dag import DagController, DagOutcome
 from ._document import encode_document
 from ._journal import MAX_RESULT_MESSAGES, RunJournal
 from ._loop import spawn_root_loop
+from ._messages import COORDINATOR, INBOX_SIZE, AgentMessage, Drain, pending_bytes
 from ._remote import StepDispatcher
 from ._replay import RUN_RESUMED, Replay
 
@@ -201,6 +196,7 @@ async def execute_run(
             providers=providers,
             default_model=default_model,
             dispatcher=dispatcher,
+            spawn_step=spawn_step,
         )
         control.context = context
         if replay is not None:  # messages for steps not started yet; agents' memories

@@ -13,85 +13,34 @@ from __future__ import annotations
 import asyncio
 import os
 from collections import deque
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-import msgspec
-
-from cadenza.errors import CadenzaError
 from cadenza.protocols import ErrorInfo, EventType, StepRecord, StepStatus, Tokens
-from cadenza.runtime import Actor, LoopBlocked, LoopWatchdog
-from cadenza.workflow import LoadedWorkflow, Step, parse_duration, parse_template
-from cadenza.workflow._spec import State
+from cadenza.runtime import LoopBlocked, LoopWatchdog
+from cadenza.workflow import Step, parse_duration, parse_template
 
 from ._agent import run_agent
 from ._command import run_command
-from ._context import NO_BRIEF, Brief, RunContext, Scope, cancel_parked
-from ._coordinator import MSG_TYPES, AgentMessage
+from ._context import PlacedActor, Placement, cancel_parked
 from ._handler import StepContext, StepsView, call_handler, resolve_handler
+from ._messages import MSG_TYPES, AgentMessage
+from ._outcome import StepFailure, StepFinished, work_error
 from ._remote import remote_work
 from ._tool_step import run_tool_step
 
-__all__ = ["Report", "StepActor", "StepFailure", "StepFinished", "work_error"]
-
-
-class StepFinished(msgspec.Struct, frozen=True):
-    """A child tells its controller that it has a final, durable outcome."""
-
-    step_id: str
-    record: StepRecord
-
-
-Report = Callable[[StepFinished], Awaitable[None]]
-"""How a child reaches its controller (usually ``controller_ref.send``)."""
-
-
-class StepFailure(Exception):
-    """The work of a step failed in an expected way (non-zero exit, timeout...)."""
-
-    def __init__(self, error: ErrorInfo, content: str | None = None, result: Any = None) -> None:
-        super().__init__(error.message)
-        self.error = error
-        self.content = content
-        self.result = result
+__all__ = ["StepActor"]
 
 
 _NOT_RUN = StepRecord(status="cancelled")
 
 
-def work_error(error: BaseException, address: str) -> ErrorInfo:
-    """Describes an exception raised by a step's work, for the record."""
-    if isinstance(error, StepFailure):
-        return error.error
-    if isinstance(error, CadenzaError):
-        return ErrorInfo(type=type(error).__name__, message=str(error), address=address)
-    return ErrorInfo(
-        type=type(error).__name__, message=str(error) or type(error).__name__, address=address
-    )
-
-
-class StepActor(Actor):
+class StepActor(PlacedActor):
     """Executes one leaf step under its address and reports the outcome."""
 
-    def __init__(
-        self,
-        run: RunContext,
-        document: LoadedWorkflow,
-        step_id: str,
-        step: Step | State,
-        scope: Scope,
-        report: Report,
-        brief: Brief = NO_BRIEF,
-    ) -> None:
-        self.run = run
-        self.brief = brief
-        self.document = document
-        self.step_id = step_id
-        self.step = step
-        self.kind = step.kind
-        self.scope = scope
-        self.report = report
+    def __init__(self, placement: Placement) -> None:
+        super().__init__(placement)
+        self.kind = self.step.kind
         self._task: asyncio.Task[Any] | None = None
         self._cancel_reason: str | None = None
         self.worker: str | None = None

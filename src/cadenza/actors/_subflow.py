@@ -34,10 +34,10 @@ from cadenza.workflow import (
 )
 
 from ._container import Container, Outcome
-from ._context import Cancellable, RunContext, Scope
+from ._context import Cancellable, Placement, RunContext, Scope
 from ._include import BODY, output_hook
 from ._loop import LoopController
-from ._step import Report, work_error
+from ._outcome import Report, work_error
 
 __all__ = [
     "WorkflowCall",
@@ -87,7 +87,7 @@ class WorkflowCall(Container):
         inputs: Mapping[str, Any],
         report: Report,
     ) -> None:
-        super().__init__(run, child, role, Step(id=role), Scope(), report)
+        super().__init__(Placement(run, child, role, Step(id=role), Scope(), report))
         self.child = child
         self.inputs = inputs
         self.inner = self.scope
@@ -148,12 +148,7 @@ def call_workflow(
         controller = WorkflowCall(run, child, role, inputs, report)
     else:
         controller = LoopController(
-            run,
-            child,
-            role,
-            Step(id=role),
-            Scope(),
-            report,
+            Placement(run, child, role, Step(id=role), Scope(), report),
             loop=loop,
             steps=child.workflow.steps,
             prepare=lambda: contract_scope(child, inputs),

@@ -42,6 +42,7 @@ from cadenza.workflow import compile_expression
 from cadenza.workflow._cel import preview, quote, type_name
 
 from ._command import run_command
+from ._outcome import StepFailure
 from ._tools import ToolError, python_tool
 
 if TYPE_CHECKING:
@@ -220,7 +221,6 @@ async def call_tool(
             (``ToolError``), or ``bash`` exited non-zero (``CommandFailed``).
         Exception: What a Python tool raised, or could not be imported (``HandlerError``).
     """
-    from ._step import StepFailure  # the step module imports this one
 
     address = site.address
     runner = _runner(name, site)
@@ -436,7 +436,6 @@ async def _grep(call: CallSite, arguments: dict[str, Any]) -> str:
 
 
 async def _bash(call: CallSite, arguments: dict[str, Any]) -> str:
-    from ._step import StepFailure  # the step module imports this one
 
     given = _convert(arguments, BashInput)
     cwd = call.base_dir

@@ -39,10 +39,10 @@ from cadenza.workflow import Agent, LoadedWorkflow, Options, Workflow
 from ._agent import run_agent
 from ._command import CommandOutcome, run_command
 from ._context import NO_BRIEF, Brief, RunContext, Scope
-from ._coordinator import COORDINATOR, Outgoing
 from ._handler import StepContext, StepsView, call_handler, resolve_handler
 from ._journal import RunJournal
-from ._step import StepFailure, work_error
+from ._messages import COORDINATOR, Outgoing
+from ._outcome import StepFailure, work_error
 from ._tool_step import CallSite, call_tool
 
 __all__ = ["command_result", "run_work_order"]

@@ -33,7 +33,7 @@ import anyio.abc
 import httpx
 
 from cadenza.actors import EventSink, RunControl, RunJournal, execute_run
-from cadenza.actors._coordinator import COORDINATOR, PostMessage
+from cadenza.actors._messages import COORDINATOR, PostMessage
 from cadenza.actors._replay import Replay
 from cadenza.actors._run import RUN_INTERRUPTED, interrupted_result
 from cadenza.errors import CadenzaError, InputError, LeaseHeld

@@ -13,7 +13,7 @@ document path::
 """
 
 from ._cel import Expression as Expression
-from ._cel import compile_expression as compile_expression
+from ._compile import compile_expression as compile_expression
 from ._describe import describe_workflow as describe_workflow
 from ._describe import to_mermaid as to_mermaid
 from ._inputs import resolve_inputs as resolve_inputs

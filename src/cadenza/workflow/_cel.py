@@ -24,7 +24,6 @@ do exist.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Mapping
 from typing import ClassVar
 
@@ -56,7 +55,7 @@ __all__ = [
     "ExpressionEvaluationError",
     "ExpressionSyntaxError",
     "ExpressionTooComplex",
-    "compile_expression",
+    "compile_cel",
     "preview",
     "quote",
     "type_name",
@@ -289,40 +288,8 @@ def _project(value: object, node: _Frozen) -> object:
     return out
 
 
-def compile_expression(
-    source: str,
-    *,
-    step_ids: frozenset[str] = frozenset(),
-    names: frozenset[str] = CONTEXT_NAMES,
-) -> Expression:
-    """Compile CEL ``source`` once; later calls with the same arguments return the same object.
-
-    Args:
-        source: The expression text.
-        step_ids: Step ids in scope; ``steps.list-services`` is read as
-            ``steps['list-services']`` when ``list-services`` is one of them
-            (longest id first; never inside string literals).
-        names: The context names the expression may use.
-
-    A Python predicate's marker (``@python:...``, written by ``cadenza.build``)
-    gives an expression that calls the registered function instead.
-
-    Raises:
-        ExpressionTooComplex: Longer than 4,096 characters, brackets nested
-            deeper than 32, or comprehension macros deeper than 3.
-        ExpressionSyntaxError: A syntax error, an unknown name, or operands
-            whose types can never fit; ``column`` points at the problem.
-        PredicateNotRegistered: A marker whose function this process does not have.
-    """
-    return _compile(source, step_ids, names)
-
-
-@functools.lru_cache(maxsize=4096)
-def _compile(source: str, step_ids: frozenset[str], names: frozenset[str]) -> Expression:
-    if source.startswith("@python:"):  # a Python predicate's marker (``_python.py``)
-        from ._python import python_expression  # it builds on this module
-
-        return python_expression(source)
+def compile_cel(source: str, step_ids: frozenset[str], names: frozenset[str]) -> Expression:
+    """Compiles CEL ``source`` (see `compile_expression`, which caches this)."""
     try:
         check_length(source)
         tokens = tokenize(source)

@@ -25,8 +25,9 @@ from typing import Literal
 
 from cadenza.errors import ExpressionSyntaxError, ExpressionTooComplex, PredicateNotRegistered
 
-from ._cel import Expression, compile_expression
+from ._cel import Expression
 from ._cel_ast import Node, decode_checked, walk
+from ._compile import compile_expression
 from ._problems import DocPath, Reporter, did_you_mean
 from ._python import is_python, not_registered
 from ._template import has_template, parse_template

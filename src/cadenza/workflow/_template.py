@@ -29,8 +29,9 @@ from cadenza.errors import (
     TemplateSyntaxError,
 )
 
-from ._cel import CONTEXT_NAMES, Expression, compile_expression, quote
+from ._cel import CONTEXT_NAMES, Expression, quote
 from ._cel_lexer import scan_placeholder
+from ._compile import compile_expression
 
 __all__ = ["Template", "TemplateSyntaxError", "has_template", "parse_template"]
 
