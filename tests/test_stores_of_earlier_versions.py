@@ -18,7 +18,7 @@ import msgspec
 import pytest
 
 from cadenza import Event
-from cadenza.actors._handler import resolve_handler
+from cadenza.actors.steps import resolve_handler
 from cadenza.loops._functions import HANDLERS
 
 FIXTURE = Path(__file__).with_name("fixtures") / "store-v0.1"

@@ -2,23 +2,33 @@
 
 Controllers are actors too: a `DagController` spawns a `StepActor` per ready
 step under its namespaced address and advances when each reports back.
+
+By role, lowest first: ``run`` (what a run's actors share: context, journal,
+replay, messages), ``steps`` (leaf steps, here or on a worker), ``containers``
+(DAG, loop, forEach, graph and include controllers), ``control`` (the control
+loop and its decide policy). Above them, in this package: ``_children`` (which
+actor runs a step; wired into `RunContext.spawn_step`), ``_coordinator`` (the
+actor that carries messages between agents) and ``_run`` (`execute_run`).
 """
 
-from ._context import RunContext as RunContext
-from ._context import Scope as Scope
-from ._dag import DagController as DagController
-from ._dag import DagOutcome as DagOutcome
-from ._handler import HandlerError as HandlerError
-from ._handler import StepContext as StepContext
-from ._handler import StepOutput as StepOutput
-from ._journal import EventSink as EventSink
-from ._journal import RunJournal as RunJournal
-from ._outcome import StepFinished as StepFinished
+from ._run import RUN_INTERRUPTED as RUN_INTERRUPTED
 from ._run import RunControl as RunControl
 from ._run import execute_run as execute_run
-from ._step import StepActor as StepActor
+from ._run import interrupted_result as interrupted_result
+from .containers import DagController as DagController
+from .containers import DagOutcome as DagOutcome
+from .run import EventSink as EventSink
+from .run import RunContext as RunContext
+from .run import RunJournal as RunJournal
+from .run import Scope as Scope
+from .run import StepFinished as StepFinished
+from .steps import HandlerError as HandlerError
+from .steps import StepActor as StepActor
+from .steps import StepContext as StepContext
+from .steps import StepOutput as StepOutput
 
 __all__ = [
+    "RUN_INTERRUPTED",
     "DagController",
     "DagOutcome",
     "EventSink",
@@ -32,4 +42,5 @@ __all__ = [
     "StepFinished",
     "StepOutput",
     "execute_run",
+    "interrupted_result",
 ]

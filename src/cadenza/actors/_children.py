@@ -9,17 +9,10 @@ from __future__ import annotations
 
 from cadenza.runtime import Address
 
-from ._container import Container
-from ._context import Cancellable, Placement
-from ._control import ControlController
-from ._foreach import ForEachController
-from ._graph import GraphController
-from ._human import HumanStep
-from ._include import spawn_include
-from ._loop import LoopController
-from ._messages import INBOX_SIZE
-from ._replay import ReplayedStep
-from ._step import StepActor
+from .containers import Container, ForEachController, GraphController, LoopController, spawn_include
+from .control import ControlController
+from .run import INBOX_SIZE, Cancellable, Placement, ReplayedStep
+from .steps import HumanStep, StepActor
 
 __all__ = ["spawn_step"]
 

@@ -24,20 +24,21 @@ from cadenza.protocols import MessageRecord
 from cadenza.runtime import Actor
 from cadenza.workflow import LoadedWorkflow
 
-from ._agent import run_agent
-from ._context import NO_BRIEF, RunContext, Scope
-from ._messages import (
+from .run import (
     COORDINATOR,
     INBOX_BYTES,
     INBOX_SIZE,
     MSG_TYPES,
+    NO_BRIEF,
     AgentMessage,
     Drain,
     Outgoing,
     PostMessage,
+    RunContext,
+    Scope,
     step_name,
 )
-from ._tools import Tool, ToolError
+from .steps import Tool, ToolError, run_agent
 
 __all__ = ["Coordinator"]
 

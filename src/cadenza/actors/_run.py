@@ -41,15 +41,24 @@ from cadenza.runtime import (
 from cadenza.workflow import LoadedWorkflow, compile_expression, parse_duration
 
 from ._children import spawn_step
-from ._context import RunContext, Scope, document_step_ids
 from ._coordinator import Coordinator
-from ._dag import DagController, DagOutcome
-from ._document import encode_document
-from ._journal import MAX_RESULT_MESSAGES, RunJournal
-from ._loop import spawn_root_loop
-from ._messages import COORDINATOR, INBOX_SIZE, AgentMessage, Drain, pending_bytes
-from ._remote import StepDispatcher
-from ._replay import RUN_RESUMED, Replay
+from .containers import DagController, DagOutcome, spawn_root_loop
+from .run import (
+    COORDINATOR,
+    INBOX_SIZE,
+    MAX_RESULT_MESSAGES,
+    RUN_RESUMED,
+    AgentMessage,
+    Drain,
+    Replay,
+    RunContext,
+    RunJournal,
+    Scope,
+    document_step_ids,
+    encode_document,
+    pending_bytes,
+)
+from .steps import StepDispatcher
 
 __all__ = [
     "MESSAGE_UNDELIVERED",

@@ -20,10 +20,8 @@ from typing import Any
 
 import msgspec
 
-from cadenza.actors._document import decode_document
-from cadenza.actors._human import waiting_for
-from cadenza.actors._replay import Replay
-from cadenza.actors._tools import schema_errors
+from cadenza.actors.run import Replay, decode_document
+from cadenza.actors.steps import schema_errors, waiting_for
 from cadenza.errors import RunNotFound, SignalRejected, StoreError
 from cadenza.protocols import FINISHED, Event, RunResult, StepRecord, timestamp
 from cadenza.runtime import RunRow, RunStore

@@ -32,10 +32,15 @@ import anyio
 import anyio.abc
 import httpx
 
-from cadenza.actors import EventSink, RunControl, RunJournal, execute_run
-from cadenza.actors._messages import COORDINATOR, PostMessage
-from cadenza.actors._replay import Replay
-from cadenza.actors._run import RUN_INTERRUPTED, interrupted_result
+from cadenza.actors import (
+    RUN_INTERRUPTED,
+    EventSink,
+    RunControl,
+    RunJournal,
+    execute_run,
+    interrupted_result,
+)
+from cadenza.actors.run import COORDINATOR, PostMessage, Replay
 from cadenza.errors import CadenzaError, InputError, LeaseHeld
 from cadenza.llm import RetryPolicy
 from cadenza.protocols import (

@@ -22,8 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final, Self
 
-from cadenza.actors import RunJournal
-from cadenza.actors._run import RUN_INTERRUPTED
+from cadenza.actors import RUN_INTERRUPTED, RunJournal
 from cadenza.protocols import Event, EventType
 from cadenza.runtime import RunStore
 

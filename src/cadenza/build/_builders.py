@@ -34,8 +34,8 @@ import msgspec
 
 from cadenza.loops._functions import HANDLERS
 from cadenza.actors import StepContext, StepOutput
-from cadenza.actors._handler import StepsView
-from cadenza.actors._loop import SAFETY_CAP
+from cadenza.actors.steps import StepsView
+from cadenza.actors.containers import SAFETY_CAP
 from cadenza.workflow import (
     Agent,
     Check,

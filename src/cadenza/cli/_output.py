@@ -27,10 +27,8 @@ from typing import TYPE_CHECKING, TextIO
 import anyio
 import msgspec
 
-from cadenza.actors import EventSink
-from cadenza.actors._journal import STEP_REPLAYED, STEP_WAITING
-from cadenza.actors._replay_log import RUN_RESUMED
-from cadenza.actors._run import RUN_INTERRUPTED
+from cadenza.actors import RUN_INTERRUPTED, EventSink
+from cadenza.actors.run import RUN_RESUMED, STEP_REPLAYED, STEP_WAITING
 from cadenza.protocols import Event, EventType, RunResult, StepRecord
 from cadenza.runtime import RunRow
 

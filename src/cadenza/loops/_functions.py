@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cadenza.actors import StepContext
-from cadenza.actors._decide import Recommendation
+from cadenza.actors.control import Recommendation
 
 __all__ = [
     "HANDLERS",

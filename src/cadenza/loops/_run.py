@@ -13,8 +13,7 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from cadenza.actors import EventSink
-from cadenza.actors._control_log import DECISION
-from cadenza.actors._decide import ControlStatus, Decision
+from cadenza.actors.control import DECISION, ControlStatus, Decision
 from cadenza.api import RunHandle
 from cadenza.errors import CadenzaError
 from cadenza.protocols import Event

@@ -16,7 +16,7 @@ from typing import Any
 
 import msgspec
 
-from cadenza.actors._remote import DispatchSink
+from cadenza.actors.steps import DispatchSink
 from cadenza.protocols import Result, WorkOrder
 
 __all__ = ["DispatcherStatistics", "Job", "WorkerEvent", "WorkerInfo", "WorkerRecord"]

@@ -27,7 +27,7 @@ import msgspec
 import zmq
 
 from cadenza._logging import get_logger
-from cadenza.actors._remote import DispatchSink
+from cadenza.actors.steps import DispatchSink
 from cadenza.errors import DispatcherClosed, RemoteError
 from cadenza.protocols import Dispatch, Result, WorkOrder, supervisor_decoder
 from cadenza.runtime import Cancellable, Clock, SystemClock

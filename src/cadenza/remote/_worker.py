@@ -29,7 +29,7 @@ import msgspec
 import zmq
 
 from cadenza._logging import get_logger
-from cadenza.actors._work_order import run_work_order
+from cadenza.actors.steps import run_work_order
 from cadenza.protocols import (
     MAX_CAPACITY,
     PROTOCOL_VERSION,

@@ -20,7 +20,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from cadenza import Runtime
-from cadenza.actors._document import decode_document
+from cadenza.actors.run import decode_document
 from cadenza.errors import CadenzaError
 from cadenza.protocols import FINISHED, Event, MessageRecord, RunResult, RunStatus, Usage
 from cadenza.runtime import RunRow

@@ -20,14 +20,12 @@ from typing import TYPE_CHECKING, Any, Final
 from opentelemetry.trace import Span, Status, StatusCode, Tracer, set_span_in_context
 from opentelemetry.util.types import AttributeValue
 
-from cadenza.actors._control_log import DECISION
-from cadenza.actors._journal import STEP_WAITING
-from cadenza.actors._replay_log import RUN_RESUMED
+from cadenza.actors.control import DECISION
+from cadenza.actors.run import RUN_RESUMED, STEP_WAITING
 from cadenza.protocols import Event, EventType, Tokens
 
 if TYPE_CHECKING:
-    from cadenza.actors._journal import RunJournal
-    from cadenza.actors._replay import Replay
+    from cadenza.actors.run import Replay, RunJournal
 
 __all__ = ["RunSpans"]
 

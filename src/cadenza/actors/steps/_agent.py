@@ -17,16 +17,21 @@ from typing import Any
 import msgspec
 
 from cadenza._redact import redact
+from cadenza.actors.run import (
+    AGENT_MEMORY,
+    COORDINATOR,
+    Brief,
+    BudgetExceeded,
+    Outgoing,
+    RunContext,
+    Scope,
+)
 from cadenza.errors import CadenzaError, InboxFull
 from cadenza.llm import LLMRequest, Message, ToolCall, ToolSpec
 from cadenza.protocols import ErrorInfo, Tokens
 from cadenza.workflow import Agent, LoadedWorkflow, MemoryWindow
 
 from ._agent_tools import agent_builtins, builtin_names
-from ._budget import BudgetExceeded
-from ._context import Brief, RunContext, Scope
-from ._journal import AGENT_MEMORY
-from ._messages import COORDINATOR, Outgoing
 from ._prompt import build_prompt, cap, read_context_files
 from ._tools import Tool, ToolError, python_tool, schema_errors
 

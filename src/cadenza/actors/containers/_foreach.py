@@ -21,13 +21,12 @@ from typing import Any
 
 import msgspec
 
+from cadenza.actors.run import Brief, Placement, Scope, work_error
 from cadenza.protocols import ErrorInfo, EventType, LoopSummary, StepRecord, StepStatus
 from cadenza.workflow import compile_expression
 from cadenza.workflow._cel import preview, quote, type_name
 
 from ._container import Container, Outcome, amend
-from ._context import Brief, Placement, Scope
-from ._outcome import work_error
 
 __all__ = ["ForEachController"]
 

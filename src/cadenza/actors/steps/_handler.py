@@ -20,7 +20,7 @@ from typing import Any
 import anyio
 import msgspec
 
-from cadenza.actors._context import NO_BRIEF, Brief
+from cadenza.actors.run import NO_BRIEF, Brief
 from cadenza.errors import CadenzaError
 
 __all__ = [

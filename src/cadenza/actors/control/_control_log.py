@@ -18,10 +18,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from cadenza.actors.run import RunJournal
 from cadenza.protocols import ErrorInfo, EventType, LoopSummary, StepRecord, StepStatus
 
 from ._decide import Ruling
-from ._journal import RunJournal
 
 __all__ = ["DECISION", "DecisionLog"]
 

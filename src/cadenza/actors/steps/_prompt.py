@@ -13,7 +13,7 @@ from pathlib import Path
 
 import msgspec
 
-from ._context import Brief
+from cadenza.actors.run import Brief
 
 __all__ = ["DEPENDENCY_CAP", "PROMPT_CAP", "build_prompt", "cap"]
 

@@ -19,15 +19,23 @@ from collections.abc import Awaitable, Callable, Sequence
 
 import msgspec
 
+from cadenza.actors.run import (
+    NO_BRIEF,
+    Brief,
+    Cancellable,
+    Placement,
+    RunContext,
+    Scope,
+    StepFinished,
+    work_error,
+)
 from cadenza.protocols import ErrorInfo, EventType, LoopSummary, StepRecord, StepStatus
 from cadenza.runtime import Address
 from cadenza.workflow import LoadedWorkflow, Loop, Step, compile_expression, parse_duration
 
 from ._container import Container, Outcome, amend
-from ._context import NO_BRIEF, Brief, Cancellable, Placement, RunContext, Scope
 from ._dag import DagOutcome
 from ._judge import JUDGE, Verdict, iteration_report, run_judge
-from ._outcome import StepFinished, work_error
 from ._retention import checkpoint, forget, restore
 
 __all__ = ["CUMULATIVE_SEPARATOR", "ROOT_LOOP", "SAFETY_CAP", "LoopController", "spawn_root_loop"]

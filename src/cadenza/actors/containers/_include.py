@@ -22,6 +22,7 @@ from typing import Any
 
 import msgspec
 
+from cadenza.actors.run import Cancellable, Placement, RunContext, Scope, work_error
 from cadenza.protocols import StepRecord
 from cadenza.runtime import Address
 from cadenza.workflow import (
@@ -35,9 +36,7 @@ from cadenza.workflow import (
 )
 
 from ._container import Container, Outcome
-from ._context import Cancellable, Placement, RunContext, Scope
 from ._loop import FinishHook, LoopController
-from ._outcome import work_error
 
 __all__ = ["BODY", "IncludeController", "render_value", "spawn_include"]
 

@@ -34,13 +34,14 @@ from typing import Any
 
 import msgspec
 
+from cadenza.actors.containers import Container, Outcome
+from cadenza.actors.run import STEP_REPLAYED, Placement, StepFinished, work_error
+from cadenza.actors.steps import ask_person
 from cadenza.protocols import ErrorInfo, Event, StepRecord
 from cadenza.runtime import Address
 from cadenza.runtime import Cancellable as Timer
 from cadenza.workflow import LoadedWorkflow, parse_duration, parse_template
 
-from ._container import Container, Outcome
-from ._context import Placement
 from ._control_log import DecisionLog
 from ._decide import (
     PERSON_SCHEMA,
@@ -56,9 +57,6 @@ from ._decide import (
 )
 from ._decide import effective_score as scored
 from ._evidence import read_verdict, run_checks
-from ._human import ask_person
-from ._journal import STEP_REPLAYED
-from ._outcome import StepFinished, work_error
 from ._subflow import call_workflow, load_reference, render_reference
 
 __all__ = ["HUMAN", "ControlController"]

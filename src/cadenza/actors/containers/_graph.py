@@ -18,13 +18,12 @@ or ``feedbackOnRevisit: false`` on the graph.
 
 from __future__ import annotations
 
+from cadenza.actors.run import Brief, Placement, Scope, work_error
 from cadenza.protocols import ErrorInfo, EventType, GraphSummary, StepRecord, StepStatus
 from cadenza.workflow import Edge, compile_expression
 from cadenza.workflow._cel import quote
 
 from ._container import Container, Outcome, amend
-from ._context import Brief, Placement, Scope
-from ._outcome import work_error
 
 __all__ = ["PREVIEW", "GraphController"]
 

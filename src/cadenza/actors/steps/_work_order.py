@@ -19,6 +19,17 @@ from typing import Any
 
 import msgspec
 
+from cadenza.actors.run import (
+    COORDINATOR,
+    NO_BRIEF,
+    Brief,
+    Outgoing,
+    RunContext,
+    RunJournal,
+    Scope,
+    StepFailure,
+    work_error,
+)
 from cadenza.llm import ProviderRegistry
 from cadenza.protocols import (
     AgentOrder,
@@ -38,11 +49,7 @@ from cadenza.workflow import Agent, LoadedWorkflow, Options, Workflow
 
 from ._agent import run_agent
 from ._command import CommandOutcome, run_command
-from ._context import NO_BRIEF, Brief, RunContext, Scope
 from ._handler import StepContext, StepsView, call_handler, resolve_handler
-from ._journal import RunJournal
-from ._messages import COORDINATOR, Outgoing
-from ._outcome import StepFailure, work_error
 from ._tool_step import CallSite, call_tool
 
 __all__ = ["command_result", "run_work_order"]

@@ -35,6 +35,7 @@ import anyio
 import msgspec
 
 from cadenza._redact import redact
+from cadenza.actors.run import StepFailure
 from cadenza.errors import ExpressionEvaluationError
 from cadenza.protocols import ErrorInfo
 from cadenza.runtime import Clock
@@ -42,11 +43,11 @@ from cadenza.workflow import compile_expression
 from cadenza.workflow._cel import preview, quote, type_name
 
 from ._command import run_command
-from ._outcome import StepFailure
 from ._tools import ToolError, python_tool
 
 if TYPE_CHECKING:
-    from ._journal import RunJournal
+    from cadenza.actors.run import RunJournal
+
     from ._step import StepActor
 
 __all__ = [

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import msgspec
 
+from cadenza.actors.run import COORDINATOR, NO_BRIEF, Outgoing, StepFailure
 from cadenza.errors import InboxFull
 from cadenza.protocols import (
     AgentOrder,
@@ -37,9 +38,6 @@ from cadenza.protocols import (
 from cadenza.workflow import Step, parse_duration
 
 from ._agent import model_spec
-from ._context import NO_BRIEF
-from ._messages import COORDINATOR, Outgoing
-from ._outcome import StepFailure
 from ._prompt import build_prompt, read_context_files
 from ._tool_step import tool_arguments
 

@@ -26,7 +26,7 @@ from ._journal import RunJournal
 from ._outcome import Report
 
 if TYPE_CHECKING:
-    from ._remote import StepDispatcher
+    from cadenza.actors.steps import StepDispatcher
 
 __all__ = [
     "NO_BRIEF",

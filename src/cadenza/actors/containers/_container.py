@@ -17,22 +17,23 @@ from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar
 
-from cadenza.protocols import ErrorInfo, EventType, StepRecord, StepStatus
-from cadenza.runtime import Address
-from cadenza.runtime import Cancellable as Timer
-from cadenza.workflow import LoadedWorkflow, Step, parse_duration
-
-from ._context import (
+from cadenza.actors.run import (
     NO_BRIEF,
     Brief,
     Cancellable,
     PlacedActor,
     Placement,
+    Report,
     Scope,
+    StepFinished,
     cancel_parked,
 )
+from cadenza.protocols import ErrorInfo, EventType, StepRecord, StepStatus
+from cadenza.runtime import Address
+from cadenza.runtime import Cancellable as Timer
+from cadenza.workflow import LoadedWorkflow, Step, parse_duration
+
 from ._dag import DagController, DagOutcome
-from ._outcome import Report, StepFinished
 
 __all__ = ["ChildDone", "Container", "Outcome", "amend", "last_output"]
 

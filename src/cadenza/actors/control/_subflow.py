@@ -22,6 +22,8 @@ from typing import Any
 
 import anyio
 
+from cadenza.actors.containers import BODY, Container, LoopController, Outcome, output_hook
+from cadenza.actors.run import Cancellable, Placement, Report, RunContext, Scope, work_error
 from cadenza.protocols import StepRecord
 from cadenza.runtime import Address
 from cadenza.workflow import (
@@ -32,12 +34,6 @@ from cadenza.workflow import (
     parse_template,
     resolve_inputs,
 )
-
-from ._container import Container, Outcome
-from ._context import Cancellable, Placement, RunContext, Scope
-from ._include import BODY, output_hook
-from ._loop import LoopController
-from ._outcome import Report, work_error
 
 __all__ = [
     "WorkflowCall",

@@ -25,12 +25,19 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from cadenza.actors.run import (
+    NO_BRIEF,
+    Brief,
+    Cancellable,
+    Placement,
+    RunContext,
+    Scope,
+    StepFinished,
+    work_error,
+)
 from cadenza.protocols import ErrorInfo, StepRecord
 from cadenza.runtime import Actor, Address
 from cadenza.workflow import LoadedWorkflow, Step, compile_expression
-
-from ._context import NO_BRIEF, Brief, Cancellable, Placement, RunContext, Scope
-from ._outcome import StepFinished, work_error
 
 __all__ = ["DagController", "DagOutcome"]
 

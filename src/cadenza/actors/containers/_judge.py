@@ -15,11 +15,10 @@ from dataclasses import dataclass
 
 import msgspec
 
+from cadenza.actors.run import NO_BRIEF, RunContext, Scope
+from cadenza.actors.steps import run_agent
 from cadenza.protocols import ErrorInfo, EventType, StepRecord
 from cadenza.workflow import LoadedWorkflow, Step
-
-from ._agent import run_agent
-from ._context import NO_BRIEF, RunContext, Scope
 
 __all__ = ["JUDGE", "Verdict", "iteration_report", "run_judge"]
 

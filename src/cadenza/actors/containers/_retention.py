@@ -19,10 +19,9 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
+from cadenza.actors.run import CHECKPOINT
 from cadenza.protocols import StepRecord
 from cadenza.runtime._store import is_under
-
-from ._replay import CHECKPOINT
 
 if TYPE_CHECKING:
     from ._loop import LoopController

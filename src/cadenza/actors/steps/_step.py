@@ -16,16 +16,23 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
+from cadenza.actors.run import (
+    MSG_TYPES,
+    AgentMessage,
+    PlacedActor,
+    Placement,
+    StepFailure,
+    StepFinished,
+    cancel_parked,
+    work_error,
+)
 from cadenza.protocols import ErrorInfo, EventType, StepRecord, StepStatus, Tokens
 from cadenza.runtime import LoopBlocked, LoopWatchdog
 from cadenza.workflow import Step, parse_duration, parse_template
 
 from ._agent import run_agent
 from ._command import run_command
-from ._context import PlacedActor, Placement, cancel_parked
 from ._handler import StepContext, StepsView, call_handler, resolve_handler
-from ._messages import MSG_TYPES, AgentMessage
-from ._outcome import StepFailure, StepFinished, work_error
 from ._remote import remote_work
 from ._tool_step import run_tool_step
 

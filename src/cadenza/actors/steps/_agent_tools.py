@@ -19,12 +19,12 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from cadenza.actors.run import StepFailure
 from cadenza.llm import ToolSpec
 from cadenza.runtime import Clock
 from cadenza.workflow import Agent
 from cadenza.workflow._files import FileRefused, resolve_inside
 
-from ._outcome import StepFailure
 from ._tool_step import BUILTIN_TOOLS, CallSite, builtin
 from ._tools import Tool, ToolError
 

@@ -18,11 +18,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from cadenza.actors.run import PlacedActor, Placement, RunContext, StepFinished, work_error
 from cadenza.protocols import StepRecord
 from cadenza.workflow import parse_template
-
-from ._context import PlacedActor, Placement, RunContext
-from ._outcome import StepFinished, work_error
 
 __all__ = ["HumanStep", "ask_person", "waiting_for"]
 

@@ -1,0 +1,83 @@
+"""What the actors of one run share: its context, journal and replay, and the words they speak.
+
+`RunContext` (with `Scope`, `Brief` and `Placement`) is handed to every actor of a
+run; `RunJournal` writes down every fact about it and `Replay` reads an interrupted
+run's record back; `_messages` are the letters agents exchange, `_outcome` how a
+step reports its end. Nothing here knows any particular kind of step.
+"""
+
+from ._budget import BudgetExceeded as BudgetExceeded
+from ._context import NO_BRIEF as NO_BRIEF
+from ._context import Brief as Brief
+from ._context import Cancellable as Cancellable
+from ._context import PlacedActor as PlacedActor
+from ._context import Placement as Placement
+from ._context import RunContext as RunContext
+from ._context import Scope as Scope
+from ._context import cancel_parked as cancel_parked
+from ._context import document_step_ids as document_step_ids
+from ._document import decode_document as decode_document
+from ._document import encode_document as encode_document
+from ._journal import AGENT_MEMORY as AGENT_MEMORY
+from ._journal import MAX_RESULT_MESSAGES as MAX_RESULT_MESSAGES
+from ._journal import STEP_REPLAYED as STEP_REPLAYED
+from ._journal import STEP_WAITING as STEP_WAITING
+from ._journal import EventSink as EventSink
+from ._journal import RunJournal as RunJournal
+from ._messages import COORDINATOR as COORDINATOR
+from ._messages import INBOX_BYTES as INBOX_BYTES
+from ._messages import INBOX_SIZE as INBOX_SIZE
+from ._messages import MSG_TYPES as MSG_TYPES
+from ._messages import AgentMessage as AgentMessage
+from ._messages import Drain as Drain
+from ._messages import Outgoing as Outgoing
+from ._messages import PostMessage as PostMessage
+from ._messages import pending_bytes as pending_bytes
+from ._messages import step_name as step_name
+from ._outcome import Report as Report
+from ._outcome import StepFailure as StepFailure
+from ._outcome import StepFinished as StepFinished
+from ._outcome import work_error as work_error
+from ._replay import CHECKPOINT as CHECKPOINT
+from ._replay import Replay as Replay
+from ._replay import ReplayedStep as ReplayedStep
+from ._replay_log import RUN_RESUMED as RUN_RESUMED
+
+__all__ = [
+    "AGENT_MEMORY",
+    "CHECKPOINT",
+    "COORDINATOR",
+    "INBOX_BYTES",
+    "INBOX_SIZE",
+    "MAX_RESULT_MESSAGES",
+    "MSG_TYPES",
+    "NO_BRIEF",
+    "RUN_RESUMED",
+    "STEP_REPLAYED",
+    "STEP_WAITING",
+    "AgentMessage",
+    "Brief",
+    "BudgetExceeded",
+    "Cancellable",
+    "Drain",
+    "EventSink",
+    "Outgoing",
+    "PlacedActor",
+    "Placement",
+    "PostMessage",
+    "Replay",
+    "ReplayedStep",
+    "Report",
+    "RunContext",
+    "RunJournal",
+    "Scope",
+    "StepFailure",
+    "StepFinished",
+    "cancel_parked",
+    "decode_document",
+    "document_step_ids",
+    "encode_document",
+    "pending_bytes",
+    "step_name",
+    "work_error",
+]
