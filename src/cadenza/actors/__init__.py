@@ -13,6 +13,7 @@ actor that carries messages between agents) and ``_run`` (`execute_run`).
 
 from ._run import RUN_INTERRUPTED as RUN_INTERRUPTED
 from ._run import RunControl as RunControl
+from ._run import RunSetup as RunSetup
 from ._run import execute_run as execute_run
 from ._run import interrupted_result as interrupted_result
 from .containers import DagController as DagController
@@ -36,6 +37,7 @@ __all__ = [
     "RunContext",
     "RunControl",
     "RunJournal",
+    "RunSetup",
     "Scope",
     "StepActor",
     "StepContext",

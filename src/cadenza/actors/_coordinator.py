@@ -38,7 +38,7 @@ from .run import (
     Scope,
     step_name,
 )
-from .steps import Tool, ToolError, run_agent
+from .steps import AgentVisit, Tool, ToolError, run_agent
 
 __all__ = ["Coordinator"]
 
@@ -100,13 +100,15 @@ class Coordinator(Actor):
         outcome = await run_agent(
             self.run,
             self.document,
-            address=str(COORDINATOR),
-            agent_name=self.agent_name,
-            instructions=f"Message from {message.sender}:\n{message.text}",
-            scope=Scope(),
-            brief=NO_BRIEF,
-            extra_tools=self._tools(),
-            can_send_messages=False,
+            AgentVisit(
+                address=str(COORDINATOR),
+                agent_name=self.agent_name,
+                instructions=f"Message from {message.sender}:\n{message.text}",
+                scope=Scope(),
+                brief=NO_BRIEF,
+                extra_tools=self._tools(),
+                can_send_messages=False,
+            ),
         )
         if outcome.error is not None:
             journal.emit(

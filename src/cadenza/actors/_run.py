@@ -30,6 +30,7 @@ from cadenza.llm import ProviderRegistry
 from cadenza.protocols import ErrorInfo, EventType, MessageRecord, RunResult, RunStatus, Tokens
 from cadenza.runtime import (
     Address,
+    Cancellable,
     Clock,
     DeadLetter,
     LeaseHolder,
@@ -109,70 +110,132 @@ class RunControl:
             self.context.cancel(reason)
 
 
-async def execute_run(
-    *,
-    run_id: str,
-    document: LoadedWorkflow,
-    inputs: dict[str, Any],
-    journal: RunJournal,
-    store: RunStore,
-    clock: Clock,
-    max_concurrency: int,
-    default_model: str | None,
-    control: RunControl,
-    http: Callable[[], Awaitable[httpx.AsyncClient]] | None = None,
-    dispatcher: StepDispatcher | None = None,
-    replay: Replay | None = None,
-    lease: LeaseHolder | None = None,
-    recorded: Callable[[], None] | None = None,
-) -> RunResult:
-    """Runs a loaded workflow to its end and returns (and records) its result.
+@dataclass(frozen=True, slots=True)
+class RunSetup:
+    """What `execute_run` runs, and with what: the run, its record, its controls.
 
-    With a ``dispatcher`` its leaf steps run on remote workers. With a ``replay``
-    it resumes the run recorded under ``run_id``: what finished is replayed, the
-    rest runs. ``lease`` is taken once the run is recorded, before any step starts;
-    then ``recorded`` is called.
+    With a ``dispatcher`` the run's leaf steps run on remote workers. With a
+    ``replay`` it resumes the run recorded under ``run_id``: what finished is
+    replayed, the rest runs. ``lease`` is taken once the run is recorded, before
+    any step starts; then ``recorded`` is called.
     """
-    workflow = document.workflow
+
+    run_id: str
+    document: LoadedWorkflow
+    inputs: dict[str, Any]
+    journal: RunJournal
+    store: RunStore
+    clock: Clock
+    max_concurrency: int
+    default_model: str | None
+    control: RunControl
+    http: Callable[[], Awaitable[httpx.AsyncClient]] | None = None
+    dispatcher: StepDispatcher | None = None
+    replay: Replay | None = None
+    lease: LeaseHolder | None = None
+    recorded: Callable[[], None] | None = None
+
+
+@dataclass(slots=True)
+class _Ending:
+    """How the root of a run ended: its outcome, and what cut it short."""
+
+    outcome: DagOutcome
+    crashes: list[ErrorInfo]
+    timed_out: list[str]
+
+
+async def execute_run(setup: RunSetup) -> RunResult:
+    """Runs a loaded workflow to its end and returns (and records) its result."""
+    journal, clock = setup.journal, setup.clock
+    await _record_start(setup)
+    started = clock.now()
+    scope = Scope()
+    async with ProviderRegistry(clock=clock, http=setup.http) as providers:
+        ending, context = await _drive(setup, providers, scope)
+    control = setup.control
+    status, error = _final_status(ending.outcome, control, ending.timed_out, ending.crashes)
+    if context.failure is not None:
+        status, error = "failed", context.failure
+    if status == "cancelled" and control.cancel_reason is None and control.interrupt_reason:
+        # Cut short by a shutdown, not ended: left as after a crash, for a resume.
+        journal.emit(RUN_INTERRUPTED, message=control.interrupt_reason)
+        await setup.store.flush()
+        return interrupted_result(journal, control.interrupt_reason)
+    output: Any = ending.outcome.content if status != "waiting" else None
+    if status == "completed" and setup.document.workflow.output is not None:
+        try:
+            output = await _output(setup, context, scope)
+        except Exception as failure:  # a bad output expression fails the run, located
+            status = "failed"
+            error = ErrorInfo(type=type(failure).__name__, message=f"output: {failure}")
+    undelivered = report_undelivered(journal, context.mail) if status != "waiting" else []
+    result = journal.result(status, _plain(output), error, undelivered)
+    setup.store.end_run(setup.run_id, status, result)
+    usage = result.usage
+    journal.emit(
+        EventType.WORKFLOW_END,
+        message=status,
+        duration=clock.now() - started,
+        tokens=Tokens(
+            usage.prompt_tokens,
+            usage.completion_tokens,
+            usage.prompt_tokens + usage.completion_tokens,
+        ),
+        error=f"{error.type}: {error.message}" if error else None,
+        data={"status": status},
+    )
+    await setup.store.flush()
+    return result
+
+
+async def _record_start(setup: RunSetup) -> None:
+    """Records the run (or its resumption), takes its lease, then says so (``recorded``)."""
+    workflow, journal, store = setup.document.workflow, setup.journal, setup.store
+    replay = setup.replay
     if replay is None:
         now = time.time()
         store.begin_run(
             RunRow(
-                run_id=run_id,
+                run_id=setup.run_id,
                 workflow=workflow.name,
-                path=str(document.path) if document.path else None,
+                path=str(setup.document.path) if setup.document.path else None,
                 status="running",
-                inputs=inputs,
+                inputs=setup.inputs,
                 created_at=now,
                 updated_at=now,
             )
         )
-        store.save_document(run_id, encode_document(document, inputs))
+        store.save_document(setup.run_id, encode_document(setup.document, setup.inputs))
         journal.emit(
             EventType.WORKFLOW_START, message=workflow.name, data={"total": len(workflow.steps)}
         )
     else:
-        store.end_run(run_id, "running", None)
+        store.end_run(setup.run_id, "running", None)
         journal.resume_from(replay)
         data = {"replayable": replay.replayable, "afterSeq": replay.last_seq}
         journal.emit(RUN_RESUMED, message=workflow.name, data=data)
     await store.flush()
-    if lease is not None:
-        await store.acquire_lease(run_id, lease)
-    if recorded is not None:
-        recorded()
-    started = clock.now()
-    loop = asyncio.get_running_loop()
-    done: asyncio.Future[DagOutcome] = loop.create_future()
-    crash: list[ErrorInfo] = []
-    timed_out: list[str] = []
+    if setup.lease is not None:
+        await store.acquire_lease(setup.run_id, setup.lease)
+    if setup.recorded is not None:
+        setup.recorded()
+
+
+async def _drive(
+    setup: RunSetup, providers: ProviderRegistry, scope: Scope
+) -> tuple[_Ending, RunContext]:
+    """Runs the root (a DAG, or a workflow-level loop) under a supervisor until it reports."""
+    journal, clock, document = setup.journal, setup.clock, setup.document
+    done: asyncio.Future[DagOutcome] = asyncio.get_running_loop().create_future()
+    ending = _Ending(DagOutcome(status="failed", content=None, error=None), [], [])
 
     def on_crash(address: Address, error: BaseException) -> None:
         info = ErrorInfo(type=type(error).__name__, message=str(error), address=str(address))
         journal.emit(
             EventType.ACTOR_CRASHED, step_id=str(address), error=f"{info.type}: {info.message}"
         )
-        crash.append(info)
+        ending.crashes.append(info)
         context.cancel(f"actor {address} crashed")
         if not done.done():
             done.set_result(DagOutcome(status="failed", content=None, error=info))
@@ -188,100 +251,82 @@ async def execute_run(
         if not done.done():
             done.set_result(outcome)
 
-    async with (
-        ProviderRegistry(clock=clock, http=http) as providers,
-        Supervisor(clock=clock, on_crash=on_crash, on_dead_letter=on_dead_letter) as supervisor,
-    ):
-        context = RunContext(
-            run_id=run_id,
-            document=document,
-            inputs=inputs,
-            journal=journal,
-            supervisor=supervisor,
-            clock=clock,
-            limiter=Slots(max_concurrency),
-            max_concurrency=max_concurrency,
-            step_ids=document_step_ids(document),
-            providers=providers,
-            default_model=default_model,
-            dispatcher=dispatcher,
-            spawn_step=spawn_step,
-        )
-        control.context = context
-        if replay is not None:  # messages for steps not started yet; agents' memories
-            context.mail.update(replay.log.mail)
-            context.mail_bytes.update(pending_bytes(context.mail))
-            context.conversations.update(replay.log.conversations)
-        if control.cancel_reason is not None:
-            context.cancel(control.cancel_reason)
-        elif control.interrupt_reason is not None:
-            context.cancel(control.interrupt_reason)
-        timer = None
-        if workflow.options.timeout:
-            limit = workflow.options.timeout
-
-            def expire() -> None:
-                timed_out.append(limit)
-                context.cancel(f"the run exceeded its timeout of {limit}")
-
-            timer = clock.call_later(parse_duration(limit), expire)
-        scope = Scope()
+    supervising = Supervisor(clock=clock, on_crash=on_crash, on_dead_letter=on_dead_letter)
+    async with supervising as supervisor:
+        context = _context(setup, supervisor, providers)
+        timer = _run_timeout(context, ending.timed_out)
         supervisor.spawn(COORDINATOR, lambda: Coordinator(context, document), inbox_size=INBOX_SIZE)
-        if workflow.loop is None:
+        if document.workflow.loop is None:
+            steps = document.workflow.steps
             supervisor.spawn(
-                ROOT,
-                lambda: DagController(context, document, workflow.steps, scope, None, report),
+                ROOT, lambda: DagController(context, document, steps, scope, None, report)
             )
         else:  # a workflow-level loop: the whole DAG re-runs at loop.N.<step>
             spawn_root_loop(context, document, scope, report)
         try:
-            outcome = await done
-            if not crash:
+            ending.outcome = await done
+            if not ending.crashes:
                 # Messages sent by the last steps are recorded before the result is.
                 await supervisor.ask(COORDINATOR, Drain())
         finally:
             if timer is not None:
                 timer.cancel()
-        if crash:
+        if ending.crashes:
             supervisor.cancel()
-    status, error = _final_status(outcome, control, timed_out, crash)
-    if context.failure is not None:
-        status, error = "failed", context.failure
-    if status == "cancelled" and control.cancel_reason is None and control.interrupt_reason:
-        # Cut short by a shutdown, not ended: left as after a crash, for a resume.
-        journal.emit(RUN_INTERRUPTED, message=control.interrupt_reason)
-        await store.flush()
-        return interrupted_result(journal, control.interrupt_reason)
-    output: Any = outcome.content if status != "waiting" else None
-    if status == "completed" and workflow.output is not None:
-        try:
-            expression = compile_expression(workflow.output, step_ids=context.step_ids)
-            names = scope.activation(inputs)
-            if expression.is_async:  # an async Python callable
-                output = await expression.evaluate_async(names)
-            else:
-                output = expression.evaluate(names)
-        except Exception as failure:  # a bad output expression fails the run, located
-            status = "failed"
-            error = ErrorInfo(type=type(failure).__name__, message=f"output: {failure}")
-    undelivered = report_undelivered(journal, context.mail) if status != "waiting" else []
-    result = journal.result(status, _plain(output), error, undelivered)
-    store.end_run(run_id, status, result)
-    usage = result.usage
-    journal.emit(
-        EventType.WORKFLOW_END,
-        message=status,
-        duration=clock.now() - started,
-        tokens=Tokens(
-            usage.prompt_tokens,
-            usage.completion_tokens,
-            usage.prompt_tokens + usage.completion_tokens,
-        ),
-        error=f"{error.type}: {error.message}" if error else None,
-        data={"status": status},
+    return ending, context
+
+
+def _context(setup: RunSetup, supervisor: Supervisor, providers: ProviderRegistry) -> RunContext:
+    """The run's shared context, with a resumed run's waiting mail and agents' memories."""
+    context = RunContext(
+        run_id=setup.run_id,
+        document=setup.document,
+        inputs=setup.inputs,
+        journal=setup.journal,
+        supervisor=supervisor,
+        clock=setup.clock,
+        limiter=Slots(setup.max_concurrency),
+        max_concurrency=setup.max_concurrency,
+        step_ids=document_step_ids(setup.document),
+        providers=providers,
+        default_model=setup.default_model,
+        dispatcher=setup.dispatcher,
+        spawn_step=spawn_step,
     )
-    await store.flush()
-    return result
+    control = setup.control
+    control.context = context
+    if setup.replay is not None:  # messages for steps not started yet; agents' memories
+        context.mail.update(setup.replay.log.mail)
+        context.mail_bytes.update(pending_bytes(context.mail))
+        context.conversations.update(setup.replay.log.conversations)
+    if control.cancel_reason is not None:
+        context.cancel(control.cancel_reason)
+    elif control.interrupt_reason is not None:
+        context.cancel(control.interrupt_reason)
+    return context
+
+
+def _run_timeout(context: RunContext, timed_out: list[str]) -> Cancellable | None:
+    """Starts the clock of ``options.timeout``, if the workflow has one."""
+    limit = context.options.timeout
+    if not limit:
+        return None
+
+    def expire() -> None:
+        timed_out.append(limit)
+        context.cancel(f"the run exceeded its timeout of {limit}")
+
+    return context.clock.call_later(parse_duration(limit), expire)
+
+
+async def _output(setup: RunSetup, context: RunContext, scope: Scope) -> Any:
+    """The workflow's ``output`` expression over the root scope."""
+    assert setup.document.workflow.output is not None
+    expression = compile_expression(setup.document.workflow.output, step_ids=context.step_ids)
+    names = scope.activation(setup.inputs)
+    if expression.is_async:  # an async Python callable
+        return await expression.evaluate_async(names)
+    return expression.evaluate(names)
 
 
 def report_undelivered(

@@ -37,6 +37,7 @@ from cadenza.actors import (
     EventSink,
     RunControl,
     RunJournal,
+    RunSetup,
     execute_run,
     interrupted_result,
 )
@@ -56,13 +57,13 @@ from cadenza.protocols import (
 from cadenza.runtime import (
     Cancellable,
     Clock,
+    LeaseHolder,
     MemoryRunStore,
     RunRow,
     RunStore,
     SqliteRunStore,
     SystemClock,
 )
-from cadenza.runtime._lease import LeaseHolder
 from cadenza.workflow import (
     DEFAULT_MAX_CONCURRENCY,
     LoadedWorkflow,
@@ -324,7 +325,7 @@ class Runtime:
         TelemetryUnavailable: ``CADENZA_OTEL=1`` but OpenTelemetry is not installed.
     """
 
-    def __init__(
+    def __init__(  # noqa: PLR0913 -- keyword-only options, each documented in docs/api.md
         self,
         *,
         store: RunStore | str | os.PathLike[str] | None = None,
@@ -500,20 +501,22 @@ class Runtime:
                 with anyio.CancelScope() as scope:  # cancelled by a deadline (RunHandle.cancel)
                     handle._scope = scope
                     result = await execute_run(
-                        run_id=run_id,
-                        document=document,
-                        inputs=inputs,
-                        journal=handle._journal,
-                        store=self.store,
-                        clock=self.clock,
-                        max_concurrency=limit,
-                        default_model=self.default_model,
-                        control=handle._control,
-                        http=self._shared_http,
-                        dispatcher=self.workers,
-                        replay=replay,
-                        lease=None if leased else holder,
-                        recorded=recorded,
+                        RunSetup(
+                            run_id=run_id,
+                            document=document,
+                            inputs=inputs,
+                            journal=handle._journal,
+                            store=self.store,
+                            clock=self.clock,
+                            max_concurrency=limit,
+                            default_model=self.default_model,
+                            control=handle._control,
+                            http=self._shared_http,
+                            dispatcher=self.workers,
+                            replay=replay,
+                            lease=None if leased else holder,
+                            recorded=recorded,
+                        )
                     )
                 if result is None:  # its deadline passed: stopped outright
                     result = await handle._stopped_outright()

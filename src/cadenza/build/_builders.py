@@ -55,8 +55,8 @@ from cadenza.workflow import (
     Step,
     Workflow,
 )
-from cadenza.workflow._loader import build_loaded
-from cadenza.workflow._python import AsyncPythonExpression, python_expression, register_python
+from cadenza.workflow import build_loaded
+from cadenza.workflow import AsyncPythonExpression, python_expression, register_python
 
 __all__ = [
     "END",

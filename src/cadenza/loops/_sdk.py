@@ -74,7 +74,7 @@ class Loop:
         ValueError: A name that is not a step id, or a limit out of range.
     """
 
-    def __init__(
+    def __init__(  # noqa: PLR0913 -- a builder: its keywords are the control loop's YAML limits
         self,
         objective: str,
         *,

@@ -28,6 +28,7 @@ from ._sqlite import SqliteRunStore as SqliteRunStore
 from ._store import MemoryRunStore as MemoryRunStore
 from ._store import RunRow as RunRow
 from ._store import RunStore as RunStore
+from ._store import is_under as is_under
 from ._supervisor import Supervisor as Supervisor
 from ._watchdog import LoopBlocked as LoopBlocked
 from ._watchdog import LoopGuard as LoopGuard
@@ -58,4 +59,5 @@ __all__ = [
     "Supervisor",
     "SupervisorStatistics",
     "SystemClock",
+    "is_under",
 ]

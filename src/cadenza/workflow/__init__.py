@@ -13,17 +13,26 @@ document path::
 """
 
 from ._cel import Expression as Expression
+from ._cel import preview as preview
+from ._cel import quote as quote
+from ._cel import type_name as type_name
 from ._compile import compile_expression as compile_expression
 from ._describe import describe_workflow as describe_workflow
 from ._describe import to_mermaid as to_mermaid
+from ._files import FileRefused as FileRefused
+from ._files import resolve_inside as resolve_inside
 from ._inputs import resolve_inputs as resolve_inputs
 from ._loader import LoadedWorkflow as LoadedWorkflow
+from ._loader import build_loaded as build_loaded
 from ._loader import load_workflow as load_workflow
 from ._loader import load_workflow_text as load_workflow_text
 from ._loader import validate_file as validate_file
 from ._loader import validate_workflow as validate_workflow
 from ._problems import Problem as Problem
 from ._problems import WorkflowError as WorkflowError
+from ._python import AsyncPythonExpression as AsyncPythonExpression
+from ._python import python_expression as python_expression
+from ._python import register_python as register_python
 from ._spec import DEFAULT_MAX_CONCURRENCY as DEFAULT_MAX_CONCURRENCY
 from ._spec import DEFAULT_MAX_TURNS as DEFAULT_MAX_TURNS
 from ._spec import Agent as Agent
@@ -53,12 +62,14 @@ __all__ = [
     "DEFAULT_MAX_CONCURRENCY",
     "DEFAULT_MAX_TURNS",
     "Agent",
+    "AsyncPythonExpression",
     "Check",
     "Control",
     "ControlLimits",
     "Coordinator",
     "Edge",
     "Expression",
+    "FileRefused",
     "Graph",
     "Human",
     "InputSpec",
@@ -75,6 +86,7 @@ __all__ = [
     "Template",
     "Workflow",
     "WorkflowError",
+    "build_loaded",
     "compile_expression",
     "describe_workflow",
     "has_template",
@@ -82,8 +94,14 @@ __all__ = [
     "load_workflow_text",
     "parse_duration",
     "parse_template",
+    "preview",
+    "python_expression",
+    "quote",
+    "register_python",
     "resolve_inputs",
+    "resolve_inside",
     "to_mermaid",
+    "type_name",
     "validate_file",
     "validate_workflow",
 ]

@@ -23,8 +23,7 @@ import msgspec
 
 from cadenza.actors.run import Brief, Placement, Scope, work_error
 from cadenza.protocols import ErrorInfo, EventType, LoopSummary, StepRecord, StepStatus
-from cadenza.workflow import compile_expression
-from cadenza.workflow._cel import preview, quote, type_name
+from cadenza.workflow import compile_expression, preview, quote, type_name
 
 from ._container import Container, Outcome, amend
 

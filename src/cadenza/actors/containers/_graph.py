@@ -20,8 +20,7 @@ from __future__ import annotations
 
 from cadenza.actors.run import Brief, Placement, Scope, work_error
 from cadenza.protocols import ErrorInfo, EventType, GraphSummary, StepRecord, StepStatus
-from cadenza.workflow import Edge, compile_expression
-from cadenza.workflow._cel import quote
+from cadenza.workflow import Edge, compile_expression, quote
 
 from ._container import Container, Outcome, amend
 

@@ -16,11 +16,11 @@ from dataclasses import dataclass
 import msgspec
 
 from cadenza.actors.run import NO_BRIEF, RunContext, Scope
-from cadenza.actors.steps import run_agent
+from cadenza.actors.steps import AgentVisit, run_agent
 from cadenza.protocols import ErrorInfo, EventType, StepRecord
 from cadenza.workflow import LoadedWorkflow, Step
 
-__all__ = ["JUDGE", "Verdict", "iteration_report", "run_judge"]
+__all__ = ["JUDGE", "Judging", "Verdict", "iteration_report", "run_judge"]
 
 JUDGE = "untilAgent"
 """The judge's address under its iteration (``loop.2.untilAgent``).
@@ -65,31 +65,35 @@ def _section(label: str, status: str, content: str, result: object) -> str:
     return text
 
 
-async def run_judge(
-    run: RunContext,
-    document: LoadedWorkflow,
-    *,
-    agent_name: str,
-    address: str,
-    loop_address: str,
-    iteration: int,
-    limit: int,
-    context: str,
-    scope: Scope,
-) -> Verdict:
+@dataclass(frozen=True, slots=True)
+class Judging:
+    """One question to an ``untilAgent`` judge: which agent, at which address, about what."""
+
+    agent_name: str
+    address: str
+    """The judge's own address (``loop.N.judge``)."""
+    loop_address: str
+    iteration: int
+    limit: int
+    """The loop's ``maxIterations``."""
+    context: str
+    """The iteration's outputs, as the judge reads them."""
+    scope: Scope
+
+
+async def run_judge(run: RunContext, document: LoadedWorkflow, judging: Judging) -> Verdict:
     """Runs the judge on one iteration and records its verdict (or why there is none).
 
     In a resumed run, a verdict recorded before the interruption is replayed:
     the judge is not asked twice.
     """
+    address, agent_name = judging.address, judging.agent_name
     replay = run.journal.replay
     record = replay.take(address) if replay is not None else None
     if record is not None:
         run.journal.step_replayed(address, record)
     else:
-        record = await _ask_judge(
-            run, document, agent_name, address, loop_address, iteration, limit, context, scope
-        )
+        record = await _ask_judge(run, document, judging)
     result, error = record.result, record.error
     reason = result.get("reason") if isinstance(result, dict) else None
     done = result.get("done") if isinstance(result, dict) and error is None else None
@@ -101,22 +105,14 @@ async def run_judge(
         agent=agent_name,
         message="fail-open: the loop goes on" if error is not None else None,
         error=f"{error.type}: {error.message}" if error is not None else None,
-        data={"iteration": iteration, "done": verdict.done, "reason": reason},
+        data={"iteration": judging.iteration, "done": verdict.done, "reason": reason},
     )
     return verdict
 
 
-async def _ask_judge(
-    run: RunContext,
-    document: LoadedWorkflow,
-    agent_name: str,
-    address: str,
-    loop_address: str,
-    iteration: int,
-    limit: int,
-    context: str,
-    scope: Scope,
-) -> StepRecord:
+async def _ask_judge(run: RunContext, document: LoadedWorkflow, judging: Judging) -> StepRecord:
+    address, agent_name, iteration = judging.address, judging.agent_name, judging.iteration
+    loop_address, limit = judging.loop_address, judging.limit
     instructions = (
         f"You judge the loop {loop_address!r}: iteration {iteration} of at most {limit} "
         "has finished; its outputs are below. Decide whether the work is done. Call "
@@ -130,12 +126,14 @@ async def _ask_judge(
             outcome = await run_agent(
                 run,
                 document,
-                address=address,
-                agent_name=agent_name,
-                instructions=instructions,
-                scope=scope,
-                brief=NO_BRIEF,
-                context=context,
+                AgentVisit(
+                    address=address,
+                    agent_name=agent_name,
+                    instructions=instructions,
+                    scope=judging.scope,
+                    brief=NO_BRIEF,
+                    context=judging.context,
+                ),
             )
         content, result, error = outcome.content, outcome.result, outcome.error
     except asyncio.CancelledError:

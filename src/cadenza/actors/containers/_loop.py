@@ -35,7 +35,7 @@ from cadenza.workflow import LoadedWorkflow, Loop, Step, compile_expression, par
 
 from ._container import Container, Outcome, amend
 from ._dag import DagOutcome
-from ._judge import JUDGE, Verdict, iteration_report, run_judge
+from ._judge import JUDGE, Judging, Verdict, iteration_report, run_judge
 from ._retention import checkpoint, forget, restore
 
 __all__ = ["CUMULATIVE_SEPARATOR", "ROOT_LOOP", "SAFETY_CAP", "LoopController", "spawn_root_loop"]
@@ -228,9 +228,7 @@ class LoopController(Container):
         iteration = self.address.iteration(n)
         inner = None if self.body is not None else self.body_steps
         context = iteration_report(str(iteration), record, inner, self.current)
-        return run_judge(
-            self.run,
-            self.document,
+        judging = Judging(
             agent_name=self.loop.until_agent or "",
             address=str(iteration.child(JUDGE)),
             loop_address=self.here,
@@ -239,6 +237,7 @@ class LoopController(Container):
             context=context,
             scope=self.current,
         )
+        return run_judge(self.run, self.document, judging)
 
     async def _at_limit(self) -> None:
         policy = self.loop.on_max_iterations

@@ -21,7 +21,7 @@ import msgspec
 
 from cadenza.actors.run import CHECKPOINT
 from cadenza.protocols import StepRecord
-from cadenza.runtime._store import is_under
+from cadenza.runtime import is_under
 
 if TYPE_CHECKING:
     from ._loop import LoopController

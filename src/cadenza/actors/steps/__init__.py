@@ -6,6 +6,7 @@ for a person; ``_remote`` and ``_work_order`` are the supervisor's and the
 worker's halves of a step run elsewhere.
 """
 
+from ._agent import AgentVisit as AgentVisit
 from ._agent import run_agent as run_agent
 from ._handler import HandlerError as HandlerError
 from ._handler import StepContext as StepContext
@@ -24,6 +25,7 @@ from ._tools import schema_errors as schema_errors
 from ._work_order import run_work_order as run_work_order
 
 __all__ = [
+    "AgentVisit",
     "DispatchSink",
     "HandlerError",
     "HumanStep",

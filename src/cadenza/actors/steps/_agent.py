@@ -35,7 +35,7 @@ from ._agent_tools import agent_builtins, builtin_names
 from ._prompt import build_prompt, cap, read_context_files
 from ._tools import Tool, ToolError, python_tool, schema_errors
 
-__all__ = ["AgentOutcome", "BudgetExceeded", "model_spec", "run_agent"]
+__all__ = ["AgentOutcome", "AgentVisit", "BudgetExceeded", "model_spec", "run_agent"]
 
 
 DEFAULT_SYSTEM = "You are a helpful assistant. Do the task you are given."
@@ -255,54 +255,63 @@ def _remember(run: RunContext, brief: Brief, turns: list[Message], address: str)
         del visits[: max(0, len(visits) - brief.memory.window)]  # keep only what is shown
 
 
-async def run_agent(
-    run: RunContext,
-    document: LoadedWorkflow,
-    *,
-    address: str,
-    agent_name: str | None,
-    instructions: str,
-    scope: Scope,
-    brief: Brief,
-    context: str | None = None,
-    step_model: str | None = None,
-    dependencies: Sequence[tuple[str, str]] = (),
-    context_files: Sequence[str] = (),
-    drain_inbox: Callable[[], list[str]] = list,
-    extra_tools: Sequence[Tool] = (),
-    can_send_messages: bool = True,
-    max_retries: int | None = None,
-) -> AgentOutcome:
+@dataclass(frozen=True, slots=True)
+class AgentVisit:
+    """One visit of an agent: where it runs, what it is asked, and what it sees besides."""
+
+    address: str
+    agent_name: str | None
+    instructions: str
+    scope: Scope
+    brief: Brief
+    context: str | None = None
+    """Extra text for the prompt (a judge's view of the iteration)."""
+    step_model: str | None = None
+    dependencies: Sequence[tuple[str, str]] = ()
+    """(step id, content) of each ``dependsOn`` step, shown in the prompt."""
+    context_files: Sequence[str] = ()
+    drain_inbox: Callable[[], list[str]] = list
+    """Takes the messages waiting for the step; called before each turn."""
+    extra_tools: Sequence[Tool] = ()
+    can_send_messages: bool = True
+    max_retries: int | None = None
+
+
+async def run_agent(run: RunContext, document: LoadedWorkflow, visit: AgentVisit) -> AgentOutcome:
     """Runs an agent's tool-calling loop and returns its outcome.
 
     Expected failures (no submit, a model error, the budget) come back as
     ``AgentOutcome.error``; only cancellation propagates.
     """
-    agent = document.workflow.agents.get(agent_name) if agent_name else None
+    agent = document.workflow.agents.get(visit.agent_name) if visit.agent_name else None
     # zenflow's maxRetries: the step's, else the workflow's, else the provider's policy.
-    retries = max_retries if max_retries is not None else document.workflow.options.max_retries
-    conversation = _Conversation(run, address, agent_name, agent)
+    retries = (
+        visit.max_retries
+        if visit.max_retries is not None
+        else document.workflow.options.max_retries
+    )
+    conversation = _Conversation(run, visit.address, visit.agent_name, agent)
     contents: list[str] = []
     try:
-        spec = model_spec(run, agent, agent_name, step_model)
+        spec = model_spec(run, agent, visit.agent_name, visit.step_model)
         providers = run.providers
         provider, model = providers.check(spec)
         script = agent.script if agent is not None and provider == "scripted" else None
-        client = providers.client(provider, script=script, key=agent_name or address)
-        _tools(conversation, document, can_send=can_send_messages)
-        for tool in extra_tools:
+        client = providers.client(provider, script=script, key=visit.agent_name or visit.address)
+        _tools(conversation, document, can_send=visit.can_send_messages)
+        for tool in visit.extra_tools:
             conversation.offer(tool)
         prompt = build_prompt(
-            instructions,
-            brief=brief,
-            item=_item(scope),
-            dependencies=dependencies,
-            context=context,
-            context_files=read_context_files(document.base_dir, context_files),
-            inbox=drain_inbox(),
+            visit.instructions,
+            brief=visit.brief,
+            item=_item(visit.scope),
+            dependencies=visit.dependencies,
+            context=visit.context,
+            context_files=read_context_files(document.base_dir, visit.context_files),
+            inbox=visit.drain_inbox(),
         )
         system_prompt = agent.prompt if agent is not None and agent.prompt else DEFAULT_SYSTEM
-        history = _remembered(run, brief)
+        history = _remembered(run, visit.brief)
         messages: list[Message] = [Message("system", system_prompt), *history]
         first_own = len(messages)
         messages.append(Message("user", prompt))
@@ -310,15 +319,15 @@ async def run_agent(
         turns = agent.turns if agent is not None else 50
         for turn in range(1, turns + 1):
             if turn > 1:
-                waiting = drain_inbox()
+                waiting = visit.drain_inbox()
                 if waiting:
                     messages.append(
                         Message("user", "## Inbox\n" + "\n".join(f"- {m}" for m in waiting))
                     )
             run.journal.emit(
                 "agent_turn",
-                step_id=address,
-                agent=agent_name,
+                step_id=visit.address,
+                agent=visit.agent_name,
                 data={"phase": "request", "turn": turn, "model": spec},
             )
             request = LLMRequest(
@@ -332,11 +341,11 @@ async def run_agent(
             async with run.token_budget():
                 completion = await client.complete(request)
                 usage = completion.usage
-                run.journal.spend(address, usage.prompt_tokens, usage.completion_tokens)
+                run.journal.spend(visit.address, usage.prompt_tokens, usage.completion_tokens)
             run.journal.emit(
                 "agent_turn",
-                step_id=address,
-                agent=agent_name,
+                step_id=visit.address,
+                agent=visit.agent_name,
                 tokens=Tokens(
                     usage.prompt_tokens,
                     usage.completion_tokens,
@@ -356,13 +365,15 @@ async def run_agent(
                 messages.append(Message("tool", output, tool_call_id=call.id, name=call.name))
             if conversation.submitted:
                 break
-        _remember(run, brief, messages[first_own:], address)
+        _remember(run, visit.brief, messages[first_own:], visit.address)
     except CadenzaError as error:
         if isinstance(error, BudgetExceeded):
-            run.exhaust_budget(ErrorInfo("BudgetExceeded", str(error), address))
-        info = ErrorInfo(type=type(error).__name__, message=redact(str(error)), address=address)
+            run.exhaust_budget(ErrorInfo("BudgetExceeded", str(error), visit.address))
+        info = ErrorInfo(
+            type=type(error).__name__, message=redact(str(error)), address=visit.address
+        )
         return AgentOutcome("\n\n".join(contents), None, info)
     content = "\n\n".join(contents)
     if agent is not None and agent.result_schema is not None and not conversation.submitted:
-        return AgentOutcome(content, None, ErrorInfo("NoResult", NEVER_SUBMITTED, address))
+        return AgentOutcome(content, None, ErrorInfo("NoResult", NEVER_SUBMITTED, visit.address))
     return AgentOutcome(cap(content, 1024 * 1024), conversation.result, None)

@@ -22,8 +22,7 @@ from typing import Any
 from cadenza.actors.run import StepFailure
 from cadenza.llm import ToolSpec
 from cadenza.runtime import Clock
-from cadenza.workflow import Agent
-from cadenza.workflow._files import FileRefused, resolve_inside
+from cadenza.workflow import Agent, FileRefused, resolve_inside
 
 from ._tool_step import BUILTIN_TOOLS, CallSite, builtin
 from ._tools import Tool, ToolError

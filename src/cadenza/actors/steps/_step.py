@@ -30,7 +30,7 @@ from cadenza.protocols import ErrorInfo, EventType, StepRecord, StepStatus, Toke
 from cadenza.runtime import LoopBlocked, LoopWatchdog
 from cadenza.workflow import Step, parse_duration, parse_template
 
-from ._agent import run_agent
+from ._agent import AgentVisit, run_agent
 from ._command import run_command
 from ._handler import StepContext, StepsView, call_handler, resolve_handler
 from ._remote import remote_work
@@ -200,16 +200,18 @@ class StepActor(PlacedActor):
         outcome = await run_agent(
             self.run,
             self.document,
-            address=address,
-            agent_name=step.agent,
-            instructions=self._render(step.instructions or ""),
-            scope=self.scope,
-            brief=self.brief,
-            step_model=step.model,
-            dependencies=[(d, outputs[d]["content"]) for d in depends_on if d in outputs],
-            context_files=step.context_files,
-            drain_inbox=self._drain_inbox,
-            max_retries=step.max_retries,
+            AgentVisit(
+                address=address,
+                agent_name=step.agent,
+                instructions=self._render(step.instructions or ""),
+                scope=self.scope,
+                brief=self.brief,
+                step_model=step.model,
+                dependencies=[(d, outputs[d]["content"]) for d in depends_on if d in outputs],
+                context_files=step.context_files,
+                drain_inbox=self._drain_inbox,
+                max_retries=step.max_retries,
+            ),
         )
         if outcome.error is not None:
             raise StepFailure(outcome.error, content=outcome.content or None, result=outcome.result)

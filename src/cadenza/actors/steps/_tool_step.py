@@ -39,8 +39,7 @@ from cadenza.actors.run import StepFailure
 from cadenza.errors import ExpressionEvaluationError
 from cadenza.protocols import ErrorInfo
 from cadenza.runtime import Clock
-from cadenza.workflow import compile_expression
-from cadenza.workflow._cel import preview, quote, type_name
+from cadenza.workflow import compile_expression, preview, quote, type_name
 
 from ._command import run_command
 from ._tools import ToolError, python_tool

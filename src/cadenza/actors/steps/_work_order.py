@@ -47,7 +47,7 @@ from cadenza.protocols import (
 from cadenza.runtime import Actor, Clock, MemoryRunStore, Slots, Supervisor
 from cadenza.workflow import Agent, LoadedWorkflow, Options, Workflow
 
-from ._agent import run_agent
+from ._agent import AgentVisit, run_agent
 from ._command import CommandOutcome, run_command
 from ._handler import StepContext, StepsView, call_handler, resolve_handler
 from ._tool_step import CallSite, call_tool
@@ -252,14 +252,16 @@ async def _agent(
             outcome = await run_agent(
                 context,
                 document,
-                address=order.address,
-                agent_name=order.agent_name,
-                instructions=order.prompt,
-                scope=Scope(),
-                brief=NO_BRIEF,
-                step_model=order.model,
-                can_send_messages=order.can_send_messages,
-                max_retries=order.max_retries,
+                AgentVisit(
+                    address=order.address,
+                    agent_name=order.agent_name,
+                    instructions=order.prompt,
+                    scope=Scope(),
+                    brief=NO_BRIEF,
+                    step_model=order.model,
+                    can_send_messages=order.can_send_messages,
+                    max_retries=order.max_retries,
+                ),
             )
     finally:
         usage.append(
