@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from cadenza.actors.control import PERSON_SCHEMA, heed
+from cadenza.actors.control.decide import PERSON_SCHEMA, heed
 from cadenza.loops import (
     CheckResult,
     ControlStatus,

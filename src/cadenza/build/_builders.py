@@ -58,27 +58,6 @@ from cadenza.workflow import (
 from cadenza.workflow import build_loaded
 from cadenza.workflow import AsyncPythonExpression, python_expression, register_python
 
-__all__ = [
-    "END",
-    "BuiltStep",
-    "Condition",
-    "PredicateContext",
-    "agent",
-    "check",
-    "command",
-    "control",
-    "edge",
-    "for_each",
-    "graph",
-    "handler",
-    "human",
-    "include",
-    "input_",
-    "loop",
-    "tool",
-    "workflow",
-    "workflow_loop",
-]
 
 END = "END"
 """The state name an edge goes to to finish a graph."""

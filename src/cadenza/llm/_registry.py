@@ -7,7 +7,6 @@ import difflib
 import os
 import random
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from types import TracebackType
 from typing import Final, Self
 
 import anyio.to_thread
@@ -245,12 +244,7 @@ class ProviderRegistry:
     async def __aenter__(self) -> Self:
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()
 
     def __repr__(self) -> str:

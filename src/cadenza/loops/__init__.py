@@ -22,19 +22,19 @@ controller and the same `decide` policy, which is public here too so that its
 rules can be read, tested and simulated (`decide`, `admit`, `advance`).
 """
 
-from cadenza.actors.control import CheckResult as CheckResult
-from cadenza.actors.control import ControlStatus as ControlStatus
-from cadenza.actors.control import Decision as Decision
-from cadenza.actors.control import History as History
-from cadenza.actors.control import InfraFailure as InfraFailure
-from cadenza.actors.control import Recommendation as Recommendation
-from cadenza.actors.control import Ruling as Ruling
-from cadenza.actors.control import Setup as Setup
-from cadenza.actors.control import Spent as Spent
-from cadenza.actors.control import Verdict as Verdict
-from cadenza.actors.control import admit as admit
-from cadenza.actors.control import advance as advance
-from cadenza.actors.control import decide as decide
+from cadenza.actors.control.decide import CheckResult as CheckResult
+from cadenza.actors.control.decide import ControlStatus as ControlStatus
+from cadenza.actors.control.decide import Decision as Decision
+from cadenza.actors.control.decide import History as History
+from cadenza.actors.control.decide import InfraFailure as InfraFailure
+from cadenza.actors.control.decide import Recommendation as Recommendation
+from cadenza.actors.control.decide import Ruling as Ruling
+from cadenza.actors.control.decide import Setup as Setup
+from cadenza.actors.control.decide import Spent as Spent
+from cadenza.actors.control.decide import Verdict as Verdict
+from cadenza.actors.control.decide import admit as admit
+from cadenza.actors.control.decide import advance as advance
+from cadenza.actors.control.decide import decide as decide
 
 from ._functions import ActorInput as ActorInput
 from ._functions import Evaluation as Evaluation

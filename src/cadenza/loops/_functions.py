@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cadenza.actors import StepContext
-from cadenza.actors.control import Recommendation
+from cadenza.actors.control.decide import Recommendation
 
 __all__ = [
     "HANDLERS",

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from cadenza.actors import EventSink
-from cadenza.actors.control import DECISION, ControlStatus, Decision
+from cadenza.actors.control import DECISION
+from cadenza.actors.control.decide import ControlStatus, Decision
 from cadenza.api import RunHandle
 from cadenza.errors import CadenzaError
 from cadenza.protocols import Event

@@ -20,7 +20,6 @@ import asyncio
 import itertools
 import os
 from collections.abc import Callable
-from types import TracebackType
 from typing import Any, Final
 
 import msgspec
@@ -157,12 +156,7 @@ class Dispatcher:
         _log.debug("dispatcher_bound", endpoint=self._endpoint, curve=self._keys is not None)
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         if self._running:
             self._running = False
             self._pool.fail_all(DispatcherClosed("the dispatcher stopped; the step did not end"))

@@ -15,7 +15,6 @@ import threading
 from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from types import TracebackType
 from typing import Any, Final, Literal, Self
 
 from ._llm_rules import RuleLike, Script, ServerReply
@@ -181,12 +180,7 @@ class ScriptedLLMServer:
     def __enter__(self) -> Self:
         return self.start()
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.stop()
 
     def __repr__(self) -> str:

@@ -163,6 +163,12 @@ class Expression:
         value = _MISSING if self._path is None else self._lookup(activation, self._path)
         if value is _MISSING:
             value = self._run(activation)
+        if value is True or value is False:  # the hot path: no call
+            return value
+        return self._bool(value, what)
+
+    def _bool(self, value: object, what: str) -> bool:
+        """``value`` if it is a bool, else the error that names what it was."""
         if value is True or value is False:
             return value
         raise ExpressionEvaluationError(

@@ -29,7 +29,7 @@ import msgspec
 
 from cadenza.errors import ExpressionEvaluationError, PredicateNotRegistered
 
-from ._cel import Expression, preview, quote, type_name
+from ._cel import Expression, quote, type_name
 
 __all__ = [
     "PREFIX",
@@ -177,15 +177,6 @@ class PythonExpression(Expression):
     def _raised(self, error: Exception) -> ExpressionEvaluationError:
         return ExpressionEvaluationError(
             f"{quote(self.source)}: {type(error).__name__}: {error}", source=self.source
-        )
-
-    def _bool(self, value: object, what: str) -> bool:
-        if value is True or value is False:
-            return value
-        raise ExpressionEvaluationError(
-            f"{quote(self.source)}: the {what} must be true or false,"
-            f" but it gave {type_name(value)} {preview(value)}",
-            source=self.source,
         )
 
     def _plain(self, value: object) -> object:

@@ -12,6 +12,7 @@ from ._dag import DagOutcome as DagOutcome
 from ._foreach import ForEachController as ForEachController
 from ._graph import GraphController as GraphController
 from ._include import BODY as BODY
+from ._include import ChildWorkflow as ChildWorkflow
 from ._include import output_hook as output_hook
 from ._include import spawn_include as spawn_include
 from ._loop import SAFETY_CAP as SAFETY_CAP
@@ -21,6 +22,7 @@ from ._loop import spawn_root_loop as spawn_root_loop
 __all__ = [
     "BODY",
     "SAFETY_CAP",
+    "ChildWorkflow",
     "Container",
     "DagController",
     "DagOutcome",

@@ -38,7 +38,14 @@ from cadenza.workflow import (
 from ._container import Container, Outcome
 from ._loop import FinishHook, LoopController
 
-__all__ = ["BODY", "IncludeController", "render_value", "spawn_include"]
+__all__ = [
+    "BODY",
+    "ChildWorkflow",
+    "IncludeController",
+    "output_hook",
+    "render_value",
+    "spawn_include",
+]
 
 BODY = "Steps"
 """Where an include's sub-DAG controller lives, under the include (``parent.Steps``)."""
@@ -103,30 +110,32 @@ def output_hook(run: RunContext, child: LoadedWorkflow, address: str) -> FinishH
     return hook
 
 
-class IncludeController(Container):
-    """Runs a child workflow without a root loop as a sub-DAG at ``parent.<id>``."""
+class ChildWorkflow(Container):
+    """Runs a child workflow (without a root loop) as a sub-DAG at ``parent.<id>``.
+
+    An include step and a control loop's workflow call differ only in how the
+    child's inputs are made (`enter`) and what ``step_start`` says.
+    """
 
     kind = "include"
 
-    def __init__(self, placement: Placement) -> None:
+    def __init__(self, placement: Placement, child: LoadedWorkflow) -> None:
         super().__init__(placement)
-        step = self.step
-        assert step.include is not None
-        self.child = self.document.includes[step.include]
+        self.child = child
         self.inner = self.scope
 
-    def start_data(self) -> dict[str, object]:
-        """The include reference, as zenflow's ``step_start`` carries it."""
-        return {"include": self.step.include}
+    def enter(self) -> Scope:
+        """The child's scope: its inputs. Raising fails the step, located."""
+        raise NotImplementedError
 
     async def begin(self) -> None:
-        """Renders the inputs and starts the child's steps."""
+        """Makes the child's inputs and starts its steps."""
         if self.stopping is not None:
             await self.finish(Outcome("cancelled"))
             return
         try:
-            self.inner = child_scope(self.run, self.step, self.scope, self.child)
-        except Exception as error:  # bad inputs fail the include step, located
+            self.inner = self.enter()
+        except Exception as error:  # inputs the child cannot take fail the step, located
             await self.finish(Outcome("failed", error=work_error(error, self.here)))
             return
         steps = self.child.workflow.steps
@@ -142,6 +151,22 @@ class IncludeController(Container):
         outcome = Outcome(record.status, record.content, None, record.error)
         hooked = await self.park(hook(outcome, self.inner))
         await self.finish(hooked if hooked is not None else Outcome("cancelled"))
+
+
+class IncludeController(ChildWorkflow):
+    """An ``include`` step without a root loop in the child."""
+
+    def __init__(self, placement: Placement) -> None:
+        assert placement.step.include is not None
+        super().__init__(placement, placement.document.includes[placement.step.include])
+
+    def start_data(self) -> dict[str, object]:
+        """The include reference, as zenflow's ``step_start`` carries it."""
+        return {"include": self.step.include}
+
+    def enter(self) -> Scope:
+        """The include's ``inputs:``, rendered in the parent's scope."""
+        return child_scope(self.run, self.step, self.scope, self.child)
 
 
 def spawn_include(placement: Placement, address: Address) -> Cancellable:

@@ -4,7 +4,7 @@ Iteration N lives at ``step.N`` and calls its workflows at ``step.N.planner``
 (the first iteration and after a replan), ``step.N.actor`` (``step.N.delegate``
 once the loop delegated) and ``step.N.evaluator``; their own steps are at
 ``step.N.actor.<id>``. Between the actor and the evaluator the checks run over
-the actor's ``result``. Then `decide` (``_decide.py``, pure) rules, and the
+the actor's ``result``. Then `decide` (``decide.py``, pure) rules, and the
 ruling is written down (``_control_log.py``) before anything else happens.
 
 Before every call `admit` checks the budget: the tokens spent by this step's
@@ -43,7 +43,9 @@ from cadenza.runtime import Cancellable as Timer
 from cadenza.workflow import LoadedWorkflow, parse_duration, parse_template
 
 from ._control_log import DecisionLog
-from ._decide import (
+from ._evidence import read_verdict, run_checks
+from ._subflow import call_workflow, load_reference, render_reference
+from .decide import (
     PERSON_SCHEMA,
     History,
     InfraFailure,
@@ -55,9 +57,7 @@ from ._decide import (
     decide,
     heed,
 )
-from ._decide import effective_score as scored
-from ._evidence import read_verdict, run_checks
-from ._subflow import call_workflow, load_reference, render_reference
+from .decide import effective_score as scored
 
 __all__ = ["HUMAN", "ControlController"]
 

@@ -21,7 +21,7 @@ from typing import Any
 from cadenza.actors.run import RunJournal
 from cadenza.protocols import ErrorInfo, EventType, LoopSummary, StepRecord, StepStatus
 
-from ._decide import Ruling
+from .decide import Ruling
 
 __all__ = ["DECISION", "DecisionLog"]
 

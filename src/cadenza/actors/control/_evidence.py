@@ -17,7 +17,7 @@ from typing import Any
 
 from cadenza.workflow import Check, compile_expression, parse_template
 
-from ._decide import RECOMMENDATIONS, CheckResult, InfraFailure, Verdict
+from .decide import RECOMMENDATIONS, CheckResult, InfraFailure, Verdict
 
 __all__ = ["read_verdict", "run_checks"]
 

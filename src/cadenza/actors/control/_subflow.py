@@ -22,9 +22,8 @@ from typing import Any
 
 import anyio
 
-from cadenza.actors.containers import BODY, Container, LoopController, Outcome, output_hook
-from cadenza.actors.run import Cancellable, Placement, Report, RunContext, Scope, work_error
-from cadenza.protocols import StepRecord
+from cadenza.actors.containers import ChildWorkflow, Container, LoopController, output_hook
+from cadenza.actors.run import Cancellable, Placement, Report, RunContext, Scope
 from cadenza.runtime import Address
 from cadenza.workflow import (
     LoadedWorkflow,
@@ -70,10 +69,8 @@ async def load_reference(document: LoadedWorkflow, reference: str) -> LoadedWork
     return await anyio.to_thread.run_sync(load_workflow, path)
 
 
-class WorkflowCall(Container):
+class WorkflowCall(ChildWorkflow):
     """Runs one child workflow (without a root loop) with contract inputs, as an include."""
-
-    kind = "include"
 
     def __init__(
         self,
@@ -83,38 +80,16 @@ class WorkflowCall(Container):
         inputs: Mapping[str, Any],
         report: Report,
     ) -> None:
-        super().__init__(Placement(run, child, role, Step(id=role), Scope(), report))
-        self.child = child
+        super().__init__(Placement(run, child, role, Step(id=role), Scope(), report), child)
         self.inputs = inputs
-        self.inner = self.scope
 
     def start_data(self) -> dict[str, object]:
         """The child workflow's name, in the ``step_start`` event."""
         return {"include": self.child.workflow.name, "role": self.step_id}
 
-    async def begin(self) -> None:
-        """Checks the inputs and starts the child's steps."""
-        if self.stopping is not None:
-            await self.finish(Outcome("cancelled"))
-            return
-        try:
-            self.inner = contract_scope(self.child, self.inputs)
-        except Exception as error:  # inputs the child cannot take fail this call
-            await self.finish(Outcome("failed", error=work_error(error, self.here)))
-            return
-        steps = self.child.workflow.steps
-        at = self.address.child(BODY)
-        self.spawn_body(0, steps, self.inner, self.address, document=self.child, at=at)
-
-    async def child_done(self, key: int, record: StepRecord) -> None:
-        """Ends with the child's output."""
-        if self.stopping is not None and record.status != "completed":
-            await self.finish(Outcome("cancelled"))
-            return
-        hook = output_hook(self.run, self.child, self.here)
-        outcome = Outcome(record.status, record.content, None, record.error)
-        hooked = await self.park(hook(outcome, self.inner))
-        await self.finish(hooked if hooked is not None else Outcome("cancelled"))
+    def enter(self) -> Scope:
+        """The contract inputs the child declares (`contract_scope`)."""
+        return contract_scope(self.child, self.inputs)
 
 
 def contract_scope(child: LoadedWorkflow, inputs: Mapping[str, Any]) -> Scope:

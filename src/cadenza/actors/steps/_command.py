@@ -16,11 +16,15 @@ import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import anyio
 from anyio.abc import ByteReceiveStream, Process
 
-__all__ = ["CommandOutcome", "run_command"]
+from cadenza.actors.run import StepFailure
+from cadenza.protocols import ErrorInfo
+
+__all__ = ["CommandOutcome", "command_result", "run_command"]
 
 OUTPUT_CAP = 10 * 1024 * 1024
 """Bytes of stdout (and of stderr) kept per command; the rest is counted, not stored."""
@@ -116,3 +120,21 @@ async def run_command(
         stdout=stdout.decode(errors="replace"),
         stderr=stderr.decode(errors="replace"),
     )
+
+
+def command_result(outcome: CommandOutcome, address: str) -> tuple[str, Any]:
+    """A finished command as ``(content, result)``, as an in-process step records it.
+
+    Raises:
+        StepFailure: The exit code was not 0.
+    """
+    result = {"exitCode": outcome.exit_code, "stdout": outcome.stdout, "stderr": outcome.stderr}
+    if outcome.exit_code != 0:
+        tail = outcome.stderr.strip().splitlines()[-1:] or [""]
+        message = f"exit code {outcome.exit_code}" + (f": {tail[0][:500]}" if tail[0] else "")
+        raise StepFailure(
+            ErrorInfo(type="CommandFailed", message=message, address=address),
+            content=outcome.stdout,
+            result=result,
+        )
+    return outcome.stdout, result

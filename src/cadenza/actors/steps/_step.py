@@ -31,7 +31,7 @@ from cadenza.runtime import LoopBlocked, LoopWatchdog
 from cadenza.workflow import Step, parse_duration, parse_template
 
 from ._agent import AgentVisit, run_agent
-from ._command import run_command
+from ._command import command_result, run_command
 from ._handler import StepContext, StepsView, call_handler, resolve_handler
 from ._remote import remote_work
 from ._tool_step import run_tool_step
@@ -270,20 +270,7 @@ class StepActor(PlacedActor):
         stdin = self._render(step.stdin) if step.stdin is not None else None
         cwd = self.document.base_dir / step.cwd if step.cwd else Path.cwd()
         outcome = await run_command(command, env=env, cwd=cwd, stdin=stdin)
-        result = {
-            "exitCode": outcome.exit_code,
-            "stdout": outcome.stdout,
-            "stderr": outcome.stderr,
-        }
-        if outcome.exit_code != 0:
-            tail = outcome.stderr.strip().splitlines()[-1:] or [""]
-            message = f"exit code {outcome.exit_code}" + (f": {tail[0][:500]}" if tail[0] else "")
-            raise StepFailure(
-                ErrorInfo(type="CommandFailed", message=message, address=address),
-                content=outcome.stdout,
-                result=result,
-            )
-        return outcome.stdout, result
+        return command_result(outcome, address)
 
     async def _handler(self, address: str, attempt: int, reference: str) -> tuple[str, Any]:
         run = self.run

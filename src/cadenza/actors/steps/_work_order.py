@@ -48,32 +48,14 @@ from cadenza.runtime import Actor, Clock, MemoryRunStore, Slots, Supervisor
 from cadenza.workflow import Agent, LoadedWorkflow, Options, Workflow
 
 from ._agent import AgentVisit, run_agent
-from ._command import CommandOutcome, run_command
+from ._command import command_result, run_command
 from ._handler import StepContext, StepsView, call_handler, resolve_handler
 from ._tool_step import CallSite, call_tool
 
-__all__ = ["command_result", "run_work_order"]
+__all__ = ["run_work_order"]
 
 Send = Callable[[StepEvent | Mail], None]
 """How a running order reaches its supervisor (events, messages); must not block."""
-
-
-def command_result(outcome: CommandOutcome, address: str) -> tuple[str, Any]:
-    """A finished command as ``(content, result)``, as an in-process step records it.
-
-    Raises:
-        StepFailure: The exit code was not 0.
-    """
-    result = {"exitCode": outcome.exit_code, "stdout": outcome.stdout, "stderr": outcome.stderr}
-    if outcome.exit_code != 0:
-        tail = outcome.stderr.strip().splitlines()[-1:] or [""]
-        message = f"exit code {outcome.exit_code}" + (f": {tail[0][:500]}" if tail[0] else "")
-        raise StepFailure(
-            ErrorInfo(type="CommandFailed", message=message, address=address),
-            content=outcome.stdout,
-            result=result,
-        )
-    return outcome.stdout, result
 
 
 async def run_work_order(
