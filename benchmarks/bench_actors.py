@@ -15,7 +15,7 @@ from collections import deque
 from typing import Any
 
 from _harness import Figure, best_of, now, per_op_us
-from cadenza.runtime import Actor, Supervisor
+from cadenza.kernel import Actor, Supervisor
 
 GROUP = "actors"
 

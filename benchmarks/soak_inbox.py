@@ -19,7 +19,7 @@ import sys
 import time
 from typing import Any
 
-from cadenza.runtime import Actor, DeadLetter, Supervisor
+from cadenza.kernel import Actor, DeadLetter, Supervisor
 
 RSS_LIMIT = 64 * 1024 * 1024
 

@@ -21,6 +21,7 @@ import pkgutil
 import re
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import msgspec
@@ -296,13 +297,15 @@ def test_cli_documents_environment_variables() -> None:
 
 def _error_classes() -> set[type[BaseException]]:
     """CadenzaError and every subclass, after importing every module of the package."""
-    for module in pkgutil.walk_packages(cadenza.__path__, "cadenza."):
-        if module.name.endswith("__main__"):
-            continue  # runs the command line
-        try:
-            importlib.import_module(module.name)
-        except ImportError:  # an optional extra that is not installed
-            continue
+    with warnings.catch_warnings():  # walking imports the deprecated cadenza.runtime alias
+        warnings.simplefilter("ignore", DeprecationWarning)
+        for module in pkgutil.walk_packages(cadenza.__path__, "cadenza."):
+            if module.name.endswith("__main__"):
+                continue  # runs the command line
+            try:
+                importlib.import_module(module.name)
+            except ImportError:  # an optional extra that is not installed
+                continue
     found: set[type[BaseException]] = {CadenzaError}
     todo: list[type[BaseException]] = [CadenzaError]
     while todo:
@@ -498,3 +501,13 @@ def test_relative_links_resolve(page: str) -> None:
             for heading in re.findall(r"^#+ (.+)$", linked, re.M)
         }
         assert anchor in slugs, f"{page}: no heading for #{anchor} in {target or page}"
+
+
+def test_the_tree_in_errors_names_every_error() -> None:
+    """cadenza/errors.py draws the exception tree; every CadenzaError subclass is in it."""
+    import cadenza.errors
+
+    tree = cadenza.errors.__doc__ or ""
+    names = {c.__name__ for c in _error_classes()}
+    missing = sorted(name for name in names if not re.search(rf"\b{name}\b", tree))
+    assert not missing, f"the tree in cadenza/errors.py does not name {missing}"

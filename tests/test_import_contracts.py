@@ -54,7 +54,7 @@ def test_the_tree_keeps_every_contract(project: Path) -> None:
     ("module", "line", "contract"),
     [
         (
-            "cadenza.runtime._clock",
+            "cadenza.kernel._clock",
             "import cadenza.cli  # noqa",
             "Layers: a package imports only the packages below it BROKEN",
         ),

@@ -11,8 +11,8 @@ import anyio
 import pytest
 
 from cadenza import StoreError
+from cadenza.kernel import MemoryRunStore, RunRow, RunStore, SqliteRunStore
 from cadenza.protocols import Event, RunResult, StepRecord
-from cadenza.runtime import MemoryRunStore, RunRow, RunStore, SqliteRunStore
 
 StoreFactory = Callable[[Path], RunStore]
 FACTORIES: dict[str, StoreFactory] = {

@@ -120,7 +120,7 @@ class Ping:
 
 
 async def cadenza_ask(count: int) -> Result:
-    from cadenza.runtime import Actor, Supervisor
+    from cadenza.kernel import Actor, Supervisor
 
     class Ponger(Actor):
         async def receive(self, message: Any) -> Any:
@@ -145,7 +145,7 @@ async def cadenza_ask(count: int) -> Result:
 
 
 async def cadenza_idle(count: int) -> Result:
-    from cadenza.runtime import Actor, Supervisor
+    from cadenza.kernel import Actor, Supervisor
 
     class Idle(Actor):
         async def receive(self, message: Any) -> Any:

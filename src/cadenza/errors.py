@@ -1,7 +1,7 @@
 """Cadenza's exceptions: one root, a branch per layer.
 
     CadenzaError
-    ├── WorkflowError            a workflow document is invalid (carries located problems)
+    ├── WorkflowError            (cadenza.workflow) a document is invalid (located problems)
     ├── ExpressionError          a CEL expression failed to compile or evaluate
     │   ├── ExpressionSyntaxError     it does not compile (carries the column)
     │   │   ├── ExpressionTooComplex  it is longer, deeper or more nested than the caps
@@ -23,7 +23,21 @@
     │   ├── CorruptRecord        a stored record is unreadable or contradicts the others
     │   └── LeaseHeld            another process is running (or resuming) that run
     ├── RunNotFound              no run with that id in the store
-    └── SignalRejected           a human answer that cannot be recorded (no such wait, bad shape)
+    ├── SignalRejected           a human answer that cannot be recorded (no such wait, bad shape)
+    │
+    │   defined beside the code that raises them:
+    ├── LLMError                 (cadenza.llm) a model call failed
+    │   ├── LLMConfigError       no key, an unknown provider or model name
+    │   ├── LLMHTTPError         the provider answered with an error status
+    │   ├── LLMConnectionError   the provider could not be reached
+    │   ├── LLMTimeout           no answer within the deadline
+    │   └── LLMResponseError     the answer could not be read
+    ├── BudgetExceeded           (cadenza.actors) ``options.maxTokens`` is spent
+    ├── HandlerError             (cadenza.actors) a ``handler`` cannot be imported or called
+    ├── LoopError                (cadenza.loops) a loop SDK run did not end as asked
+    ├── TelemetryUnavailable     (cadenza.telemetry) OpenTelemetry is not installed
+    ├── ServeError               (cadenza.serve) the viewer cannot start
+    └── UsageError               (cadenza.cli) a command line that cannot be run
 
 Every error says what went wrong and where; the CLI turns them into one line on
 stderr and exit code 2 (bad input) or 1 (a failed run), never a traceback.

@@ -6,7 +6,7 @@ import asyncio
 from pathlib import Path
 
 from cadenza import RunResult, Runtime
-from cadenza.runtime import SystemClock
+from cadenza.kernel import SystemClock
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 
 from cadenza import Runtime
+from cadenza.kernel import FakeClock
 from cadenza.protocols import Event
-from cadenza.runtime import FakeClock
 
 from .conftest import WriteFlow
 

@@ -8,7 +8,7 @@ import pytest
 
 from cadenza import Runtime
 from cadenza.errors import SignalRejected
-from cadenza.runtime import FakeClock
+from cadenza.kernel import FakeClock
 from cadenza.workflow import validate_file
 
 from .conftest import ControlFlow, RunFlow, RunWithEvents, Watch

@@ -24,8 +24,8 @@ from typing import Any
 import pytest
 
 from cadenza import RunResult, Runtime
+from cadenza.kernel import SqliteRunStore
 from cadenza.protocols import Event
-from cadenza.runtime import SqliteRunStore
 from cadenza.testing import (
     CrashHarness,
     KillPoint,

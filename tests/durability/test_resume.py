@@ -13,7 +13,7 @@ import anyio
 import pytest
 
 from cadenza import Event, RunNotFound, Runtime
-from cadenza.runtime import FakeClock
+from cadenza.kernel import FakeClock
 from cadenza.testing import (
     CrashHarness,
     KillPoint,

@@ -9,8 +9,8 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from cadenza import Runtime
+from cadenza.kernel import RunRow, SqliteRunStore
 from cadenza.protocols import RunStatus
-from cadenza.runtime import RunRow, SqliteRunStore
 from cadenza.testing import CrashHarness, KillPoint, compare_results
 from cadenza.workflow import validate_file
 

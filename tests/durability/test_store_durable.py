@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from cadenza.errors import LeaseHeld
+from cadenza.kernel import LeaseHolder, MemoryRunStore, RunRow, RunStore, SqliteRunStore
 from cadenza.protocols import Event, StepRecord
-from cadenza.runtime import LeaseHolder, MemoryRunStore, RunRow, RunStore, SqliteRunStore
 
 FACTORIES: dict[str, Callable[[Path], RunStore]] = {
     "memory": lambda tmp: MemoryRunStore(),

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cadenza import RunResult
-from cadenza.runtime import SqliteRunStore
+from cadenza.kernel import SqliteRunStore
 from cadenza.testing import (
     CrashHarness,
     KillPoint,

@@ -14,7 +14,7 @@ PUBLIC = [
     "cadenza.testing",
     "cadenza.loops",
     "cadenza.workflow",
-    "cadenza.runtime",
+    "cadenza.kernel",
     "cadenza.protocols",
     "cadenza.llm",
 ]

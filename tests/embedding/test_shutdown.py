@@ -23,7 +23,7 @@ from types import ModuleType
 import pytest
 
 from cadenza import Event, EventSubscription, RunHandle, Runtime
-from cadenza.runtime import FakeClock
+from cadenza.kernel import FakeClock
 
 HANDLERS = """
 import asyncio

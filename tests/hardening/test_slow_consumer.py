@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from cadenza import Runtime
-from cadenza.runtime import Actor, DeadLetter, Supervisor
+from cadenza.kernel import Actor, DeadLetter, Supervisor
 
 WriteFlow = Callable[..., Path]
 MESSAGES = 5_000

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from cadenza.runtime import LoopBlocked, LoopWatchdog
+from cadenza.kernel import LoopBlocked, LoopWatchdog
 
 
 def test_the_watchdog_is_one_per_loop() -> None:

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from cadenza.runtime import Clock, SystemClock
+from cadenza.kernel import Clock, SystemClock
 from cadenza.testing.pytest_plugin import llm_server as llm_server
 
 

@@ -10,8 +10,8 @@ import anyio
 import httpx
 import pytest
 
+from cadenza.kernel import Cancellable, FakeClock
 from cadenza.llm import LLMRequest, LLMTimeout, Message, ProviderRegistry, RetryPolicy
-from cadenza.runtime import Cancellable, FakeClock
 
 Ts = TypeVarTuple("Ts")
 

@@ -9,6 +9,7 @@ import socket
 import httpx
 import pytest
 
+from cadenza.kernel import Clock, FakeClock, SystemClock
 from cadenza.llm import (
     Completion,
     LLMConnectionError,
@@ -19,7 +20,6 @@ from cadenza.llm import (
     ProviderRegistry,
     RetryPolicy,
 )
-from cadenza.runtime import Clock, FakeClock, SystemClock
 from cadenza.testing import ScriptedLLMServer, ScriptedTransport, ServerRule
 from cadenza.testing.pytest_plugin import StartLLMServer
 

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from cadenza.kernel import FakeClock
 from cadenza.llm import (
     Completion,
     LLMClient,
@@ -18,7 +19,6 @@ from cadenza.llm import (
     ScriptReplyLike,
     ToolCall,
 )
-from cadenza.runtime import FakeClock
 from cadenza.workflow import ScriptReply, ScriptToolCall
 
 HI = LLMRequest(model="demo", messages=(Message("user", "x" * 40),))

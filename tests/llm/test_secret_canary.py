@@ -7,8 +7,8 @@ import logging
 import pytest
 
 from cadenza._logging import FIELDS
+from cadenza.kernel import Clock
 from cadenza.llm import LLMError, LLMRequest, Message, ProviderRegistry, RetryPolicy
-from cadenza.runtime import Clock
 from cadenza.testing import ServerRule
 from cadenza.testing.pytest_plugin import StartLLMServer
 

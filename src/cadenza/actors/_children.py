@@ -7,7 +7,7 @@ the same way and nest freely, and no controller imports this module.
 
 from __future__ import annotations
 
-from cadenza.runtime import Address
+from cadenza.kernel import Address
 
 from .containers import Container, ForEachController, GraphController, LoopController, spawn_include
 from .control import ControlController

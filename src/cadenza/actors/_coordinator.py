@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from cadenza.errors import ActorStopped, InboxFull
+from cadenza.kernel import Actor
 from cadenza.protocols import MessageRecord
-from cadenza.runtime import Actor
 from cadenza.workflow import LoadedWorkflow
 
 from .run import (

@@ -26,9 +26,7 @@ from typing import Any
 import httpx
 import msgspec
 
-from cadenza.llm import ProviderRegistry
-from cadenza.protocols import ErrorInfo, EventType, MessageRecord, RunResult, RunStatus, Tokens
-from cadenza.runtime import (
+from cadenza.kernel import (
     Address,
     Cancellable,
     Clock,
@@ -39,6 +37,8 @@ from cadenza.runtime import (
     Slots,
     Supervisor,
 )
+from cadenza.llm import ProviderRegistry
+from cadenza.protocols import ErrorInfo, EventType, MessageRecord, RunResult, RunStatus, Tokens
 from cadenza.workflow import LoadedWorkflow, compile_expression, parse_duration
 
 from ._children import spawn_step

@@ -23,8 +23,8 @@ import msgspec
 from cadenza.actors.run import Replay, decode_document
 from cadenza.actors.steps import schema_errors, waiting_for
 from cadenza.errors import RunNotFound, SignalRejected, StoreError
+from cadenza.kernel import LeaseHolder, RunRow, RunStore
 from cadenza.protocols import FINISHED, Event, RunResult, StepRecord, timestamp
-from cadenza.runtime import LeaseHolder, RunRow, RunStore
 from cadenza.workflow import LoadedWorkflow, load_workflow
 
 __all__ = [

@@ -43,6 +43,16 @@ from cadenza.actors import (
 )
 from cadenza.actors.run import COORDINATOR, PostMessage, Replay
 from cadenza.errors import CadenzaError, InputError, LeaseHeld
+from cadenza.kernel import (
+    Cancellable,
+    Clock,
+    LeaseHolder,
+    MemoryRunStore,
+    RunRow,
+    RunStore,
+    SqliteRunStore,
+    SystemClock,
+)
 from cadenza.llm import RetryPolicy
 from cadenza.protocols import (
     FINISHED,
@@ -53,16 +63,6 @@ from cadenza.protocols import (
     RunResult,
     StepRecord,
     Tokens,
-)
-from cadenza.runtime import (
-    Cancellable,
-    Clock,
-    LeaseHolder,
-    MemoryRunStore,
-    RunRow,
-    RunStore,
-    SqliteRunStore,
-    SystemClock,
 )
 from cadenza.workflow import (
     DEFAULT_MAX_CONCURRENCY,

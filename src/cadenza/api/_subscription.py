@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from typing import Any, Final, Self
 
 from cadenza.actors import RUN_INTERRUPTED, RunJournal
+from cadenza.kernel import RunStore
 from cadenza.protocols import Event, EventType
-from cadenza.runtime import RunStore
 
 __all__ = ["ENDINGS", "EventSubscription", "SubscriptionStatistics"]
 

@@ -29,8 +29,8 @@ import msgspec
 
 from cadenza.actors import RUN_INTERRUPTED, EventSink
 from cadenza.actors.run import RUN_RESUMED, STEP_REPLAYED, STEP_WAITING
+from cadenza.kernel import RunRow
 from cadenza.protocols import Event, EventType, RunResult, StepRecord
-from cadenza.runtime import RunRow
 
 from ._paths import DEFAULT_STORE
 

@@ -17,7 +17,7 @@ from anyio import CancelScope
 
 from cadenza._logging import get_logger
 from cadenza._redact import redact
-from cadenza.runtime import Clock
+from cadenza.kernel import Clock
 
 from ._errors import (
     LLMConfigError,

@@ -13,7 +13,7 @@ import anyio.to_thread
 import httpx
 
 from cadenza._redact import redact, register_secrets_from, secrets_from
-from cadenza.runtime import Clock, SystemClock
+from cadenza.kernel import Clock, SystemClock
 
 from ._anthropic import ANTHROPIC_WIRE
 from ._errors import LLMConfigError, LLMError

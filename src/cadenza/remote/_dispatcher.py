@@ -28,8 +28,8 @@ import zmq
 from cadenza._logging import get_logger
 from cadenza.actors.steps import DispatchSink
 from cadenza.errors import DispatcherClosed, RemoteError
+from cadenza.kernel import Cancellable, Clock, SystemClock
 from cadenza.protocols import Dispatch, Result, WorkOrder, supervisor_decoder
-from cadenza.runtime import Cancellable, Clock, SystemClock
 
 from ._auth import refuse_unknown_keys, watch_handshakes
 from ._books import DispatcherStatistics, Job, WorkerEvent, WorkerInfo

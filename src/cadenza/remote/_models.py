@@ -14,8 +14,8 @@ from typing import Final
 import anyio
 import httpx
 
+from cadenza.kernel import Clock
 from cadenza.llm import ProviderRegistry, RetryPolicy
-from cadenza.runtime import Clock
 
 __all__ = ["RunModels"]
 

@@ -26,6 +26,7 @@ import msgspec
 import zmq
 
 from cadenza._logging import get_logger
+from cadenza.kernel import Clock
 from cadenza.protocols import (
     PROTOCOL_VERSION,
     Cancel,
@@ -41,7 +42,6 @@ from cadenza.protocols import (
     WireError,
     WorkerMessage,
 )
-from cadenza.runtime import Clock
 
 from ._books import DispatcherStatistics, Job, WorkerEvent, WorkerRecord
 

@@ -30,6 +30,7 @@ import zmq
 
 from cadenza._logging import get_logger
 from cadenza.actors.steps import run_work_order
+from cadenza.kernel import Cancellable, Clock, SystemClock
 from cadenza.protocols import (
     MAX_CAPACITY,
     PROTOCOL_VERSION,
@@ -46,7 +47,6 @@ from cadenza.protocols import (
     WireError,
     worker_decoder,
 )
-from cadenza.runtime import Cancellable, Clock, SystemClock
 
 from ._dispatcher import DEFAULT_MAX_MESSAGE
 from ._keys import load_worker_keys

@@ -1,63 +1,17 @@
-"""The generic actor runtime: addresses, inboxes, actors, supervision, clocks.
+"""Deprecated: the actor kernel is `cadenza.kernel` now; this alias goes in the next release.
 
-It knows nothing of workflows. An ``Actor`` handles one message at a time from
-a bounded ``Inbox``; a ``Supervisor`` spawns actors under namespaced
-``Address``es, routes tells and asks to them, restarts them by OTP rules, and
-reports undeliverable messages as ``DeadLetter``s. Time comes from a ``Clock``
-(``FakeClock`` in tests). The run store (``RunStore`` and its memory and
-SQLite implementations) lives here too.
+Renamed so that no reader confuses the actor package with `cadenza.Runtime`, the
+workflow service. Importing this module warns (``DeprecationWarning``) and gives
+the same objects as `cadenza.kernel`.
 """
 
-from ._actor import Actor as Actor
-from ._actor import ActorState as ActorState
-from ._address import Address as Address
-from ._clock import Cancellable as Cancellable
-from ._clock import Clock as Clock
-from ._clock import SystemClock as SystemClock
-from ._fake_clock import FakeClock as FakeClock
-from ._inbox import Inbox as Inbox
-from ._lease import LeaseHolder as LeaseHolder
-from ._ref import ActorRef as ActorRef
-from ._restart import DeadLetter as DeadLetter
-from ._restart import Restart as Restart
-from ._restart import RestartStrategy as RestartStrategy
-from ._restart import SupervisorStatistics as SupervisorStatistics
-from ._slots import Slots as Slots
-from ._sqlite import SCHEMA_VERSION as SCHEMA_VERSION
-from ._sqlite import SqliteRunStore as SqliteRunStore
-from ._store import MemoryRunStore as MemoryRunStore
-from ._store import RunRow as RunRow
-from ._store import RunStore as RunStore
-from ._store import is_under as is_under
-from ._supervisor import Supervisor as Supervisor
-from ._watchdog import LoopBlocked as LoopBlocked
-from ._watchdog import LoopGuard as LoopGuard
-from ._watchdog import LoopWatchdog as LoopWatchdog
+import warnings
 
-__all__ = [
-    "SCHEMA_VERSION",
-    "Actor",
-    "ActorRef",
-    "ActorState",
-    "Address",
-    "Cancellable",
-    "Clock",
-    "DeadLetter",
-    "FakeClock",
-    "Inbox",
-    "LeaseHolder",
-    "LoopBlocked",
-    "LoopGuard",
-    "LoopWatchdog",
-    "MemoryRunStore",
-    "Restart",
-    "RestartStrategy",
-    "RunRow",
-    "RunStore",
-    "Slots",
-    "SqliteRunStore",
-    "Supervisor",
-    "SupervisorStatistics",
-    "SystemClock",
-    "is_under",
-]
+from cadenza.kernel import *  # noqa: F403 -- the alias exports exactly what the kernel does
+from cadenza.kernel import __all__ as __all__
+
+warnings.warn(
+    "cadenza.runtime is now cadenza.kernel; the alias will be removed in the next release",
+    DeprecationWarning,
+    stacklevel=2,
+)

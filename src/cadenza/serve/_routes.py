@@ -22,8 +22,8 @@ from starlette.responses import Response
 from cadenza import Runtime
 from cadenza.actors.run import decode_document
 from cadenza.errors import CadenzaError
+from cadenza.kernel import RunRow
 from cadenza.protocols import FINISHED, Event, MessageRecord, RunResult, RunStatus, Usage
-from cadenza.runtime import RunRow
 from cadenza.workflow import LoadedWorkflow, load_workflow
 
 from ._models import (

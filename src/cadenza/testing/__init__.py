@@ -24,7 +24,7 @@ SIGKILL at a chosen moment (``KillPoint``), resumes it, and
 ``compare_results`` tells how the result differs from an uninterrupted run's.
 """
 
-from cadenza.runtime import FakeClock as FakeClock
+from cadenza.kernel import FakeClock as FakeClock
 
 from ._crash import CrashHarness as CrashHarness
 from ._crash import CrashOutcome as CrashOutcome

@@ -2,7 +2,7 @@
 
 Durability claims are only as good as the crashes they survive, so this
 harness makes real ones: it runs ``cadenza run`` in a child process with a
-failpoint armed (``cadenza.runtime`` failpoints: after N events, in the store's
+failpoint armed (``cadenza.kernel`` failpoints: after N events, in the store's
 transaction, at step boundaries), lets the process kill itself with SIGKILL
 there, runs ``cadenza resume`` (optionally killed again), and compares the
 final result with a golden, uninterrupted run::
@@ -250,7 +250,7 @@ class CrashHarness:
         return restart_to_step(self._events(run_id), resumed.started)
 
     def _events(self, run_id: str) -> list[Event]:
-        from cadenza.runtime import SqliteRunStore
+        from cadenza.kernel import SqliteRunStore
 
         async def read() -> list[Event]:
             store = SqliteRunStore(self.store)

@@ -18,11 +18,11 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
+from cadenza.kernel import FakeClock
 from cadenza.protocols import Event, RunResult
-from cadenza.runtime import FakeClock
 
 if TYPE_CHECKING:
-    from cadenza.runtime import Clock, RunStore
+    from cadenza.kernel import Clock, RunStore
     from cadenza.workflow import LoadedWorkflow, Workflow
 
 __all__ = ["MessageRecorder", "RecordedMessage", "run_workflow"]

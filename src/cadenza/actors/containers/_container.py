@@ -28,9 +28,9 @@ from cadenza.actors.run import (
     StepFinished,
     cancel_parked,
 )
+from cadenza.kernel import Address
+from cadenza.kernel import Cancellable as Timer
 from cadenza.protocols import ErrorInfo, EventType, StepRecord, StepStatus
-from cadenza.runtime import Address
-from cadenza.runtime import Cancellable as Timer
 from cadenza.workflow import LoadedWorkflow, Step, parse_duration
 
 from ._dag import DagController, DagOutcome

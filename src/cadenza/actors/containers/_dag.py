@@ -35,8 +35,8 @@ from cadenza.actors.run import (
     StepFinished,
     work_error,
 )
+from cadenza.kernel import Actor, Address
 from cadenza.protocols import ErrorInfo, StepRecord
-from cadenza.runtime import Actor, Address
 from cadenza.workflow import LoadedWorkflow, Step, compile_expression
 
 __all__ = ["DagController", "DagOutcome"]

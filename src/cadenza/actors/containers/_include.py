@@ -23,8 +23,8 @@ from typing import Any
 import msgspec
 
 from cadenza.actors.run import Cancellable, Placement, RunContext, Scope, work_error
+from cadenza.kernel import Address
 from cadenza.protocols import StepRecord
-from cadenza.runtime import Address
 from cadenza.workflow import (
     Expression,
     LoadedWorkflow,

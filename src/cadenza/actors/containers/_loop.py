@@ -29,8 +29,8 @@ from cadenza.actors.run import (
     StepFinished,
     work_error,
 )
+from cadenza.kernel import Address
 from cadenza.protocols import ErrorInfo, EventType, LoopSummary, StepRecord, StepStatus
-from cadenza.runtime import Address
 from cadenza.workflow import LoadedWorkflow, Loop, Step, compile_expression, parse_duration
 
 from ._container import Container, Outcome, amend

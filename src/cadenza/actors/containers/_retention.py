@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from cadenza.actors.run import CHECKPOINT
+from cadenza.kernel import is_under
 from cadenza.protocols import StepRecord
-from cadenza.runtime import is_under
 
 if TYPE_CHECKING:
     from ._loop import LoopController

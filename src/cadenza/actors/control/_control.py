@@ -37,9 +37,9 @@ import msgspec
 from cadenza.actors.containers import Container, Outcome
 from cadenza.actors.run import STEP_REPLAYED, Placement, StepFinished, work_error
 from cadenza.actors.steps import ask_person
+from cadenza.kernel import Address
+from cadenza.kernel import Cancellable as Timer
 from cadenza.protocols import ErrorInfo, Event, StepRecord
-from cadenza.runtime import Address
-from cadenza.runtime import Cancellable as Timer
 from cadenza.workflow import LoadedWorkflow, parse_duration, parse_template
 
 from ._control_log import DecisionLog

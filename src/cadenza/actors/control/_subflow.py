@@ -24,7 +24,7 @@ import anyio
 
 from cadenza.actors.containers import ChildWorkflow, Container, LoopController, output_hook
 from cadenza.actors.run import Cancellable, Placement, Report, RunContext, Scope
-from cadenza.runtime import Address
+from cadenza.kernel import Address
 from cadenza.workflow import (
     LoadedWorkflow,
     Step,

@@ -16,9 +16,9 @@ from contextlib import AbstractAsyncContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
+from cadenza.kernel import Actor, Address, Clock, Slots, Supervisor
 from cadenza.llm import ProviderRegistry
 from cadenza.protocols import ErrorInfo, StepRecord
-from cadenza.runtime import Actor, Address, Clock, Slots, Supervisor
 from cadenza.workflow import LoadedWorkflow, MemoryWindow, Options, State, Step
 
 from ._budget import TokenBudget

@@ -21,6 +21,8 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from cadenza._redact import known_secrets, scrub
+from cadenza.kernel import RunStore
+from cadenza.kernel._failpoints import failpoint
 from cadenza.protocols import (
     ErrorInfo,
     Event,
@@ -36,8 +38,6 @@ from cadenza.protocols import (
     format_duration,
     timestamp,
 )
-from cadenza.runtime import RunStore
-from cadenza.runtime._failpoints import failpoint
 
 if TYPE_CHECKING:
     from ._replay import Replay

@@ -13,7 +13,7 @@ from collections import deque
 
 import msgspec
 
-from cadenza.runtime import Address
+from cadenza.kernel import Address
 
 __all__ = [
     "COORDINATOR",

@@ -26,8 +26,8 @@ from typing import Any
 import msgspec
 
 from cadenza.errors import CorruptRecord
+from cadenza.kernel import Actor
 from cadenza.protocols import Event, EventType, StepRecord, Tokens
-from cadenza.runtime import Actor
 
 from ._journal import STEP_REPLAYED, STEP_WAITING, RunJournal
 from ._outcome import Report, StepFinished

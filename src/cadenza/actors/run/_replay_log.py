@@ -24,9 +24,9 @@ from typing import Any
 
 import msgspec
 
+from cadenza.kernel import Address
 from cadenza.llm import Message
 from cadenza.protocols import Event, EventType, MessageRecord, Tokens
-from cadenza.runtime import Address
 
 from ._journal import AGENT_MEMORY
 from ._messages import MSG_TYPES, AgentMessage

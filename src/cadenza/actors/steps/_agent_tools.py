@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from cadenza.actors.run import StepFailure
+from cadenza.kernel import Clock
 from cadenza.llm import ToolSpec
-from cadenza.runtime import Clock
 from cadenza.workflow import Agent, FileRefused, resolve_inside
 
 from ._tool_step import BUILTIN_TOOLS, CallSite, builtin

@@ -26,8 +26,8 @@ from cadenza.actors.run import (
     cancel_parked,
     work_error,
 )
+from cadenza.kernel import LoopBlocked, LoopWatchdog
 from cadenza.protocols import ErrorInfo, EventType, StepRecord, StepStatus, Tokens
-from cadenza.runtime import LoopBlocked, LoopWatchdog
 from cadenza.workflow import Step, parse_duration, parse_template
 
 from ._agent import AgentVisit, run_agent

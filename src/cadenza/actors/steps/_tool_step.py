@@ -37,8 +37,8 @@ import msgspec
 from cadenza._redact import redact
 from cadenza.actors.run import StepFailure
 from cadenza.errors import ExpressionEvaluationError
+from cadenza.kernel import Clock
 from cadenza.protocols import ErrorInfo
-from cadenza.runtime import Clock
 from cadenza.workflow import compile_expression, preview, quote, type_name
 
 from ._command import run_command

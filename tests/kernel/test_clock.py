@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from cadenza.runtime import Clock, FakeClock, SystemClock
+from cadenza.kernel import Clock, FakeClock, SystemClock
 
 
 async def test_fake_time_moves_only_with_advance() -> None:

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from cadenza.errors import ActorStopped, AskTimeout, InboxFull
-from cadenza.runtime import (
+from cadenza.kernel import (
     Actor,
     ActorRef,
     ActorState,

@@ -11,7 +11,7 @@ import pytest
 
 from cadenza._logging import FIELDS
 from cadenza.errors import ActorStopped, AddressError, InboxFull, SupervisorEscalation
-from cadenza.runtime import (
+from cadenza.kernel import (
     Actor,
     ActorState,
     Address,
@@ -143,7 +143,7 @@ async def test_dead_letters_are_logged_by_default(caplog: pytest.LogCaptureFixtu
             await sup.tell("nobody", Ping())
     assert [(r.name, r.levelname, r.getMessage(), getattr(r, FIELDS)) for r in caplog.records] == [
         (
-            "cadenza.runtime",
+            "cadenza.kernel",
             "WARNING",
             "dead_letter",
             {"address": "nobody", "message_type": "Ping", "reason": "no such actor"},

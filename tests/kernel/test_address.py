@@ -7,7 +7,7 @@ import pickle
 import pytest
 
 from cadenza.errors import AddressError
-from cadenza.runtime import Address
+from cadenza.kernel import Address
 
 GOOD = [
     "a",

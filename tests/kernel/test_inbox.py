@@ -9,7 +9,7 @@ import anyio
 import pytest
 
 from cadenza.errors import ActorStopped, InboxFull
-from cadenza.runtime import Inbox
+from cadenza.kernel import Inbox
 
 Settle = Callable[[], Awaitable[None]]  # the `settle` fixture from conftest.py
 

@@ -6,7 +6,7 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 
-from cadenza.runtime import FakeClock
+from cadenza.kernel import FakeClock
 
 Settle = Callable[[], Awaitable[None]]
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from cadenza.errors import ActorStopped, SupervisorEscalation
-from cadenza.runtime import (
+from cadenza.kernel import (
     Actor,
     ActorRef,
     ActorState,

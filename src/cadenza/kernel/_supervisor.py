@@ -50,7 +50,7 @@ class Supervisor(SupervisionCore):
             by default.
         inbox_size: The default capacity of an actor's inbox.
         on_dead_letter: Called with each undeliverable message; by default
-            it is logged (``dead_letter`` on the ``cadenza.runtime`` logger).
+            it is logged (``dead_letter`` on the ``cadenza.kernel`` logger).
         on_crash: Called with the address and error of every crash, before
             the restart decision; by default it is logged (``actor_crashed``).
             If a callback raises, the supervisor cancels its actors and the

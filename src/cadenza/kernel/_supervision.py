@@ -35,7 +35,7 @@ from ._restart import (
 
 __all__ = ["Phase", "SupervisionCore"]
 
-_log = get_logger("cadenza.runtime")
+_log = get_logger("cadenza.kernel")
 
 
 class Phase(enum.Enum):

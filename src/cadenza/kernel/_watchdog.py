@@ -38,7 +38,7 @@ from cadenza._logging import get_logger
 
 __all__ = ["LoopBlocked", "LoopGuard", "LoopWatchdog"]
 
-_log = get_logger("cadenza.runtime")
+_log = get_logger("cadenza.kernel")
 
 
 class LoopBlocked(BaseException):

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from cadenza.runtime import Slots
+from cadenza.kernel import Slots
 
 
 def test_take_succeeds_until_the_slots_are_gone_and_give_frees_one() -> None:
