@@ -34,6 +34,7 @@
     │   └── LLMResponseError     the answer could not be read
     ├── BudgetExceeded           (cadenza.actors) ``options.maxTokens`` is spent
     ├── HandlerError             (cadenza.actors) a ``handler`` cannot be imported or called
+    ├── McpUnavailable           (cadenza.actors) an MCP server did not start or list its tools
     ├── LoopError                (cadenza.loops) a loop SDK run did not end as asked
     ├── TelemetryUnavailable     (cadenza.telemetry) OpenTelemetry is not installed
     ├── ServeError               (cadenza.serve) the viewer cannot start

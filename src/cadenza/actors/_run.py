@@ -20,6 +20,7 @@ import asyncio
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -51,6 +52,7 @@ from .run import (
     RUN_RESUMED,
     AgentMessage,
     Drain,
+    McpHost,
     Replay,
     RunContext,
     RunJournal,
@@ -151,8 +153,13 @@ async def execute_run(setup: RunSetup) -> RunResult:
     await _record_start(setup)
     started = clock.now()
     scope = Scope()
-    async with ProviderRegistry(clock=clock, http=setup.http) as providers:
-        ending, context = await _drive(setup, providers, scope)
+    servers = setup.document.workflow.mcp_servers
+    mcp = McpHost(servers, setup.document.base_dir) if servers else None
+    async with (
+        ProviderRegistry(clock=clock, http=setup.http) as providers,
+        mcp if mcp is not None else nullcontext(),
+    ):
+        ending, context = await _drive(setup, providers, scope, mcp)
     control = setup.control
     status, error = _final_status(ending.outcome, control, ending.timed_out, ending.crashes)
     if context.failure is not None:
@@ -223,7 +230,7 @@ async def _record_start(setup: RunSetup) -> None:
 
 
 async def _drive(
-    setup: RunSetup, providers: ProviderRegistry, scope: Scope
+    setup: RunSetup, providers: ProviderRegistry, scope: Scope, mcp: McpHost | None
 ) -> tuple[_Ending, RunContext]:
     """Runs the root (a DAG, or a workflow-level loop) under a supervisor until it reports."""
     journal, clock, document = setup.journal, setup.clock, setup.document
@@ -254,6 +261,7 @@ async def _drive(
     supervising = Supervisor(clock=clock, on_crash=on_crash, on_dead_letter=on_dead_letter)
     async with supervising as supervisor:
         context = _context(setup, supervisor, providers)
+        context.mcp = mcp
         timer = _run_timeout(context, ending.timed_out)
         supervisor.spawn(COORDINATOR, lambda: Coordinator(context, document), inbox_size=INBOX_SIZE)
         if document.workflow.loop is None:

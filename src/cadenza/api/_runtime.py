@@ -445,6 +445,11 @@ class Runtime:
         if self._group is None:
             raise CadenzaError("the runtime is not running; use it as 'async with Runtime()'")
         document = _as_document(workflow)
+        if self.workers is not None and document.workflow.mcp_servers:
+            raise InputError(
+                "this workflow declares mcpServers, and MCP servers run in the supervisor's"
+                " process: run it without remote workers (its steps would run elsewhere)"
+            )
         resolved = resolve_inputs(document.workflow.inputs, inputs or {})
         run_id = run_id or new_run_id()
         if run_id in self._runs or await self.store.get_run(run_id) is not None:

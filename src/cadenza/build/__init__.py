@@ -59,6 +59,7 @@ from cadenza.errors import PredicateNotRegistered as PredicateNotRegistered
 from cadenza.workflow import Agent as Agent
 from cadenza.workflow import ControlLimits as ControlLimits
 from cadenza.workflow import LoadedWorkflow as LoadedWorkflow
+from cadenza.workflow import McpServer as McpServer
 from cadenza.workflow import Options as Options
 from cadenza.workflow import ScriptReply as ScriptReply
 
@@ -68,6 +69,7 @@ __all__ = [
     "BuiltStep",
     "ControlLimits",
     "LoadedWorkflow",
+    "McpServer",
     "Options",
     "PredicateContext",
     "PredicateNotRegistered",

@@ -48,6 +48,7 @@ from cadenza.workflow import (
     InputSpec,
     LoadedWorkflow,
     Loop,
+    McpServer,
     MemoryWindow,
     Options,
     ScriptReply,
@@ -915,6 +916,7 @@ def workflow(
     max_tokens: int | None = None,
     options: Options | None = None,
     base_dir: str | os.PathLike[str] | None = None,
+    mcp_servers: Mapping[str, McpServer] | None = None,
 ) -> LoadedWorkflow:
     """A workflow, validated by the same rules as a file; `Runtime.run` takes it as it is.
 
@@ -934,6 +936,8 @@ def workflow(
             The run's options (or all of them as ``options``).
         base_dir: Where relative paths (includes, ``@file``, ``cwd``) resolve;
             default: the current directory.
+        mcp_servers: MCP tool servers its agents may name in ``tools``
+            (``{"time": McpServer(command="mcp-server-time")}``).
 
     Raises:
         WorkflowError: Every problem found, each with its document path
@@ -974,6 +978,7 @@ def workflow(
         coordinator=Coordinator(agent=coordinator) if isinstance(coordinator, str) else coordinator,
         output=_expression(output, "output"),
         loop=loop,
+        mcp_servers=dict(mcp_servers or {}),
     )
     directory = None if base_dir is None else Path(base_dir)
     return build_loaded(document, base_dir=directory, includes=found_includes)

@@ -33,6 +33,7 @@ from ._problems import WorkflowError as WorkflowError
 from ._python import AsyncPythonExpression as AsyncPythonExpression
 from ._python import python_expression as python_expression
 from ._python import register_python as register_python
+from ._spec import AGENT_BUILTINS as AGENT_BUILTINS
 from ._spec import DEFAULT_MAX_CONCURRENCY as DEFAULT_MAX_CONCURRENCY
 from ._spec import DEFAULT_MAX_TURNS as DEFAULT_MAX_TURNS
 from ._spec import Agent as Agent
@@ -45,6 +46,7 @@ from ._spec import Graph as Graph
 from ._spec import Human as Human
 from ._spec import InputSpec as InputSpec
 from ._spec import Loop as Loop
+from ._spec import McpServer as McpServer
 from ._spec import MemoryWindow as MemoryWindow
 from ._spec import Options as Options
 from ._spec import ScriptReply as ScriptReply
@@ -59,6 +61,7 @@ from ._template import has_template as has_template
 from ._template import parse_template as parse_template
 
 __all__ = [
+    "AGENT_BUILTINS",
     "DEFAULT_MAX_CONCURRENCY",
     "DEFAULT_MAX_TURNS",
     "Agent",
@@ -75,6 +78,7 @@ __all__ = [
     "InputSpec",
     "LoadedWorkflow",
     "Loop",
+    "McpServer",
     "MemoryWindow",
     "Options",
     "Problem",

@@ -17,6 +17,7 @@ from typing import Any, Literal
 import msgspec
 
 __all__ = [
+    "AGENT_BUILTINS",
     "DEFAULT_MAX_CONCURRENCY",
     "DEFAULT_MAX_TURNS",
     "Agent",
@@ -29,6 +30,7 @@ __all__ = [
     "Human",
     "InputSpec",
     "Loop",
+    "McpServer",
     "MemoryWindow",
     "Options",
     "ScriptReply",
@@ -91,6 +93,27 @@ class ScriptReply(_Spec, frozen=True):
 
     content: str | None = None
     tool_calls: list[ScriptToolCall] = []
+
+
+class McpServer(_Spec, frozen=True):
+    """An MCP tool server an agent may use (``mcpServers:``): a command (stdio) or a URL.
+
+    ``env`` and ``headers`` values may name environment variables as ``${VAR}``;
+    their values are treated as secrets (never recorded).
+    """
+
+    command: str | None = None
+    args: list[str] = []
+    env: dict[str, str] = {}
+    cwd: str | None = None
+    url: str | None = None
+    headers: dict[str, str] = {}
+    timeout: str = "60s"
+    """How long one tool call may take; past it the call fails and the model is told."""
+
+
+AGENT_BUILTINS = frozenset(("bash", "read", "write", "glob", "grep"))
+"""zenflow's built-in tools an agent may be given (``tools:``)."""
 
 
 class Agent(_Spec, frozen=True):
@@ -303,6 +326,7 @@ class Workflow(_Spec, frozen=True):
     coordinator: Coordinator | None = None
     output: str | None = None
     loop: Loop | None = None
+    mcp_servers: dict[str, McpServer] = {}
 
 
 _DURATION = re.compile(r"^(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import importlib.machinery
 import importlib.util
+import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -32,7 +33,18 @@ from ._references import (
     read_reference,
 )
 from ._scopes import check_scope, declared_ids
-from ._spec import Control, Graph, Human, Loop, State, Step, Workflow
+from ._spec import (
+    AGENT_BUILTINS,
+    Control,
+    Graph,
+    Human,
+    Loop,
+    McpServer,
+    State,
+    Step,
+    Workflow,
+    parse_duration,
+)
 from ._template import has_template
 
 __all__ = ["MAX_NESTING", "IncludeLoader", "Validator"]
@@ -112,7 +124,11 @@ class Validator:
                     resolve_inputs({name: spec}, {name: spec.default})
                 except InputError as exc:
                     self.add(("inputs", name, "default"), f"the default does not fit: {exc}")
+        for name, server in wf.mcp_servers.items():
+            self._mcp_server(("mcpServers", name), name, server)
         for name, agent in wf.agents.items():
+            for index, tool in enumerate(agent.tools or ()):
+                self._agent_tool(("agents", name, "tools", index), tool)
             if agent.prompt is not None and agent.prompt.startswith("@"):
                 self._read(("agents", name, "prompt"), agent.prompt)
             if agent.result_schema is not None:
@@ -331,6 +347,44 @@ class Validator:
         )
         return False
 
+    def _mcp_server(self, path: DocPath, name: str, server: McpServer) -> None:
+        if not _MCP_NAME.match(name):
+            self.add(path, f"MCP server name {name!r} must match {_MCP_NAME.pattern}")
+        try:
+            parse_duration(server.timeout)
+        except ValueError as error:
+            self.add((*path, "timeout"), str(error))
+        if (server.command is None) == (server.url is None):
+            self.add(path, "give an MCP server either command (stdio) or url (streamable HTTP)")
+        elif server.command is not None and server.headers:
+            self.add((*path, "headers"), "headers apply to a url server only")
+        elif server.url is not None:
+            for key in ("args", "env", "cwd"):
+                if getattr(server, key):
+                    self.add((*path, key), f"{key} applies to a command server only")
+            if not server.url.startswith(("http://", "https://")):
+                self.add((*path, "url"), f"{server.url!r} is not an http(s) URL")
+
+    def _agent_tool(self, path: DocPath, tool: str) -> None:
+        """A name in ``tools:``: a built-in, ``SERVER`` or ``SERVER.TOOL``, or ``module:fn``.
+
+        zenflow lets a bare name match nothing (its documents list tools of their
+        own runtimes), so a bare unknown name is refused only in a workflow that
+        declares ``mcpServers:``, where it is most likely a misspelt server.
+        """
+        if ":" in tool or tool in AGENT_BUILTINS or tool in _MESSAGE_TOOLS:
+            return
+        server = tool.split(".", 1)[0]
+        servers = self.workflow.mcp_servers
+        if server not in servers and ("." in tool or servers):
+            known = sorted(self.workflow.mcp_servers) or ["none declared"]
+            self.add(
+                path,
+                f"unknown tool {tool!r}: not a built-in ({', '.join(sorted(AGENT_BUILTINS))}),"
+                f" not 'module:function', and {server!r} is no MCP server"
+                f" (mcpServers: {', '.join(known)})",
+            )
+
     def _handler(self, path: DocPath, reference: str) -> None:
         """A handler whose module can be found nowhere fails at load, not mid-run.
 
@@ -361,6 +415,10 @@ class Validator:
         if content is not None:
             self.replacements[path] = content
         return content
+
+
+_MCP_NAME = re.compile(r"^[a-z][a-z0-9_-]{0,63}$")
+_MESSAGE_TOOLS = frozenset(("send_message", "submit_result"))
 
 
 def _dependencies(steps: list[Step]) -> dict[str, frozenset[str]]:

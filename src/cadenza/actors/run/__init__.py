@@ -24,6 +24,8 @@ from ._journal import STEP_REPLAYED as STEP_REPLAYED
 from ._journal import STEP_WAITING as STEP_WAITING
 from ._journal import EventSink as EventSink
 from ._journal import RunJournal as RunJournal
+from ._mcp import McpHost as McpHost
+from ._mcp import McpUnavailable as McpUnavailable
 from ._messages import COORDINATOR as COORDINATOR
 from ._messages import INBOX_BYTES as INBOX_BYTES
 from ._messages import INBOX_SIZE as INBOX_SIZE
@@ -61,6 +63,8 @@ __all__ = [
     "Cancellable",
     "Drain",
     "EventSink",
+    "McpHost",
+    "McpUnavailable",
     "Outgoing",
     "PlacedActor",
     "Placement",

@@ -23,6 +23,7 @@ from cadenza.workflow import LoadedWorkflow, MemoryWindow, Options, State, Step
 
 from ._budget import TokenBudget
 from ._journal import RunJournal
+from ._mcp import McpHost
 from ._outcome import Report
 
 if TYPE_CHECKING:
@@ -136,6 +137,8 @@ class RunContext:
     """Where leaf steps run when the run has remote workers (None: in this process)."""
     spawn_step: SpawnStep = _no_containers
     """Starts the actor of a step; the run wires the one that knows every step kind."""
+    mcp: McpHost | None = None
+    """The run's MCP servers (None: the workflow declares none)."""
     budget: TokenBudget | None = None
     """The gate of ``options.maxTokens``, made on the first model call."""
 

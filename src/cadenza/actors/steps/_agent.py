@@ -32,6 +32,7 @@ from cadenza.protocols import ErrorInfo, Tokens
 from cadenza.workflow import Agent, LoadedWorkflow, MemoryWindow
 
 from ._agent_tools import agent_builtins, builtin_names
+from ._mcp_tools import mcp_tools
 from ._prompt import build_prompt, cap, read_context_files
 from ._tools import Tool, ToolError, python_tool, schema_errors
 
@@ -299,6 +300,8 @@ async def run_agent(run: RunContext, document: LoadedWorkflow, visit: AgentVisit
         script = agent.script if agent is not None and provider == "scripted" else None
         client = providers.client(provider, script=script, key=visit.agent_name or visit.address)
         _tools(conversation, document, can_send=visit.can_send_messages)
+        for tool in await mcp_tools(run, agent, visit.address):
+            conversation.offer(tool)
         for tool in visit.extra_tools:
             conversation.offer(tool)
         prompt = build_prompt(

@@ -1,0 +1,121 @@
+"""An agent's tools from MCP servers: ``tools: [SERVER]`` or ``[SERVER.TOOL]``.
+
+The run's `McpHost` starts the servers; here their tools become `Tool`s the
+model is offered as ``SERVER__TOOL`` (function names cannot hold a dot). A call
+that fails (the server crashed, did not answer within its ``timeout``, or sent
+something unreadable) is answered to the model with what went wrong, and
+recorded as an ``mcp_tool_failed`` event; the step goes on. A server that does
+not start fails the step, naming it.
+
+zenflow's rule decides what is offered: only servers named in ``tools`` (a
+server is a process: an agent without ``tools`` gets the built-ins, not every
+server), less what ``disallowedTools`` names (``SERVER`` or ``SERVER.TOOL``).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING, Any, NoReturn
+
+import anyio
+import msgspec
+
+from cadenza.actors.run import RunContext
+from cadenza.llm import ToolSpec
+from cadenza.workflow import Agent, parse_duration
+
+from ._tools import Tool, ToolError
+
+if TYPE_CHECKING:
+    from mcp import ClientSession
+
+__all__ = ["mcp_tools"]
+
+MCP_TOOL_FAILED = "mcp_tool_failed"
+"""A call to an MCP server's tool failed; data ``{server, tool, error}``."""
+
+_NAME = re.compile(r"[^a-zA-Z0-9_-]")
+
+
+async def mcp_tools(run: RunContext, agent: Agent | None, address: str) -> list[Tool]:
+    """The MCP tools ``agent`` is given, its servers started if they were not yet.
+
+    Raises:
+        McpUnavailable: A server it names did not start or did not list its tools.
+    """
+    host = run.mcp
+    if host is None or agent is None or not agent.tools:
+        return []
+    denied = set(agent.disallowed_tools or ())
+    wanted: dict[str, set[str] | None] = {}  # server -> its tools named (None: all)
+    for reference in agent.tools:
+        server, _, tool = reference.partition(".")
+        if ":" in reference or server not in host.servers or {reference, server} & denied:
+            continue
+        if not tool:
+            wanted[server] = None
+        else:
+            named = wanted.setdefault(server, set())
+            if named is not None:
+                named.add(tool)
+    tools = []
+    for server, names in wanted.items():
+        session = await host.session(server)
+        timeout = parse_duration(host.servers[server].timeout)
+        for listed in await host.tools(server):
+            if (names is None or listed.name in names) and f"{server}.{listed.name}" not in denied:
+                spec = ToolSpec(
+                    name=_NAME.sub("_", f"{server}__{listed.name}")[:64],
+                    description=listed.description or f"{listed.name} ({server})",
+                    parameters=dict(listed.input_schema or {"type": "object"}),
+                )
+                caller = _caller(run, address, session, server, listed.name, timeout)
+                tools.append(Tool(spec, caller))
+    return tools
+
+
+def _caller(
+    run: RunContext,
+    address: str,
+    session: ClientSession,
+    server: str,
+    tool: str,
+    timeout: float,
+) -> Any:
+    async def call(arguments: dict[str, Any]) -> str:
+        try:
+            with anyio.fail_after(timeout):
+                result = await session.call_tool(tool, arguments)
+        except TimeoutError:
+            _failed(run, address, server, tool, f"no answer within {timeout:g}s")
+        except Exception as error:  # a crashed server, a broken pipe, garbage on the wire
+            _failed(run, address, server, tool, f"{type(error).__name__}: {error}")
+        text = _text(result)
+        if getattr(result, "is_error", False):
+            raise ToolError(text or f"{server}.{tool} reported an error")
+        return text
+
+    return call
+
+
+def _failed(run: RunContext, address: str, server: str, tool: str, error: str) -> NoReturn:
+    message = f"MCP server {server!r} failed on {tool}: {error}"
+    data = {"server": server, "tool": tool, "error": error}
+    run.journal.emit(MCP_TOOL_FAILED, step_id=address, error=message, data=data)
+    raise ToolError(message)
+
+
+def _text(result: Any) -> str:
+    """What the model reads of a result: its text parts, else its structured content."""
+    parts = []
+    for item in getattr(result, "content", None) or ():
+        text = getattr(item, "text", None)
+        if isinstance(text, str):
+            parts.append(text)
+        else:
+            kind = getattr(item, "mime_type", None) or getattr(item, "type", "content")
+            parts.append(f"[{kind}]")
+    if parts:
+        return "\n".join(parts)
+    structured = getattr(result, "structured_content", None)
+    return msgspec.json.encode(structured).decode() if structured is not None else ""
