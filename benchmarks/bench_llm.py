@@ -48,10 +48,18 @@ _REQUEST = LLMRequest(
 _RULES = [ServerRule(["A fugue returns, changed, three times; the third time it resolves."])]
 
 
-async def _bare_calls_per_s(environ: dict[str, str], calls: int) -> float:
+async def _bare_calls_per_s(environ: dict[str, str], calls: int, *, stream: bool = False) -> float:
+    """The floor: pre-encoded requests through httpx, the reply parsed with ``json``.
+
+    With ``stream`` the request asks for a streamed reply (as Cadenza's agent
+    steps do) and the floor reads its server-sent events line by line, each
+    ``data`` line parsed: what the smallest hand-written streaming client does.
+    """
     url = f"{environ['OPENAI_BASE_URL']}/chat/completions"
+    extra = {"stream": True, "stream_options": {"include_usage": True}} if stream else {}
     body = json.dumps(
         {
+            **extra,
             "model": _REQUEST.model,
             "messages": [{"role": m.role, "content": m.content} for m in _REQUEST.messages],
             "tools": [
@@ -75,7 +83,14 @@ async def _bare_calls_per_s(environ: dict[str, str], calls: int) -> float:
             response.raise_for_status()
             response.json()
 
-        return await _rate(one, calls)
+        async def one_streamed() -> None:
+            async with http.stream("POST", url, content=body, headers=headers) as response:
+                response.raise_for_status()
+                async for line in response.aiter_lines():
+                    if line.startswith("data: ") and line != "data: [DONE]":
+                        json.loads(line[6:])
+
+        return await _rate(one_streamed if stream else one, calls)
 
 
 async def _provider_calls_per_s(environ: dict[str, str], calls: int) -> float:

@@ -67,6 +67,11 @@ def test_the_stream_follows_a_run_as_it_happens(tmp_path: Path, critic: HeldCrit
             stream = messages(response)
             before = until_step_starts(stream, "reflection.0.critique")
             assert json.loads(before[0]["data"])["type"] == "workflow_start"
+            # The writer's model streamed its draft: the viewer gets it as it was written.
+            streamed = [json.loads(m["data"]) for m in before if m.get("event") == "agent_delta"]
+            assert all("id" not in m for m in before if m.get("event") == "agent_delta")
+            assert "".join(e["data"]["text"] for e in streamed) == "Draft one"
+            assert {e["stepId"] for e in streamed} == {"reflection.0.write"}
             state = client.get("/api/runs/live").json()
             assert (state["status"], state["live"]) == ("running", True)
 
@@ -76,7 +81,7 @@ def test_the_stream_follows_a_run_as_it_happens(tmp_path: Path, critic: HeldCrit
             rest = list(stream)
         assert rest[-1]["event"] == "end"
         assert json.loads(rest[-1]["data"])["status"] == "waiting"
-        ids = [int(m["id"]) for m in rest[:-1]]
+        ids = [int(m["id"]) for m in rest[:-1] if "id" in m]
         assert ids == sorted(ids)
         waiting = json.loads(rest[-2]["data"])
         assert (waiting["type"], waiting["data"]["status"]) == ("workflow_end", "waiting")

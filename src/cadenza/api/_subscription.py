@@ -122,6 +122,8 @@ class EventSubscription:
                 self._wakeup = asyncio.get_running_loop().create_future()
                 await self._wakeup
                 continue
+            if event.type == EventType.AGENT_DELTA:
+                return event  # shown live, never stored, not numbered
             if event.seq <= self._last:
                 continue
             self._last = event.seq

@@ -101,7 +101,8 @@ def _containers(addresses: Iterable[str]) -> set[str]:
 class LiveProgress:
     """Live progress on a terminal: what ended scrolls up; below it, what runs now.
 
-    Each line of the running list says how long the step has been running; the
+    Each line of the running list says how long the step has been running and,
+    for an agent whose model streams, the end of what it is writing now; the
     list is redrawn on every event and by `keep_time`, and erased when the run
     ends, before the summary is printed. Only the innermost running addresses
     are listed (a loop's iteration step, not the loop and the iteration too).
@@ -122,9 +123,13 @@ class LiveProgress:
     def __init__(self, stream: TextIO) -> None:
         self.stream = stream
         self.running: dict[str, float] = {}  # address -> when it started (monotonic)
+        self.writing: dict[str, str] = {}  # address -> the end of its agent's streamed text
         self.drawn = 0  # lines of the running list on the screen now
 
     def __call__(self, event: Event) -> None:
+        if event.type == EventType.AGENT_DELTA:
+            self._streamed(event)
+            return
         line = self._line(event)
         if self._track(event) or line is not None:
             self._draw([] if line is None else [line])
@@ -145,6 +150,16 @@ class LiveProgress:
         self.running.clear()
         self._draw([])
 
+    def _streamed(self, event: Event) -> None:
+        address = event.step_id
+        text = (event.data or {}).get("text")
+        if address in self.running and isinstance(text, str):
+            tail = " ".join((self.writing.get(address, "") + text).split())
+            self.writing[address] = tail[-self._TAIL :]
+            self._draw([])
+
+    _TAIL = 240  # characters of streamed text kept per step; a line shows what fits
+
     def _track(self, event: Event) -> bool:
         """Keeps the running list; whether it changed."""
         address = event.step_id
@@ -153,9 +168,11 @@ class LiveProgress:
             return True
         if event.type in self._ENDINGS and address in self.running:
             del self.running[address]
+            self.writing.pop(address, None)
             return True
         if event.type in (EventType.WORKFLOW_END, RUN_INTERRUPTED) and self.running:
             self.running.clear()
+            self.writing.clear()
             return True
         return False
 
@@ -200,10 +217,16 @@ class LiveProgress:
         holding = _containers(self.running)
         innermost = [address for address in self.running if address not in holding]
         now = time.monotonic()
-        lines = [
-            f"  {_MARKS['running']} {address}  running {elapsed(now - self.running[address])}"
-            for address in innermost[: self.SHOWN]
-        ]
+        lines = []
+        for address in innermost[: self.SHOWN]:
+            line = (
+                f"  {_MARKS['running']} {address}  running {elapsed(now - self.running[address])}"
+            )
+            writing = self.writing.get(address)
+            if writing:  # the newest words, the line's end: what fits before the width
+                room = width - len(line) - 4
+                line += f"  │ {writing[-room:]}" if room > 10 else ""
+            lines.append(line)
         if len(innermost) > self.SHOWN:
             lines.append(f"  … and {len(innermost) - self.SHOWN} more running")
         return [line[:width] for line in lines]

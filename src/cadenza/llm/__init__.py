@@ -28,6 +28,7 @@ from ._registry import parse_model as parse_model
 from ._retry import RetryPolicy as RetryPolicy
 from ._scripted import ScriptReplyLike as ScriptReplyLike
 from ._types import Completion as Completion
+from ._types import DeltaHook as DeltaHook
 from ._types import LLMClient as LLMClient
 from ._types import LLMRequest as LLMRequest
 from ._types import LLMUsage as LLMUsage
@@ -40,6 +41,7 @@ from ._types import ToolSpec as ToolSpec
 __all__ = [
     "PROVIDERS",
     "Completion",
+    "DeltaHook",
     "LLMClient",
     "LLMConfigError",
     "LLMConnectionError",

@@ -15,6 +15,7 @@ from typing import Annotated, Any, Final
 import msgspec
 
 from ._errors import LLMResponseError
+from ._stream import AnthropicStream
 from ._types import Completion, LLMRequest, LLMUsage, Message, ToolCall
 from ._wire import WireFormat
 
@@ -64,7 +65,7 @@ _encoder = msgspec.json.Encoder()
 _arguments_decoder = msgspec.json.Decoder(dict[str, Any])
 
 
-def encode_anthropic(request: LLMRequest) -> bytes:
+def encode_anthropic(request: LLMRequest, *, stream: bool = False) -> bytes:
     """The Messages API request body for ``request``."""
     system = [m.content for m in request.messages if m.role == "system" and m.content]
     turns: list[dict[str, Any]] = []
@@ -95,6 +96,8 @@ def encode_anthropic(request: LLMRequest) -> bytes:
         body["temperature"] = request.temperature
     if request.top_p is not None:
         body["top_p"] = request.top_p
+    if stream:
+        body["stream"] = True
     return _encoder.encode(body)
 
 
@@ -184,5 +187,6 @@ ANTHROPIC_WIRE = WireFormat(
     decode=decode_anthropic,
     auth_headers=_api_key,
     extra_headers=(("anthropic-version", ANTHROPIC_VERSION),),
+    stream=AnthropicStream,
 )
 """The Messages API: ``POST {base}/v1/messages``."""

@@ -28,7 +28,8 @@ from ._errors import (
     LLMTimeout,
 )
 from ._retry import RetryPolicy, is_retryable_status
-from ._types import RetryHook
+from ._stream import SSEParser, StreamAssembler, StreamError, StreamFactory
+from ._types import DeltaHook, RetryHook
 
 __all__ = ["DEFAULT_MAX_BODY", "HTTPCaller"]
 
@@ -93,7 +94,8 @@ class HTTPCaller:
         secrets: frozenset[str],
         on_retry: RetryHook | None = None,
         max_attempts: int | None = None,
-    ) -> tuple[bytes, int]:
+        stream: tuple[StreamFactory, DeltaHook] | None = None,
+    ) -> tuple[bytes | StreamAssembler, int]:
         """POST ``body`` to ``url`` until a 2xx answer or a final failure.
 
         Args:
@@ -105,15 +107,20 @@ class HTTPCaller:
             on_retry: Called as ``on_retry(attempt, reason)`` before each backoff.
             max_attempts: Overrides the policy's attempts for this call (a
                 step's ``maxRetries`` + 1).
+            stream: For a streamed request, the assembler's factory and the
+                hook its text fragments go to. A 2xx ``text/event-stream``
+                reply is then read event by event as it arrives.
 
         Returns:
-            The 2xx response body and the number of attempts it took.
+            The 2xx response (its body, or the assembler that read its stream)
+            and the number of attempts it took.
 
         Raises:
             LLMHTTPError: A non-retryable status, or 429/5xx on the last attempt.
             LLMConnectionError: A connection failure on the last attempt.
             LLMTimeout: The last attempt ran past the deadline.
-            LLMResponseError: The body was larger than the cap, or undecodable.
+            LLMResponseError: The body was larger than the cap, or undecodable
+                (a stream the server broke off with an error event is retried).
             LLMConfigError: The URL is not valid.
         """
         policy = self._policy
@@ -122,9 +129,9 @@ class HTTPCaller:
         while True:
             attempt += 1
             started = self._clock.now()
-            outcome = await self._attempt(url, headers, body, what, attempt, secrets)
+            outcome = await self._attempt(url, headers, body, what, attempt, secrets, stream)
             elapsed = round(self._clock.now() - started, 4)
-            if isinstance(outcome, bytes):
+            if not isinstance(outcome, _Failure):
                 _log.debug("llm_attempt", call=what, attempt=attempt, ok=True, elapsed_s=elapsed)
                 return outcome, attempt
             _log.debug(
@@ -145,8 +152,9 @@ class HTTPCaller:
         what: str,
         attempt: int,
         secrets: frozenset[str],
-    ) -> bytes | _Failure:
-        """One attempt under the deadline: the 2xx body, or what went wrong."""
+        stream: tuple[StreamFactory, DeltaHook] | None,
+    ) -> bytes | StreamAssembler | _Failure:
+        """One attempt under the deadline: the 2xx reply, or what went wrong."""
         deadline = self._policy.deadline
         # What ``Clock.fail_after`` does, minus its two generator context managers
         # (they cost more than the rest of an attempt's own work): a cancel scope
@@ -157,7 +165,9 @@ class HTTPCaller:
         try:
             try:
                 with scope:
-                    status, reply_headers, data = await self._send_once(url, headers, body)
+                    status, reply_headers, data = await self._send_once(
+                        url, headers, body, stream, attempt
+                    )
             finally:
                 timer.cancel()
             if scope.cancelled_caught:
@@ -173,6 +183,14 @@ class HTTPCaller:
                 redact(f"{what}: cannot decode the response body: {exc}", secrets),
                 attempts=attempt,
             ) from None
+        except LLMResponseError as exc:  # a stream's malformed event
+            raise LLMResponseError(redact(f"{what}: {exc}", secrets), attempts=attempt) from None
+        except StreamError as exc:
+            message = redact(f"{what}: the server broke off its stream: {exc}", secrets)
+            return _Failure(
+                LLMResponseError(f"{message} ({_after(attempt)})", attempts=attempt),
+                reason="stream error",
+            )
         except httpx.InvalidURL as exc:
             raise LLMConfigError(redact(f"{what}: invalid URL {url}: {exc}", secrets)) from None
         except TimeoutError:
@@ -203,6 +221,7 @@ class HTTPCaller:
             )
         if 200 <= status < 300:
             return data
+        assert isinstance(data, bytes)  # only a 2xx reply is read as a stream
         return _Failure(
             LLMHTTPError(
                 f"{what}: HTTP {status} ({_after(attempt)}): {error_preview(data, secrets)}",
@@ -215,8 +234,13 @@ class HTTPCaller:
         )
 
     async def _send_once(
-        self, url: str, headers: Mapping[str, str], body: bytes
-    ) -> tuple[int, httpx.Headers, bytes]:
+        self,
+        url: str,
+        headers: Mapping[str, str],
+        body: bytes,
+        stream: tuple[StreamFactory, DeltaHook] | None,
+        attempt: int,
+    ) -> tuple[int, httpx.Headers, bytes | StreamAssembler]:
         http = await self._http()
         target = self._urls.get(url)
         if target is None:  # parsed once per endpoint: parsing a URL string costs ~40 us a call
@@ -229,6 +253,14 @@ class HTTPCaller:
             declared = response.headers.get("content-length", "")
             if declared.isdigit() and int(declared) > self._max_body:
                 raise _BodyTooLarge(int(declared))
+            if (
+                stream is not None
+                and 200 <= response.status_code < 300
+                and response.headers.get("content-type", "").startswith("text/event-stream")
+            ):
+                assembler = stream[0](stream[1], attempt)
+                await self._read_stream(response, assembler)
+                return response.status_code, response.headers, assembler
             # Read in chunks so an endless or decompression-bomb body stops at the cap.
             chunks: list[bytes] = []
             size = 0
@@ -240,6 +272,17 @@ class HTTPCaller:
         finally:
             await response.aclose()
         return response.status_code, response.headers, b"".join(chunks)
+
+    async def _read_stream(self, response: httpx.Response, assembler: StreamAssembler) -> None:
+        """Feeds each event of a streamed reply to ``assembler`` as it arrives, up to the cap."""
+        parser = SSEParser()
+        size = 0
+        async for chunk in response.aiter_bytes():
+            size += len(chunk)
+            if size > self._max_body:
+                raise _BodyTooLarge(size)
+            assembler.feed(parser.feed(chunk))
+        assembler.feed(parser.close())
 
 
 def _after(attempt: int) -> str:

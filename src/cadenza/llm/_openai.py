@@ -13,6 +13,7 @@ from typing import Annotated, Any
 import msgspec
 
 from ._errors import LLMResponseError
+from ._stream import OpenAIStream
 from ._types import Completion, LLMRequest, LLMUsage, Message, ToolCall
 from ._wire import WireFormat
 
@@ -60,8 +61,12 @@ _decoder = msgspec.json.Decoder(_Response)
 _encoder = msgspec.json.Encoder()
 
 
-def encode_openai(request: LLMRequest) -> bytes:
-    """The Chat Completions request body for ``request`` (non-streaming)."""
+def encode_openai(request: LLMRequest, *, stream: bool = False) -> bytes:
+    """The Chat Completions request body for ``request``.
+
+    A streamed request asks for the usage in the stream's last chunk
+    (``stream_options.include_usage``): the run's token budget needs it.
+    """
     body: dict[str, Any] = {
         "model": request.model,
         "messages": [_wire_message(m) for m in request.messages],
@@ -84,6 +89,9 @@ def encode_openai(request: LLMRequest) -> bytes:
         body["top_p"] = request.top_p
     if request.max_tokens is not None:
         body["max_tokens"] = request.max_tokens
+    if stream:
+        body["stream"] = True
+        body["stream_options"] = {"include_usage": True}
     return _encoder.encode(body)
 
 
@@ -160,5 +168,6 @@ OPENAI_WIRE = WireFormat(
     encode=encode_openai,
     decode=decode_openai,
     auth_headers=_bearer,
+    stream=OpenAIStream,
 )
 """Chat Completions: ``POST {base}/chat/completions``."""

@@ -16,7 +16,7 @@ from typing import Any, Final, Protocol
 import msgspec
 
 from ._errors import LLMConfigError
-from ._types import Completion, LLMRequest, LLMUsage, RetryHook, ToolCall
+from ._types import Completion, DeltaHook, LLMRequest, LLMUsage, RetryHook, ToolCall
 
 __all__ = ["ScriptReplyLike", "ScriptedClient", "estimate_tokens"]
 
@@ -77,9 +77,16 @@ class ScriptedClient:
         return self._turn
 
     async def complete(
-        self, request: LLMRequest, *, on_retry: RetryHook | None = None
+        self,
+        request: LLMRequest,
+        *,
+        on_retry: RetryHook | None = None,
+        on_delta: DeltaHook | None = None,
     ) -> Completion:
-        """The next scripted reply; ``on_retry`` is never called (nothing fails)."""
+        """The next scripted reply; ``on_retry`` is never called (nothing fails).
+
+        ``on_delta`` gets the reply's text in one piece.
+        """
         # A checkpoint, so a scripted agent loop can be cancelled and lets others run.
         await asyncio.sleep(0)
         turn = self._turn
@@ -89,6 +96,8 @@ class ScriptedClient:
             ToolCall(id=f"call_{turn + 1}_{index + 1}", name=name, arguments=arguments)
             for index, (name, arguments) in enumerate(reply.calls)
         )
+        if on_delta is not None and reply.content:
+            on_delta(reply.content, 1)
         completion_chars = len(reply.content or "") + sum(len(n) + len(a) for n, a in reply.calls)
         return Completion(
             content=reply.content,

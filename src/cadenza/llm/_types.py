@@ -14,6 +14,7 @@ import msgspec
 
 __all__ = [
     "Completion",
+    "DeltaHook",
     "LLMClient",
     "LLMRequest",
     "LLMUsage",
@@ -32,6 +33,14 @@ RetryHook = Callable[[int, str], object]
 ``attempt`` is the 1-based number of the attempt that just failed and
 ``reason`` says why, e.g. ``"HTTP 429"`` or ``"connection error: ReadError"``.
 An exception it raises ends the call.
+"""
+
+
+DeltaHook = Callable[[str, int], object]
+"""``on_delta(text, attempt)``: a fragment of a streamed reply's text as it arrives.
+
+``attempt`` is the HTTP attempt it belongs to: when a stream breaks and the
+call is retried, the new attempt's text starts again from its beginning.
 """
 
 
@@ -138,13 +147,20 @@ class LLMClient(Protocol):
     """A chat model behind one provider; ``ProviderRegistry.client`` hands them out."""
 
     async def complete(
-        self, request: LLMRequest, *, on_retry: RetryHook | None = None
+        self,
+        request: LLMRequest,
+        *,
+        on_retry: RetryHook | None = None,
+        on_delta: DeltaHook | None = None,
     ) -> Completion:
         """Send ``request`` and return the model's reply, retrying transient failures.
 
         Args:
             request: The model, conversation and tools.
             on_retry: Called before each retry, e.g. to emit an event.
+            on_delta: When given, the reply is streamed where the provider can,
+                and each fragment of its text goes here as it arrives; the
+                return value is the same whole reply either way.
 
         Raises:
             LLMConfigError: The provider is not configured (a key is missing).

@@ -17,9 +17,16 @@ from cadenza._redact import redact
 
 from ._errors import LLMConfigError
 from ._http import HTTPCaller
-from ._types import Completion, LLMRequest, RetryHook
+from ._stream import StreamFactory
+from ._types import Completion, DeltaHook, LLMRequest, RetryHook
 
-__all__ = ["Decode", "HTTPModelClient", "WireFormat"]
+__all__ = ["Decode", "Encode", "HTTPModelClient", "WireFormat"]
+
+
+class Encode(Protocol):
+    """Builds the request body; ``stream`` asks the server to stream its reply."""
+
+    def __call__(self, request: LLMRequest, *, stream: bool = False) -> bytes: ...
 
 
 class Decode(Protocol):
@@ -43,14 +50,16 @@ class WireFormat:
         decode: Builds the ``Completion`` from a 2xx body.
         auth_headers: The credential headers for an API key.
         extra_headers: Headers every request carries (an API version, say).
+        stream: Assembles a streamed reply; None for a family that cannot stream.
     """
 
     name: str
     path: str
-    encode: Callable[[LLMRequest], bytes]
+    encode: Encode
     decode: Decode
     auth_headers: Callable[[str], dict[str, str]] = _no_headers
     extra_headers: tuple[tuple[str, str], ...] = ()
+    stream: StreamFactory | None = None
 
 
 class HTTPModelClient:
@@ -106,24 +115,39 @@ class HTTPModelClient:
         return redact(self._url, self._secrets)
 
     async def complete(
-        self, request: LLMRequest, *, on_retry: RetryHook | None = None
+        self,
+        request: LLMRequest,
+        *,
+        on_retry: RetryHook | None = None,
+        on_delta: DeltaHook | None = None,
     ) -> Completion:
-        """Send ``request`` and decode the reply; see ``LLMClient.complete``."""
+        """Send ``request`` and decode the reply; see ``LLMClient.complete``.
+
+        With ``on_delta`` the reply is asked for as a stream; a server that
+        answers with a whole body instead is read as one.
+        """
         if self._missing_key is not None:
             raise LLMConfigError(
                 f"{self._missing_key} is not set (needed by model {self._provider}:{request.model})"
             )
         what = f"{self._provider} model {request.model}"
-        data, attempts = await self._caller.post(
+        stream = self._wire.stream if on_delta is not None else None
+        reply, attempts = await self._caller.post(
             self._url,
             self._headers,
-            self._wire.encode(request),
+            self._wire.encode(request, stream=stream is not None),
             what=what,
             secrets=self._secrets,
             on_retry=on_retry,
             max_attempts=None if request.max_retries is None else request.max_retries + 1,
+            stream=None if stream is None or on_delta is None else (stream, on_delta),
         )
-        return self._wire.decode(data, what=what, model=request.model, attempts=attempts)
+        if not isinstance(reply, bytes):
+            return reply.completion(what=what, model=request.model, attempts=attempts)
+        completion = self._wire.decode(reply, what=what, model=request.model, attempts=attempts)
+        if on_delta is not None and completion.content:  # the server did not stream: one piece
+            on_delta(completion.content, attempts)
+        return completion
 
     def __repr__(self) -> str:
         return f"HTTPModelClient(provider={self._provider!r}, url={self.url!r})"

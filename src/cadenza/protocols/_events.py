@@ -58,6 +58,14 @@ class EventType:
     """A step's worker was lost; it goes out again; data ``{worker, job, dispatch, reason}``."""
     RESULT_REJECTED = "result_rejected"
     """A stale result (a lost worker's, fenced by ``dispatch``) was refused; data as above."""
+    # Streamed model output (a Cadenza extension, shown live and never stored).
+    AGENT_DELTA = "agent_delta"
+    """Text a model streamed since the last one; data ``{turn, attempt, text}``.
+
+    Coalesced: at most one per agent per 100 ms, or per 1,024 characters of
+    text. Observers see it; the store does not keep it, it has no ``seq``,
+    and the step's record holds the whole text.
+    """
 
 
 class Tokens(msgspec.Struct, frozen=True):

@@ -107,6 +107,10 @@ class ServerReply:
             seconds apart (headers go out at once).
         hold: When given, answer only once the test sets this event: a way
             to keep requests in flight without guessing at delays.
+        chunk: Characters per text delta when the request asks for a stream
+            (tool-call arguments go in fragments of the same size).
+        stream: False answers a streamed request with a whole body, as a
+            server that cannot stream does.
     """
 
     content: str | None = None
@@ -119,6 +123,8 @@ class ServerReply:
     reset: bool = False
     trickle: float = 0.0
     hold: threading.Event | None = None
+    chunk: int = 7
+    stream: bool = True
 
     @classmethod
     def coerce(cls, value: ReplyLike) -> ServerReply:

@@ -1,7 +1,8 @@
 """``ScriptedLLMServer``: a real local HTTP server that plays a chat model from rules.
 
 It speaks OpenAI Chat Completions (``POST .../chat/completions``) or the
-Anthropic Messages API (``POST /v1/messages``) on 127.0.0.1, answers from
+Anthropic Messages API (``POST /v1/messages``) on 127.0.0.1, whole or as
+server-sent events when a request asks for a stream, answers from
 rules (see ``ServerRule``), records every request, counts the peak number in
 flight, and can misbehave on cue: error statuses with ``Retry-After``, reset
 connections, delays and bodies trickled a byte at a time. It runs on a
@@ -246,6 +247,11 @@ class ScriptedLLMServer:
             data = reply.body.encode()
         elif reply.status != 200:
             data = self._error(reply.status, "scripted failure")
+        elif reply.stream and isinstance(body, dict) and body.get("stream") is True:
+            data = self._wire.stream(body, reply, serial)
+            kind = "text/event-stream"
+            handler.send_body(reply.status, data, reply.headers, reply.trickle, kind)
+            return
         else:
             data = json.dumps(self._wire.success(body, reply, serial)).encode()
         handler.send_body(reply.status, data, reply.headers, reply.trickle)

@@ -36,6 +36,26 @@ class ServerWire(Protocol):
         """An error response body."""
         ...
 
+    def stream(self, body: Any, reply: ServerReply, serial: int) -> bytes:
+        """The reply as the family's server-sent events, ``reply.chunk`` characters a delta."""
+        ...
+
+
+def _pieces(text: str, size: int) -> list[str]:
+    size = max(1, size)
+    return [text[i : i + size] for i in range(0, len(text), size)]
+
+
+def _sse(events: list[tuple[str | None, dict[str, Any]]], done: bool) -> bytes:
+    lines = []
+    for name, data in events:
+        if name is not None:
+            lines.append(f"event: {name}\n")
+        lines.append(f"data: {json.dumps(data)}\n\n")
+    if done:
+        lines.append("data: [DONE]\n\n")
+    return "".join(lines).encode()
+
 
 def _dict(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
@@ -123,6 +143,29 @@ class _OpenAI:
     def error(self, status: int, message: str) -> dict[str, Any]:
         return {"error": {"message": message, "type": "scripted_error", "code": status}}
 
+    def stream(self, body: Any, reply: ServerReply, serial: int) -> bytes:
+        whole = self.success(body, reply, serial)
+        head = {key: whole[key] for key in ("id", "created", "model")}
+        head["object"] = "chat.completion.chunk"
+
+        def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+            return {**head, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+
+        chunks = [chunk({"role": "assistant", "content": ""})]
+        chunks += [chunk({"content": piece}) for piece in _pieces(reply.content or "", reply.chunk)]
+        for index, call in enumerate(whole["choices"][0]["message"].get("tool_calls") or ()):
+            function = call["function"]
+            first = {"name": function["name"], "arguments": ""}
+            chunks.append(chunk({"tool_calls": [{**call, "index": index, "function": first}]}))
+            chunks += [
+                chunk({"tool_calls": [{"index": index, "function": {"arguments": piece}}]})
+                for piece in _pieces(function["arguments"], reply.chunk)
+            ]
+        chunks.append(chunk({}, whole["choices"][0]["finish_reason"]))
+        if _dict(_dict(body).get("stream_options")).get("include_usage"):
+            chunks.append({**head, "choices": [], "usage": whole["usage"]})
+        return _sse([(None, c) for c in chunks], done=True)
+
 
 class _Anthropic:
     name = "anthropic"
@@ -180,6 +223,41 @@ class _Anthropic:
     def error(self, status: int, message: str) -> dict[str, Any]:
         kind = "rate_limit_error" if status == 429 else "api_error"
         return {"type": "error", "error": {"type": kind, "message": message}}
+
+    def stream(self, body: Any, reply: ServerReply, serial: int) -> bytes:
+        whole = self.success(body, reply, serial)
+        prompt, completion = reply.usage
+        start = {key: whole[key] for key in ("id", "type", "role", "model")}
+        start.update(
+            content=[], stop_reason=None, usage={"input_tokens": prompt, "output_tokens": 1}
+        )
+        events: list[dict[str, Any]] = [{"type": "message_start", "message": start}]
+        for index, block in enumerate(whole["content"]):
+            if block["type"] == "text":
+                opened: dict[str, Any] = {"type": "text", "text": ""}
+                deltas = [
+                    {"type": "text_delta", "text": p} for p in _pieces(block["text"], reply.chunk)
+                ]
+            else:
+                opened = {**block, "input": {}}
+                arguments = block["input"]
+                text = arguments if isinstance(arguments, str) else json.dumps(arguments)
+                deltas = [
+                    {"type": "input_json_delta", "partial_json": p}
+                    for p in _pieces(text, reply.chunk)
+                ]
+            events.append({"type": "content_block_start", "index": index, "content_block": opened})
+            events += [{"type": "content_block_delta", "index": index, "delta": d} for d in deltas]
+            events.append({"type": "content_block_stop", "index": index})
+        events.append(
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": whole["stop_reason"], "stop_sequence": None},
+                "usage": {"output_tokens": completion},
+            }
+        )
+        events.append({"type": "message_stop"})
+        return _sse([(e["type"], e) for e in events], done=False)
 
 
 WIRES: dict[str, ServerWire] = {"openai": _OpenAI(), "anthropic": _Anthropic()}

@@ -115,10 +115,12 @@ class RequestHandler(BaseHTTPRequestHandler):
         data: bytes,
         headers: Mapping[str, str] | None = None,
         trickle: float = 0.0,
+        content_type: str = "application/json",
     ) -> None:
-        """Answer with a JSON body, at once or a byte every ``trickle`` seconds."""
+        """Answer with a body (JSON unless told), at once or a byte every ``trickle`` seconds."""
         self.send_response(status)
-        self.send_header("Content-Type", "application/json")
+        if not any(name.lower() == "content-type" for name in headers or {}):
+            self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(data)))
         for name, value in (headers or {}).items():
             self.send_header(name, value)

@@ -192,6 +192,26 @@ class RunJournal:
         failpoint("event")
         return event
 
+    def broadcast(
+        self,
+        type: str,
+        *,
+        step_id: str | None = None,
+        agent: str | None = None,
+        data: dict[str, Any] | None = None,
+    ) -> None:
+        """Shows observers an event that is not recorded: streamed text, say.
+
+        It is neither stored nor numbered (``seq`` 0, left out of its JSON),
+        so a resumed run does not restate it, the store does not grow per
+        token, and the recorded events stay numbered without gaps.
+        """
+        if known_secrets():
+            data = scrub(data)
+        event = Event(type, timestamp(), self.run_id, 0, step_id, agent, data=data)
+        for sink in self._sinks:
+            sink(event)
+
     def step_started(
         self,
         address: str,

@@ -32,6 +32,7 @@ from cadenza.protocols import ErrorInfo, Tokens
 from cadenza.workflow import Agent, LoadedWorkflow, MemoryWindow
 
 from ._agent_tools import agent_builtins, builtin_names
+from ._deltas import Deltas
 from ._mcp_tools import mcp_tools
 from ._prompt import build_prompt, cap, read_context_files
 from ._tools import Tool, ToolError, python_tool, schema_errors
@@ -341,8 +342,10 @@ async def run_agent(run: RunContext, document: LoadedWorkflow, visit: AgentVisit
                 top_p=agent.top_p if agent is not None else None,
                 max_retries=retries,
             )
+            deltas = Deltas(run, visit.address, visit.agent_name, turn)
             async with run.token_budget():
-                completion = await client.complete(request)
+                completion = await client.complete(request, on_delta=deltas)
+                deltas.flush()
                 usage = completion.usage
                 run.journal.spend(visit.address, usage.prompt_tokens, usage.completion_tokens)
             run.journal.emit(

@@ -70,8 +70,18 @@ export class RunModel {
     return graph;
   }
 
+  /** Text a running agent's model streamed: the newest 64 KB are kept for its panel. */
+  streamed(event) {
+    const step = this.steps.get(event.stepId);
+    const text = event.data && event.data.text;
+    if (!step || step.status !== "running" || typeof text !== "string") return false;
+    step.streamed = ((step.streamed || "") + text).slice(-65536);
+    return true;
+  }
+
   /** Folds one event in; returns false for one already seen. */
   add(event) {
+    if (event.type === "agent_delta") return this.streamed(event); // live only: its seq repeats
     if (event.seq && event.seq <= this.lastSeq) return false;
     this.lastSeq = event.seq || this.lastSeq;
     this.events.push(event);
@@ -102,6 +112,7 @@ export class RunModel {
         step.status = "running";
         step.start = at;
         step.end = null;
+        step.streamed = "";
         step.attempts = data.attempt || step.attempts + 1;
         if (data.kind === "loop" || data.loop_type) {
           const loop = this.loop(address);

@@ -123,6 +123,9 @@ export function renderDetails(el, { model, address, key, info, result, onSelect 
   parts.push(h("dl", {}, facts.map(([k, v]) => [h("dt", {}, k), h("dd", {}, String(v))])));
   const error = (record && record.error && `${record.error.type}: ${record.error.message}`) || (step && (step.error || step.message));
   if (error) parts.push(...section("Error", h("pre", { class: "check-fail" }, error)));
+  if (step && step.status === "running" && step.streamed) {
+    parts.push(...section("Writing now", h("pre", { class: "content streaming", "aria-live": "polite" }, step.streamed)));
+  }
   if (record && record.content) parts.push(...section("Content", h("pre", { class: "content" }, pretty(record.content))));
   if (record && record.result !== null && record.result !== undefined) {
     parts.push(...section("Result", h("pre", { class: "result" }, pretty(record.result))));

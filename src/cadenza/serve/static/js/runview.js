@@ -200,6 +200,9 @@ export function showRun(app, runId) {
       }
       schedule();
     };
+    source.addEventListener("agent_delta", (message) => {
+      if (model.add(JSON.parse(message.data))) schedule();
+    });
     source.addEventListener("end", (message) => {
       source.close();
       source = null;

@@ -1,0 +1,391 @@
+"""Streamed replies: server-sent events in, one ``Completion`` out.
+
+A streamed reply arrives as server-sent events (``data: {...}`` lines, a blank
+line after each event). `SSEParser` splits the bytes into event payloads; an
+assembler per API family reads each payload, hands every fragment of text to
+the caller's ``on_delta`` as it arrives, and pieces the text, the tool calls
+(whose arguments come in fragments too) and the usage together into the same
+``Completion`` the unstreamed reply would have given.
+
+A payload that does not have the family's shape is `LLMResponseError`, as a
+malformed whole reply is; an ``error`` event the server sends mid-stream (an
+overloaded server, say) is `StreamError`, which the caller retries as it
+retries an HTTP 529.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from typing import Annotated, Protocol
+
+import msgspec
+
+from ._errors import LLMResponseError
+from ._types import Completion, DeltaHook, LLMUsage, ToolCall
+
+__all__ = [
+    "AnthropicStream",
+    "OpenAIStream",
+    "SSEParser",
+    "StreamAssembler",
+    "StreamError",
+    "StreamFactory",
+]
+
+
+class StreamError(Exception):
+    """The server reported an error inside a stream it had begun (retried)."""
+
+
+class StreamAssembler(Protocol):
+    """Reads one streamed reply's event payloads and builds its ``Completion``."""
+
+    def feed(self, payloads: list[bytes]) -> None:
+        """The ``data`` of the events one read brought; their text goes to ``on_delta``.
+
+        The text of one read goes out as one fragment: the events of a read
+        arrived together, and a call per event would only cost.
+
+        Raises:
+            LLMResponseError: The payload does not have the expected shape.
+            StreamError: The payload is the server's error event.
+        """
+        ...
+
+    def completion(self, *, what: str, model: str, attempts: int) -> Completion:
+        """The assembled reply.
+
+        Raises:
+            LLMResponseError: The stream ended before the reply did.
+        """
+        ...
+
+
+class SSEParser:
+    """Splits a server-sent-event byte stream into the ``data`` of each event.
+
+    Lines other than ``data:`` (``event:``, ``id:``, comments) are skipped: every
+    payload a provider sends names its own type. Several ``data`` lines of one
+    event are joined with newlines, as the standard says. ``[DONE]`` (OpenAI's
+    end marker) is not a payload.
+    """
+
+    __slots__ = ("_data", "_rest")
+
+    def __init__(self) -> None:
+        self._rest = b""
+        self._data: list[bytes] = []
+
+    def feed(self, chunk: bytes) -> list[bytes]:
+        """The payloads of the events ``chunk`` completes."""
+        lines = (self._rest + chunk).split(b"\n")
+        self._rest = lines.pop()
+        return self._lines(lines)
+
+    def close(self) -> list[bytes]:
+        """The payload of an event the stream ended in without its blank line."""
+        rest, self._rest = self._rest, b""
+        return self._lines([rest, b""])
+
+    def _lines(self, lines: list[bytes]) -> list[bytes]:
+        payloads: list[bytes] = []
+        data = self._data
+        for line in lines:  # the hot loop of a stream: two lines an event
+            if line.startswith(b"data:"):
+                line = line.rstrip(b"\r")
+                data.append(line[6:] if line[5:6] == b" " else line[5:])
+            elif data and (not line or line == b"\r"):
+                payload = data[0] if len(data) == 1 else b"\n".join(data)
+                data.clear()
+                if payload != b"[DONE]":
+                    payloads.append(payload)
+        return payloads
+
+
+# A negative count would wind the run's token budget back: refused at the edge.
+_Tokens = Annotated[int, msgspec.Meta(ge=0)]
+
+
+class _OpenAIFunction(msgspec.Struct):
+    name: str | None = None
+    arguments: str | None = None
+
+
+class _OpenAIToolDelta(msgspec.Struct):
+    index: int = 0
+    id: str | None = None
+    function: _OpenAIFunction | None = None
+
+
+class _OpenAIDelta(msgspec.Struct):
+    content: str | None = None
+    tool_calls: list[_OpenAIToolDelta] | None = None
+
+
+class _OpenAIChoice(msgspec.Struct):
+    delta: _OpenAIDelta | None = None
+    finish_reason: str | None = None
+
+
+class _OpenAIUsage(msgspec.Struct):
+    prompt_tokens: _Tokens = 0
+    completion_tokens: _Tokens = 0
+
+
+class _OpenAIError(msgspec.Struct):
+    message: str = "error"
+
+
+class _OpenAIChunk(msgspec.Struct):
+    choices: list[_OpenAIChoice] = []
+    model: str | None = None
+    usage: _OpenAIUsage | None = None
+    error: _OpenAIError | None = None
+
+
+class _Call:
+    """A tool call whose arguments are still arriving."""
+
+    __slots__ = ("arguments", "id", "name")
+
+    def __init__(self, id: str, name: str) -> None:
+        self.id = id
+        self.name = name
+        self.arguments: list[str] = []
+
+    def done(self) -> ToolCall:
+        return ToolCall(self.id, self.name, "".join(self.arguments))
+
+    def done_compact(self) -> ToolCall:
+        """The call with its arguments re-encoded, as the unstreamed reply gives them.
+
+        Anthropic streams the JSON text of ``input`` in fragments of its own
+        spacing; a whole reply has ``input`` as an object, which is encoded
+        compactly. Text that is not JSON stays as it came: the tool loop
+        reports it to the model.
+        """
+        text = "".join(self.arguments) or "{}"
+        with contextlib.suppress(msgspec.DecodeError):
+            text = _compact.encode(_any.decode(text)).decode()
+        return ToolCall(self.id, self.name, text)
+
+
+_any = msgspec.json.Decoder()
+_compact = msgspec.json.Encoder()
+
+
+class OpenAIStream:
+    """Assembles a Chat Completions stream (``openai``; ``ollama``'s compatible API).
+
+    Args:
+        on_delta: Receives each text fragment with ``attempt``.
+        attempt: The HTTP attempt this stream answers.
+    """
+
+    __slots__ = ("_attempt", "_calls", "_finish", "_model", "_on_delta", "_text", "_usage")
+    _decoder = msgspec.json.Decoder(list[_OpenAIChunk])
+
+    def __init__(self, on_delta: DeltaHook, attempt: int) -> None:
+        self._on_delta = on_delta
+        self._attempt = attempt
+        self._text: list[str] = []
+        self._calls: dict[int, _Call] = {}
+        self._finish: str | None = None
+        self._model: str | None = None
+        self._usage: _OpenAIUsage | None = None
+
+    def feed(self, payloads: list[bytes]) -> None:
+        if not payloads:
+            return
+        try:  # one decode for the read: the events as one JSON array
+            chunks = self._decoder.decode(b"[" + b",".join(payloads) + b"]")
+        except msgspec.DecodeError as exc:
+            raise LLMResponseError(f"malformed stream chunk: {exc}") from None
+        start = len(self._text)
+        for chunk in chunks:
+            self._chunk(chunk)
+        if len(self._text) > start:
+            self._on_delta("".join(self._text[start:]), self._attempt)
+
+    def _chunk(self, chunk: _OpenAIChunk) -> None:
+        if chunk.error is not None:
+            raise StreamError(chunk.error.message)
+        self._model = chunk.model or self._model
+        if chunk.usage is not None:
+            self._usage = chunk.usage
+        for choice in chunk.choices[:1]:
+            self._finish = choice.finish_reason or self._finish
+            delta = choice.delta
+            if delta is None:
+                continue
+            if delta.content:
+                self._text.append(delta.content)
+            for part in delta.tool_calls or ():
+                self._call_part(part)
+
+    def _call_part(self, part: _OpenAIToolDelta) -> None:
+        call = self._calls.get(part.index)
+        function = part.function or _OpenAIFunction()
+        if call is None:
+            call = self._calls[part.index] = _Call(part.id or "", function.name or "")
+        elif function.name and not call.name:
+            call.name = function.name
+        if function.arguments:
+            call.arguments.append(function.arguments)
+
+    def completion(self, *, what: str, model: str, attempts: int) -> Completion:
+        if self._finish is None:
+            raise LLMResponseError(
+                f"{what}: the stream ended before the reply did", attempts=attempts
+            )
+        usage = self._usage or _OpenAIUsage()
+        return Completion(
+            content="".join(self._text) if self._text else None,
+            tool_calls=tuple(self._calls[index].done() for index in sorted(self._calls)),
+            usage=LLMUsage(usage.prompt_tokens, usage.completion_tokens),
+            model=self._model or model,
+            finish_reason=self._finish,
+            attempts=attempts,
+        )
+
+
+class _AnthropicBlock(msgspec.Struct):
+    type: str
+    id: str | None = None
+    name: str | None = None
+
+
+class _AnthropicDelta(msgspec.Struct):
+    type: str | None = None
+    text: str | None = None
+    partial_json: str | None = None
+    stop_reason: str | None = None
+
+
+class _AnthropicUsage(msgspec.Struct):
+    input_tokens: _Tokens | None = None
+    output_tokens: _Tokens | None = None
+    cache_creation_input_tokens: _Tokens | None = None
+    cache_read_input_tokens: _Tokens | None = None
+
+
+class _AnthropicMessage(msgspec.Struct):
+    model: str | None = None
+    usage: _AnthropicUsage | None = None
+
+
+class _AnthropicError(msgspec.Struct):
+    message: str = "error"
+
+
+class _AnthropicEvent(msgspec.Struct):
+    type: str
+    index: int = 0
+    message: _AnthropicMessage | None = None
+    content_block: _AnthropicBlock | None = None
+    delta: _AnthropicDelta | None = None
+    usage: _AnthropicUsage | None = None
+    error: _AnthropicError | None = None
+
+
+class AnthropicStream:
+    """Assembles a Messages API stream (``message_start`` ... ``message_stop``).
+
+    Args:
+        on_delta: Receives each text fragment with ``attempt``.
+        attempt: The HTTP attempt this stream answers.
+    """
+
+    __slots__ = (
+        "_attempt",
+        "_calls",
+        "_done",
+        "_model",
+        "_on_delta",
+        "_prompt",
+        "_reply",
+        "_stop",
+        "_text",
+    )
+    _decoder = msgspec.json.Decoder(list[_AnthropicEvent])
+
+    def __init__(self, on_delta: DeltaHook, attempt: int) -> None:
+        self._on_delta = on_delta
+        self._attempt = attempt
+        self._text: list[str] = []
+        self._calls: dict[int, _Call] = {}
+        self._model: str | None = None
+        self._stop: str | None = None
+        self._prompt = 0
+        self._reply = 0
+        self._done = False
+
+    def feed(self, payloads: list[bytes]) -> None:
+        if not payloads:
+            return
+        try:  # one decode for the read: the events as one JSON array
+            events = self._decoder.decode(b"[" + b",".join(payloads) + b"]")
+        except msgspec.DecodeError as exc:
+            raise LLMResponseError(f"malformed stream event: {exc}") from None
+        start = len(self._text)
+        for event in events:
+            self._event(event)
+        if len(self._text) > start:
+            self._on_delta("".join(self._text[start:]), self._attempt)
+
+    def _event(self, event: _AnthropicEvent) -> None:
+        kind = event.type
+        if kind == "content_block_delta" and event.delta is not None:
+            self._delta(event.index, event.delta)
+        elif kind == "content_block_start" and event.content_block is not None:
+            block = event.content_block
+            if block.type == "tool_use":
+                self._calls[event.index] = _Call(block.id or "", block.name or "")
+        elif kind == "message_start" and event.message is not None:
+            self._model = event.message.model
+            self._count(event.message.usage)
+        elif kind == "message_delta":
+            if event.delta is not None and event.delta.stop_reason:
+                self._stop = event.delta.stop_reason
+            self._count(event.usage)
+        elif kind == "message_stop":
+            self._done = True
+        elif kind == "error":
+            raise StreamError(event.error.message if event.error else "error event")
+
+    def _delta(self, index: int, delta: _AnthropicDelta) -> None:
+        if delta.text:
+            self._text.append(delta.text)
+        elif delta.partial_json is not None and index in self._calls:
+            self._calls[index].arguments.append(delta.partial_json)
+
+    def _count(self, usage: _AnthropicUsage | None) -> None:
+        # message_start carries the prompt's count, message_delta the reply's, cumulative.
+        if usage is None:
+            return
+        prompt = (
+            (usage.input_tokens or 0)
+            + (usage.cache_creation_input_tokens or 0)
+            + (usage.cache_read_input_tokens or 0)
+        )
+        self._prompt = max(self._prompt, prompt)
+        self._reply = max(self._reply, usage.output_tokens or 0)
+
+    def completion(self, *, what: str, model: str, attempts: int) -> Completion:
+        if not self._done:
+            raise LLMResponseError(
+                f"{what}: the stream ended before the reply did", attempts=attempts
+            )
+        return Completion(
+            content="".join(self._text) if self._text else None,
+            tool_calls=tuple(self._calls[index].done_compact() for index in sorted(self._calls)),
+            usage=LLMUsage(self._prompt, self._reply),
+            model=self._model or model,
+            finish_reason=self._stop,
+            attempts=attempts,
+        )
+
+
+StreamFactory = Callable[[DeltaHook, int], StreamAssembler]
+"""Builds the assembler of one attempt's stream: ``factory(on_delta, attempt)``."""

@@ -1,0 +1,91 @@
+"""A run whose model streams: text shown as it arrives, coalesced, never stored."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from cadenza import Runtime
+from cadenza.testing import ScriptedLLMServer, ServerReply, ServerRule
+
+from ._terminal import Terminal
+from .test_cli import cadenza
+
+WriteFlow = Callable[..., Path]
+
+STORY = " ".join(f"word{n}" for n in range(400))  # 2,389 characters
+FLOW = """
+name: streamed
+agents:
+  writer: {model: "openai:m-test", prompt: "Write."}
+steps:
+  - id: write
+    agent: writer
+    instructions: "Tell the story."
+"""
+
+
+@pytest.fixture
+def server(monkeypatch: pytest.MonkeyPatch) -> Iterator[ScriptedLLMServer]:
+    """An OpenAI-compatible server that streams STORY one character a delta."""
+    with ScriptedLLMServer([ServerRule([ServerReply(content=STORY, chunk=1)])]) as running:
+        for name, value in running.environ().items():
+            monkeypatch.setenv(name, value)
+        yield running
+
+
+async def test_deltas_reach_the_events_coalesced_and_the_store_keeps_none(
+    server: ScriptedLLMServer, write_flow: WriteFlow, tmp_path: Path
+) -> None:
+    """2,389 one-character deltas arrive as a few agent_delta events whose text is the reply."""
+    path = write_flow(FLOW)
+    async with Runtime(store=tmp_path / "runs.db") as runtime:
+        started = time.monotonic()
+        handle = await runtime.start(path)
+        events = [event async for event in handle.events()]
+        took = time.monotonic() - started
+        stored = await runtime.store.events(handle.run_id)
+    result = await handle.result()
+    deltas = [e for e in events if e.type == "agent_delta"]
+    assert result.status == "completed"
+    assert result.output == STORY
+    assert "".join(e.data["text"] for e in deltas) == STORY  # type: ignore[index]
+    assert {(e.step_id, e.agent) for e in deltas} == {("write", "writer")}
+    # The stated bound: one event per 100 ms, or per 1,024 characters, plus the last.
+    assert 1 <= len(deltas) <= took / 0.1 + len(STORY) / 1024 + 2
+    assert server.requests[0].body["stream"] is True
+    assert "agent_delta" not in {e.type for e in stored}
+    assert {e.seq for e in deltas} == {0}  # not numbered: the record's seqs have no gaps
+    recorded = [e.seq for e in events if e.type != "agent_delta"]
+    assert recorded == list(range(1, len(recorded) + 1))
+
+
+def test_the_events_flag_prints_deltas_and_runs_show_does_not(
+    server: ScriptedLLMServer, write_flow: WriteFlow, tmp_path: Path
+) -> None:
+    """``--events`` shows the deltas live; the stored stream is the run's record without them."""
+    path = str(write_flow(FLOW))
+    proc = cadenza("run", path, "--events", "--store", "runs.db", "--run-id", "r-s", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    live = [json.loads(line) for line in proc.stderr.splitlines() if line.startswith("{")]
+    text = "".join(e["data"]["text"] for e in live if e["type"] == "agent_delta")
+    assert text == STORY
+    shown = cadenza("runs", "show", "r-s", "--events", "--store", "runs.db", cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    assert "agent_delta" not in shown.stdout
+    assert '"type":"step_end"' in shown.stdout
+
+
+def test_a_terminal_shows_what_the_agent_is_writing(
+    server: ScriptedLLMServer, write_flow: WriteFlow, tmp_path: Path
+) -> None:
+    """On a TTY the running step's line ends with the newest words its model streamed."""
+    path = str(write_flow(FLOW))
+    with Terminal("run", path, "--store", "runs.db", cwd=tmp_path) as tty:
+        tty.read_until(r"⋯ write\s+running \d+s\s+│ .*word\d+")
+        assert tty.wait() == 0
+    assert "✓ write" in tty.text
