@@ -68,6 +68,10 @@ class Terminal:
             self._read(remaining)
         return match
 
+    def type(self, text: str) -> None:
+        """Types ``text`` at the terminal, as a person at the keyboard would."""
+        os.write(self.leader, text.encode())
+
     def wait(self) -> int:
         """Reads everything until the process ends; its exit code."""
         deadline = time.monotonic() + DEADLINE

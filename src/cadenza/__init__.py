@@ -25,6 +25,8 @@ from .protocols import StepRecord as StepRecord
 if _typing.TYPE_CHECKING:
     from .actors import StepContext as StepContext
     from .actors import StepOutput as StepOutput
+    from .actors import ToolPolicy as ToolPolicy
+    from .actors import ToolRequest as ToolRequest
     from .api import EventSubscription as EventSubscription
     from .api import RunHandle as RunHandle
     from .api import Runtime as Runtime
@@ -45,6 +47,8 @@ _LAZY = {
     "new_run_id": ".api",
     "StepContext": ".actors",
     "StepOutput": ".actors",
+    "ToolPolicy": ".actors",
+    "ToolRequest": ".actors",
     "LoadedWorkflow": ".workflow",
     "Workflow": ".workflow",
     "WorkflowError": ".workflow",
@@ -83,6 +87,8 @@ __all__ = [
     "StepRecord",
     "StoreError",
     "SubscriptionStatistics",
+    "ToolPolicy",
+    "ToolRequest",
     "Workflow",
     "WorkflowError",
     "__version__",

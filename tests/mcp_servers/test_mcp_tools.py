@@ -14,7 +14,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from cadenza import Runtime
+from cadenza import Runtime, ToolPolicy
 from cadenza.testing import ScriptedLLMServer, ServerReply, ServerRule, ServerToolCall
 from tests._processes import running
 
@@ -67,6 +67,37 @@ async def test_a_tool_that_fails_is_told_to_the_model_and_the_step_goes_on(
         requests = server.requests
     assert result.status == "completed", result.error
     assert "Nowhere/Atlantis" in tool_answers(requests[1].body)[0]
+
+
+@pytest.mark.parametrize(
+    ("policy", "refusal"),
+    [
+        (ToolPolicy(sandbox=True), "the run is sandboxed"),
+        (ToolPolicy(deny=["time.get_*"]), "denied by the rule time.get_*"),
+        (ToolPolicy(allow=["time.convert_time"]), "not allowed: the allow rules are"),
+    ],
+)
+async def test_permissions_name_mcp_tools_as_tools_does(
+    write_flow: WriteFlow,
+    mcp_path: str,
+    monkeypatch: pytest.MonkeyPatch,
+    policy: ToolPolicy,
+    refusal: str,
+) -> None:
+    """Rules say ``SERVER.TOOL`` (globs too); the model hears the refusal as the tool's answer."""
+    call = ServerToolCall("time__get_current_time", {"timezone": "Asia/Tokyo"})
+    rules = [ServerRule([ServerReply("", tool_calls=[call]), ServerReply("Refused.")])]
+    with ScriptedLLMServer(rules) as server:
+        for name, value in server.environ().items():
+            monkeypatch.setenv(name, value)
+        async with Runtime(permissions=policy) as runtime:
+            result = await runtime.run(write_flow(TIME_FLOW))
+        requests = server.requests
+    assert result.status == "completed", result.error
+    answer = json.loads(tool_answers(requests[1].body)[0])
+    assert answer["status"] == "error"
+    assert answer["message"].startswith("permission denied: ")
+    assert refusal in answer["message"]
 
 
 async def test_a_server_that_does_not_start_fails_the_step_naming_it(

@@ -23,6 +23,8 @@ from .run import RunContext as RunContext
 from .run import RunJournal as RunJournal
 from .run import Scope as Scope
 from .run import StepFinished as StepFinished
+from .run import ToolPolicy as ToolPolicy
+from .run import ToolRequest as ToolRequest
 from .steps import HandlerError as HandlerError
 from .steps import StepActor as StepActor
 from .steps import StepContext as StepContext
@@ -43,6 +45,8 @@ __all__ = [
     "StepContext",
     "StepFinished",
     "StepOutput",
+    "ToolPolicy",
+    "ToolRequest",
     "execute_run",
     "interrupted_result",
 ]

@@ -53,10 +53,12 @@ from .run import (
     AgentMessage,
     Drain,
     McpHost,
+    PermissionPolicy,
     Replay,
     RunContext,
     RunJournal,
     Scope,
+    ToolPolicy,
     document_step_ids,
     encode_document,
     pending_bytes,
@@ -136,6 +138,7 @@ class RunSetup:
     replay: Replay | None = None
     lease: LeaseHolder | None = None
     recorded: Callable[[], None] | None = None
+    tool_policy: ToolPolicy | None = None
 
 
 @dataclass(slots=True)
@@ -262,6 +265,8 @@ async def _drive(
     async with supervising as supervisor:
         context = _context(setup, supervisor, providers)
         context.mcp = mcp
+        rules = setup.document.workflow.permissions
+        context.permissions = PermissionPolicy.of(setup.tool_policy, rules.allow, rules.deny)
         timer = _run_timeout(context, ending.timed_out)
         supervisor.spawn(COORDINATOR, lambda: Coordinator(context, document), inbox_size=INBOX_SIZE)
         if document.workflow.loop is None:

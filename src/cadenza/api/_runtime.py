@@ -41,7 +41,13 @@ from cadenza.actors import (
     execute_run,
     interrupted_result,
 )
-from cadenza.actors.run import COORDINATOR, PostMessage, Replay
+from cadenza.actors.run import (
+    COORDINATOR,
+    PermissionHook,
+    PostMessage,
+    Replay,
+    ToolPolicy,
+)
 from cadenza.errors import CadenzaError, InputError, LeaseHeld
 from cadenza.kernel import (
     Cancellable,
@@ -318,6 +324,11 @@ class Runtime:
             down get to stop their steps before they are stopped outright (see
             `RunHandle.cancel`); either way they are left resumable. None: wait
             for the steps however long they take.
+        permissions: Asked before every tool call an agent's model makes: a
+            hook ``hook(ToolRequest) -> bool | str | None`` (True allows, False
+            or a reason denies, None leaves it to the rules; it may be async),
+            or a `ToolPolicy` (a hook, the sandbox, rules, a person to ask).
+            The workflow's own ``permissions:`` apply besides (docs/tools.md).
 
     Raises:
         InsecureEndpoint: ``workers`` is not loopback and has neither keys nor ``insecure``.
@@ -337,6 +348,7 @@ class Runtime:
         insecure: bool = False,
         telemetry: OpenTelemetry | None = None,
         shutdown_deadline: float | None = SHUTDOWN_DEADLINE,
+        permissions: PermissionHook | ToolPolicy | None = None,
     ) -> None:
         if store is None:
             self.store: RunStore = MemoryRunStore()
@@ -347,6 +359,12 @@ class Runtime:
         self.clock: Clock = clock or SystemClock()
         self.max_concurrency = max_concurrency
         self.shutdown_deadline = shutdown_deadline
+        self.tool_policy: ToolPolicy | None = (
+            permissions
+            if permissions is None or isinstance(permissions, ToolPolicy)
+            else ToolPolicy(hook=permissions)
+        )
+        """What every run adds to its workflow's tool permissions."""
         self.default_model = default_model or os.environ.get("CADENZA_MODEL")
         self._group: anyio.abc.TaskGroup | None = None
         self._runs: dict[str, RunHandle] = {}
@@ -450,6 +468,11 @@ class Runtime:
                 "this workflow declares mcpServers, and MCP servers run in the supervisor's"
                 " process: run it without remote workers (its steps would run elsewhere)"
             )
+        if self.workers is not None and _has_permissions(document, self.tool_policy):
+            raise InputError(
+                "tool permissions are checked in the supervisor's process, and remote workers"
+                " run agents' tools without them: run this workflow without remote workers"
+            )
         resolved = resolve_inputs(document.workflow.inputs, inputs or {})
         run_id = run_id or new_run_id()
         if run_id in self._runs or await self.store.get_run(run_id) is not None:
@@ -521,6 +544,7 @@ class Runtime:
                             replay=replay,
                             lease=None if leased else holder,
                             recorded=recorded,
+                            tool_policy=self.tool_policy,
                         )
                     )
                 if result is None:  # its deadline passed: stopped outright
@@ -711,3 +735,14 @@ def _as_document(workflow: LoadedWorkflow | Workflow | str | os.PathLike[str]) -
             raise WorkflowError(tuple(problems))
         return LoadedWorkflow(workflow=workflow, path=None, base_dir=Path.cwd(), includes={})
     return load_workflow(workflow)
+
+
+def _has_permissions(document: LoadedWorkflow, policy: ToolPolicy | None) -> bool:
+    """Whether a run of ``document`` would check any tool call."""
+    workflow = document.workflow
+    rules = workflow.permissions
+    return (
+        policy is not None
+        or bool(rules.allow or rules.deny)
+        or any(agent.permissions is not None for agent in workflow.agents.values())
+    )

@@ -60,6 +60,7 @@ from cadenza.workflow import Agent as Agent
 from cadenza.workflow import ControlLimits as ControlLimits
 from cadenza.workflow import LoadedWorkflow as LoadedWorkflow
 from cadenza.workflow import McpServer as McpServer
+from cadenza.workflow import Permissions as Permissions
 from cadenza.workflow import Options as Options
 from cadenza.workflow import ScriptReply as ScriptReply
 
@@ -70,6 +71,7 @@ __all__ = [
     "ControlLimits",
     "LoadedWorkflow",
     "McpServer",
+    "Permissions",
     "Options",
     "PredicateContext",
     "PredicateNotRegistered",

@@ -32,6 +32,7 @@ from cadenza.workflow import (
 
 from ._durable import add_durable_commands, maintain_runs, resume_command, signal_command
 from ._paths import DEFAULT_STORE
+from ._permissions import add_permission_options
 from ._remote import add_remote_commands, add_run_options, keys_command, worker_command
 from ._serve import add_serve_command, serve_command
 
@@ -75,6 +76,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--max-concurrency", type=_positive, help="steps in parallel")
     run.add_argument("--model", help="model for steps without an agent (provider:model)")
     add_run_options(run)
+    add_permission_options(run)
 
     validate = commands.add_parser("validate", help="check workflow files")
     validate.add_argument("files", nargs="+", type=Path)
@@ -152,10 +154,12 @@ def _inputs(args: argparse.Namespace) -> dict[str, Any]:
 async def _run(args: argparse.Namespace) -> int:
     from cadenza.api import Runtime  # the runtime loads only for the commands that run
 
-    from ._output import watch_run
+    from ._output import LiveProgress, watch_run
+    from ._permissions import TerminalAsker, tool_policy
 
     document = load_workflow(args.file)
     inputs = _inputs(args)
+    asker = TerminalAsker() if args.ask else None
     async with (
         Runtime(
             store=args.store,
@@ -163,9 +167,12 @@ async def _run(args: argparse.Namespace) -> int:
             workers=args.workers,
             curve_keys=args.curve_keys,
             insecure=args.insecure,
+            permissions=tool_policy(args, asker),
         ) as runtime,
         watch_run(events=args.events, json_only=args.json) as on_event,
     ):
+        if asker is not None and isinstance(on_event, LiveProgress):
+            asker.progress = on_event
         handle = await runtime.start(
             document,
             inputs=inputs,

@@ -125,6 +125,19 @@ class LiveProgress:
         self.running: dict[str, float] = {}  # address -> when it started (monotonic)
         self.writing: dict[str, str] = {}  # address -> the end of its agent's streamed text
         self.drawn = 0  # lines of the running list on the screen now
+        self.held: list[str] | None = None  # lines kept back while a question is shown
+
+    def hold(self) -> None:
+        """Erases the running list and keeps new lines back: a question is on the screen."""
+        self.stream.write(self._UP_AND_CLEAR * self.drawn)
+        self.stream.flush()
+        self.drawn = 0
+        self.held = []
+
+    def release(self) -> None:
+        """Shows what was kept back, and the running list again."""
+        held, self.held = self.held or [], None
+        self._draw(held)
 
     def __call__(self, event: Event) -> None:
         if event.type == EventType.AGENT_DELTA:
@@ -200,6 +213,9 @@ class LiveProgress:
         return f"  {mark} {event.step_id}  {detail}"
 
     def _draw(self, lines: list[str]) -> None:
+        if self.held is not None:
+            self.held.extend(lines)
+            return
         footer = self._running_lines()
         text = self._UP_AND_CLEAR * self.drawn + "".join(f"{line}\n" for line in lines + footer)
         self.drawn = len(footer)

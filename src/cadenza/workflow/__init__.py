@@ -49,6 +49,7 @@ from ._spec import Loop as Loop
 from ._spec import McpServer as McpServer
 from ._spec import MemoryWindow as MemoryWindow
 from ._spec import Options as Options
+from ._spec import Permissions as Permissions
 from ._spec import ScriptReply as ScriptReply
 from ._spec import ScriptToolCall as ScriptToolCall
 from ._spec import State as State
@@ -81,6 +82,7 @@ __all__ = [
     "McpServer",
     "MemoryWindow",
     "Options",
+    "Permissions",
     "Problem",
     "ScriptReply",
     "ScriptToolCall",

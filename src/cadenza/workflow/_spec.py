@@ -33,6 +33,7 @@ __all__ = [
     "McpServer",
     "MemoryWindow",
     "Options",
+    "Permissions",
     "ScriptReply",
     "ScriptToolCall",
     "State",
@@ -112,6 +113,18 @@ class McpServer(_Spec, frozen=True):
     """How long one tool call may take; past it the call fails and the model is told."""
 
 
+class Permissions(_Spec, frozen=True):
+    """``permissions:`` of a workflow or an agent: which tool calls may run.
+
+    Each rule is ``NAME`` or ``NAME(PATTERN)``, shell-style globs: ``bash(git *)``,
+    ``write(docs/*)``, ``github.*``. A deny rule always wins; once any allow rule
+    is given, a call no allow rule matches is denied (docs/tools.md).
+    """
+
+    allow: list[str] = []
+    deny: list[str] = []
+
+
 AGENT_BUILTINS = frozenset(("bash", "read", "write", "glob", "grep"))
 """zenflow's built-in tools an agent may be given (``tools:``)."""
 
@@ -124,6 +137,7 @@ class Agent(_Spec, frozen=True):
     model: str | None = None
     tools: list[str] | None = None
     disallowed_tools: list[str] | None = None
+    permissions: Permissions | None = None  # extension: added to the workflow's rules
     max_turns: int = 0
     temperature: float | None = None
     top_p: float | None = None
@@ -327,6 +341,7 @@ class Workflow(_Spec, frozen=True):
     output: str | None = None
     loop: Loop | None = None
     mcp_servers: dict[str, McpServer] = {}
+    permissions: Permissions = Permissions()
 
 
 _DURATION = re.compile(r"^(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")

@@ -40,6 +40,7 @@ from ._spec import (
     Human,
     Loop,
     McpServer,
+    Permissions,
     State,
     Step,
     Workflow,
@@ -126,7 +127,10 @@ class Validator:
                     self.add(("inputs", name, "default"), f"the default does not fit: {exc}")
         for name, server in wf.mcp_servers.items():
             self._mcp_server(("mcpServers", name), name, server)
+        self._permissions(("permissions",), wf.permissions)
         for name, agent in wf.agents.items():
+            if agent.permissions is not None:
+                self._permissions(("agents", name, "permissions"), agent.permissions)
             for index, tool in enumerate(agent.tools or ()):
                 self._agent_tool(("agents", name, "tools", index), tool)
             if agent.prompt is not None and agent.prompt.startswith("@"):
@@ -347,6 +351,16 @@ class Validator:
         )
         return False
 
+    def _permissions(self, path: DocPath, permissions: Permissions) -> None:
+        for kind, rules in (("allow", permissions.allow), ("deny", permissions.deny)):
+            for index, rule in enumerate(rules):
+                if not _PERMISSION_RULE.match(rule):
+                    self.add(
+                        (*path, kind, index),
+                        f"permission rule {rule!r}: write NAME or NAME(PATTERN), "
+                        "e.g. bash, bash(git *), github.*",
+                    )
+
     def _mcp_server(self, path: DocPath, name: str, server: McpServer) -> None:
         if not _MCP_NAME.match(name):
             self.add(path, f"MCP server name {name!r} must match {_MCP_NAME.pattern}")
@@ -418,6 +432,8 @@ class Validator:
 
 
 _MCP_NAME = re.compile(r"^[a-z][a-z0-9_-]{0,63}$")
+_PERMISSION_RULE = re.compile(r"^\s*[^()\s][^()]*(\(.*\))?\s*$")
+"""``NAME`` or ``NAME(PATTERN)`` (``actors.run.PermissionRule`` reads them)."""
 _MESSAGE_TOOLS = frozenset(("send_message", "submit_result"))
 
 

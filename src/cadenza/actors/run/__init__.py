@@ -40,6 +40,15 @@ from ._outcome import Report as Report
 from ._outcome import StepFailure as StepFailure
 from ._outcome import StepFinished as StepFinished
 from ._outcome import work_error as work_error
+from ._permissions import READ_ONLY_TOOLS as READ_ONLY_TOOLS
+from ._permissions import Asker as Asker
+from ._permissions import Decision as Decision
+from ._permissions import PermissionAnswer as PermissionAnswer
+from ._permissions import PermissionHook as PermissionHook
+from ._permissions import PermissionPolicy as PermissionPolicy
+from ._permissions import PermissionRule as PermissionRule
+from ._permissions import ToolPolicy as ToolPolicy
+from ._permissions import ToolRequest as ToolRequest
 from ._replay import CHECKPOINT as CHECKPOINT
 from ._replay import Replay as Replay
 from ._replay import ReplayedStep as ReplayedStep
@@ -54,18 +63,25 @@ __all__ = [
     "MAX_RESULT_MESSAGES",
     "MSG_TYPES",
     "NO_BRIEF",
+    "READ_ONLY_TOOLS",
     "RUN_RESUMED",
     "STEP_REPLAYED",
     "STEP_WAITING",
     "AgentMessage",
+    "Asker",
     "Brief",
     "BudgetExceeded",
     "Cancellable",
+    "Decision",
     "Drain",
     "EventSink",
     "McpHost",
     "McpUnavailable",
     "Outgoing",
+    "PermissionAnswer",
+    "PermissionHook",
+    "PermissionPolicy",
+    "PermissionRule",
     "PlacedActor",
     "Placement",
     "PostMessage",
@@ -77,6 +93,8 @@ __all__ = [
     "Scope",
     "StepFailure",
     "StepFinished",
+    "ToolPolicy",
+    "ToolRequest",
     "cancel_parked",
     "decode_document",
     "document_step_ids",

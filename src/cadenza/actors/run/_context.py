@@ -25,6 +25,7 @@ from ._budget import TokenBudget
 from ._journal import RunJournal
 from ._mcp import McpHost
 from ._outcome import Report
+from ._permissions import PermissionPolicy
 
 if TYPE_CHECKING:
     from cadenza.actors.steps import StepDispatcher
@@ -139,6 +140,8 @@ class RunContext:
     """Starts the actor of a step; the run wires the one that knows every step kind."""
     mcp: McpHost | None = None
     """The run's MCP servers (None: the workflow declares none)."""
+    permissions: PermissionPolicy = field(default_factory=PermissionPolicy)
+    """Asked before every tool call an agent's model makes."""
     budget: TokenBudget | None = None
     """The gate of ``options.maxTokens``, made on the first model call."""
 

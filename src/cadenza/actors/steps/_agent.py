@@ -23,8 +23,10 @@ from cadenza.actors.run import (
     Brief,
     BudgetExceeded,
     Outgoing,
+    PermissionRule,
     RunContext,
     Scope,
+    ToolRequest,
 )
 from cadenza.errors import CadenzaError, InboxFull
 from cadenza.llm import LLMRequest, Message, ToolCall, ToolSpec
@@ -42,6 +44,9 @@ __all__ = ["AgentOutcome", "AgentVisit", "BudgetExceeded", "model_spec", "run_ag
 
 DEFAULT_SYSTEM = "You are a helpful assistant. Do the task you are given."
 NEVER_SUBMITTED = "resultSchema defined but submit_result never called"
+TOOL_PERMISSION = "tool_permission"
+"""The permission policy decided about a call; data ``{tool_name, tool_call_id, allowed, by,
+reason}``."""
 _OUTPUT_PREVIEW = 2000
 
 
@@ -80,11 +85,46 @@ class _Conversation:
         self.agent_name = agent_name
         self.agent = agent
         self.tools: dict[str, Tool] = {}
+        self.internal: set[str] = set()  # the run's own tools: no permission asked
         self.result: Any = None
         self.submitted = False
+        self.rules = agent.permissions if agent is not None else None
+        self.allow = tuple(PermissionRule.parse(r) for r in self.rules.allow) if self.rules else ()
+        self.deny = tuple(PermissionRule.parse(r) for r in self.rules.deny) if self.rules else ()
 
-    def offer(self, tool: Tool) -> None:
+    def offer(self, tool: Tool, *, internal: bool = False) -> None:
         self.tools[tool.spec.name] = tool
+        if internal:
+            self.internal.add(tool.spec.name)
+
+    async def permitted(self, tool: Tool, call: ToolCall, arguments: dict[str, Any]) -> None:
+        """Asks the run's policy about the call; a denial is the model's to hear.
+
+        Raises:
+            ToolError: The call may not run; the message says why.
+        """
+        policy = self.run.permissions
+        if call.name in self.internal or not (policy.active or self.allow or self.deny):
+            return
+        name = tool.name or tool.spec.name
+        request = ToolRequest(self.run.run_id, self.address, self.agent_name, name, arguments)
+        decision = await policy.decide(request, self.allow, self.deny)
+        if decision is None:
+            return
+        self.run.journal.emit(
+            TOOL_PERMISSION,
+            step_id=self.address,
+            agent=self.agent_name,
+            data={
+                "tool_name": name,
+                "tool_call_id": call.id,
+                "allowed": decision.allowed,
+                "by": decision.by,
+                "reason": decision.reason,
+            },
+        )
+        if not decision.allowed:
+            raise ToolError(f"permission denied: {decision.reason}")
 
     async def call(self, call: ToolCall) -> str:
         """Runs one tool call; any failure becomes an error message for the model."""
@@ -114,6 +154,7 @@ class _Conversation:
                 raise ToolError("arguments are not valid JSON") from None
             if not isinstance(arguments, dict):
                 raise ToolError("arguments must be a JSON object")
+            await self.permitted(tool, call, arguments)
             output = await tool.run(arguments)
         except ToolError as failure:
             error = str(failure)
@@ -202,9 +243,9 @@ def _tools(conversation: _Conversation, document: LoadedWorkflow, *, can_send: b
     if agent is None or (agent.tools is None and agent.disallowed_tools is None):
         # Nothing allowed or denied by name (the common case): no sets to build.
         if agent is not None and agent.result_schema is not None:
-            conversation.offer(_submit_result(conversation, agent.result_schema))
+            conversation.offer(_submit_result(conversation, agent.result_schema), internal=True)
         if can_send:
-            conversation.offer(_send_message(conversation.run, conversation.address))
+            conversation.offer(_send_message(conversation.run, conversation.address), internal=True)
         return
     allowed = None if agent.tools is None else set(agent.tools)
     denied = set() if agent.disallowed_tools is None else set(agent.disallowed_tools)
@@ -213,9 +254,9 @@ def _tools(conversation: _Conversation, document: LoadedWorkflow, *, can_send: b
         return (allowed is None or name in allowed) and name not in denied
 
     if agent.result_schema is not None:
-        conversation.offer(_submit_result(conversation, agent.result_schema))
+        conversation.offer(_submit_result(conversation, agent.result_schema), internal=True)
     if can_send and wanted("send_message"):
-        conversation.offer(_send_message(conversation.run, conversation.address))
+        conversation.offer(_send_message(conversation.run, conversation.address), internal=True)
     for reference in sorted(allowed or ()):
         if ":" in reference and reference not in denied:
             conversation.offer(python_tool(reference, document.base_dir))
@@ -303,8 +344,8 @@ async def run_agent(run: RunContext, document: LoadedWorkflow, visit: AgentVisit
         _tools(conversation, document, can_send=visit.can_send_messages)
         for tool in await mcp_tools(run, agent, visit.address):
             conversation.offer(tool)
-        for tool in visit.extra_tools:
-            conversation.offer(tool)
+        for tool in visit.extra_tools:  # the coordinator's: they act inside the run
+            conversation.offer(tool, internal=True)
         prompt = build_prompt(
             visit.instructions,
             brief=visit.brief,

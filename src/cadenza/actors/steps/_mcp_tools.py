@@ -70,7 +70,7 @@ async def mcp_tools(run: RunContext, agent: Agent | None, address: str) -> list[
                     parameters=dict(listed.input_schema or {"type": "object"}),
                 )
                 caller = _caller(run, address, session, server, listed.name, timeout)
-                tools.append(Tool(spec, caller))
+                tools.append(Tool(spec, caller, f"{server}.{listed.name}"))
     return tools
 
 

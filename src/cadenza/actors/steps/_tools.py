@@ -35,6 +35,8 @@ class Tool:
 
     spec: ToolSpec
     run: Callable[[dict[str, Any]], Awaitable[str]]
+    name: str = ""
+    """The tool as ``tools:`` and permission rules name it; empty: ``spec.name``."""
 
 
 def _describe(function: Callable[..., Any]) -> str:
@@ -85,7 +87,8 @@ def python_tool(reference: str, workflow_dir: Path) -> Tool:
             )
         return value if isinstance(value, str) else msgspec.json.encode(value).decode()
 
-    return Tool(ToolSpec(name=name, description=_describe(function), parameters=parameters), run)
+    spec = ToolSpec(name=name, description=_describe(function), parameters=parameters)
+    return Tool(spec, run, reference)
 
 
 def schema_errors(schema: dict[str, Any], value: Any) -> list[str]:
