@@ -35,6 +35,7 @@
     ├── BudgetExceeded           (cadenza.actors) ``options.maxTokens`` is spent
     ├── HandlerError             (cadenza.actors) a ``handler`` cannot be imported or called
     ├── McpUnavailable           (cadenza.actors) an MCP server did not start or list its tools
+    ├── IsolationError           (cadenza.actors) a step's git worktree could not be made
     ├── LoopError                (cadenza.loops) a loop SDK run did not end as asked
     ├── TelemetryUnavailable     (cadenza.telemetry) OpenTelemetry is not installed
     ├── ServeError               (cadenza.serve) the viewer cannot start

@@ -40,7 +40,12 @@ from cadenza.kernel import (
 )
 from cadenza.llm import ProviderRegistry
 from cadenza.protocols import ErrorInfo, EventType, MessageRecord, RunResult, RunStatus, Tokens
-from cadenza.workflow import LoadedWorkflow, compile_expression, parse_duration
+from cadenza.workflow import (
+    WORKTREE_PER_STEP,
+    LoadedWorkflow,
+    compile_expression,
+    parse_duration,
+)
 
 from ._children import spawn_step
 from ._coordinator import Coordinator
@@ -59,6 +64,7 @@ from .run import (
     RunJournal,
     Scope,
     ToolPolicy,
+    Worktrees,
     document_step_ids,
     encode_document,
     pending_bytes,
@@ -267,6 +273,8 @@ async def _drive(
         context.mcp = mcp
         rules = setup.document.workflow.permissions
         context.permissions = PermissionPolicy.of(setup.tool_policy, rules.allow, rules.deny)
+        if document.workflow.options.isolation == WORKTREE_PER_STEP:
+            context.worktrees = Worktrees(setup.run_id, document.base_dir)
         timer = _run_timeout(context, ending.timed_out)
         supervisor.spawn(COORDINATOR, lambda: Coordinator(context, document), inbox_size=INBOX_SIZE)
         if document.workflow.loop is None:

@@ -72,6 +72,7 @@ from cadenza.protocols import (
 )
 from cadenza.workflow import (
     DEFAULT_MAX_CONCURRENCY,
+    WORKTREE_PER_STEP,
     LoadedWorkflow,
     Workflow,
     load_workflow,
@@ -467,6 +468,11 @@ class Runtime:
             raise InputError(
                 "this workflow declares mcpServers, and MCP servers run in the supervisor's"
                 " process: run it without remote workers (its steps would run elsewhere)"
+            )
+        if self.workers is not None and document.workflow.options.isolation == WORKTREE_PER_STEP:
+            raise InputError(
+                "options.isolation: worktree-per-step makes worktrees of this machine's"
+                " repository, and remote workers run steps elsewhere: run it without workers"
             )
         if self.workers is not None and _has_permissions(document, self.tool_policy):
             raise InputError(

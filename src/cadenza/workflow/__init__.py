@@ -36,6 +36,7 @@ from ._python import register_python as register_python
 from ._spec import AGENT_BUILTINS as AGENT_BUILTINS
 from ._spec import DEFAULT_MAX_CONCURRENCY as DEFAULT_MAX_CONCURRENCY
 from ._spec import DEFAULT_MAX_TURNS as DEFAULT_MAX_TURNS
+from ._spec import WORKTREE_PER_STEP as WORKTREE_PER_STEP
 from ._spec import Agent as Agent
 from ._spec import Check as Check
 from ._spec import Control as Control
@@ -65,6 +66,7 @@ __all__ = [
     "AGENT_BUILTINS",
     "DEFAULT_MAX_CONCURRENCY",
     "DEFAULT_MAX_TURNS",
+    "WORKTREE_PER_STEP",
     "Agent",
     "AsyncPythonExpression",
     "Check",

@@ -12,7 +12,7 @@ cycles) live in the validator, so that every problem is reported with its locati
 from __future__ import annotations
 
 import re
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 import msgspec
 
@@ -20,6 +20,7 @@ __all__ = [
     "AGENT_BUILTINS",
     "DEFAULT_MAX_CONCURRENCY",
     "DEFAULT_MAX_TURNS",
+    "WORKTREE_PER_STEP",
     "Agent",
     "Check",
     "Control",
@@ -306,6 +307,10 @@ class State(_Body, frozen=True, kw_only=True):
     feedback: bool | None = None
 
 
+WORKTREE_PER_STEP: Final = "worktree-per-step"
+"""``options.isolation`` that gives each writing step a git worktree of its own."""
+
+
 class Options(_Spec, frozen=True):
     """Run-wide execution options (zenflow section 8, plus ``maxTokens``)."""
 
@@ -314,7 +319,8 @@ class Options(_Spec, frozen=True):
     timeout: str | None = None
     step_timeout: str | None = None
     max_tokens: int | None = None
-    isolation: str | None = None
+    isolation: Literal["none", "worktree-per-step"] | None = None
+    """``worktree-per-step``: each command, tool and agent step in a git worktree of its own."""
     scheduler: Literal["dependency-first", "round-robin", "least-busy"] = "dependency-first"
     max_retries: int | None = None
 

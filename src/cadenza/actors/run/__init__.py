@@ -53,6 +53,11 @@ from ._replay import CHECKPOINT as CHECKPOINT
 from ._replay import Replay as Replay
 from ._replay import ReplayedStep as ReplayedStep
 from ._replay_log import RUN_RESUMED as RUN_RESUMED
+from ._worktrees import WORKTREE_DONE as WORKTREE_DONE
+from ._worktrees import WORKTREE_KEPT as WORKTREE_KEPT
+from ._worktrees import IsolationError as IsolationError
+from ._worktrees import StepWorktree as StepWorktree
+from ._worktrees import Worktrees as Worktrees
 
 __all__ = [
     "AGENT_MEMORY",
@@ -67,6 +72,8 @@ __all__ = [
     "RUN_RESUMED",
     "STEP_REPLAYED",
     "STEP_WAITING",
+    "WORKTREE_DONE",
+    "WORKTREE_KEPT",
     "AgentMessage",
     "Asker",
     "Brief",
@@ -75,6 +82,7 @@ __all__ = [
     "Decision",
     "Drain",
     "EventSink",
+    "IsolationError",
     "McpHost",
     "McpUnavailable",
     "Outgoing",
@@ -93,8 +101,10 @@ __all__ = [
     "Scope",
     "StepFailure",
     "StepFinished",
+    "StepWorktree",
     "ToolPolicy",
     "ToolRequest",
+    "Worktrees",
     "cancel_parked",
     "decode_document",
     "document_step_ids",

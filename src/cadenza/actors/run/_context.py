@@ -26,6 +26,7 @@ from ._journal import RunJournal
 from ._mcp import McpHost
 from ._outcome import Report
 from ._permissions import PermissionPolicy
+from ._worktrees import Worktrees
 
 if TYPE_CHECKING:
     from cadenza.actors.steps import StepDispatcher
@@ -142,6 +143,8 @@ class RunContext:
     """The run's MCP servers (None: the workflow declares none)."""
     permissions: PermissionPolicy = field(default_factory=PermissionPolicy)
     """Asked before every tool call an agent's model makes."""
+    worktrees: Worktrees | None = None
+    """Each writing step's git worktree (``isolation: worktree-per-step``; else None)."""
     budget: TokenBudget | None = None
     """The gate of ``options.maxTokens``, made on the first model call."""
 

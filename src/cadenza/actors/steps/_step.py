@@ -13,11 +13,14 @@ from __future__ import annotations
 import asyncio
 import os
 from collections import deque
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from cadenza.actors.run import (
     MSG_TYPES,
+    WORKTREE_DONE,
+    WORKTREE_KEPT,
     AgentMessage,
     PlacedActor,
     Placement,
@@ -40,6 +43,8 @@ __all__ = ["StepActor"]
 
 
 _NOT_RUN = StepRecord(status="cancelled")
+_ISOLATED = frozenset(("command", "tool", "agent"))
+"""The kinds that can write files: each runs in its own worktree under worktree-per-step."""
 
 
 class StepActor(PlacedActor):
@@ -176,6 +181,28 @@ class StepActor(PlacedActor):
             self._task = None
 
     async def _work(self, address: str, attempt: int) -> tuple[str, Any]:
+        worktrees = self.run.worktrees
+        if worktrees is None or self.kind not in _ISOLATED:
+            return await self._run_work(address, attempt)
+        journal = self.run.journal
+        shared = self.document
+        async with worktrees.checkout(address, attempt) as worktree:
+            self.document = replace(shared, base_dir=worktree.base_dir)
+            try:
+                outcome = await self._run_work(address, attempt)
+            except BaseException:  # failed or cancelled: its files stay, for a person to see
+                message = f"the step's worktree is kept for inspection: {worktree.path}"
+                kept: dict[str, Any] = {"path": str(worktree.path)}
+                journal.emit(WORKTREE_KEPT, step_id=address, message=message, data=kept)
+                raise
+            finally:
+                self.document = shared
+        commit = await worktrees.commit_of(worktree.branch) if worktree.branch else None
+        done: dict[str, Any] = {"branch": worktree.branch or None, "commit": commit}
+        journal.emit(WORKTREE_DONE, step_id=address, data=done)
+        return outcome
+
+    async def _run_work(self, address: str, attempt: int) -> tuple[str, Any]:
         step = self.step
         if step.command is not None:
             return await self._command(address, attempt, step.command)
@@ -268,7 +295,9 @@ class StepActor(PlacedActor):
         env["CADENZA_ATTEMPT"] = str(attempt)
         env["CADENZA_IDEMPOTENCY_KEY"] = f"{self.run.run_id}:{address}:{attempt}"
         stdin = self._render(step.stdin) if step.stdin is not None else None
-        cwd = self.document.base_dir / step.cwd if step.cwd else Path.cwd()
+        # In a worktree the step's own directory stands for the process's.
+        default = self.document.base_dir if self.run.worktrees is not None else Path.cwd()
+        cwd = self.document.base_dir / step.cwd if step.cwd else default
         outcome = await run_command(command, env=env, cwd=cwd, stdin=stdin)
         return command_result(outcome, address)
 
