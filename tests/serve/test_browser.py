@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,7 +18,13 @@ import pytest
 from playwright.sync_api import Browser, Page, expect, sync_playwright
 
 from cadenza.serve import BackgroundServer, ServeOptions
-from cadenza.testing import ScriptedLLMServer
+from cadenza.testing import (
+    RequestMatch,
+    ScriptedLLMServer,
+    ServerReply,
+    ServerRule,
+    ServerToolCall,
+)
 
 from .conftest import REFLECTION, HeldCritic, write
 
@@ -202,3 +209,62 @@ def test_a_control_loop_decision_log_reads_as_a_table(tmp_path: Path, page: Page
         expect(page.locator("aside.details table.decisions tbody tr")).to_have_count(2)
         page.get_by_role("tab", name="Decision log").scroll_into_view_if_needed()
         shoot(page, tmp_path, "decision-log", docs="viewer-decision-log.png")
+
+
+STREAMING = """\
+name: streaming-writer
+agents:
+  writer:
+    prompt: "You are a writer."
+    model: "openai:gpt-test"
+    tools: [bash]
+steps:
+  - id: draft
+    agent: writer
+    instructions: "Write about actor runtimes."
+"""
+
+
+def test_a_running_agents_streamed_text_shows_on_its_panel(
+    tmp_path: Path, page: Page, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While the agent's second turn waits, its panel shows what its model streamed."""
+    first, second = threading.Event(), threading.Event()
+    outline = ServerReply(
+        "Outline: mailboxes, supervisors, backpressure.",
+        tool_calls=[ServerToolCall("bash", {"command": "true"})],
+        chunk=5,
+        hold=first,  # until the page watches the step
+    )
+    rules = [
+        ServerRule(
+            [ServerReply("Final draft.", hold=second)], match=RequestMatch(last_role="tool")
+        ),
+        ServerRule([outline]),
+    ]
+    write(tmp_path, "streaming.yaml", STREAMING)
+    options = ServeOptions(store=tmp_path / "runs.db", root=tmp_path, port=0)
+    with ScriptedLLMServer(rules) as model:
+        for name, value in model.environ().items():
+            monkeypatch.setenv(name, value)
+        try:
+            with BackgroundServer(options) as server:
+                started = httpx.post(f"{server.url}/api/runs", json={"path": "streaming.yaml"})
+                page.goto(f"{server.url}/#/runs/{started.json()['runId']}")
+                draft = page.locator('[data-key="draft"]')
+                expect(draft).to_have_attribute("data-status", "running")
+                draft.click()
+                details = page.locator("aside.details")
+                expect(details.locator("h2")).to_contain_text("draft")
+                model.wait_for_requests(1)
+                first.set()
+                streaming = details.locator("pre.streaming")
+                expect(streaming).to_have_text("Outline: mailboxes, supervisors, backpressure.")
+                shoot(page, tmp_path, "streaming")
+                second.set()
+                expect(page.locator(".run-status .status")).to_have_text("completed")
+                expect(streaming).to_have_count(0)  # the step's record takes its place
+                expect(details.locator("pre.content")).to_contain_text("Final draft.")
+        finally:
+            first.set()
+            second.set()
