@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
-from typing import Annotated, Protocol
+from typing import Annotated, Generic, Protocol, TypeVar
 
 import msgspec
 
@@ -103,6 +103,8 @@ class SSEParser:
         return payloads
 
 
+_Item = TypeVar("_Item")
+
 # A negative count would wind the run's token budget back: refused at the edge.
 _Tokens = Annotated[int, msgspec.Meta(ge=0)]
 
@@ -175,40 +177,55 @@ _any = msgspec.json.Decoder()
 _compact = msgspec.json.Encoder()
 
 
-class OpenAIStream:
-    """Assembles a Chat Completions stream (``openai``; ``ollama``'s compatible API).
+class _Assembler(Generic[_Item]):
+    """What every family's assembler does: decode a read's events, hand out its text.
 
     Args:
-        on_delta: Receives each text fragment with ``attempt``.
+        on_delta: Receives the text of each read with ``attempt``.
         attempt: The HTTP attempt this stream answers.
     """
 
-    __slots__ = ("_attempt", "_calls", "_finish", "_model", "_on_delta", "_text", "_usage")
-    _decoder = msgspec.json.Decoder(list[_OpenAIChunk])
+    __slots__ = ("_attempt", "_calls", "_model", "_on_delta", "_text")
+    _decoder: msgspec.json.Decoder[list[_Item]]
+    _unit: str  # what one event is called in errors
 
     def __init__(self, on_delta: DeltaHook, attempt: int) -> None:
         self._on_delta = on_delta
         self._attempt = attempt
         self._text: list[str] = []
         self._calls: dict[int, _Call] = {}
-        self._finish: str | None = None
         self._model: str | None = None
-        self._usage: _OpenAIUsage | None = None
 
     def feed(self, payloads: list[bytes]) -> None:
         if not payloads:
             return
         try:  # one decode for the read: the events as one JSON array
-            chunks = self._decoder.decode(b"[" + b",".join(payloads) + b"]")
+            items = self._decoder.decode(b"[" + b",".join(payloads) + b"]")
         except msgspec.DecodeError as exc:
-            raise LLMResponseError(f"malformed stream chunk: {exc}") from None
+            raise LLMResponseError(f"malformed stream {self._unit}: {exc}") from None
         start = len(self._text)
-        for chunk in chunks:
-            self._chunk(chunk)
+        for item in items:
+            self._take(item)
         if len(self._text) > start:
             self._on_delta("".join(self._text[start:]), self._attempt)
 
-    def _chunk(self, chunk: _OpenAIChunk) -> None:
+    def _take(self, item: _Item) -> None:
+        raise NotImplementedError
+
+
+class OpenAIStream(_Assembler[_OpenAIChunk]):
+    """Assembles a Chat Completions stream (``openai``; ``ollama``'s compatible API)."""
+
+    __slots__ = ("_finish", "_usage")
+    _decoder = msgspec.json.Decoder(list[_OpenAIChunk])
+    _unit = "chunk"
+
+    def __init__(self, on_delta: DeltaHook, attempt: int) -> None:
+        super().__init__(on_delta, attempt)
+        self._finish: str | None = None
+        self._usage: _OpenAIUsage | None = None
+
+    def _take(self, chunk: _OpenAIChunk) -> None:
         if chunk.error is not None:
             raise StreamError(chunk.error.message)
         self._model = chunk.model or self._model
@@ -289,52 +306,21 @@ class _AnthropicEvent(msgspec.Struct):
     error: _AnthropicError | None = None
 
 
-class AnthropicStream:
-    """Assembles a Messages API stream (``message_start`` ... ``message_stop``).
+class AnthropicStream(_Assembler[_AnthropicEvent]):
+    """Assembles a Messages API stream (``message_start`` ... ``message_stop``)."""
 
-    Args:
-        on_delta: Receives each text fragment with ``attempt``.
-        attempt: The HTTP attempt this stream answers.
-    """
-
-    __slots__ = (
-        "_attempt",
-        "_calls",
-        "_done",
-        "_model",
-        "_on_delta",
-        "_prompt",
-        "_reply",
-        "_stop",
-        "_text",
-    )
+    __slots__ = ("_done", "_prompt", "_reply", "_stop")
     _decoder = msgspec.json.Decoder(list[_AnthropicEvent])
+    _unit = "event"
 
     def __init__(self, on_delta: DeltaHook, attempt: int) -> None:
-        self._on_delta = on_delta
-        self._attempt = attempt
-        self._text: list[str] = []
-        self._calls: dict[int, _Call] = {}
-        self._model: str | None = None
+        super().__init__(on_delta, attempt)
         self._stop: str | None = None
         self._prompt = 0
         self._reply = 0
         self._done = False
 
-    def feed(self, payloads: list[bytes]) -> None:
-        if not payloads:
-            return
-        try:  # one decode for the read: the events as one JSON array
-            events = self._decoder.decode(b"[" + b",".join(payloads) + b"]")
-        except msgspec.DecodeError as exc:
-            raise LLMResponseError(f"malformed stream event: {exc}") from None
-        start = len(self._text)
-        for event in events:
-            self._event(event)
-        if len(self._text) > start:
-            self._on_delta("".join(self._text[start:]), self._attempt)
-
-    def _event(self, event: _AnthropicEvent) -> None:
+    def _take(self, event: _AnthropicEvent) -> None:
         kind = event.type
         if kind == "content_block_delta" and event.delta is not None:
             self._delta(event.index, event.delta)
