@@ -19,6 +19,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import msgspec
+from msgspec import to_builtins
 
 from cadenza._redact import known_secrets, scrub
 from cadenza.kernel import RunStore
@@ -30,9 +31,16 @@ from cadenza.protocols import (
     GraphSummary,
     LoopSummary,
     MessageRecord,
+    Payload,
     RunResult,
     RunStatus,
+    Shared,
+    StepEnd,
+    StepError,
+    StepEvent,
     StepRecord,
+    StepReplayed,
+    StepStart,
     Tokens,
     Usage,
     format_duration,
@@ -155,9 +163,56 @@ class RunJournal:
         duration: float | None = None,
         tokens: Tokens | None = None,
         error: str | None = None,
-        data: dict[str, Any] | None = None,
+        data: Payload | Shared | None = None,
     ) -> Event:
-        """Records an event, queues it for the store and shows it to observers."""
+        """Records an event, queues it for the store and shows it to observers.
+
+        ``data`` is stored as the plain dict `to_data` makes of it (``Event.data``).
+        """
+        if data is None:
+            plain = None
+        elif isinstance(data, Shared):
+            plain = data.data
+        else:
+            plain = to_builtins(data)  # `to_data`, without a call more on the hot path
+        return self._record(
+            type,
+            step_id,
+            agent,
+            message,
+            None if duration is None else format_duration(duration),
+            tokens,
+            error,
+            plain,
+        )
+
+    def relay(self, address: str, event: StepEvent) -> Event:
+        """Records an event a worker sent for the step at ``address``.
+
+        Its data is already plain: the worker's journal made it so (`emit`).
+        """
+        return self._record(
+            event.type,
+            address,
+            event.agent,
+            event.message,
+            None if event.duration is None else format_duration(event.duration),
+            event.tokens,
+            event.error,
+            event.data,
+        )
+
+    def _record(
+        self,
+        type: str,
+        step_id: str | None,
+        agent: str | None,
+        message: str | None,
+        duration: str | None,
+        tokens: Tokens | None,
+        error: str | None,
+        data: dict[str, Any] | None,
+    ) -> Event:
         if known_secrets():
             message, error, data = scrub(message), scrub(error), scrub(data)
         restated = self.replay is not None and self.replay.suppress(
@@ -175,7 +230,7 @@ class RunJournal:
             step_id,
             agent,
             message,
-            None if duration is None else format_duration(duration),
+            duration,
             tokens,
             error,
             data,
@@ -192,25 +247,14 @@ class RunJournal:
         failpoint("event")
         return event
 
-    def step_started(
-        self,
-        address: str,
-        *,
-        kind: str,
-        attempt: int,
-        agent: str | None,
-        extra: dict[str, Any] | None = None,
-    ) -> None:
-        """Records that an address began executing; ``extra`` adds to the event's data."""
-        record = StepRecord(status="running", attempts=attempt)
+    def step_started(self, address: str, start: StepStart, *, agent: str | None) -> None:
+        """Records that an address began executing (``start``, its ``step_start`` data)."""
+        record = StepRecord(status="running", attempts=start.attempt)
         self.records[address] = record
         # A replayed container starts again, but its stored outcome stands until it ends.
         if self.replay is None or not self.replay.is_final(address):
             self.store.put_step(self.run_id, address, record)
-        data: dict[str, Any] = {"kind": kind, "attempt": attempt}
-        if extra:
-            data.update(extra)
-        self.emit(EventType.STEP_START, step_id=address, agent=agent, data=data)
+        self.emit(EventType.STEP_START, step_id=address, agent=agent, data=start)
         failpoint("step.before_work")
 
     async def step_finished(
@@ -247,7 +291,9 @@ class RunJournal:
         """
         self.records[address] = record
         tokens = self.replay.tokens(address) if self.replay is not None else None
-        self.emit(STEP_REPLAYED, step_id=address, tokens=tokens, data={"status": record.status})
+        self.emit(
+            STEP_REPLAYED, step_id=address, tokens=tokens, data=StepReplayed(status=record.status)
+        )
 
     def _announce(
         self, address: str, record: StepRecord, agent: str | None, tokens: Tokens | None
@@ -260,12 +306,15 @@ class RunJournal:
                 agent=agent,
                 duration=duration,
                 tokens=tokens,
-                data=None if record.worker is None else {"worker": record.worker},
+                data=None if record.worker is None else StepEnd(worker=record.worker),
             )
         elif record.status == "skipped":
             self.emit(EventType.STEP_SKIPPED, step_id=address, message=_reason(record))
         elif record.status == "waiting":
-            self.emit(STEP_WAITING, step_id=address, message=record.content, data=record.result)
+            # The data is the question the record holds (`StepWaiting`), plain already.
+            self._record(
+                STEP_WAITING, address, None, record.content, None, None, None, record.result
+            )
         else:
             self.emit(
                 EventType.ERROR,
@@ -274,9 +323,7 @@ class RunJournal:
                 duration=duration,
                 tokens=tokens,
                 error=_reason(record),
-                data={"status": record.status}
-                if record.worker is None
-                else {"status": record.status, "worker": record.worker},
+                data=StepError(status=record.status, worker=record.worker),
             )
 
     def usage(self) -> Usage:

@@ -28,7 +28,17 @@ from cadenza.actors.run import (
 )
 from cadenza.errors import CadenzaError, InboxFull
 from cadenza.llm import LLMRequest, Message, ToolCall, ToolSpec
-from cadenza.protocols import ErrorInfo, Tokens
+from cadenza.protocols import (
+    AgentMemory,
+    AgentTurn,
+    ErrorInfo,
+    MessageDropped,
+    MessageSent,
+    Tokens,
+)
+from cadenza.protocols import (
+    ToolCall as ToolCallData,
+)
 from cadenza.workflow import Agent, LoadedWorkflow, MemoryWindow
 
 from ._agent_tools import agent_builtins, builtin_names
@@ -93,12 +103,9 @@ class _Conversation:
             "tool_call",
             step_id=self.address,
             agent=self.agent_name,
-            data={
-                "phase": "start",
-                "tool_name": call.name,
-                "tool_call_id": call.id,
-                "input": redacted,
-            },
+            data=ToolCallData(
+                phase="start", tool_name=call.name, tool_call_id=call.id, input=redacted
+            ),
         )
         error: str | None = None
         try:
@@ -127,14 +134,14 @@ class _Conversation:
             "tool_call",
             step_id=self.address,
             agent=self.agent_name,
-            data={
-                "phase": "end",
-                "tool_name": call.name,
-                "tool_call_id": call.id,
-                "input": redacted,
-                "output": redact(text)[:_OUTPUT_PREVIEW],
-                "error": error,
-            },
+            data=ToolCallData(
+                phase="end",
+                tool_name=call.name,
+                tool_call_id=call.id,
+                input=redacted,
+                output=redact(text)[:_OUTPUT_PREVIEW],
+                error=error,
+            ),
         )
         return text
 
@@ -173,13 +180,16 @@ def _send_message(run: RunContext, address: str) -> Tool:
         text = arguments.get("text")
         if not isinstance(text, str) or not text:
             raise ToolError("send_message needs a non-empty 'text' string")
-        data = {"from": address, "to": "coordinator", "text": text, "msg_type": 0}
+        data = MessageSent(from_=address, to="coordinator", text=text, msg_type=0)
         run.journal.emit("message_sent", step_id=address, data=data)
         try:
             run.supervisor.tell_nowait(COORDINATOR, Outgoing(address, text))
         except InboxFull:
             reason = "the coordinator's inbox is full"
-            run.journal.emit("message_dropped", step_id=address, data={**data, "reason": reason})
+            dropped = MessageDropped(
+                from_=address, to="coordinator", text=text, msg_type=0, reason=reason
+            )
+            run.journal.emit("message_dropped", step_id=address, data=dropped)
             raise ToolError(f"message dropped: {reason}") from None
         return '{"status": "sent"}'
 
@@ -248,7 +258,7 @@ def _remember(run: RunContext, brief: Brief, turns: list[Message], address: str)
     if brief.memory == "fresh" or brief.memory_key is None:
         return
     # Recorded too: a resumed run replays this visit without calling the model again.
-    data = {"key": brief.memory_key, "turns": msgspec.to_builtins(turns)}
+    data = AgentMemory(key=brief.memory_key, turns=list(turns))
     run.journal.emit(AGENT_MEMORY, step_id=address, data=data)
     visits = run.conversations.setdefault(brief.memory_key, [])
     visits.append(turns)
@@ -331,7 +341,7 @@ async def run_agent(run: RunContext, document: LoadedWorkflow, visit: AgentVisit
                 "agent_turn",
                 step_id=visit.address,
                 agent=visit.agent_name,
-                data={"phase": "request", "turn": turn, "model": spec},
+                data=AgentTurn(phase="request", turn=turn, model=spec),
             )
             request = LLMRequest(
                 model=model,
@@ -354,7 +364,7 @@ async def run_agent(run: RunContext, document: LoadedWorkflow, visit: AgentVisit
                     usage.completion_tokens,
                     usage.prompt_tokens + usage.completion_tokens,
                 ),
-                data={"phase": "response", "model": spec, "attempts": completion.attempts},
+                data=AgentTurn(phase="response", model=spec, attempts=completion.attempts),
             )
             if completion.content:
                 contents.append(completion.content)

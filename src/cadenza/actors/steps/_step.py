@@ -27,7 +27,16 @@ from cadenza.actors.run import (
     work_error,
 )
 from cadenza.kernel import LoopBlocked, LoopWatchdog
-from cadenza.protocols import ErrorInfo, EventType, StepRecord, StepStatus, Tokens
+from cadenza.protocols import (
+    AgentInboxDrain,
+    ErrorInfo,
+    EventType,
+    StepRecord,
+    StepRetry,
+    StepStart,
+    StepStatus,
+    Tokens,
+)
 from cadenza.workflow import Step, parse_duration, parse_template
 
 from ._agent import AgentVisit, run_agent
@@ -103,7 +112,8 @@ class StepActor(PlacedActor):
                 await limiter.wait()
             try:
                 started = clock.now()
-                run.journal.step_started(address, kind=self.kind, attempt=attempt, agent=step.agent)
+                start = StepStart(kind=self.kind, attempt=attempt)
+                run.journal.step_started(address, start, agent=step.agent)
                 status, content, result, error = await self._attempt(address, attempt, seconds)
                 elapsed = clock.now() - started
             finally:
@@ -123,7 +133,7 @@ class StepActor(PlacedActor):
                 EventType.STEP_RETRY,
                 step_id=address,
                 error=f"{error.type}: {error.message}" if error is not None else None,
-                data={"attempt": attempt, "of": attempts},
+                data=StepRetry(attempt=attempt, of=attempts),
             )
         return record
 
@@ -242,7 +252,7 @@ class StepActor(PlacedActor):
                 "agent_inbox_drain",
                 step_id=str(self.address),
                 agent=self.step.agent,
-                data={"from": letter.sender, "msg_type": MSG_TYPES.get(letter.kind, 0)},
+                data=AgentInboxDrain(from_=letter.sender, msg_type=MSG_TYPES.get(letter.kind, 0)),
             )
             texts.append(f"from {letter.sender} ({letter.kind}): {letter.text}")
         if drained:
