@@ -213,7 +213,7 @@ def _resolve(node: ast.expr, module: str) -> str:
 def test_every_emitted_event_type_has_a_payload_entry() -> None:
     emitted = {kind for _, kind, _ in _emitted()}
     unresolved = {k for k in emitted if k.startswith("<unresolved")}
-    # Only the journal's own forwarding (`emit`, `relay`) passes on a type it was given.
+    # Only the journal passes on a type it was given: `emit`'s own Event, `relay`.
     assert unresolved == {"<unresolved type>", "<unresolved event.type>"}
     emitted -= unresolved
     assert emitted - (set(PAYLOADS) | NO_PAYLOAD) == set()

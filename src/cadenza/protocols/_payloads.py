@@ -464,10 +464,9 @@ class Shared:
     items would otherwise keep 20,000 equal dicts in a store that holds its events.
     """
 
-    __slots__ = ("data", "payload")
+    __slots__ = ("data",)
 
     def __init__(self, payload: Payload) -> None:
-        self.payload = payload
         self.data = to_data(payload)
 
 

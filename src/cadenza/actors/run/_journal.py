@@ -99,6 +99,7 @@ class RunJournal:
         self._seq = 0
         self._sinks: list[EventSink] = []
         self._restated: list[EventSink] = []
+        self._leaf_starts: dict[tuple[str, int], Shared] = {}
         self.replay: Replay | None = None
         """Set while a resumed run is replayed (see `resume_from`)."""
 
@@ -175,48 +176,10 @@ class RunJournal:
             plain = data.data
         else:
             plain = to_builtins(data)  # `to_data`, without a call more on the hot path
-        return self._record(
-            type,
-            step_id,
-            agent,
-            message,
-            None if duration is None else format_duration(duration),
-            tokens,
-            error,
-            plain,
-        )
-
-    def relay(self, address: str, event: StepEvent) -> Event:
-        """Records an event a worker sent for the step at ``address``.
-
-        Its data is already plain: the worker's journal made it so (`emit`).
-        """
-        return self._record(
-            event.type,
-            address,
-            event.agent,
-            event.message,
-            None if event.duration is None else format_duration(event.duration),
-            event.tokens,
-            event.error,
-            event.data,
-        )
-
-    def _record(
-        self,
-        type: str,
-        step_id: str | None,
-        agent: str | None,
-        message: str | None,
-        duration: str | None,
-        tokens: Tokens | None,
-        error: str | None,
-        data: dict[str, Any] | None,
-    ) -> Event:
         if known_secrets():
-            message, error, data = scrub(message), scrub(error), scrub(data)
+            message, error, plain = scrub(message), scrub(error), scrub(plain)
         restated = self.replay is not None and self.replay.suppress(
-            type, step_id, message, error, data
+            type, step_id, message, error, plain
         )
         if restated and not self._restated:
             return Event(type=type, timestamp=timestamp(), run_id=self.run_id, seq=self._seq)
@@ -230,10 +193,10 @@ class RunJournal:
             step_id,
             agent,
             message,
-            duration,
+            None if duration is None else format_duration(duration),
             tokens,
             error,
-            data,
+            plain,
         )
         if restated:  # already in the log: shown to those who count from scratch only
             for sink in self._restated:
@@ -247,9 +210,41 @@ class RunJournal:
         failpoint("event")
         return event
 
+    def relay(self, address: str, event: StepEvent) -> Event:
+        """Records an event a worker sent for the step at ``address``.
+
+        Its data is already plain: the worker's journal made it so (`emit`).
+        """
+        return self.emit(
+            event.type,
+            step_id=address,
+            agent=event.agent,
+            message=event.message,
+            duration=event.duration,
+            tokens=event.tokens,
+            error=event.error,
+            data=None if event.data is None else _Plain(event.data),
+        )
+
     def step_started(self, address: str, start: StepStart, *, agent: str | None) -> None:
         """Records that an address began executing (``start``, its ``step_start`` data)."""
-        record = StepRecord(status="running", attempts=start.attempt)
+        self._started(address, start.attempt, start, agent)
+
+    def leaf_started(self, address: str, kind: str, attempt: int, agent: str | None) -> None:
+        """`step_started` for a leaf, whose data is only its kind and attempt.
+
+        Every step has one, so each distinct one is converted once per run.
+        """
+        start = self._leaf_starts.get((kind, attempt))
+        if start is None:
+            start = Shared(StepStart(kind=kind, attempt=attempt))
+            self._leaf_starts[kind, attempt] = start
+        self._started(address, attempt, start, agent)
+
+    def _started(
+        self, address: str, attempt: int, start: StepStart | Shared, agent: str | None
+    ) -> None:
+        record = StepRecord(status="running", attempts=attempt)
         self.records[address] = record
         # A replayed container starts again, but its stored outcome stands until it ends.
         if self.replay is None or not self.replay.is_final(address):
@@ -312,9 +307,8 @@ class RunJournal:
             self.emit(EventType.STEP_SKIPPED, step_id=address, message=_reason(record))
         elif record.status == "waiting":
             # The data is the question the record holds (`StepWaiting`), plain already.
-            self._record(
-                STEP_WAITING, address, None, record.content, None, None, None, record.result
-            )
+            question = None if record.result is None else _Plain(record.result)
+            self.emit(STEP_WAITING, step_id=address, message=record.content, data=question)
         else:
             self.emit(
                 EventType.ERROR,
@@ -375,6 +369,15 @@ def clean_message(message: MessageRecord) -> MessageRecord:
     """``message`` with known secrets masked in its text."""
     text = scrub(message.text)
     return message if text is message.text else msgspec.structs.replace(message, text=text)
+
+
+class _Plain(Shared):
+    """Data that is a plain dict already: a worker's event's, a waiting record's question."""
+
+    __slots__ = ()
+
+    def __init__(self, data: dict[str, Any]) -> None:  # no payload: nothing to convert
+        self.data = data
 
 
 def _reason(record: StepRecord) -> str | None:

@@ -33,7 +33,6 @@ from cadenza.protocols import (
     EventType,
     StepRecord,
     StepRetry,
-    StepStart,
     StepStatus,
     Tokens,
 )
@@ -112,8 +111,7 @@ class StepActor(PlacedActor):
                 await limiter.wait()
             try:
                 started = clock.now()
-                start = StepStart(kind=self.kind, attempt=attempt)
-                run.journal.step_started(address, start, agent=step.agent)
+                run.journal.leaf_started(address, self.kind, attempt, step.agent)
                 status, content, result, error = await self._attempt(address, attempt, seconds)
                 elapsed = clock.now() - started
             finally:
