@@ -57,6 +57,7 @@ from starlette.routing import Route
 import cadenza
 from cadenza import CadenzaError, Event, EventSubscription, InputError, RunNotFound, RunResult
 from cadenza.errors import LeaseHeld
+from cadenza.protocols import WorkflowEnd, payload
 
 __all__ = ["Server", "Service", "main", "server"]
 
@@ -276,7 +277,7 @@ class Service:
                 if event is None:
                     break
                 if event.type == "workflow_end":
-                    status = str((event.data or {}).get("status"))
+                    status = payload(event, WorkflowEnd).status
                 elif event.type in ("run_resumed", "run_interrupted"):
                     status = None  # the run goes on (or will, once resumed)
                 if event.seq <= after:

@@ -21,7 +21,7 @@ from typing import Any
 
 from cadenza.errors import ActorStopped, InboxFull
 from cadenza.kernel import Actor
-from cadenza.protocols import MessageRecord
+from cadenza.protocols import MaxWakeCyclesWarning, MessageDropped, MessageRecord, MessageSent
 from cadenza.workflow import LoadedWorkflow
 
 from .run import (
@@ -95,7 +95,7 @@ class Coordinator(Actor):
             journal.emit(
                 "max_wake_cycles_warning",
                 step_id=str(COORDINATOR),
-                data={"current_cycle": self.wakes, "max_cycles": self.max_wakes},
+                data=MaxWakeCyclesWarning(current_cycle=self.wakes, max_cycles=self.max_wakes),
             )
         outcome = await run_agent(
             self.run,
@@ -131,7 +131,7 @@ class Coordinator(Actor):
             return
         journal = self.run.journal
         journal.record_message(MessageRecord(from_=sender, to=target, text=text, kind=kind))
-        data = {"from": sender, "to": target, "msg_type": MSG_TYPES.get(kind, 0), "text": text}
+        data = MessageSent(from_=sender, to=target, text=text, msg_type=MSG_TYPES.get(kind, 0))
         journal.emit("message_sent", step_id=sender, data=data)
 
     def _place(self, target: str, letter: AgentMessage) -> str | None:
@@ -171,8 +171,9 @@ class Coordinator(Actor):
     def _drop_event(self, target: str, drops: _Drops) -> None:
         sender, msg_type, reason = drops.last
         drops.reported = drops.count
-        data = {"from": sender, "to": target, "msg_type": msg_type, "reason": reason}
-        data["dropped"] = drops.count
+        data = MessageDropped(
+            from_=sender, to=target, msg_type=msg_type, reason=reason, dropped=drops.count
+        )
         self.run.journal.emit("message_dropped", step_id=target, data=data)
 
     def _report_drops(self) -> None:

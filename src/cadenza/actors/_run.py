@@ -39,7 +39,18 @@ from cadenza.kernel import (
     Supervisor,
 )
 from cadenza.llm import ProviderRegistry
-from cadenza.protocols import ErrorInfo, EventType, MessageRecord, RunResult, RunStatus, Tokens
+from cadenza.protocols import (
+    ErrorInfo,
+    EventType,
+    MessageRecord,
+    MessageUndelivered,
+    RunResult,
+    RunResumed,
+    RunStatus,
+    Tokens,
+    WorkflowEnd,
+    WorkflowStart,
+)
 from cadenza.workflow import (
     WORKTREE_PER_STEP,
     LoadedWorkflow,
@@ -199,7 +210,7 @@ async def execute_run(setup: RunSetup) -> RunResult:
             usage.prompt_tokens + usage.completion_tokens,
         ),
         error=f"{error.type}: {error.message}" if error else None,
-        data={"status": status},
+        data=WorkflowEnd(status=status),
     )
     await setup.store.flush()
     return result
@@ -224,12 +235,14 @@ async def _record_start(setup: RunSetup) -> None:
         )
         store.save_document(setup.run_id, encode_document(setup.document, setup.inputs))
         journal.emit(
-            EventType.WORKFLOW_START, message=workflow.name, data={"total": len(workflow.steps)}
+            EventType.WORKFLOW_START,
+            message=workflow.name,
+            data=WorkflowStart(total=len(workflow.steps)),
         )
     else:
         store.end_run(setup.run_id, "running", None)
         journal.resume_from(replay)
-        data = {"replayable": replay.replayable, "afterSeq": replay.last_seq}
+        data = RunResumed(replayable=replay.replayable, after_seq=replay.last_seq)
         journal.emit(RUN_RESUMED, message=workflow.name, data=data)
     await store.flush()
     if setup.lease is not None:
@@ -366,7 +379,7 @@ def report_undelivered(
             MESSAGE_UNDELIVERED,
             step_id=target,
             message=f"{len(letters)} message(s) for {target!r}: no instance of it took them",
-            data={"to": target, "count": len(letters)},
+            data=MessageUndelivered(to=target, count=len(letters)),
         )
         for letter in letters:
             undelivered.append(

@@ -24,7 +24,15 @@ from cadenza.actors.run import Replay, decode_document
 from cadenza.actors.steps import schema_errors, waiting_for
 from cadenza.errors import RunNotFound, SignalRejected, StoreError
 from cadenza.kernel import LeaseHolder, RunRow, RunStore
-from cadenza.protocols import FINISHED, Event, RunResult, StepRecord, timestamp
+from cadenza.protocols import (
+    FINISHED,
+    Event,
+    RunResult,
+    SignalReceived,
+    StepRecord,
+    timestamp,
+    to_data,
+)
 from cadenza.workflow import LoadedWorkflow, load_workflow
 
 __all__ = [
@@ -135,7 +143,7 @@ async def record_signal(store: RunStore, run_id: str, address: str, data: Any) -
                 run_id=run_id,
                 seq=events[-1].seq + 1 if events else 1,
                 step_id=address,
-                data={"answer": data},
+                data=to_data(SignalReceived(answer=data)),
             )
         )
     finally:

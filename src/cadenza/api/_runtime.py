@@ -69,6 +69,7 @@ from cadenza.protocols import (
     RunResult,
     StepRecord,
     Tokens,
+    WorkflowEnd,
 )
 from cadenza.workflow import (
     DEFAULT_MAX_CONCURRENCY,
@@ -273,7 +274,7 @@ class RunHandle:
             message="cancelled",
             tokens=Tokens(usage.prompt_tokens, usage.completion_tokens, total),
             error=f"Cancelled: {reason}",
-            data={"status": "cancelled"},
+            data=WorkflowEnd(status="cancelled"),
         )
         await store.flush()
         return result

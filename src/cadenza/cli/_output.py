@@ -30,7 +30,16 @@ import msgspec
 from cadenza.actors import RUN_INTERRUPTED, EventSink
 from cadenza.actors.run import RUN_RESUMED, STEP_REPLAYED, STEP_WAITING
 from cadenza.kernel import RunRow
-from cadenza.protocols import Event, EventType, RunResult, StepRecord
+from cadenza.protocols import (
+    Event,
+    EventType,
+    GraphTransition,
+    IterationStart,
+    JudgeVerdict,
+    RunResult,
+    StepRecord,
+    payload,
+)
 
 from ._paths import DEFAULT_STORE
 
@@ -190,18 +199,20 @@ class LiveProgress:
         return False
 
     def _line(self, event: Event) -> str | None:
-        data = event.data or {}
         if event.type in (EventType.WORKFLOW_START, RUN_RESUMED):
             verb = "started" if event.type == EventType.WORKFLOW_START else "resumed"
             return f"run {event.run_id} ({event.message}) {verb}"
         if event.type == EventType.ITERATION_START:
-            return f"  ⟳ {event.step_id}  iteration {data.get('iteration')}"
+            iteration = payload(event, IterationStart).iteration
+            return f"  ⟳ {event.step_id}  iteration {iteration}"
         if event.type == EventType.JUDGE_VERDICT:
-            verdict = {True: "done", False: "not done", None: "no verdict"}[data.get("done")]
-            reason = f": {data['reason']}" if data.get("reason") else ""
+            judged = payload(event, JudgeVerdict)
+            verdict = {True: "done", False: "not done", None: "no verdict"}[judged.done]
+            reason = f": {judged.reason}" if judged.reason else ""
             return f"  ⚖ {event.step_id}  {verdict}{reason}"
         if event.type == EventType.GRAPH_TRANSITION:
-            return f"  → {event.step_id}  {data.get('from')} → {data.get('to')}"
+            taken = payload(event, GraphTransition)
+            return f"  → {event.step_id}  {taken.from_} → {taken.to}"
         mark = self.MARKS.get(event.type)
         if mark is None or event.step_id is None:
             return None

@@ -17,7 +17,8 @@ from cadenza.actors.control import DECISION
 from cadenza.actors.control.decide import ControlStatus, Decision
 from cadenza.api import RunHandle
 from cadenza.errors import CadenzaError
-from cadenza.protocols import Event
+from cadenza.protocols import Decision as DecisionData
+from cadenza.protocols import Event, payload
 
 __all__ = ["DecisionEntry", "LoopError", "LoopResult", "LoopRun", "decision_sink"]
 
@@ -49,6 +50,17 @@ class DecisionEntry:
             decision=cast("Decision", data["decision"]),
             reason=str(data["reason"]),
             feedback=str(data.get("feedback") or ""),
+        )
+
+    @classmethod
+    def from_event(cls, event: Event) -> DecisionEntry:
+        """The entry a ``decision`` event records."""
+        ruled = payload(event, DecisionData)
+        return cls(
+            iteration=ruled.iteration,
+            decision=cast("Decision", ruled.decision),
+            reason=ruled.reason,
+            feedback=ruled.feedback or "",
         )
 
 
@@ -85,7 +97,7 @@ def decision_sink(address: str, log: list[DecisionEntry]) -> EventSink:
 
     def observe(event: Event) -> None:
         if event.type == DECISION and event.step_id == address and event.data:
-            log.append(DecisionEntry.from_data(event.data))
+            log.append(DecisionEntry.from_event(event))
 
     return observe
 
@@ -112,7 +124,7 @@ class LoopRun:
         """Every decision, from the first, as it is made; ends when the run does."""
         async for event in self._handle.events():
             if event.type == DECISION and event.step_id == self._address and event.data:
-                yield DecisionEntry.from_data(event.data)
+                yield DecisionEntry.from_event(event)
 
     def cancel(self, reason: str = "cancelled by the caller") -> None:
         """Cancels the loop's run; `result` then raises `LoopError`."""

@@ -8,6 +8,50 @@ from ._events import EventType as EventType
 from ._events import Tokens as Tokens
 from ._events import format_duration as format_duration
 from ._events import timestamp as timestamp
+from ._payloads import NO_PAYLOAD as NO_PAYLOAD
+from ._payloads import PAYLOADS as PAYLOADS
+from ._payloads import AgentDelta as AgentDelta
+from ._payloads import AgentInboxDrain as AgentInboxDrain
+from ._payloads import AgentMemory as AgentMemory
+from ._payloads import AgentTurn as AgentTurn
+from ._payloads import Checkpoint as Checkpoint
+from ._payloads import Decision as Decision
+from ._payloads import ForEachMessage as ForEachMessage
+from ._payloads import GraphEnd as GraphEnd
+from ._payloads import GraphTransition as GraphTransition
+from ._payloads import ItemEnd as ItemEnd
+from ._payloads import ItemStart as ItemStart
+from ._payloads import IterationEnd as IterationEnd
+from ._payloads import IterationStart as IterationStart
+from ._payloads import JudgeVerdict as JudgeVerdict
+from ._payloads import LoopEnd as LoopEnd
+from ._payloads import MaxWakeCyclesWarning as MaxWakeCyclesWarning
+from ._payloads import McpToolFailed as McpToolFailed
+from ._payloads import MessageDropped as MessageDropped
+from ._payloads import MessageSent as MessageSent
+from ._payloads import MessageUndelivered as MessageUndelivered
+from ._payloads import Payload as Payload
+from ._payloads import ResultRejected as ResultRejected
+from ._payloads import RunResumed as RunResumed
+from ._payloads import Shared as Shared
+from ._payloads import SignalReceived as SignalReceived
+from ._payloads import StepDispatched as StepDispatched
+from ._payloads import StepEnd as StepEnd
+from ._payloads import StepError as StepError
+from ._payloads import StepQueued as StepQueued
+from ._payloads import StepReplayed as StepReplayed
+from ._payloads import StepRequeued as StepRequeued
+from ._payloads import StepRetry as StepRetry
+from ._payloads import StepStart as StepStart
+from ._payloads import StepWaiting as StepWaiting
+from ._payloads import ToolCall as ToolCall
+from ._payloads import ToolPermission as ToolPermission
+from ._payloads import WorkflowEnd as WorkflowEnd
+from ._payloads import WorkflowStart as WorkflowStart
+from ._payloads import WorktreeDone as WorktreeDone
+from ._payloads import WorktreeKept as WorktreeKept
+from ._payloads import payload as payload
+from ._payloads import to_data as to_data
 from ._result import FINISHED as FINISHED
 from ._result import ErrorInfo as ErrorInfo
 from ._result import GraphSummary as GraphSummary
@@ -45,40 +89,84 @@ from ._wire import worker_decoder as worker_decoder
 __all__ = [
     "FINISHED",
     "MAX_CAPACITY",
+    "NO_PAYLOAD",
+    "PAYLOADS",
     "PROTOCOL_VERSION",
     "WORKER_NAME",
+    "AgentDelta",
+    "AgentInboxDrain",
+    "AgentMemory",
     "AgentOrder",
+    "AgentTurn",
     "Cancel",
+    "Checkpoint",
     "CommandOrder",
+    "Decision",
     "Disconnect",
     "Dispatch",
     "ErrorInfo",
     "Event",
     "EventType",
+    "ForEachMessage",
+    "GraphEnd",
     "GraphSummary",
+    "GraphTransition",
     "HandlerOrder",
     "Heartbeat",
     "Hello",
+    "ItemEnd",
+    "ItemStart",
+    "IterationEnd",
+    "IterationStart",
+    "JudgeVerdict",
+    "LoopEnd",
     "LoopSummary",
     "Mail",
+    "MaxWakeCyclesWarning",
+    "McpToolFailed",
+    "MessageDropped",
     "MessageRecord",
+    "MessageSent",
+    "MessageUndelivered",
+    "Payload",
     "Ready",
     "Result",
+    "ResultRejected",
     "RunResult",
+    "RunResumed",
     "RunStatus",
+    "Shared",
+    "SignalReceived",
+    "StepDispatched",
+    "StepEnd",
+    "StepError",
     "StepEvent",
+    "StepQueued",
     "StepRecord",
+    "StepReplayed",
+    "StepRequeued",
+    "StepRetry",
+    "StepStart",
     "StepStatus",
+    "StepWaiting",
     "SupervisorMessage",
     "Tokens",
+    "ToolCall",
     "ToolOrder",
+    "ToolPermission",
     "Usage",
     "Welcome",
     "WireError",
     "WorkOrder",
     "WorkerMessage",
+    "WorkflowEnd",
+    "WorkflowStart",
+    "WorktreeDone",
+    "WorktreeKept",
     "format_duration",
+    "payload",
     "supervisor_decoder",
     "timestamp",
+    "to_data",
     "worker_decoder",
 ]

@@ -23,7 +23,16 @@ from cadenza import Runtime
 from cadenza.actors.run import decode_document
 from cadenza.errors import CadenzaError
 from cadenza.kernel import RunRow
-from cadenza.protocols import FINISHED, Event, MessageRecord, RunResult, RunStatus, Usage
+from cadenza.protocols import (
+    FINISHED,
+    Event,
+    MessageRecord,
+    MessageSent,
+    RunResult,
+    RunStatus,
+    Usage,
+    payload,
+)
 from cadenza.workflow import LoadedWorkflow, load_workflow
 
 from ._models import (
@@ -344,15 +353,9 @@ def _usage(events: list[Event]) -> Usage:
 def _messages(events: list[Event]) -> list[MessageRecord]:
     messages = []
     for event in events:
-        data = event.data or {}
         if event.type == "message_sent":
-            messages.append(
-                MessageRecord(
-                    from_=str(data.get("from", "")),
-                    to=str(data.get("to", "")),
-                    text=str(data.get("text", "")),
-                )
-            )
+            sent = payload(event, MessageSent)
+            messages.append(MessageRecord(from_=sent.from_, to=sent.to, text=sent.text))
     return messages
 
 

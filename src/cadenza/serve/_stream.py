@@ -23,7 +23,7 @@ import msgspec
 from starlette.responses import Response
 
 from cadenza import Runtime
-from cadenza.protocols import Event, EventType
+from cadenza.protocols import Event, EventType, WorkflowEnd, payload
 
 __all__ = ["EventStream", "run_events"]
 
@@ -129,7 +129,7 @@ class EventStream(Response):
                 await emit(b"id: %d\ndata: %s\n\n" % (event.seq, _encode(event)))
                 last = event.seq
                 if event.type == EventType.WORKFLOW_END:  # a resumed run has several
-                    status = (event.data or {}).get("status")
+                    status = payload(event, WorkflowEnd).status
             if status is None:
                 status = (await self.runtime.get_run(self.run_id)).status
             await emit(b"event: end\ndata: %s\n\n" % _encode({"status": status, "seq": last}))

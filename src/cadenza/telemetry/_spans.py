@@ -22,7 +22,28 @@ from opentelemetry.util.types import AttributeValue
 
 from cadenza.actors.control import DECISION
 from cadenza.actors.run import RUN_RESUMED, STEP_WAITING
-from cadenza.protocols import Event, EventType, Tokens
+from cadenza.protocols import (
+    AgentTurn,
+    Decision,
+    Event,
+    EventType,
+    GraphEnd,
+    GraphTransition,
+    ItemEnd,
+    ItemStart,
+    IterationEnd,
+    IterationStart,
+    JudgeVerdict,
+    LoopEnd,
+    RunResumed,
+    StepEnd,
+    StepError,
+    StepStart,
+    Tokens,
+    ToolCall,
+    WorkflowEnd,
+    payload,
+)
 
 if TYPE_CHECKING:
     from cadenza.actors.run import Replay, RunJournal
@@ -120,7 +141,8 @@ class RunSpans:
         if event.type == RUN_RESUMED:
             self._replay = self._journal.replay
             attributes["cadenza.resumed"] = True
-            _put(attributes, "cadenza.resumed.after_seq", (event.data or {}).get("afterSeq"))
+            after = payload(event, RunResumed).after_seq
+            _put(attributes, "cadenza.resumed.after_seq", after)
         self._run = self._tracer.start_span(
             f"run {self._workflow}",
             attributes=attributes,
@@ -134,7 +156,7 @@ class RunSpans:
         return self._run
 
     def _run_ended(self, event: Event) -> None:
-        status = (event.data or {}).get("status")
+        status = payload(event, WorkflowEnd).status
         now = _nanoseconds(event.timestamp)
         self._end_all(now, keep_run=True)
         run = self._run
@@ -142,7 +164,7 @@ class RunSpans:
             return
         self._run = None
         _tokens(run, event.tokens)
-        _finish(run, status if isinstance(status, str) else None, event.error, now)
+        _finish(run, status, event.error, now)
 
     def _end_all(self, now: int, *, keep_run: bool = False) -> None:
         """Ends the open spans, innermost first (all but the run's with ``keep_run``)."""
@@ -179,8 +201,8 @@ class RunSpans:
         address = event.step_id
         if address is None:
             return
-        data = event.data or {}
-        kind = data.get("kind")
+        start = payload(event, StepStart)
+        kind = start.kind
         if kind in _SCOPE_KINDS:  # a multi-step body's own record: the scope's span
             self._open_scope(address, event)
             return
@@ -197,22 +219,23 @@ class RunSpans:
                 attributes["cadenza.graph.state"] = graph_visit[1]
                 attributes["cadenza.graph.visit"] = graph_visit[0]
         _put(attributes, "cadenza.step.kind", kind)
-        _put(attributes, "cadenza.attempt", data.get("attempt"))
+        _put(attributes, "cadenza.attempt", start.attempt)
         _put(attributes, "cadenza.agent", event.agent)
         span = self._start(f"step {_name(address)}", parent, attributes, event)
-        self._steps[address] = _Open(span, kind if isinstance(kind, str) else None)
+        self._steps[address] = _Open(span, kind)
 
     def _step_ended(self, event: Event) -> None:
         address = event.step_id
         if address is None:
             return
-        data = event.data or {}
+        worker: str | None = None
         if event.type == EventType.STEP_END:
-            status = "completed"
+            status, worker = "completed", payload(event, StepEnd).worker
         elif event.type == STEP_WAITING:
             status = "waiting"
         else:
-            status = str(data.get("status") or "failed")
+            failed = payload(event, StepError)
+            status, worker = failed.status or "failed", failed.worker
         now = _nanoseconds(event.timestamp)
         self._end_calls(address, status, event.error, now)
         record = self._steps.pop(address, None)
@@ -226,8 +249,7 @@ class RunSpans:
             self._end_inside(address, now)
         span = record.span
         _tokens(span, event.tokens)
-        worker = data.get("worker")
-        if isinstance(worker, str):
+        if worker is not None:
             span.set_attribute("cadenza.worker", worker)
         _finish(span, status, event.error, now)
 
@@ -284,10 +306,11 @@ class RunSpans:
                 attributes["cadenza.iteration"] = int(address[address.rindex(".") + 1 :])
             span = self._start(name, parent, attributes, event)
             record = self._scopes[address] = _Open(span, None)
-        data = event.data
-        if data:
-            _put_on(record.span, "cadenza.iteration.max", data.get("maxIterations"))
-            _put_on(record.span, "cadenza.items.total", data.get("total"))
+        if event.type == EventType.ITERATION_START:
+            cap = payload(event, IterationStart).max_iterations
+            _put_on(record.span, "cadenza.iteration.max", cap)
+        elif event.type == EventType.ITEM_START:
+            _put_on(record.span, "cadenza.items.total", payload(event, ItemStart).total)
         return record
 
     def _scope_ended(self, event: Event) -> None:
@@ -296,54 +319,54 @@ class RunSpans:
             return
         record = self._scopes.pop(address, None)
         if record is not None:
-            status = (event.data or {}).get("status")
-            now = _nanoseconds(event.timestamp)
-            _finish(record.span, status if isinstance(status, str) else None, None, now)
+            if event.type == EventType.ITERATION_END:
+                status = payload(event, IterationEnd).status
+            else:
+                status = payload(event, ItemEnd).status
+            _finish(record.span, status, None, _nanoseconds(event.timestamp))
 
     def _loop_ended(self, event: Event) -> None:
         record = self._steps.get(event.step_id or "")
         if record is None:
             return
-        data = event.data or {}
-        _put_on(record.span, "cadenza.loop.iterations", data.get("iterations"))
-        _put_on(record.span, "cadenza.termination_reason", data.get("terminationReason"))
-        if data.get("flagged"):
+        ended = payload(event, LoopEnd)
+        _put_on(record.span, "cadenza.loop.iterations", ended.iterations)
+        _put_on(record.span, "cadenza.termination_reason", ended.termination_reason)
+        if ended.flagged:
             record.span.set_attribute("cadenza.loop.flagged", True)
 
     def _graph_ended(self, event: Event) -> None:
         record = self._steps.get(event.step_id or "")
         if record is None:
             return
-        data = event.data or {}
-        path = data.get("path")
-        if isinstance(path, list):
-            record.span.set_attribute("cadenza.graph.path", [str(state) for state in path])
-        _put_on(record.span, "cadenza.termination_reason", data.get("terminationReason"))
+        ended = payload(event, GraphEnd)
+        record.span.set_attribute("cadenza.graph.path", list(ended.path))
+        _put_on(record.span, "cadenza.termination_reason", ended.termination_reason)
 
     def _graph_transition(self, event: Event) -> None:
-        data = event.data or {}
+        taken = payload(event, GraphTransition)
         attributes: Attributes = {}
-        _put(attributes, "cadenza.graph.from", data.get("from"))
-        _put(attributes, "cadenza.graph.to", data.get("to"))
-        _put(attributes, "cadenza.graph.step", data.get("step"))
-        _put(attributes, "cadenza.graph.edge", data.get("edge"))
-        _put(attributes, "cadenza.graph.reason", data.get("reason"))
+        _put(attributes, "cadenza.graph.from", taken.from_)
+        _put(attributes, "cadenza.graph.to", taken.to)
+        _put(attributes, "cadenza.graph.step", taken.step)
+        _put(attributes, "cadenza.graph.edge", taken.edge)
+        _put(attributes, "cadenza.graph.reason", taken.reason)
         self._annotate(event, "graph_transition", attributes)
 
     def _judge_verdict(self, event: Event) -> None:
-        data = event.data or {}
+        verdict = payload(event, JudgeVerdict)
         attributes: Attributes = {}
-        _put(attributes, "cadenza.iteration", data.get("iteration"))
-        _put(attributes, "cadenza.judge.done", data.get("done"))
+        _put(attributes, "cadenza.iteration", verdict.iteration)
+        _put(attributes, "cadenza.judge.done", verdict.done)
         _put(attributes, "cadenza.error", event.error)
         self._annotate(event, "judge_verdict", attributes)
 
     def _decision(self, event: Event) -> None:
-        data = event.data or {}
+        ruled = payload(event, Decision)
         attributes: Attributes = {}
-        _put(attributes, "cadenza.iteration", data.get("iteration"))
-        _put(attributes, "cadenza.decision", data.get("decision"))
-        _put(attributes, "cadenza.score", data.get("score"))
+        _put(attributes, "cadenza.iteration", ruled.iteration)
+        _put(attributes, "cadenza.decision", ruled.decision)
+        _put(attributes, "cadenza.score", ruled.score)
         self._annotate(event, "decision", attributes)
 
     def _actor_crashed(self, event: Event) -> None:
@@ -366,18 +389,17 @@ class RunSpans:
         address = event.step_id
         if address is None:
             return
-        data = event.data or {}
-        if data.get("phase") == "request":
+        turn = payload(event, AgentTurn)
+        if turn.phase == "request":
             parent = self._steps.get(address)
             attributes = self._attributes(address)
-            model = data.get("model")
-            provider, _, name = str(model or "").rpartition(":")
+            provider, _, name = turn.model.rpartition(":")
             attributes["gen_ai.operation.name"] = "chat"
             if name:
                 attributes["gen_ai.request.model"] = name
             if provider:
                 attributes["gen_ai.provider.name"] = provider
-            _put(attributes, "cadenza.llm.turn", data.get("turn"))
+            _put(attributes, "cadenza.llm.turn", turn.turn)
             _put(attributes, "cadenza.agent", event.agent)
             span = self._start(
                 f"chat {name}" if name else "chat",
@@ -398,19 +420,19 @@ class RunSpans:
             call.set_attribute("gen_ai.usage.input_tokens", tokens.prompt)
             call.set_attribute("gen_ai.usage.output_tokens", tokens.completion)
             _tokens(call, tokens)
-        _put_on(call, "cadenza.llm.attempts", data.get("attempts"))
+        _put_on(call, "cadenza.llm.attempts", turn.attempts)
         _finish(call, "completed", None, _nanoseconds(event.timestamp))
 
     def _tool_call(self, event: Event) -> None:
         address = event.step_id
         if address is None:
             return
-        data = event.data or {}
-        call_id = str(data.get("tool_call_id"))
-        if data.get("phase") == "start":
+        called = payload(event, ToolCall)
+        call_id = called.tool_call_id
+        if called.phase == "start":
             parent = self._steps.get(address)
             attributes = self._attributes(address)
-            tool = str(data.get("tool_name"))
+            tool = called.tool_name
             attributes["gen_ai.operation.name"] = "execute_tool"
             attributes["gen_ai.tool.name"] = tool
             attributes["gen_ai.tool.call.id"] = call_id
@@ -426,7 +448,7 @@ class RunSpans:
         ended = None if tools is None else tools.pop(call_id, None)
         if ended is None:
             return
-        error = data.get("error")
+        error = called.error
         if isinstance(error, str):  # the model hears of it; the step goes on
             if not error.partition(": ")[0].isidentifier():  # a tool's own raise is typed
                 error = f"ToolError: {error}"

@@ -19,7 +19,14 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from cadenza.kernel import FakeClock
-from cadenza.protocols import Event, RunResult
+from cadenza.protocols import (
+    AgentInboxDrain,
+    Event,
+    MessageDropped,
+    MessageSent,
+    RunResult,
+    payload,
+)
 
 if TYPE_CHECKING:
     from cadenza.kernel import Clock, RunStore
@@ -97,26 +104,21 @@ class MessageRecorder:
         """``(address, sender)`` for every message a step read from its inbox."""
 
     def __call__(self, event: Event) -> None:
-        data = event.data or {}
         if event.type == "message_sent":
-            self.messages.append(
-                RecordedMessage(
-                    sender=str(data.get("from", event.step_id or "")),
-                    target=str(data.get("to", "")),
-                    text=str(data.get("text", "")),
-                )
-            )
+            sent = payload(event, MessageSent)
+            self.messages.append(RecordedMessage(sender=sent.from_, target=sent.to, text=sent.text))
         elif event.type == "message_dropped":
+            dropped = payload(event, MessageDropped)
             self.messages.append(
                 RecordedMessage(
-                    sender=str(data.get("from", "")),
-                    target=str(data.get("to", event.step_id or "")),
-                    text=str(data.get("text", "")),
-                    dropped=str(data.get("reason", "dropped")),
+                    sender=dropped.from_,
+                    target=dropped.to,
+                    text=dropped.text or "",
+                    dropped=dropped.reason,
                 )
             )
         elif event.type == "agent_inbox_drain":
-            self.drained.append((event.step_id or "", str(data.get("from", ""))))
+            self.drained.append((event.step_id or "", payload(event, AgentInboxDrain).from_))
 
     def texts(self, *, sender: str | None = None, target: str | None = None) -> list[str]:
         """The texts of the messages from ``sender`` and/or to ``target`` (bare step

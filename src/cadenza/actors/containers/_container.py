@@ -30,7 +30,7 @@ from cadenza.actors.run import (
 )
 from cadenza.kernel import Address
 from cadenza.kernel import Cancellable as Timer
-from cadenza.protocols import ErrorInfo, EventType, StepRecord, StepStatus
+from cadenza.protocols import ErrorInfo, EventType, StepRecord, StepRetry, StepStart, StepStatus
 from cadenza.workflow import LoadedWorkflow, Step, parse_duration
 
 from ._dag import DagController, DagOutcome
@@ -118,9 +118,9 @@ class Container(PlacedActor):
         """Takes the outcome of child ``key``."""
         raise NotImplementedError
 
-    def start_data(self) -> dict[str, Any] | None:
-        """Extra data for the container's ``step_start`` event."""
-        return None
+    def start_data(self, attempt: int) -> StepStart:
+        """The data of the container's ``step_start`` event for ``attempt``."""
+        return StepStart(kind=self.kind, attempt=attempt)
 
     # Life cycle --------------------------------------------------------------
 
@@ -166,9 +166,7 @@ class Container(PlacedActor):
         self.attempt += 1
         self._expired = None
         self.children.clear()
-        self.run.journal.step_started(
-            self.here, kind=self.kind, attempt=self.attempt, agent=None, extra=self.start_data()
-        )
+        self.run.journal.step_started(self.here, self.start_data(self.attempt), agent=None)
         if self.step.timeout:
             seconds = parse_duration(self.step.timeout)
             self._timer = self.run.clock.call_later(seconds, self._expire)
@@ -210,7 +208,7 @@ class Container(PlacedActor):
                 EventType.STEP_RETRY,
                 step_id=self.here,
                 error=f"{error.type}: {error.message}" if error is not None else None,
-                data={"attempt": self.attempt, "of": self.step.retries + 1},
+                data=StepRetry(attempt=self.attempt, of=self.step.retries + 1),
             )
             await self._next_attempt()
             return
@@ -265,7 +263,7 @@ class Container(PlacedActor):
         address = at or prefix
         started = run.clock.now()
         if at is None:
-            run.journal.step_started(str(prefix), kind=kind, attempt=1, agent=None)
+            run.journal.step_started(str(prefix), StepStart(kind=kind, attempt=1), agent=None)
 
         async def report(outcome: DagOutcome) -> None:
             content, result = last_output(steps, scope)

@@ -22,7 +22,19 @@ from typing import Any
 import msgspec
 
 from cadenza.actors.run import Brief, Placement, Scope, work_error
-from cadenza.protocols import ErrorInfo, EventType, LoopSummary, StepRecord, StepStatus
+from cadenza.protocols import (
+    ErrorInfo,
+    EventType,
+    ForEachMessage,
+    ItemEnd,
+    ItemStart,
+    LoopEnd,
+    LoopSummary,
+    Shared,
+    StepRecord,
+    StepStart,
+    StepStatus,
+)
 from cadenza.workflow import compile_expression, preview, quote, type_name
 
 from ._container import Container, Outcome, amend
@@ -62,12 +74,12 @@ class ForEachController(Container):
         self.halted = False
         # Item events share their data: at 10,000 items a dict per event is megabytes
         # kept by the store, and the index is already in the address (loop[i]).
-        self.start_event: dict[str, Any] = {}
-        self.end_events: dict[str, dict[str, Any]] = {}
+        self.start_event = Shared(ItemStart(total=0))
+        self.end_events: dict[str, Shared] = {}
 
-    def start_data(self) -> dict[str, object]:
+    def start_data(self, attempt: int) -> StepStart:
         """``loop_type`` as zenflow's ``step_start`` carries it."""
-        return {"loop_type": "forEach"}
+        return StepStart(kind=self.kind, attempt=attempt, loop_type="forEach")
 
     async def begin(self) -> None:
         """Evaluates the items and starts the first ``limit`` iterations."""
@@ -91,12 +103,12 @@ class ForEachController(Container):
         if self.run.max_concurrency > 0:
             limit = min(limit, self.run.max_concurrency)
         self.limit = max(limit, 1)
-        self.start_event = {"total": count}
+        self.start_event = Shared(ItemStart(total=count))
         self.run.journal.emit(
             EventType.MESSAGE,
             step_id=self.here,
             message=f"forEach over {count} item(s), at most {self.limit} at once",
-            data={"items": count, "maxConcurrency": self.limit},
+            data=ForEachMessage(items=count, max_concurrency=self.limit),
         )
         if count == 0:
             await self._complete()
@@ -160,7 +172,7 @@ class ForEachController(Container):
         self.statuses[key] = record.status
         ended = self.end_events.get(record.status)
         if ended is None:
-            ended = self.end_events[record.status] = {"status": record.status}
+            ended = self.end_events[record.status] = Shared(ItemEnd(status=record.status))
         self.run.journal.emit(EventType.ITEM_END, step_id=str(self.address.item(key)), data=ended)
         if record.status in ("failed", "cancelled"):
             if self.first_error is None:
@@ -187,7 +199,7 @@ class ForEachController(Container):
         self.run.journal.emit(
             EventType.LOOP_END,
             step_id=self.here,
-            data={"iterations": self.launched, "terminationReason": reason, "flagged": False},
+            data=LoopEnd(iterations=self.launched, termination_reason=reason, flagged=False),
         )
         ran = range(self.launched)
         content = SEPARATOR.join(self.contents[i] or "" for i in ran)

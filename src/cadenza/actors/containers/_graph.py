@@ -19,7 +19,16 @@ or ``feedbackOnRevisit: false`` on the graph.
 from __future__ import annotations
 
 from cadenza.actors.run import Brief, Placement, Scope, work_error
-from cadenza.protocols import ErrorInfo, EventType, GraphSummary, StepRecord, StepStatus
+from cadenza.protocols import (
+    ErrorInfo,
+    EventType,
+    GraphEnd,
+    GraphSummary,
+    GraphTransition,
+    StepRecord,
+    StepStart,
+    StepStatus,
+)
 from cadenza.workflow import Edge, compile_expression, quote
 
 from ._container import Container, Outcome, amend
@@ -49,9 +58,12 @@ class GraphController(Container):
         self.states = Scope(self.scope)
         self.last: StepRecord | None = None
 
-    def start_data(self) -> dict[str, object]:
+    def start_data(self, attempt: int) -> StepStart:
         """Where the graph starts and how far it may go."""
-        return {"start": self.graph.start, "maxSteps": self.graph.max_steps}
+        graph = self.graph
+        return StepStart(
+            kind=self.kind, attempt=attempt, start=graph.start, max_steps=graph.max_steps
+        )
 
     async def begin(self) -> None:
         """Visits the start state, in a fresh state."""
@@ -107,14 +119,14 @@ class GraphController(Container):
             EventType.GRAPH_TRANSITION,
             step_id=self.here,
             message=f"{state} -> {edge.to} ({why})",
-            data={
-                "from": state,
-                "to": edge.to,
-                "step": key + 1,
-                "edge": index,
-                "condition": edge.condition,
-                "reason": why,
-            },
+            data=GraphTransition(
+                from_=state,
+                to=edge.to,
+                step=key + 1,
+                edge=index,
+                condition=edge.condition,
+                reason=why,
+            ),
         )
         content = record.content or ""
         if edge.to == "END":
@@ -200,7 +212,7 @@ class GraphController(Container):
         self.run.journal.emit(
             EventType.GRAPH_END,
             step_id=self.here,
-            data={"path": list(self.path), "terminationReason": reason, "flagged": flagged},
+            data=GraphEnd(path=list(self.path), termination_reason=reason, flagged=flagged),
         )
         result: dict[str, object] = {"path": list(self.path), "terminationReason": reason}
         if flagged:

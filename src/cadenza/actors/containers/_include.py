@@ -24,7 +24,7 @@ import msgspec
 
 from cadenza.actors.run import Cancellable, Placement, RunContext, Scope, work_error
 from cadenza.kernel import Address
-from cadenza.protocols import StepRecord
+from cadenza.protocols import StepRecord, StepStart
 from cadenza.workflow import (
     Expression,
     LoadedWorkflow,
@@ -160,9 +160,9 @@ class IncludeController(ChildWorkflow):
         assert placement.step.include is not None
         super().__init__(placement, placement.document.includes[placement.step.include])
 
-    def start_data(self) -> dict[str, object]:
+    def start_data(self, attempt: int) -> StepStart:
         """The include reference, as zenflow's ``step_start`` carries it."""
-        return {"include": self.step.include}
+        return StepStart(kind=self.kind, attempt=attempt, include=self.step.include)
 
     def enter(self) -> Scope:
         """The include's ``inputs:``, rendered in the parent's scope."""

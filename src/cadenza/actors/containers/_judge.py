@@ -17,7 +17,7 @@ import msgspec
 
 from cadenza.actors.run import NO_BRIEF, RunContext, Scope
 from cadenza.actors.steps import AgentVisit, run_agent
-from cadenza.protocols import ErrorInfo, EventType, StepRecord
+from cadenza.protocols import ErrorInfo, EventType, JudgeVerdict, StepRecord, StepStart
 from cadenza.workflow import LoadedWorkflow, Step
 
 __all__ = ["JUDGE", "Judging", "Verdict", "iteration_report", "run_judge"]
@@ -105,7 +105,7 @@ async def run_judge(run: RunContext, document: LoadedWorkflow, judging: Judging)
         agent=agent_name,
         message="fail-open: the loop goes on" if error is not None else None,
         error=f"{error.type}: {error.message}" if error is not None else None,
-        data={"iteration": judging.iteration, "done": verdict.done, "reason": reason},
+        data=JudgeVerdict(iteration=judging.iteration, done=verdict.done, reason=reason),
     )
     return verdict
 
@@ -119,7 +119,7 @@ async def _ask_judge(run: RunContext, document: LoadedWorkflow, judging: Judging
         "submit_result with done: true to stop the loop, or done: false with a reason "
         "saying what the next iteration must fix."
     )
-    run.journal.step_started(address, kind="judge", attempt=1, agent=agent_name)
+    run.journal.step_started(address, StepStart(kind="judge", attempt=1), agent=agent_name)
     started = run.clock.now()
     try:
         async with run.limiter:

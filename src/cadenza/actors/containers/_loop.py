@@ -30,7 +30,17 @@ from cadenza.actors.run import (
     work_error,
 )
 from cadenza.kernel import Address
-from cadenza.protocols import ErrorInfo, EventType, LoopSummary, StepRecord, StepStatus
+from cadenza.protocols import (
+    ErrorInfo,
+    EventType,
+    IterationEnd,
+    IterationStart,
+    LoopEnd,
+    LoopSummary,
+    StepRecord,
+    StepStart,
+    StepStatus,
+)
 from cadenza.workflow import LoadedWorkflow, Loop, Step, compile_expression, parse_duration
 
 from ._container import Container, Outcome, amend
@@ -97,9 +107,11 @@ class LoopController(Container):
         self.feedback: str | None = None
         self.last: StepRecord | None = None
 
-    def start_data(self) -> dict[str, object]:
+    def start_data(self, attempt: int) -> StepStart:
         """``loop_type`` and the cap, as zenflow's ``step_start`` carries them."""
-        return {"loop_type": "repeat", "maxIterations": self.limit}
+        return StepStart(
+            kind=self.kind, attempt=attempt, loop_type="repeat", max_iterations=self.limit
+        )
 
     async def begin(self) -> None:
         """Starts iteration 0 (of this attempt) in a fresh state."""
@@ -126,7 +138,7 @@ class LoopController(Container):
         self.run.journal.emit(
             EventType.ITERATION_START,
             step_id=self.current_address,
-            data={"iteration": n, "maxIterations": self.limit},
+            data=IterationStart(iteration=n, max_iterations=self.limit),
         )
         feedback = self.feedback if self.loop.feedback else None
         if self.body is not None:
@@ -156,7 +168,7 @@ class LoopController(Container):
         self.run.journal.emit(
             EventType.ITERATION_END,
             step_id=self.current_address,
-            data={"iteration": key, "status": record.status},
+            data=IterationEnd(iteration=key, status=record.status),
         )
         self.iterations = key + 1
         self.last = record
@@ -270,7 +282,7 @@ class LoopController(Container):
         self.run.journal.emit(
             EventType.LOOP_END,
             step_id=self.here,
-            data={"iterations": self.iterations, "terminationReason": why, "flagged": flagged},
+            data=LoopEnd(iterations=self.iterations, termination_reason=why, flagged=flagged),
         )
         last = self.last
         content = last.content if last is not None else None

@@ -17,11 +17,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-import msgspec
-
 from cadenza.actors.run import CHECKPOINT
 from cadenza.kernel import is_under
-from cadenza.protocols import StepRecord
+from cadenza.protocols import Checkpoint
 
 if TYPE_CHECKING:
     from ._loop import LoopController
@@ -48,10 +46,8 @@ def forget(loop: LoopController, n: int) -> None:
 
 def checkpoint(loop: LoopController, n: int, block: str) -> None:
     """The loop goes on after iteration ``n``: what a resume restarts it from."""
-    last = msgspec.to_builtins(loop.last) if loop.last is not None else None
-    loop.run.journal.emit(
-        CHECKPOINT, step_id=loop.here, data={"iteration": n, "block": block, "last": last}
-    )
+    point = Checkpoint(iteration=n, block=block, last=loop.last)
+    loop.run.journal.emit(CHECKPOINT, step_id=loop.here, data=point)
 
 
 def restore(loop: LoopController) -> int:
@@ -61,12 +57,11 @@ def restore(loop: LoopController) -> int:
     if replay is None or not points:
         return 0
     newest = points[-1]
-    n = int(newest["iteration"])
+    n = newest.iteration
     loop.iterations = n + 1
-    loop.feedback = str(newest["block"])
-    loop.blocks = [str(point["block"]) for point in points] if loop.cumulative else []
-    last = newest.get("last")
-    loop.last = None if last is None else msgspec.convert(last, StepRecord)
+    loop.feedback = newest.block
+    loop.blocks = [point.block for point in points] if loop.cumulative else []
+    loop.last = newest.last
     first_kept = n + 1 - (loop.loop.keep_last or 0)
     records = loop.run.journal.records
     for address, record in replay.prior.items():

@@ -39,7 +39,7 @@ from cadenza.actors.run import STEP_REPLAYED, Placement, StepFinished, work_erro
 from cadenza.actors.steps import ask_person
 from cadenza.kernel import Address
 from cadenza.kernel import Cancellable as Timer
-from cadenza.protocols import ErrorInfo, Event, StepRecord
+from cadenza.protocols import ErrorInfo, Event, StepRecord, StepStart
 from cadenza.workflow import LoadedWorkflow, parse_duration, parse_template
 
 from ._control_log import DecisionLog
@@ -107,9 +107,10 @@ class ControlController(Container):
         self._reserve: dict[str, int] = {}
         self._calls = 0
 
-    def start_data(self) -> dict[str, object]:
+    def start_data(self, attempt: int) -> StepStart:
         """The iteration cap, in the ``step_start`` event."""
-        return {"maxIterations": self.limits.max_iterations}
+        cap = self.limits.max_iterations
+        return StepStart(kind=self.kind, attempt=attempt, max_iterations=cap)
 
     async def on_start(self) -> None:
         """Counts the tokens of this step's children while the whole loop runs."""

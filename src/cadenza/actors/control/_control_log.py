@@ -19,7 +19,18 @@ from __future__ import annotations
 from typing import Any
 
 from cadenza.actors.run import RunJournal
-from cadenza.protocols import ErrorInfo, EventType, LoopSummary, StepRecord, StepStatus
+from cadenza.protocols import (
+    Decision,
+    ErrorInfo,
+    EventType,
+    IterationEnd,
+    IterationStart,
+    LoopEnd,
+    LoopSummary,
+    StepRecord,
+    StepStart,
+    StepStatus,
+)
 
 from .decide import Ruling
 
@@ -45,8 +56,8 @@ class DecisionLog:
     def started(self, n: int) -> str:
         """Records that iteration ``n`` began; returns its address."""
         where = f"{self.address}.{n}"
-        self.journal.step_started(where, kind="iteration", attempt=1, agent=None)
-        data = {"iteration": n, "maxIterations": self.limit}
+        self.journal.step_started(where, StepStart(kind="iteration", attempt=1), agent=None)
+        data = IterationStart(iteration=n, max_iterations=self.limit)
         self.journal.emit(EventType.ITERATION_START, step_id=where, data=data)
         return where
 
@@ -89,9 +100,16 @@ class DecisionLog:
             "feedback": ruling.feedback,
         }
         self.entries.append(entry)
-        data = {**entry, "score": ruling.score, "status": ruling.status}
-        self.journal.emit(DECISION, step_id=self.address, message=ruling.reason, data=data)
-        return data
+        ruled = Decision(
+            iteration=n,
+            decision=ruling.decision,
+            reason=ruling.reason,
+            feedback=ruling.feedback,
+            score=ruling.score,
+            status=ruling.status,
+        )
+        self.journal.emit(DECISION, step_id=self.address, message=ruling.reason, data=ruled)
+        return {**entry, "score": ruling.score, "status": ruling.status}
 
     async def interrupted(self, n: int, reason: str) -> None:
         """Records iteration ``n`` as cancelled: the loop stopped in the middle of it."""
@@ -101,11 +119,11 @@ class DecisionLog:
         self._ended(where, n, "cancelled")
 
     def _ended(self, where: str, n: int, status: StepStatus) -> None:
-        data = {"iteration": n, "status": status}
+        data = IterationEnd(iteration=n, status=status)
         self.journal.emit(EventType.ITERATION_END, step_id=where, data=data)
 
     def summarize(self, iterations: int, reason: str) -> None:
         """The loop's ``loop_end`` event and its entry in the result's ``loops``."""
         self.journal.loops[self.address] = LoopSummary(iterations, reason)
-        data = {"iterations": iterations, "terminationReason": reason, "flagged": False}
+        data = LoopEnd(iterations=iterations, termination_reason=reason, flagged=False)
         self.journal.emit(EventType.LOOP_END, step_id=self.address, data=data)

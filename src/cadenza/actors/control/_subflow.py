@@ -25,6 +25,7 @@ import anyio
 from cadenza.actors.containers import ChildWorkflow, Container, LoopController, output_hook
 from cadenza.actors.run import Cancellable, Placement, Report, RunContext, Scope
 from cadenza.kernel import Address
+from cadenza.protocols import StepStart
 from cadenza.workflow import (
     LoadedWorkflow,
     Step,
@@ -83,9 +84,10 @@ class WorkflowCall(ChildWorkflow):
         super().__init__(Placement(run, child, role, Step(id=role), Scope(), report), child)
         self.inputs = inputs
 
-    def start_data(self) -> dict[str, object]:
+    def start_data(self, attempt: int) -> StepStart:
         """The child workflow's name, in the ``step_start`` event."""
-        return {"include": self.child.workflow.name, "role": self.step_id}
+        name = self.child.workflow.name
+        return StepStart(kind=self.kind, attempt=attempt, include=name, role=self.step_id)
 
     def enter(self) -> Scope:
         """The contract inputs the child declares (`contract_scope`)."""

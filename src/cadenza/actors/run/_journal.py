@@ -19,6 +19,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import msgspec
+from msgspec import to_builtins
 
 from cadenza._redact import known_secrets, scrub
 from cadenza.kernel import RunStore
@@ -30,9 +31,16 @@ from cadenza.protocols import (
     GraphSummary,
     LoopSummary,
     MessageRecord,
+    Payload,
     RunResult,
     RunStatus,
+    Shared,
+    StepEnd,
+    StepError,
+    StepEvent,
     StepRecord,
+    StepReplayed,
+    StepStart,
     Tokens,
     Usage,
     format_duration,
@@ -91,6 +99,7 @@ class RunJournal:
         self._seq = 0
         self._sinks: list[EventSink] = []
         self._restated: list[EventSink] = []
+        self._leaf_starts: dict[tuple[str, int], Shared] = {}
         self.replay: Replay | None = None
         """Set while a resumed run is replayed (see `resume_from`)."""
 
@@ -155,13 +164,22 @@ class RunJournal:
         duration: float | None = None,
         tokens: Tokens | None = None,
         error: str | None = None,
-        data: dict[str, Any] | None = None,
+        data: Payload | Shared | None = None,
     ) -> Event:
-        """Records an event, queues it for the store and shows it to observers."""
+        """Records an event, queues it for the store and shows it to observers.
+
+        ``data`` is stored as the plain dict `to_data` makes of it (``Event.data``).
+        """
+        if data is None:
+            plain = None
+        elif isinstance(data, Shared):
+            plain = data.data
+        else:
+            plain = to_builtins(data)  # `to_data`, without a call more on the hot path
         if known_secrets():
-            message, error, data = scrub(message), scrub(error), scrub(data)
+            message, error, plain = scrub(message), scrub(error), scrub(plain)
         restated = self.replay is not None and self.replay.suppress(
-            type, step_id, message, error, data
+            type, step_id, message, error, plain
         )
         if restated and not self._restated:
             return Event(type=type, timestamp=timestamp(), run_id=self.run_id, seq=self._seq)
@@ -178,7 +196,7 @@ class RunJournal:
             None if duration is None else format_duration(duration),
             tokens,
             error,
-            data,
+            plain,
         )
         if restated:  # already in the log: shown to those who count from scratch only
             for sink in self._restated:
@@ -198,7 +216,7 @@ class RunJournal:
         *,
         step_id: str | None = None,
         agent: str | None = None,
-        data: dict[str, Any] | None = None,
+        data: Payload | dict[str, Any] | None = None,
     ) -> None:
         """Shows observers an event that is not recorded: streamed text, say.
 
@@ -206,31 +224,53 @@ class RunJournal:
         so a resumed run does not restate it, the store does not grow per
         token, and the recorded events stay numbered without gaps.
         """
+        plain = to_builtins(data) if isinstance(data, Payload) else data  # a worker's: plain
         if known_secrets():
-            data = scrub(data)
-        event = Event(type, timestamp(), self.run_id, 0, step_id, agent, data=data)
+            plain = scrub(plain)
+        event = Event(type, timestamp(), self.run_id, 0, step_id, agent, data=plain)
         for sink in self._sinks:
             sink(event)
 
-    def step_started(
-        self,
-        address: str,
-        *,
-        kind: str,
-        attempt: int,
-        agent: str | None,
-        extra: dict[str, Any] | None = None,
+    def relay(self, address: str, event: StepEvent) -> Event:
+        """Records an event a worker sent for the step at ``address``.
+
+        Its data is already plain: the worker's journal made it so (`emit`).
+        """
+        return self.emit(
+            event.type,
+            step_id=address,
+            agent=event.agent,
+            message=event.message,
+            duration=event.duration,
+            tokens=event.tokens,
+            error=event.error,
+            data=None if event.data is None else _Plain(event.data),
+        )
+
+    def step_started(self, address: str, start: StepStart, *, agent: str | None) -> None:
+        """Records that an address began executing (``start``, its ``step_start`` data)."""
+        self._started(address, start.attempt, start, agent)
+
+    def leaf_started(self, address: str, kind: str, attempt: int, agent: str | None) -> None:
+        """`step_started` for a leaf, whose data is only its kind and attempt.
+
+        Every step has one, so each distinct one is converted once per run.
+        """
+        start = self._leaf_starts.get((kind, attempt))
+        if start is None:
+            start = Shared(StepStart(kind=kind, attempt=attempt))
+            self._leaf_starts[kind, attempt] = start
+        self._started(address, attempt, start, agent)
+
+    def _started(
+        self, address: str, attempt: int, start: StepStart | Shared, agent: str | None
     ) -> None:
-        """Records that an address began executing; ``extra`` adds to the event's data."""
         record = StepRecord(status="running", attempts=attempt)
         self.records[address] = record
         # A replayed container starts again, but its stored outcome stands until it ends.
         if self.replay is None or not self.replay.is_final(address):
             self.store.put_step(self.run_id, address, record)
-        data: dict[str, Any] = {"kind": kind, "attempt": attempt}
-        if extra:
-            data.update(extra)
-        self.emit(EventType.STEP_START, step_id=address, agent=agent, data=data)
+        self.emit(EventType.STEP_START, step_id=address, agent=agent, data=start)
         failpoint("step.before_work")
 
     async def step_finished(
@@ -267,7 +307,9 @@ class RunJournal:
         """
         self.records[address] = record
         tokens = self.replay.tokens(address) if self.replay is not None else None
-        self.emit(STEP_REPLAYED, step_id=address, tokens=tokens, data={"status": record.status})
+        self.emit(
+            STEP_REPLAYED, step_id=address, tokens=tokens, data=StepReplayed(status=record.status)
+        )
 
     def _announce(
         self, address: str, record: StepRecord, agent: str | None, tokens: Tokens | None
@@ -280,12 +322,14 @@ class RunJournal:
                 agent=agent,
                 duration=duration,
                 tokens=tokens,
-                data=None if record.worker is None else {"worker": record.worker},
+                data=None if record.worker is None else StepEnd(worker=record.worker),
             )
         elif record.status == "skipped":
             self.emit(EventType.STEP_SKIPPED, step_id=address, message=_reason(record))
         elif record.status == "waiting":
-            self.emit(STEP_WAITING, step_id=address, message=record.content, data=record.result)
+            # The data is the question the record holds (`StepWaiting`), plain already.
+            question = None if record.result is None else _Plain(record.result)
+            self.emit(STEP_WAITING, step_id=address, message=record.content, data=question)
         else:
             self.emit(
                 EventType.ERROR,
@@ -294,9 +338,7 @@ class RunJournal:
                 duration=duration,
                 tokens=tokens,
                 error=_reason(record),
-                data={"status": record.status}
-                if record.worker is None
-                else {"status": record.status, "worker": record.worker},
+                data=StepError(status=record.status, worker=record.worker),
             )
 
     def usage(self) -> Usage:
@@ -348,6 +390,15 @@ def clean_message(message: MessageRecord) -> MessageRecord:
     """``message`` with known secrets masked in its text."""
     text = scrub(message.text)
     return message if text is message.text else msgspec.structs.replace(message, text=text)
+
+
+class _Plain(Shared):
+    """Data that is a plain dict already: a worker's event's, a waiting record's question."""
+
+    __slots__ = ()
+
+    def __init__(self, data: dict[str, Any]) -> None:  # no payload: nothing to convert
+        self.data = data
 
 
 def _reason(record: StepRecord) -> str | None:

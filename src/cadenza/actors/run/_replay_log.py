@@ -26,7 +26,21 @@ import msgspec
 
 from cadenza.kernel import Address
 from cadenza.llm import Message
-from cadenza.protocols import Event, EventType, MessageRecord, Tokens
+from cadenza.protocols import (
+    AgentInboxDrain,
+    AgentMemory,
+    AgentTurn,
+    Checkpoint,
+    Event,
+    EventType,
+    MessageDropped,
+    MessageRecord,
+    MessageSent,
+    StepError,
+    StepStart,
+    Tokens,
+    payload,
+)
 
 from ._journal import AGENT_MEMORY
 from ._messages import MSG_TYPES, AgentMessage
@@ -73,7 +87,7 @@ class LogState:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     llm_calls: int = 0
-    checkpoints: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    checkpoints: dict[str, list[Checkpoint]] = field(default_factory=dict)
     conversations: dict[str, list[list[Any]]] = field(default_factory=dict)
     step_tokens: dict[str, Tokens] = field(default_factory=dict)
 
@@ -90,16 +104,16 @@ class _Reader:
         self.spending: dict[str, tuple[int, int]] = {}  # tokens of unconfirmed work
 
     def read(self, event: Event) -> None:
-        kind, address, data = event.type, event.step_id or "", event.data or {}
+        kind, address = event.type, event.step_id or ""
         if kind == "message_sent":
-            self._sent(address, data)
+            self._sent(address, payload(event, MessageSent))
         elif kind == "message_dropped":
-            self._dropped(address, data)
+            self._dropped(address, payload(event, MessageDropped))
         elif kind == "agent_inbox_drain":
-            self._drained(address, data)
+            self._drained(address, payload(event, AgentInboxDrain))
         elif kind == EventType.DEAD_LETTER and (event.message or "").startswith("AgentMessage"):
             self._lost(address)
-        elif kind == "agent_turn" and data.get("phase") == "response":
+        elif kind == "agent_turn" and payload(event, AgentTurn).phase == "response":
             self.state.llm_calls += 1
             if event.tokens is not None:
                 self.state.prompt_tokens += event.tokens.prompt
@@ -110,25 +124,26 @@ class _Reader:
                     completion + event.tokens.completion,
                 )
         elif kind == AGENT_MEMORY:
-            self.memories.append((str(data.get("key")), list(data.get("turns") or ())))
+            memory = payload(event, AgentMemory)
+            self.memories.append((memory.key, memory.turns))
             self.unconfirmed_memories.setdefault(address, []).append(len(self.memories) - 1)
         elif kind == "checkpoint":
-            self.state.checkpoints.setdefault(address, []).append(data)
-        elif kind == EventType.STEP_START and data.get("kind") == "loop":
+            self.state.checkpoints.setdefault(address, []).append(payload(event, Checkpoint))
+        elif kind == EventType.STEP_START and payload(event, StepStart).kind == "loop":
             self.state.checkpoints.pop(address, None)  # a new attempt starts from nothing
         elif kind in (EventType.STEP_END, EventType.STEP_SKIPPED) or (
-            kind == EventType.ERROR and data.get("status") == "failed"
+            kind == EventType.ERROR and payload(event, StepError).status == "failed"
         ):
             self._confirm(address)
         elif kind == RUN_RESUMED:
             self._restart()
 
-    def _sent(self, address: str, data: dict[str, Any]) -> None:
-        sender, to, text = str(data.get("from")), str(data.get("to")), str(data.get("text", ""))
+    def _sent(self, address: str, sent: MessageSent) -> None:
+        sender, to, text = sent.from_, sent.to, sent.text
         if to == _COORDINATOR:
             record = MessageRecord(from_=sender, to=to, text=text)
         else:
-            kind = _KINDS.get(data.get("msg_type", 0), "info")
+            kind = _KINDS.get(sent.msg_type, "info")
             record = MessageRecord(from_=sender, to=to, text=text, kind=kind)
             name = to.rsplit(".", 1)[-1].split("[", 1)[0]  # as the coordinator files it
             self.letters.append(_Letter(name, AgentMessage(sender, text, kind)))
@@ -136,27 +151,27 @@ class _Reader:
         if sender != _COORDINATOR:
             self.unconfirmed.setdefault(address, []).append(len(self.sent) - 1)
 
-    def _dropped(self, address: str, data: dict[str, Any]) -> None:
-        if data.get("to") == _COORDINATOR:  # never reached the coordinator: not a message
+    def _dropped(self, address: str, dropped: MessageDropped) -> None:
+        if dropped.to == _COORDINATOR:  # never reached the coordinator: not a message
             for index in reversed(self.unconfirmed.get(address, [])):
                 entry = self.sent[index]
-                if entry is not None and entry[1].text == data.get("text"):
+                if entry is not None and entry[1].text == dropped.text:
                     self.sent[index] = None
                     break
             return
         for letter in reversed(self.letters):  # recorded, but never delivered
-            if not letter.gone and letter.letter.text == data.get("text"):
+            if not letter.gone and letter.letter.text == dropped.text:
                 letter.gone = True
                 break
 
-    def _drained(self, address: str, data: dict[str, Any]) -> None:
+    def _drained(self, address: str, drained: AgentInboxDrain) -> None:
         name = Address.parse(address).name
         for letter in self.letters:
             if (
                 not letter.gone
                 and letter.taken_by is None
                 and letter.name == name
-                and letter.letter.sender == data.get("from")
+                and letter.letter.sender == drained.from_
             ):
                 letter.taken_by = address
                 self.drains.setdefault(address, []).append(letter)

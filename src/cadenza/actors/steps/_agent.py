@@ -30,7 +30,18 @@ from cadenza.actors.run import (
 )
 from cadenza.errors import CadenzaError, InboxFull
 from cadenza.llm import LLMRequest, Message, ToolCall, ToolSpec
-from cadenza.protocols import ErrorInfo, Tokens
+from cadenza.protocols import (
+    AgentMemory,
+    AgentTurn,
+    ErrorInfo,
+    MessageDropped,
+    MessageSent,
+    Tokens,
+    ToolPermission,
+)
+from cadenza.protocols import (
+    ToolCall as ToolCallData,
+)
 from cadenza.workflow import Agent, LoadedWorkflow, MemoryWindow
 
 from ._agent_tools import agent_builtins, builtin_names
@@ -45,8 +56,7 @@ __all__ = ["AgentOutcome", "AgentVisit", "BudgetExceeded", "model_spec", "run_ag
 DEFAULT_SYSTEM = "You are a helpful assistant. Do the task you are given."
 NEVER_SUBMITTED = "resultSchema defined but submit_result never called"
 TOOL_PERMISSION = "tool_permission"
-"""The permission policy decided about a call; data ``{tool_name, tool_call_id, allowed, by,
-reason}``."""
+"""The permission policy decided about a tool call (`ToolPermission`)."""
 _OUTPUT_PREVIEW = 2000
 
 
@@ -111,17 +121,12 @@ class _Conversation:
         decision = await policy.decide(request, self.allow, self.deny)
         if decision is None:
             return
+        allowed, by, reason = decision
+        data = ToolPermission(
+            tool_name=name, tool_call_id=call.id, allowed=allowed, by=by, reason=reason
+        )
         self.run.journal.emit(
-            TOOL_PERMISSION,
-            step_id=self.address,
-            agent=self.agent_name,
-            data={
-                "tool_name": name,
-                "tool_call_id": call.id,
-                "allowed": decision.allowed,
-                "by": decision.by,
-                "reason": decision.reason,
-            },
+            TOOL_PERMISSION, step_id=self.address, agent=self.agent_name, data=data
         )
         if not decision.allowed:
             raise ToolError(f"permission denied: {decision.reason}")
@@ -134,12 +139,9 @@ class _Conversation:
             "tool_call",
             step_id=self.address,
             agent=self.agent_name,
-            data={
-                "phase": "start",
-                "tool_name": call.name,
-                "tool_call_id": call.id,
-                "input": redacted,
-            },
+            data=ToolCallData(
+                phase="start", tool_name=call.name, tool_call_id=call.id, input=redacted
+            ),
         )
         error: str | None = None
         try:
@@ -169,14 +171,14 @@ class _Conversation:
             "tool_call",
             step_id=self.address,
             agent=self.agent_name,
-            data={
-                "phase": "end",
-                "tool_name": call.name,
-                "tool_call_id": call.id,
-                "input": redacted,
-                "output": redact(text)[:_OUTPUT_PREVIEW],
-                "error": error,
-            },
+            data=ToolCallData(
+                phase="end",
+                tool_name=call.name,
+                tool_call_id=call.id,
+                input=redacted,
+                output=redact(text)[:_OUTPUT_PREVIEW],
+                error=error,
+            ),
         )
         return text
 
@@ -215,13 +217,16 @@ def _send_message(run: RunContext, address: str) -> Tool:
         text = arguments.get("text")
         if not isinstance(text, str) or not text:
             raise ToolError("send_message needs a non-empty 'text' string")
-        data = {"from": address, "to": "coordinator", "text": text, "msg_type": 0}
+        data = MessageSent(from_=address, to="coordinator", text=text, msg_type=0)
         run.journal.emit("message_sent", step_id=address, data=data)
         try:
             run.supervisor.tell_nowait(COORDINATOR, Outgoing(address, text))
         except InboxFull:
             reason = "the coordinator's inbox is full"
-            run.journal.emit("message_dropped", step_id=address, data={**data, "reason": reason})
+            dropped = MessageDropped(
+                from_=address, to="coordinator", text=text, msg_type=0, reason=reason
+            )
+            run.journal.emit("message_dropped", step_id=address, data=dropped)
             raise ToolError(f"message dropped: {reason}") from None
         return '{"status": "sent"}'
 
@@ -290,7 +295,7 @@ def _remember(run: RunContext, brief: Brief, turns: list[Message], address: str)
     if brief.memory == "fresh" or brief.memory_key is None:
         return
     # Recorded too: a resumed run replays this visit without calling the model again.
-    data = {"key": brief.memory_key, "turns": msgspec.to_builtins(turns)}
+    data = AgentMemory(key=brief.memory_key, turns=list(turns))
     run.journal.emit(AGENT_MEMORY, step_id=address, data=data)
     visits = run.conversations.setdefault(brief.memory_key, [])
     visits.append(turns)
@@ -373,7 +378,7 @@ async def run_agent(run: RunContext, document: LoadedWorkflow, visit: AgentVisit
                 "agent_turn",
                 step_id=visit.address,
                 agent=visit.agent_name,
-                data={"phase": "request", "turn": turn, "model": spec},
+                data=AgentTurn(phase="request", turn=turn, model=spec),
             )
             request = LLMRequest(
                 model=model,
@@ -398,7 +403,7 @@ async def run_agent(run: RunContext, document: LoadedWorkflow, visit: AgentVisit
                     usage.completion_tokens,
                     usage.prompt_tokens + usage.completion_tokens,
                 ),
-                data={"phase": "response", "model": spec, "attempts": completion.attempts},
+                data=AgentTurn(phase="response", model=spec, attempts=completion.attempts),
             )
             if completion.content:
                 contents.append(completion.content)

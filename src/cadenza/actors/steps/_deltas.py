@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Final
 
 from cadenza.actors.run import RunContext
-from cadenza.protocols import EventType
+from cadenza.protocols import AgentDelta, EventType
 
 __all__ = ["Deltas"]
 
@@ -55,7 +55,7 @@ class Deltas:
         self._parts.clear()
         self._size = 0
         self._last = self._run.clock.now()
-        data = {"turn": self._turn, "attempt": self._attempt, "text": text}
+        data = AgentDelta(turn=self._turn, attempt=self._attempt, text=text)
         self._run.journal.broadcast(
             EventType.AGENT_DELTA, step_id=self._step, agent=self._agent, data=data
         )

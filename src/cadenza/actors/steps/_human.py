@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 from cadenza.actors.run import PlacedActor, Placement, RunContext, StepFinished, work_error
-from cadenza.protocols import StepRecord
+from cadenza.protocols import StepRecord, StepStart
 from cadenza.workflow import parse_template
 
 __all__ = ["HumanStep", "ask_person", "waiting_for"]
@@ -40,7 +40,7 @@ async def ask_person(
     if answered is not None and answered.status == "completed":
         run.journal.step_replayed(address, answered)
         return answered
-    run.journal.step_started(address, kind="human", attempt=1, agent=None)
+    run.journal.step_started(address, StepStart(kind="human", attempt=1), agent=None)
     question = {"prompt": prompt, "schema": schema}
     record = StepRecord(status="waiting", content=prompt, result=question, attempts=1)
     await run.journal.step_finished(address, record)

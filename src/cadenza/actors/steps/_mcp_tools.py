@@ -22,6 +22,7 @@ import msgspec
 
 from cadenza.actors.run import RunContext
 from cadenza.llm import ToolSpec
+from cadenza.protocols import McpToolFailed
 from cadenza.workflow import Agent, parse_duration
 
 from ._tools import Tool, ToolError
@@ -100,7 +101,7 @@ def _caller(
 
 def _failed(run: RunContext, address: str, server: str, tool: str, error: str) -> NoReturn:
     message = f"MCP server {server!r} failed on {tool}: {error}"
-    data = {"server": server, "tool": tool, "error": error}
+    data = McpToolFailed(server=server, tool=tool, error=error)
     run.journal.emit(MCP_TOOL_FAILED, step_id=address, error=message, data=data)
     raise ToolError(message)
 

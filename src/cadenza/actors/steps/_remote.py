@@ -30,8 +30,13 @@ from cadenza.protocols import (
     ErrorInfo,
     EventType,
     HandlerOrder,
+    MessageDropped,
     Result,
+    ResultRejected,
+    StepDispatched,
     StepEvent,
+    StepQueued,
+    StepRequeued,
     ToolOrder,
     WorkOrder,
 )
@@ -92,21 +97,21 @@ class _StepSink:
 
     def dispatched(self, worker: str, job: int, attempt: int) -> None:
         self.worker = worker
-        data = {"worker": worker, "job": job, "dispatch": attempt}
+        data = StepDispatched(worker=worker, job=job, dispatch=attempt)
         self.actor.run.journal.emit(EventType.STEP_DISPATCHED, step_id=self.address, data=data)
 
     def queued(self, job: int) -> None:
         message = "no worker is connected; the step waits for one"
         self.actor.run.journal.emit(
-            EventType.STEP_QUEUED, step_id=self.address, message=message, data={"job": job}
+            EventType.STEP_QUEUED, step_id=self.address, message=message, data=StepQueued(job=job)
         )
 
     def requeued(self, worker: str, job: int, attempt: int, reason: str) -> None:
-        data = {"worker": worker, "job": job, "dispatch": attempt, "reason": reason}
+        data = StepRequeued(worker=worker, job=job, dispatch=attempt, reason=reason)
         self.actor.run.journal.emit(EventType.STEP_REQUEUED, step_id=self.address, data=data)
 
     def rejected(self, worker: str, job: int, attempt: int) -> None:
-        data = {"worker": worker, "job": job, "dispatch": attempt, "reason": "stale"}
+        data = ResultRejected(worker=worker, job=job, dispatch=attempt, reason="stale")
         self.actor.run.journal.emit(EventType.RESULT_REJECTED, step_id=self.address, data=data)
 
     def event(self, event: StepEvent) -> None:
@@ -114,24 +119,20 @@ class _StepSink:
             journal = self.actor.run.journal
             journal.broadcast(event.type, step_id=self.address, agent=event.agent, data=event.data)
             return
-        self.actor.run.journal.emit(
-            event.type,
-            step_id=self.address,
-            agent=event.agent,
-            message=event.message,
-            duration=event.duration,
-            tokens=event.tokens,
-            error=event.error,
-            data=event.data,
-        )
+        self.actor.run.journal.relay(self.address, event)
 
     def mail(self, text: str) -> None:
         run = self.actor.run
         try:
             run.supervisor.tell_nowait(COORDINATOR, Outgoing(self.address, text))
         except InboxFull:
-            data = {"from": self.address, "to": "coordinator", "text": text, "msg_type": 0}
-            data["reason"] = "the coordinator's inbox is full"
+            data = MessageDropped(
+                from_=self.address,
+                to="coordinator",
+                text=text,
+                msg_type=0,
+                reason="the coordinator's inbox is full",
+            )
             run.journal.emit("message_dropped", step_id=self.address, data=data)
 
 

@@ -30,7 +30,17 @@ from cadenza.actors.run import (
     work_error,
 )
 from cadenza.kernel import LoopBlocked, LoopWatchdog
-from cadenza.protocols import ErrorInfo, EventType, StepRecord, StepStatus, Tokens
+from cadenza.protocols import (
+    AgentInboxDrain,
+    ErrorInfo,
+    EventType,
+    StepRecord,
+    StepRetry,
+    StepStatus,
+    Tokens,
+    WorktreeDone,
+    WorktreeKept,
+)
 from cadenza.workflow import Step, parse_duration, parse_template
 
 from ._agent import AgentVisit, run_agent
@@ -108,7 +118,7 @@ class StepActor(PlacedActor):
                 await limiter.wait()
             try:
                 started = clock.now()
-                run.journal.step_started(address, kind=self.kind, attempt=attempt, agent=step.agent)
+                run.journal.leaf_started(address, self.kind, attempt, step.agent)
                 status, content, result, error = await self._attempt(address, attempt, seconds)
                 elapsed = clock.now() - started
             finally:
@@ -128,7 +138,7 @@ class StepActor(PlacedActor):
                 EventType.STEP_RETRY,
                 step_id=address,
                 error=f"{error.type}: {error.message}" if error is not None else None,
-                data={"attempt": attempt, "of": attempts},
+                data=StepRetry(attempt=attempt, of=attempts),
             )
         return record
 
@@ -192,13 +202,13 @@ class StepActor(PlacedActor):
                 outcome = await self._run_work(address, attempt)
             except BaseException:  # failed or cancelled: its files stay, for a person to see
                 message = f"the step's worktree is kept for inspection: {worktree.path}"
-                kept: dict[str, Any] = {"path": str(worktree.path)}
+                kept = WorktreeKept(path=str(worktree.path))
                 journal.emit(WORKTREE_KEPT, step_id=address, message=message, data=kept)
                 raise
             finally:
                 self.document = shared
         commit = await worktrees.commit_of(worktree.branch) if worktree.branch else None
-        done: dict[str, Any] = {"branch": worktree.branch or None, "commit": commit}
+        done = WorktreeDone(branch=worktree.branch or None, commit=commit)
         journal.emit(WORKTREE_DONE, step_id=address, data=done)
         return outcome
 
@@ -269,7 +279,7 @@ class StepActor(PlacedActor):
                 "agent_inbox_drain",
                 step_id=str(self.address),
                 agent=self.step.agent,
-                data={"from": letter.sender, "msg_type": MSG_TYPES.get(letter.kind, 0)},
+                data=AgentInboxDrain(from_=letter.sender, msg_type=MSG_TYPES.get(letter.kind, 0)),
             )
             texts.append(f"from {letter.sender} ({letter.kind}): {letter.text}")
         if drained:

@@ -38,7 +38,7 @@ from cadenza._redact import redact
 from cadenza.actors.run import StepFailure
 from cadenza.errors import ExpressionEvaluationError
 from cadenza.kernel import Clock
-from cadenza.protocols import ErrorInfo
+from cadenza.protocols import ErrorInfo, ToolCall
 from cadenza.workflow import compile_expression, preview, quote, type_name
 
 from ._command import run_command
@@ -231,8 +231,9 @@ async def call_tool(
         )
         raise StepFailure(ErrorInfo(type="ToolError", message=message, address=address))
     shown = redact(msgspec.json.encode(arguments).decode())[:_PREVIEW]
-    announced = {"tool_name": name, "tool_call_id": f"{address}:{site.attempt}", "input": shown}
-    journal.emit("tool_call", step_id=address, data={"phase": "start", **announced})
+    call_id = f"{address}:{site.attempt}"
+    started = ToolCall(phase="start", tool_name=name, tool_call_id=call_id, input=shown)
+    journal.emit("tool_call", step_id=address, data=started)
     output: str | None = None
     error: str | None = None
     try:
@@ -252,10 +253,9 @@ async def call_tool(
         error = f"{type(failure).__name__}: {failure}"
         raise
     finally:
-        data: dict[str, Any] = {"phase": "end", **announced, "error": error}
-        if output is not None:
-            data["output"] = redact(output)[:_PREVIEW]
-        journal.emit("tool_call", step_id=address, data=data)
+        shown_output = None if output is None else redact(output)[:_PREVIEW]
+        ended = msgspec.structs.replace(started, phase="end", output=shown_output, error=error)
+        journal.emit("tool_call", step_id=address, data=ended)
 
 
 def _runner(name: str, call: CallSite) -> Runner | None:

@@ -1,0 +1,529 @@
+"""Event payloads: one msgspec Struct per event type, the ``data`` of its `Event`.
+
+The envelope's ``type`` is the tag: `PAYLOADS` maps it to the Struct its
+``data`` holds, so the union needs no tag field of its own and the NDJSON line
+stays what it was. Emitters build a Struct; the journal stores it as the plain
+dict `to_data` makes (``Event.data``), key for key and in the same order as the
+dicts built by hand before, because a resumed run matches re-emitted decision
+events against the stored ones by their encoded bytes. Readers take the Struct
+back with `payload`, so a misspelt field is a type error, not a silent None.
+
+Field order is wire order. A key that an event sometimes leaves out is a field
+whose default (None, or UNSET where null is a value it can carry) is omitted; a
+key it always writes, null or not, has no default.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, TypeVar
+
+import msgspec
+from msgspec import UNSET, UnsetType
+
+from cadenza.errors import CorruptRecord
+
+from ._events import Event, EventType
+from ._result import StepRecord
+
+__all__ = [
+    "NO_PAYLOAD",
+    "PAYLOADS",
+    "AgentDelta",
+    "AgentInboxDrain",
+    "AgentMemory",
+    "AgentTurn",
+    "Checkpoint",
+    "Decision",
+    "ForEachMessage",
+    "GraphEnd",
+    "GraphTransition",
+    "ItemEnd",
+    "ItemStart",
+    "IterationEnd",
+    "IterationStart",
+    "JudgeVerdict",
+    "LoopEnd",
+    "MaxWakeCyclesWarning",
+    "McpToolFailed",
+    "MessageDropped",
+    "MessageSent",
+    "MessageUndelivered",
+    "Payload",
+    "ResultRejected",
+    "RunResumed",
+    "Shared",
+    "SignalReceived",
+    "StepDispatched",
+    "StepEnd",
+    "StepError",
+    "StepQueued",
+    "StepReplayed",
+    "StepRequeued",
+    "StepRetry",
+    "StepStart",
+    "StepWaiting",
+    "ToolCall",
+    "ToolPermission",
+    "WorkflowEnd",
+    "WorkflowStart",
+    "WorktreeDone",
+    "WorktreeKept",
+    "payload",
+    "to_data",
+]
+
+P = TypeVar("P", bound="Payload")
+
+
+class Payload(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """The ``data`` of one event type; `event_type` names it.
+
+    Subclasses inherit ``omit_defaults``; they state ``frozen`` again (for mypy) and
+    ``kw_only`` (a per-class setting).
+    """
+
+    event_type: ClassVar[str]
+
+
+# -- the run ---------------------------------------------------------------------------
+
+
+class WorkflowStart(Payload, frozen=True, kw_only=True):
+    """A run began; ``total`` is the number of top-level steps."""
+
+    event_type: ClassVar[str] = EventType.WORKFLOW_START
+    total: int
+
+
+class WorkflowEnd(Payload, frozen=True, kw_only=True):
+    """A run ended with ``status``."""
+
+    event_type: ClassVar[str] = EventType.WORKFLOW_END
+    status: str
+
+
+class RunResumed(Payload, frozen=True, kw_only=True):
+    """A run resumed: ``replayable`` recorded outcomes, after event ``after_seq``."""
+
+    event_type: ClassVar[str] = "run_resumed"
+    replayable: int
+    after_seq: int = msgspec.field(name="afterSeq")
+
+
+class SignalReceived(Payload, frozen=True, kw_only=True):
+    """A person answered a waiting step (``cadenza signal``)."""
+
+    event_type: ClassVar[str] = "signal_received"
+    answer: Any
+
+
+# -- steps -----------------------------------------------------------------------------
+
+
+class StepStart(Payload, frozen=True, kw_only=True):
+    """An address began executing; containers add what they are (zenflow's keys)."""
+
+    event_type: ClassVar[str] = EventType.STEP_START
+    kind: str
+    attempt: int
+    loop_type: str | None = None
+    max_iterations: int | None = msgspec.field(default=None, name="maxIterations")
+    include: str | None = None
+    role: str | None = None
+    start: str | None = None
+    max_steps: int | None = msgspec.field(default=None, name="maxSteps")
+
+
+class StepEnd(Payload, frozen=True, kw_only=True):
+    """An address completed; ``worker`` ran it (a step without one carries no data)."""
+
+    event_type: ClassVar[str] = EventType.STEP_END
+    worker: str | None = None
+
+
+class StepError(Payload, frozen=True, kw_only=True):
+    """An address ended failed or cancelled (``status``); the coordinator's carries none."""
+
+    event_type: ClassVar[str] = EventType.ERROR
+    status: str | None = None
+    worker: str | None = None
+
+
+class StepRetry(Payload, frozen=True, kw_only=True):
+    """Attempt ``attempt`` of ``of`` failed; the next one starts."""
+
+    event_type: ClassVar[str] = EventType.STEP_RETRY
+    attempt: int
+    of: int
+
+
+class StepReplayed(Payload, frozen=True, kw_only=True):
+    """A leaf's recorded outcome was reported again instead of running it."""
+
+    event_type: ClassVar[str] = "step_replayed"
+    status: str
+
+
+class StepWaiting(Payload, frozen=True, kw_only=True):
+    """A step waits for a person: the question its record holds."""
+
+    event_type: ClassVar[str] = "step_waiting"
+    prompt: str
+    schema: dict[str, Any] | None
+
+
+# -- loops, forEach, graphs ------------------------------------------------------------
+
+
+class ForEachMessage(Payload, frozen=True, kw_only=True):
+    """The ``message`` a forEach writes as it starts: how many items, how many at once."""
+
+    event_type: ClassVar[str] = EventType.MESSAGE
+    items: int
+    max_concurrency: int = msgspec.field(name="maxConcurrency")
+
+
+class IterationStart(Payload, frozen=True, kw_only=True):
+    """A repeat-until or control iteration began."""
+
+    event_type: ClassVar[str] = EventType.ITERATION_START
+    iteration: int
+    max_iterations: int = msgspec.field(name="maxIterations")
+
+
+class IterationEnd(Payload, frozen=True, kw_only=True):
+    """An iteration ended with ``status``."""
+
+    event_type: ClassVar[str] = EventType.ITERATION_END
+    iteration: int
+    status: str
+
+
+class JudgeVerdict(Payload, frozen=True, kw_only=True):
+    """An ``untilAgent`` judged an iteration; ``done`` is None without a valid verdict."""
+
+    event_type: ClassVar[str] = EventType.JUDGE_VERDICT
+    iteration: int
+    done: bool | None
+    reason: Any  # the judge's ``reason``, as its result holds it (a string, as a rule)
+
+
+class LoopEnd(Payload, frozen=True, kw_only=True):
+    """A loop, forEach or control loop stopped, after ``iterations``, and why."""
+
+    event_type: ClassVar[str] = EventType.LOOP_END
+    iterations: int
+    termination_reason: str = msgspec.field(name="terminationReason")
+    flagged: bool
+
+
+class ItemStart(Payload, frozen=True, kw_only=True):
+    """A forEach item began; ``total`` items in all."""
+
+    event_type: ClassVar[str] = EventType.ITEM_START
+    total: int
+
+
+class ItemEnd(Payload, frozen=True, kw_only=True):
+    """A forEach item ended with ``status``."""
+
+    event_type: ClassVar[str] = EventType.ITEM_END
+    status: str
+
+
+class GraphTransition(Payload, frozen=True, kw_only=True):
+    """A graph took edge number ``edge`` after visit ``step``."""
+
+    event_type: ClassVar[str] = EventType.GRAPH_TRANSITION
+    from_: str = msgspec.field(name="from")
+    to: str
+    step: int
+    edge: int
+    condition: str | None
+    reason: str
+
+
+class GraphEnd(Payload, frozen=True, kw_only=True):
+    """A graph stopped: the states it visited, and why."""
+
+    event_type: ClassVar[str] = EventType.GRAPH_END
+    path: list[str]
+    termination_reason: str = msgspec.field(name="terminationReason")
+    flagged: bool
+
+
+class Checkpoint(Payload, frozen=True, kw_only=True):
+    """A ``keepLast`` loop goes on after ``iteration``: what a resume restarts it from."""
+
+    event_type: ClassVar[str] = "checkpoint"
+    iteration: int
+    block: str
+    last: StepRecord | None
+
+
+class Decision(Payload, frozen=True, kw_only=True):
+    """A control loop ruled on an iteration; ``status`` is its terminal status, or None."""
+
+    event_type: ClassVar[str] = "decision"
+    iteration: int
+    decision: str
+    reason: str
+    feedback: str
+    score: float | None
+    status: str | None
+
+
+# -- agents and messages ---------------------------------------------------------------
+
+
+class AgentTurn(Payload, frozen=True, kw_only=True):
+    """A model call: its ``request`` (with ``turn``), then its ``response`` (``attempts``)."""
+
+    event_type: ClassVar[str] = "agent_turn"
+    phase: str
+    turn: int | None = None
+    model: str
+    attempts: int | None = None
+
+
+class ToolCall(Payload, frozen=True, kw_only=True):
+    """A tool call's ``start``, then its ``end`` with its output and error (null or text)."""
+
+    event_type: ClassVar[str] = "tool_call"
+    phase: str
+    tool_name: str
+    tool_call_id: str
+    input: str
+    output: str | None = None
+    error: str | UnsetType | None = UNSET
+
+
+class AgentMemory(Payload, frozen=True, kw_only=True):
+    """An agent visit's turns, kept under ``key`` for the loop's later visits."""
+
+    event_type: ClassVar[str] = "agent_memory"
+    key: str
+    turns: list[Any]
+
+
+class MessageSent(Payload, frozen=True, kw_only=True):
+    """A message was sent (``msg_type``: 0 info, see ``MSG_TYPES``)."""
+
+    event_type: ClassVar[str] = "message_sent"
+    from_: str = msgspec.field(name="from")
+    to: str
+    text: str
+    msg_type: int
+
+
+class MessageDropped(Payload, frozen=True, kw_only=True):
+    """A message found no room; ``dropped`` counts a target's drops so far."""
+
+    event_type: ClassVar[str] = "message_dropped"
+    from_: str = msgspec.field(name="from")
+    to: str
+    text: str | None = None
+    msg_type: int
+    reason: str
+    dropped: int | None = None
+
+
+class AgentInboxDrain(Payload, frozen=True, kw_only=True):
+    """A step took a message from ``from_`` into its next turn."""
+
+    event_type: ClassVar[str] = "agent_inbox_drain"
+    from_: str = msgspec.field(name="from")
+    msg_type: int
+
+
+class MessageUndelivered(Payload, frozen=True, kw_only=True):
+    """At the run's end, ``count`` messages still waited for ``to``."""
+
+    event_type: ClassVar[str] = "message_undelivered"
+    to: str
+    count: int
+
+
+class MaxWakeCyclesWarning(Payload, frozen=True, kw_only=True):
+    """The coordinator agent has used most of its wakes."""
+
+    event_type: ClassVar[str] = "max_wake_cycles_warning"
+    current_cycle: int
+    max_cycles: int
+
+
+class McpToolFailed(Payload, frozen=True, kw_only=True):
+    """An MCP server failed on a tool call."""
+
+    event_type: ClassVar[str] = "mcp_tool_failed"
+    server: str
+    tool: str
+    error: str
+
+
+class ToolPermission(Payload, frozen=True, kw_only=True):
+    """The permission policy decided about a tool call, and who decided (``by``)."""
+
+    event_type: ClassVar[str] = "tool_permission"
+    tool_name: str
+    tool_call_id: str
+    allowed: bool
+    by: str
+    reason: str
+
+
+class AgentDelta(Payload, frozen=True, kw_only=True):
+    """Text a model streamed since the last delta of the turn (shown live, never stored)."""
+
+    event_type: ClassVar[str] = EventType.AGENT_DELTA
+    turn: int
+    attempt: int
+    text: str
+
+
+class WorktreeDone(Payload, frozen=True, kw_only=True):
+    """A step's worktree was removed; its changes are on ``branch`` (null: none)."""
+
+    event_type: ClassVar[str] = "worktree_done"
+    branch: str | None
+    commit: str | None
+
+
+class WorktreeKept(Payload, frozen=True, kw_only=True):
+    """A failed step's worktree is kept, at ``path``, for a person to look at."""
+
+    event_type: ClassVar[str] = "worktree_kept"
+    path: str
+
+
+# -- remote workers --------------------------------------------------------------------
+
+
+class StepDispatched(Payload, frozen=True, kw_only=True):
+    """A step attempt went to ``worker`` as ``job``, under fence ``dispatch``."""
+
+    event_type: ClassVar[str] = EventType.STEP_DISPATCHED
+    worker: str
+    job: int
+    dispatch: int
+
+
+class StepQueued(Payload, frozen=True, kw_only=True):
+    """A step waits for a worker."""
+
+    event_type: ClassVar[str] = EventType.STEP_QUEUED
+    job: int
+
+
+class StepRequeued(Payload, frozen=True, kw_only=True):
+    """A step's worker was lost; it goes out again."""
+
+    event_type: ClassVar[str] = EventType.STEP_REQUEUED
+    worker: str
+    job: int
+    dispatch: int
+    reason: str
+
+
+class ResultRejected(Payload, frozen=True, kw_only=True):
+    """A stale result (fenced by ``dispatch``) was refused."""
+
+    event_type: ClassVar[str] = EventType.RESULT_REJECTED
+    worker: str
+    job: int
+    dispatch: int
+    reason: str
+
+
+PAYLOADS: dict[str, type[Payload]] = {
+    kind.event_type: kind
+    for kind in (
+        WorkflowStart,
+        WorkflowEnd,
+        RunResumed,
+        SignalReceived,
+        StepStart,
+        StepEnd,
+        StepError,
+        StepRetry,
+        StepReplayed,
+        StepWaiting,
+        ForEachMessage,
+        IterationStart,
+        IterationEnd,
+        JudgeVerdict,
+        LoopEnd,
+        ItemStart,
+        ItemEnd,
+        GraphTransition,
+        GraphEnd,
+        Checkpoint,
+        Decision,
+        AgentTurn,
+        ToolCall,
+        AgentMemory,
+        MessageSent,
+        MessageDropped,
+        AgentInboxDrain,
+        MessageUndelivered,
+        MaxWakeCyclesWarning,
+        McpToolFailed,
+        ToolPermission,
+        AgentDelta,
+        WorktreeDone,
+        WorktreeKept,
+        StepDispatched,
+        StepQueued,
+        StepRequeued,
+        ResultRejected,
+    )
+}
+"""The payload Struct of every event type that carries data, by type."""
+
+NO_PAYLOAD: frozenset[str] = frozenset(
+    (
+        EventType.STEP_SKIPPED,
+        EventType.ACTOR_CRASHED,
+        EventType.DEAD_LETTER,
+        "run_interrupted",
+        "coordinator_narration",
+        "coordinator_synthesis",
+        "max_wake_cycles_reached",
+    )
+)
+"""The event types that never carry data: their ``message`` or ``error`` says it all."""
+
+
+def to_data(data: Payload) -> dict[str, Any]:
+    """``data`` as ``Event.data`` holds it: a plain dict, keys in field order."""
+    built: dict[str, Any] = msgspec.to_builtins(data)
+    return built
+
+
+class Shared:
+    """A payload converted once, for an event that repeats it many times.
+
+    Each such event's ``Event.data`` is then the same dict: a forEach over 10,000
+    items would otherwise keep 20,000 equal dicts in a store that holds its events.
+    """
+
+    __slots__ = ("data",)
+
+    def __init__(self, payload: Payload) -> None:
+        self.data = to_data(payload)
+
+
+def payload(event: Event, kind: type[P]) -> P:
+    """The ``data`` of ``event`` as a ``kind``; an event without data reads as ``{}``.
+
+    Raises:
+        CorruptRecord: The data does not fit ``kind`` (a required key is missing, or
+            a value is of another type); the message names the event.
+    """
+    try:
+        return msgspec.convert(event.data or {}, kind)
+    except msgspec.ValidationError as error:
+        raise CorruptRecord(
+            f"event {event.seq} ({event.type!r}) of run {event.run_id!r}: "
+            f"its data does not fit {kind.__name__}: {error}"
+        ) from None

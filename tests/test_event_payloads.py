@@ -1,0 +1,241 @@
+"""Typed event payloads write what the dicts wrote, and read what was stored before.
+
+``fixtures/payloads`` holds what Cadenza wrote at 58c20e5, before payloads were
+Structs (``record.py`` there says how): the ``--events`` streams of six runs, a
+store with a run waiting for a person, and that store after the answer and the
+resume. A resumed run matches the decision events it states again against the
+stored ones byte for byte, so their key order is part of the format.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import json
+import runpy
+import shutil
+import subprocess
+import sys
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+
+from cadenza.errors import CorruptRecord
+from cadenza.protocols import (
+    NO_PAYLOAD,
+    PAYLOADS,
+    Event,
+    EventType,
+    IterationStart,
+    StepStart,
+    payload,
+    to_data,
+)
+
+FIXTURES = Path(__file__).with_name("fixtures")
+HERE = FIXTURES / "payloads"
+SOURCE = Path(__file__).resolve().parents[1] / "src" / "cadenza"
+
+RUNS: dict[str, Path] = runpy.run_path(str(HERE / "record.py"))["RUNS"]
+
+REORDERED = {
+    # The coordinator wrote msg_type before text; agents wrote text first.
+    "message_sent": ("coordinator",),
+    # A tool step wrote error before output; an agent's tool call, output first.
+    "tool_call": ("end",),
+}
+"""The two payloads whose key order one emitter changed: one Struct has one order.
+
+Neither is a decision event, so no resume compares them with what it states again.
+"""
+
+
+def read(path: Path) -> list[Event]:
+    return [msgspec.json.decode(line, type=Event) for line in path.read_text().splitlines()]
+
+
+def fixture_events() -> Iterator[tuple[str, Event]]:
+    for path in sorted([*HERE.glob("*.ndjson"), *FIXTURES.glob("store-v0.1/*.ndjson")]):
+        for event in read(path):
+            yield path.name, event
+
+
+def reordered(event: Event) -> bool:
+    data = event.data or {}
+    which = REORDERED.get(event.type)
+    return which is not None and which[0] in (data.get("from"), data.get("phase"))
+
+
+def test_every_stored_payload_reads_as_its_struct_and_writes_back_the_same() -> None:
+    kinds = set()
+    for name, event in fixture_events():
+        kinds.add(event.type)
+        if event.type in NO_PAYLOAD:
+            assert event.data is None, (name, event)
+            continue
+        assert event.type in PAYLOADS, (name, event.type)
+        if event.data is None:  # a step_end without a worker, a waiting container
+            continue
+        read_back = to_data(payload(event, PAYLOADS[event.type]))
+        assert read_back == event.data, (name, event)
+        if not reordered(event):
+            assert list(read_back) == list(event.data), (name, event)
+    assert len(kinds) >= 29  # the fixtures reach most types
+
+
+def test_a_payload_that_does_not_fit_is_named() -> None:
+    event = Event("iteration_start", "t", "r1", 7, data={"iteration": "zero"})
+    with pytest.raises(CorruptRecord, match=r"event 7 \('iteration_start'\) of run 'r1'"):
+        payload(event, IterationStart)
+
+
+def test_readers_get_attributes_and_defaults() -> None:
+    event = Event("step_start", "t", "r", 1, data={"kind": "loop", "attempt": 2, "x": 1})
+    start = payload(event, StepStart)
+    assert (start.kind, start.attempt, start.max_iterations) == ("loop", 2, None)
+    assert to_data(start) == {"kind": "loop", "attempt": 2}
+
+
+def _normal(value: Any) -> Any:
+    """``value`` without what differs from run to run (durations)."""
+    if isinstance(value, dict):
+        return {k: 0 if k == "durationMs" else _normal(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_normal(v) for v in value]
+    return value
+
+
+def _key(event: Event, data: dict[str, Any] | None) -> str:
+    # Encoded, so that key order counts; durations and times left out.
+    fields = (event.type, event.step_id, event.agent, event.message, event.error, _normal(data))
+    return json.dumps(fields)
+
+
+def _expected(events: list[Event]) -> Counter[str]:
+    """The fixture's events as this version writes them (the two reorderings applied)."""
+    keys: Counter[str] = Counter()
+    for event in events:
+        data = event.data
+        if data is not None and event.type in PAYLOADS:
+            data = to_data(payload(event, PAYLOADS[event.type]))
+        keys[_key(event, data)] += 1
+    return keys
+
+
+def _written(events: list[Event]) -> Counter[str]:
+    return Counter(_key(event, event.data) for event in events)
+
+
+def cadenza(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-m", "cadenza", *args]
+    return subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize("name", sorted(RUNS))
+def test_the_same_run_writes_the_same_payloads(name: str, tmp_path: Path) -> None:
+    done = cadenza("run", str(RUNS[name]), "--events", "--run-id", name, cwd=tmp_path)
+    lines = [line for line in done.stderr.splitlines() if line.startswith("{")]
+    now = [msgspec.json.decode(line, type=Event) for line in lines]
+    # Streamed text (agent_delta, shown live and never recorded) came after the fixtures.
+    now = [event for event in now if event.type != "agent_delta"]
+    before = read(HERE / f"{name}.ndjson")
+    # Steps that run at once interleave differently: the same events, as a multiset.
+    assert _written(now) == _expected(before)
+
+
+@pytest.fixture
+def waiting_store(tmp_path: Path) -> Path:
+    shutil.copy(HERE / "waiting.db", tmp_path / "waiting.db")
+    return tmp_path / "waiting.db"
+
+
+def test_a_stored_run_shows_as_it_was_written(tmp_path: Path) -> None:
+    shutil.copy(HERE / "resumed.db", tmp_path / "resumed.db")
+    shown = cadenza("runs", "show", "waiting", "--events", "--store", "resumed.db", cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout == (HERE / "resumed.ndjson").read_text()
+
+
+def test_a_run_stored_before_resumes_as_it_did_then(waiting_store: Path) -> None:
+    where = ("--store", str(waiting_store))
+    cwd = waiting_store.parent
+    answer = cadenza("signal", "waiting", "approve", "--data", '{"ok": true}', *where, cwd=cwd)
+    assert answer.returncode == 0, answer.stderr
+    resumed = cadenza("resume", "waiting", "--json", *where, cwd=cwd)
+    assert resumed.returncode == 0, resumed.stderr
+    assert json.loads(resumed.stdout)["status"] == "completed"
+    shown = cadenza("runs", "show", "waiting", "--events", *where, cwd=cwd)
+    now = [msgspec.json.decode(line, type=Event) for line in shown.stdout.splitlines()]
+    # Re-stated decisions were recognised (none twice): the same log as then.
+    assert _written(now) == _expected(read(HERE / "resumed.ndjson"))
+    assert [e.seq for e in now] == list(range(1, len(now) + 1))
+
+
+# -- every event type the code emits has its entry ------------------------------------
+
+
+def _emitted() -> Iterator[tuple[Path, str, ast.expr | None]]:
+    """(file, event type, the ``data=`` expression) of every emit in the package."""
+    for path in sorted(SOURCE.rglob("*.py")):
+        tree = ast.parse(path.read_text())
+        module = ".".join(path.relative_to(SOURCE.parent).with_suffix("").parts)
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Call):
+                continue
+            func = node.func
+            kind: ast.expr | None = None
+            data = next((k.value for k in node.keywords if k.arg == "data"), None)
+            journal = path.name == "_journal.py" or (
+                isinstance(func, ast.Attribute) and ast.unparse(func.value).endswith("journal")
+            )
+            if (
+                journal
+                and isinstance(func, ast.Attribute)
+                and func.attr in ("emit", "_record", "broadcast")
+            ):
+                kind = node.args[0]
+            elif isinstance(func, ast.Name) and func.id == "Event":
+                kind = next((k.value for k in node.keywords if k.arg == "type"), None)
+            if kind is not None:
+                yield path, _resolve(kind, module), data
+
+
+def _resolve(node: ast.expr, module: str) -> str:
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
+    if isinstance(node, ast.Attribute) and ast.unparse(node.value) == "EventType":
+        return str(getattr(EventType, node.attr))
+    if isinstance(node, ast.Name):
+        value = vars(importlib.import_module(module)).get(node.id)
+        if isinstance(value, str):
+            return value
+    return f"<unresolved {ast.unparse(node)}>"
+
+
+def test_every_emitted_event_type_has_a_payload_entry() -> None:
+    emitted = {kind for _, kind, _ in _emitted()}
+    unresolved = {k for k in emitted if k.startswith("<unresolved")}
+    # Only the journal passes on a type it was given: `emit`'s own Event, `relay`.
+    assert unresolved == {"<unresolved type>", "<unresolved event.type>"}
+    emitted -= unresolved
+    assert emitted - (set(PAYLOADS) | NO_PAYLOAD) == set()
+    assert (set(PAYLOADS) | NO_PAYLOAD) - emitted == set()
+    assert not set(PAYLOADS) & NO_PAYLOAD
+
+
+def test_an_emit_names_the_struct_of_its_type() -> None:
+    """Where ``data=`` builds its Struct in the call, the Struct is its type's."""
+    names = {kind.__name__: kind.event_type for kind in PAYLOADS.values()}
+    checked = 0
+    for path, kind, data in _emitted():
+        assert not isinstance(data, ast.Dict), f"{path}: {kind} with a dict, not its Struct"
+        if isinstance(data, ast.Call) and isinstance(data.func, ast.Name):
+            built = data.func.id
+            if built in names:
+                assert names[built] == kind, f"{path}: {kind} with {built}"
+                checked += 1
+    assert checked >= 10
