@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import textwrap
+import urllib.parse
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -68,12 +69,17 @@ async def _create_database(admin_url: str, name: str) -> None:
         await connection.close()
 
 
+def new_database(cluster: Cluster) -> str:
+    """Creates an empty database on ``cluster``; its URL, password included."""
+    name = f"test_{next(_databases)}"
+    asyncio.run(_create_database(cluster.url(), name))
+    return cluster.url(name)
+
+
 @pytest.fixture
 def postgres_url(postgres_cluster: Cluster) -> str:
     """The URL (password included) of a database of its own for this test, empty."""
-    name = f"test_{next(_databases)}"
-    asyncio.run(_create_database(postgres_cluster.url(), name))
-    return postgres_cluster.url(name)
+    return new_database(postgres_cluster)
 
 
 @dataclass(frozen=True)
@@ -91,6 +97,14 @@ class StoreFactory:
 
     def __call__(self) -> RunStore:
         return make_store(self.spec)
+
+
+def assert_no_password(spec: str | None, *texts: str) -> None:
+    """Fails if the password of the store URL ``spec`` appears in any of ``texts``."""
+    password = None if spec is None else urllib.parse.urlsplit(spec).password
+    if password:
+        for text in texts:
+            assert password not in text, text
 
 
 STORE_KINDS = ("memory", "sqlite", "postgres")
