@@ -46,37 +46,54 @@ _decode_step = msgspec.json.Decoder(StepRecord).decode
 _decode_result = msgspec.json.Decoder(RunResult).decode
 _decode_inputs = msgspec.json.Decoder(dict[str, Any]).decode
 
-_BEGIN_RUN = Statement(
-    "INSERT INTO cadenza_runs VALUES ($1, $2, $3, $4, $5, $6, $7, NULL) "
-    "ON CONFLICT (run_id) DO UPDATE SET workflow = excluded.workflow, path = excluded.path, "
-    "status = excluded.status, inputs = excluded.inputs, created_at = excluded.created_at, "
-    "updated_at = excluded.updated_at, result = NULL",
+
+def _upsert(table: str, columns: dict[str, str], key: int) -> Statement:
+    """An insert-or-replace of one row, and of many at once (`Statement.bulk`)."""
+    names = list(columns)
+    conflict = f" ON CONFLICT ({', '.join(names[:key])}) DO UPDATE SET " + ", ".join(
+        f"{name} = excluded.{name}" for name in names[key:]
+    )
+    into = f"INSERT INTO cadenza_{table} ({', '.join(names)})"
+    values = ", ".join(f"${n}" for n in range(1, len(names) + 1))
+    arrays = ", ".join(f"{{{n}}}::{kind}[]" for n, kind in enumerate(columns.values()))
+    return Statement(
+        f"{into} VALUES ({values}){conflict}",
+        table,
+        key,
+        f"{into} SELECT * FROM unnest({arrays}){conflict}",
+        f"{into} VALUES {{rows}}{conflict}",
+    )
+
+
+_TEXT, _INT, _FLOAT = "text", "bigint", "double precision"
+_BEGIN_RUN = _upsert(
     "runs",
+    {
+        "run_id": _TEXT,
+        "workflow": _TEXT,
+        "path": _TEXT,
+        "status": _TEXT,
+        "inputs": _TEXT,
+        "created_at": _FLOAT,
+        "updated_at": _FLOAT,
+        "result": _TEXT,
+    },
     1,
 )
-_APPEND_EVENT = Statement(
-    "INSERT INTO cadenza_events (run_id, seq, type, step_id, body, crc) "
-    "VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (run_id, seq) DO UPDATE SET "
-    "type = excluded.type, step_id = excluded.step_id, body = excluded.body, crc = excluded.crc",
+_APPEND_EVENT = _upsert(
     "events",
+    {"run_id": _TEXT, "seq": _INT, "type": _TEXT, "step_id": _TEXT, "body": _TEXT, "crc": _INT},
     2,
 )
-_PUT_STEP = Statement(
-    "INSERT INTO cadenza_steps (run_id, address, status, record, crc) "
-    "VALUES ($1, $2, $3, $4, $5) ON CONFLICT (run_id, address) DO UPDATE SET "
-    "status = excluded.status, record = excluded.record, crc = excluded.crc",
+_PUT_STEP = _upsert(
     "steps",
+    {"run_id": _TEXT, "address": _TEXT, "status": _TEXT, "record": _TEXT, "crc": _INT},
     2,
 )
 _END_RUN = Statement(
     "UPDATE cadenza_runs SET status = $1, updated_at = $2, result = $3 WHERE run_id = $4", "runs"
 )
-_SAVE_DOCUMENT = Statement(
-    "INSERT INTO cadenza_documents VALUES ($1, $2, $3) "
-    "ON CONFLICT (run_id) DO UPDATE SET body = excluded.body, crc = excluded.crc",
-    "documents",
-    1,
-)
+_SAVE_DOCUMENT = _upsert("documents", {"run_id": _TEXT, "body": "bytea", "crc": _INT}, 1)
 _RELEASE_LEASE = Statement("DELETE FROM cadenza_leases WHERE run_id = $1 AND holder = $2", "leases")
 _FORGET_STEPS = Statement(
     "DELETE FROM cadenza_steps WHERE run_id = $1 "
@@ -177,6 +194,7 @@ class PostgresRunStore:
                 _encode(row.inputs).decode(),
                 row.created_at,
                 row.updated_at,
+                None,  # a run begins without a result
             ),
         )
 

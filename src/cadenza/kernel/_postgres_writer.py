@@ -7,11 +7,16 @@ writes it in one transaction and commits once, then resolves every
 together share one commit, and each still waits for its own durability. The
 driver is asynchronous, so nothing here blocks the event loop.
 
-A batch is written table by table, in queue order within each table, each run
-of one statement as one ``executemany`` (asyncpg sends its rows pipelined, in
-one round trip). Tables have no triggers or foreign keys, so statements on
-different tables commute inside the transaction. A row of an upsert
-(`Statement.key`) that a later row of the same batch replaces is not written.
+A batch is written table by table, in queue order within each table. Tables
+have no triggers or foreign keys, so statements on different tables commute
+inside the transaction. A row of an upsert (`Statement.key`) that a later row
+of the same batch replaces is not written. The common batch (a step's events
+and records: upserts, one run per table) goes as one statement, each table's
+rows as a ``VALUES`` list (a few) or as arrays (``unnest``, many) in a
+data-modifying ``WITH``, committed on its
+own: one round trip to the server per batch, so a step boundary costs about
+one committed INSERT. Any other batch is a transaction with one
+``executemany`` per run of one statement.
 
 After a failed commit (the server went away, a disk filled up) every later
 `flush` raises `StoreError`: a run that can no longer be recorded must not go
@@ -38,14 +43,21 @@ class Statement(NamedTuple):
         table: The one table it writes.
         key: For an upsert: how many leading parameters are the primary key (a
             later row with the same key replaces the row); else 0.
+        bulk: For an upsert: the same for many rows at once, a template whose
+            ``{n}`` is the n-th parameter as an array (``unnest({0}::text[], ...)``).
+        values: For an upsert: the same for a few rows, a template whose
+            ``{rows}`` is ``($1, $2), ($3, $4)...``.
     """
 
     sql: str
     table: str
     key: int = 0
+    bulk: str | None = None
+    values: str | None = None
 
 
 _Write = tuple[Statement, tuple[Any, ...]]
+_FEW = 4  # rows of one table that go as a VALUES list rather than as arrays
 
 
 class PostgresWriter:
@@ -126,14 +138,20 @@ class PostgresWriter:
             self._task = None
 
     async def _commit(self, connection: Any, batch: list[_Write]) -> None:
+        plan = _plan(batch)
+        single = _single_statement(plan)
         try:
-            async with connection.transaction():
-                for statement, rows in _plan(batch):
-                    if len(rows) == 1:
-                        await connection.execute(statement.sql, *rows[0])
-                    else:
-                        await connection.executemany(statement.sql, rows)
-                failpoint("store.before_commit")
+            if single is not None:
+                failpoint("store.before_commit")  # nothing is sent yet: nothing commits
+                await connection.execute(single[0], *single[1])
+            else:
+                async with connection.transaction():
+                    for statement, rows in plan:
+                        if len(rows) == 1:
+                            await connection.execute(statement.sql, *rows[0])
+                        else:
+                            await connection.executemany(statement.sql, rows)
+                    failpoint("store.before_commit")
             failpoint("store.after_commit")
         except Exception as error:  # the driver's, the server's, the network's: all final
             self._failure = error
@@ -155,6 +173,36 @@ def _plan(batch: list[_Write]) -> list[tuple[Statement, list[tuple[Any, ...]]]]:
         for runs in tables.values()
         for statement, rows in runs
     ]
+
+
+def _single_statement(
+    plan: list[tuple[Statement, list[tuple[Any, ...]]]],
+) -> tuple[str, list[Any]] | None:
+    """The plan as one statement (SQL, parameters) when every run is a bulk upsert of
+    its own table; else None."""
+    if len({statement.table for statement, _ in plan}) != len(plan):
+        return None
+    parts: list[str] = []
+    parameters: list[Any] = []
+    for statement, rows in plan:
+        if statement.bulk is None or statement.values is None:
+            return None
+        if len(rows) <= _FEW:
+            # A VALUES list plans faster than unnest; its text depends on the row
+            # count, so only small counts (a handful of prepared statements) use it.
+            listed = []
+            for row in rows:
+                first = len(parameters) + 1
+                listed.append("(" + ", ".join(f"${first + i}" for i in range(len(row))) + ")")
+                parameters.extend(row)
+            sql = statement.values.format(rows=", ".join(listed))
+        else:
+            columns = [list(column) for column in zip(*rows, strict=True)]
+            numbers = [f"${len(parameters) + i + 1}" for i in range(len(columns))]
+            sql = statement.bulk.format(*numbers)
+            parameters.extend(columns)
+        parts.append(f"w{len(parts)} AS ({sql})")
+    return f"WITH {', '.join(parts)} SELECT 1", parameters
 
 
 def _latest(statement: Statement, rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
