@@ -1,13 +1,19 @@
-"""Shared fixtures: workflow files and handler modules written into a temp dir."""
+"""Shared fixtures: workflow files and handler modules in a temp dir; stores of each backend."""
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import textwrap
-from collections.abc import Callable
+import urllib.parse
+from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from cadenza.kernel import RunStore, make_store
+from tests._postgres import Cluster, started_cluster, unavailable
 
 _counter = itertools.count()
 
@@ -33,3 +39,104 @@ def write_flow(tmp_path: Path) -> WriteFlow:
         return path
 
     return write
+
+
+# -- run stores: one conformance suite, every backend -----------------------------------
+
+_databases = itertools.count()
+
+
+@pytest.fixture(scope="session")
+def postgres_cluster() -> Iterator[Cluster]:
+    """A throwaway PostgreSQL server for the whole session (tests/_postgres.py).
+
+    Skips, saying why, where PostgreSQL is not installed (``apt-get install postgresql``).
+    """
+    reason = unavailable()
+    if reason is not None:
+        pytest.skip(reason)
+    with started_cluster() as cluster:
+        yield cluster
+
+
+async def _create_database(admin_url: str, name: str) -> None:
+    import asyncpg
+
+    connection = await asyncpg.connect(admin_url)
+    try:
+        await connection.execute(f'CREATE DATABASE "{name}"')
+    finally:
+        await connection.close()
+
+
+def new_database(cluster: Cluster) -> str:
+    """Creates an empty database on ``cluster``; its URL, password included."""
+    name = f"test_{next(_databases)}"
+    asyncio.run(_create_database(cluster.url(), name))
+    return cluster.url(name)
+
+
+@pytest.fixture
+def postgres_url(postgres_cluster: Cluster) -> str:
+    """The URL (password included) of a database of its own for this test, empty."""
+    return new_database(postgres_cluster)
+
+
+@dataclass(frozen=True)
+class StoreFactory:
+    """Makes stores of one backend, all on the same data (a reopened store sees it).
+
+    Attributes:
+        kind: ``memory``, ``sqlite`` or ``postgres``.
+        spec: What ``--store`` and ``Runtime(store=...)`` take for it: a path, a
+            URL, or None for memory (where every store made is a new, empty one).
+    """
+
+    kind: str
+    spec: str | None
+
+    def __call__(self) -> RunStore:
+        return make_store(self.spec)
+
+
+def assert_no_password(spec: str | None, *texts: str) -> None:
+    """Fails if the password of the store URL ``spec`` appears in any of ``texts``."""
+    password = None if spec is None else urllib.parse.urlsplit(spec).password
+    if password:
+        for text in texts:
+            assert password not in text, text
+
+
+STORE_KINDS = ("memory", "sqlite", "postgres")
+DURABLE_KINDS = ("sqlite", "postgres")
+
+
+def _factory(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> StoreFactory:
+    if kind == "postgres":
+        return StoreFactory(kind, request.getfixturevalue("postgres_url"))
+    if kind == "sqlite":
+        return StoreFactory(kind, str(tmp_path / "runs.db"))
+    return StoreFactory(kind, None)
+
+
+@pytest.fixture(params=STORE_KINDS)
+def store_factory(request: pytest.FixtureRequest, tmp_path: Path) -> StoreFactory:
+    """Each backend in turn: memory, SQLite, PostgreSQL (skipped where it is not installed)."""
+    return _factory(request.param, request, tmp_path)
+
+
+@pytest.fixture(params=DURABLE_KINDS)
+def durable_store_factory(request: pytest.FixtureRequest, tmp_path: Path) -> StoreFactory:
+    """Each backend that outlives its process: SQLite, PostgreSQL."""
+    return _factory(request.param, request, tmp_path)
+
+
+@pytest.fixture
+async def store(store_factory: StoreFactory) -> AsyncIterator[RunStore]:
+    """An open store of each backend, closed after the test."""
+    store = store_factory()
+    await store.open()
+    try:
+        yield store
+    finally:
+        await store.close()

@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 from cadenza import RunResult, Runtime
-from cadenza.kernel import SqliteRunStore
+from cadenza.kernel import make_store
 from cadenza.protocols import Event
 from cadenza.testing import (
     CrashHarness,
@@ -210,11 +210,11 @@ def calls_by_step(requests: Iterable[RecordedRequest]) -> Counter[str]:
     return Counter(request.rule for request in requests if request.rule is not None)
 
 
-def read_store(path: Path, run_id: str) -> tuple[list[Event], set[str]]:
+def read_store(path: Path | str, run_id: str) -> tuple[list[Event], set[str]]:
     """The run's stored events and the addresses with a final record."""
 
     async def read() -> tuple[list[Event], set[str]]:
-        store = SqliteRunStore(path)
+        store = make_store(path)
         await store.open()
         try:
             records = await store.steps(run_id)

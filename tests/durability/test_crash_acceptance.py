@@ -2,7 +2,8 @@
 
 Each kill is real: a ``cadenza`` process kills itself with SIGKILL at a failpoint
 (after N events, inside the store's transaction, at a step boundary), and a
-new process resumes it from the SQLite file. Every resumed run must equal the
+new process resumes it from the store: a SQLite file, then a PostgreSQL
+database (the module runs once per durable backend). Every resumed run must equal the
 golden, uninterrupted one; the model server's log must show no repeated call
 for a step that had finished before the kill, and at most one repeated call per
 step that was in flight.
@@ -16,6 +17,7 @@ import pytest
 
 from cadenza import RunResult
 from cadenza.testing import CrashHarness, KillPoint, ScriptedLLMServer, compare_results
+from tests.conftest import DURABLE_KINDS, new_database
 
 from .workload import calls_by_step, crash_and_count, rules, write_workload
 
@@ -47,13 +49,23 @@ def server() -> Iterator[ScriptedLLMServer]:
         yield server
 
 
+@pytest.fixture(scope="module", params=DURABLE_KINDS)
+def store(request: pytest.FixtureRequest) -> str | None:
+    """The store the processes share: None for SQLite (the harness's file), or a URL."""
+    if request.param == "postgres":
+        return new_database(request.getfixturevalue("postgres_cluster"))
+    return None
+
+
 @pytest.fixture(scope="module")
 def harness(
-    tmp_path_factory: pytest.TempPathFactory, server: ScriptedLLMServer
+    tmp_path_factory: pytest.TempPathFactory, server: ScriptedLLMServer, store: str | None
 ) -> Iterator[CrashHarness]:
     directory = tmp_path_factory.mktemp("crash")
     flow = write_workload(directory)
-    with CrashHarness(flow, directory=directory / "runs", environ=server.environ()) as harness:
+    with CrashHarness(
+        flow, directory=directory / "runs", environ=server.environ(), store=store
+    ) as harness:
         yield harness
 
 

@@ -12,6 +12,7 @@ from cadenza import RunNotFound, Runtime
 from cadenza.errors import SignalRejected
 from cadenza.testing import RequestMatch, ServerReply, ServerRule, ServerToolCall
 from cadenza.testing.pytest_plugin import StartLLMServer
+from tests.conftest import StoreFactory, assert_no_password
 
 from .conftest import cadenza
 
@@ -56,14 +57,22 @@ def double(context):
 """
 
 
-def test_a_person_answers_through_the_command_line(tmp_path: Path, write_flow: WriteFlow) -> None:
-    """run exits 3 saying how to answer; a bad answer exits 2, recording nothing; resume ends it."""
+def test_a_person_answers_through_the_command_line(
+    tmp_path: Path, write_flow: WriteFlow, durable_store_factory: StoreFactory
+) -> None:
+    """run exits 3 saying how to answer; a bad answer exits 2, recording nothing; resume ends it.
+
+    On SQLite and on PostgreSQL, whose URL's password is never printed.
+    """
     flow = write_flow(APPROVAL)
-    store = ("--store", "runs.db")
+    spec = durable_store_factory.spec
+    assert spec is not None
+    store = ("--store", spec)
     waiting = cadenza("run", str(flow), "--run-id", "r", *store, cwd=tmp_path)
     assert waiting.returncode == 3, waiting.stderr
     assert "waiting at approve: Ship v1?" in waiting.stdout
     assert "cadenza signal r approve --data JSON" in waiting.stdout
+    assert_no_password(spec, waiting.stdout, waiting.stderr)
 
     bad = cadenza("signal", "r", "approve", "--data", '{"ok": "yes"}', *store, cwd=tmp_path)
     assert bad.returncode == 2
@@ -87,6 +96,10 @@ def test_a_person_answers_through_the_command_line(tmp_path: Path, write_flow: W
     late = cadenza("signal", "r", "approve", "--data", answer, *store, cwd=tmp_path)
     assert late.returncode == 2
     assert "has finished" in late.stderr
+    listed = cadenza("runs", "list", *store, cwd=tmp_path)
+    assert listed.stdout.split()[0] == "r"
+    for said in (good, resumed, late, listed):
+        assert_no_password(spec, said.stdout, said.stderr)
 
 
 async def test_each_iteration_of_a_loop_waits_for_its_own_answer(

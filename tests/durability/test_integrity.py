@@ -34,6 +34,7 @@ def interrupted(tmp_path: Path, write_flow: WriteFlow) -> Path:
     flow = write_flow(TWO)
     with CrashHarness(flow, directory=tmp_path) as harness:
         assert harness.run("crash-1", kill=KillPoint.at("step.after_record", 1)).killed
+    assert isinstance(harness.store, Path)
     return harness.store
 
 

@@ -9,10 +9,11 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from cadenza import Runtime
-from cadenza.kernel import RunRow, SqliteRunStore
+from cadenza.kernel import RunRow
 from cadenza.protocols import RunStatus
 from cadenza.testing import CrashHarness, KillPoint, compare_results
 from cadenza.workflow import validate_file
+from tests.conftest import StoreFactory
 
 from .conftest import cadenza
 
@@ -103,10 +104,16 @@ def test_keep_last_is_checked_where_it_is_written(tmp_path: Path, write_flow: Wr
     assert any("keepLast must be at least 1" in p for p in problems), problems
 
 
-async def test_prune_removes_only_finished_runs(tmp_path: Path, write_flow: WriteFlow) -> None:
-    """--older-than and --keep choose among finished runs; running and waiting ones stay."""
-    store_path = tmp_path / "runs.db"
-    store = SqliteRunStore(store_path)
+async def test_prune_removes_only_finished_runs(
+    tmp_path: Path, write_flow: WriteFlow, durable_store_factory: StoreFactory
+) -> None:
+    """--older-than and --keep choose among finished runs; running and waiting ones stay.
+
+    The same on SQLite and PostgreSQL: retention and ``runs list`` do not depend on the backend.
+    """
+    spec = durable_store_factory.spec
+    assert spec is not None
+    store = durable_store_factory()
     await store.open()
     old = time.time() - 30 * 86400  # a month ago
     statuses: dict[str, RunStatus] = {
@@ -120,24 +127,26 @@ async def test_prune_removes_only_finished_runs(tmp_path: Path, write_flow: Writ
     await store.flush()
     await store.close()
     flow = write_flow("name: quick\nsteps:\n  - id: a\n    command: 'true'\n")
-    async with Runtime(store=store_path) as runtime:
+    async with Runtime(store=spec) as runtime:
         await runtime.run(flow, run_id="new-1")
         await runtime.run(flow, run_id="new-2")
 
-    pruned = cadenza("runs", "prune", "--older-than", "7d", "--store", "runs.db", cwd=tmp_path)
+    pruned = cadenza("runs", "prune", "--older-than", "7d", "--store", spec, cwd=tmp_path)
     assert pruned.returncode == 0, pruned.stderr
     assert sorted(pruned.stdout.split()) == ["old-done", "old-failed"]
-    kept_one = cadenza("runs", "prune", "--keep", "1", "--store", "runs.db", cwd=tmp_path)
+    kept_one = cadenza("runs", "prune", "--keep", "1", "--store", spec, cwd=tmp_path)
     assert kept_one.stdout.split() == ["new-1"]
-    listed = cadenza("runs", "list", "--store", "runs.db", cwd=tmp_path)
+    listed = cadenza("runs", "list", "--store", spec, cwd=tmp_path)
     assert sorted(line.split()[0] for line in listed.stdout.splitlines()) == [
         "new-2",
         "old-running",
         "old-waiting",
     ], (listed.stdout, listed.stderr)
-    gone = cadenza("runs", "show", "new-1", "--store", "runs.db", cwd=tmp_path)
+    newest = cadenza("runs", "list", "--limit", "1", "--store", spec, cwd=tmp_path)
+    assert [line.split()[0] for line in newest.stdout.splitlines()] == ["new-2"]
+    gone = cadenza("runs", "show", "new-1", "--store", spec, cwd=tmp_path)
     assert gone.returncode == 2
-    nothing = cadenza("runs", "prune", "--store", "runs.db", cwd=tmp_path)
+    nothing = cadenza("runs", "prune", "--store", spec, cwd=tmp_path)
     assert nothing.returncode == 2
     assert "--older-than" in nothing.stderr
-    assert json.loads(cadenza("runs", "show", "new-2", "--store", "runs.db", cwd=tmp_path).stdout)
+    assert json.loads(cadenza("runs", "show", "new-2", "--store", spec, cwd=tmp_path).stdout)

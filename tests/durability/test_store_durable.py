@@ -1,32 +1,20 @@
-"""What every RunStore does for durable runs: documents, leases, retention, deletion."""
+"""What every RunStore does for durable runs: documents, leases, retention, deletion.
+
+Part of the store conformance suite: ``store`` is each backend in turn (tests/conftest.py).
+"""
 
 from __future__ import annotations
 
 import os
 import subprocess
-from collections.abc import AsyncIterator, Callable
-from pathlib import Path
 
+import anyio
 import pytest
 
 from cadenza.errors import LeaseHeld
-from cadenza.kernel import LeaseHolder, MemoryRunStore, RunRow, RunStore, SqliteRunStore
+from cadenza.kernel import LeaseHolder, RunRow, RunStore
 from cadenza.protocols import Event, StepRecord
-
-FACTORIES: dict[str, Callable[[Path], RunStore]] = {
-    "memory": lambda tmp: MemoryRunStore(),
-    "sqlite": lambda tmp: SqliteRunStore(tmp / "runs.db"),
-}
-
-
-@pytest.fixture(params=sorted(FACTORIES))
-async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[RunStore]:
-    store = FACTORIES[request.param](tmp_path)
-    await store.open()
-    try:
-        yield store
-    finally:
-        await store.close()
+from tests.conftest import StoreFactory
 
 
 def row(run_id: str) -> RunRow:
@@ -95,3 +83,32 @@ async def test_deleting_a_run_leaves_no_trace(store: RunStore) -> None:
     assert [r.run_id for r in await store.list_runs()] == ["kept"]
     assert len(await store.events("kept")) == 1
     assert await store.check() == []
+
+
+async def test_two_stores_racing_for_one_lease_give_it_to_one(
+    durable_store_factory: StoreFactory,
+) -> None:
+    """Two processes' stores claiming one run at once: exactly one wins, the other is told."""
+    first, second = durable_store_factory(), durable_store_factory()
+    await first.open()
+    await second.open()
+    outcomes: list[str] = []
+
+    async def claim(store: RunStore) -> None:
+        try:
+            await store.acquire_lease("r", LeaseHolder.for_this_process())
+            outcomes.append("won")
+        except LeaseHeld:
+            outcomes.append("refused")
+
+    try:
+        for _ in range(5):
+            outcomes.clear()
+            async with anyio.create_task_group() as group:
+                group.start_soon(claim, first)
+                group.start_soon(claim, second)
+            assert sorted(outcomes) == ["refused", "won"]
+            await first.delete_runs(["r"])  # frees the lease for the next round
+    finally:
+        await first.close()
+        await second.close()

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cadenza import RunResult
-from cadenza.kernel import SqliteRunStore
+from cadenza.kernel import make_store
 from cadenza.testing import (
     CrashHarness,
     KillPoint,
@@ -179,10 +179,10 @@ class Tally:
 
 
 def finished_steps(harness: CrashHarness, run_id: str) -> set[str]:
-    """The addresses the store holds a final record for, read from the SQLite file."""
+    """The addresses the store holds a final record for, read from the store."""
 
     async def read() -> set[str]:
-        store = SqliteRunStore(harness.store)
+        store = make_store(harness.store)
         await store.open()
         try:
             records = await store.steps(run_id)

@@ -53,11 +53,10 @@ from cadenza.kernel import (
     Cancellable,
     Clock,
     LeaseHolder,
-    MemoryRunStore,
     RunRow,
     RunStore,
-    SqliteRunStore,
     SystemClock,
+    make_store,
 )
 from cadenza.llm import RetryPolicy
 from cadenza.protocols import (
@@ -307,7 +306,8 @@ class Runtime:
     """Runs workflows; one per process, owned by the service's lifespan.
 
     Args:
-        store: Where runs are recorded: a `RunStore`, a path to a SQLite file, or
+        store: Where runs are recorded: a `RunStore`, a path to a SQLite file, a
+            ``postgresql://`` URL (the ``postgres`` extra; docs/deploying.md), or
             None for an in-memory store.
         clock: The clock for delays and timeouts (tests inject `FakeClock`).
         max_concurrency: Steps in parallel per run when a workflow does not say.
@@ -333,6 +333,7 @@ class Runtime:
             The workflow's own ``permissions:`` apply besides (docs/tools.md).
 
     Raises:
+        StoreError: ``store`` is a PostgreSQL URL and the ``postgres`` extra is missing.
         InsecureEndpoint: ``workers`` is not loopback and has neither keys nor ``insecure``.
         KeysError: ``curve_keys`` is incomplete.
         TelemetryUnavailable: ``CADENZA_OTEL=1`` but OpenTelemetry is not installed.
@@ -352,12 +353,7 @@ class Runtime:
         shutdown_deadline: float | None = SHUTDOWN_DEADLINE,
         permissions: PermissionHook | ToolPolicy | None = None,
     ) -> None:
-        if store is None:
-            self.store: RunStore = MemoryRunStore()
-        elif isinstance(store, str | os.PathLike):
-            self.store = SqliteRunStore(Path(store))
-        else:
-            self.store = store
+        self.store: RunStore = make_store(store)
         self.clock: Clock = clock or SystemClock()
         self.max_concurrency = max_concurrency
         self.shutdown_deadline = shutdown_deadline

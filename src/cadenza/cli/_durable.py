@@ -15,11 +15,13 @@ import argparse
 import json
 import re
 import sys
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cadenza.errors import CadenzaError, InputError
+from cadenza.kernel import describe_store
 from cadenza.workflow import parse_duration
+
+from ._paths import STORE_HELP, StoreSpec, existing_store, store_spec
 
 if TYPE_CHECKING:
     from cadenza.api import Runtime
@@ -50,7 +52,7 @@ def parse_age(text: str) -> float:
 
 
 def add_durable_commands(
-    commands: Any, runs: argparse.ArgumentParser, positive: Any, store: Path
+    commands: Any, runs: argparse.ArgumentParser, positive: Any, store: StoreSpec
 ) -> None:
     """Adds ``resume`` and ``signal``, and the ``runs prune|check`` options."""
     resume = commands.add_parser("resume", help="continue an interrupted or waiting run")
@@ -58,7 +60,7 @@ def add_durable_commands(
     resume.add_argument("--all", action="store_true", help="every run that can continue")
     resume.add_argument("--json", action="store_true", help="print the result JSON only")
     resume.add_argument("--events", action="store_true", help="write NDJSON events to stderr")
-    resume.add_argument("--store", type=Path, default=store, help="the run store (SQLite)")
+    resume.add_argument("--store", type=store_spec, default=store, help=STORE_HELP)
     resume.add_argument("--max-concurrency", type=positive, help="steps in parallel")
     resume.add_argument("--model", help="model for steps without an agent (provider:model)")
 
@@ -66,16 +68,14 @@ def add_durable_commands(
     signal.add_argument("run_id")
     signal.add_argument("address", help="the waiting step's address (loop.2.approve)")
     signal.add_argument("--data", required=True, help="the answer, as JSON")
-    signal.add_argument("--store", type=Path, default=store, help="the run store (SQLite)")
+    signal.add_argument("--store", type=store_spec, default=store, help=STORE_HELP)
 
     runs.add_argument("--older-than", type=parse_age, metavar="AGE", help="prune: e.g. 7d")
     runs.add_argument("--keep", type=positive, metavar="N", help="prune: the N newest finished")
 
 
-def _store(args: argparse.Namespace) -> Path:
-    if not args.store.exists():
-        raise InputError(f"no run store at {str(args.store)!r} (give --store PATH)")
-    return Path(args.store)
+def _store(args: argparse.Namespace) -> StoreSpec:
+    return existing_store(args.store)
 
 
 async def resume_command(args: argparse.Namespace) -> int:
@@ -140,7 +140,7 @@ async def maintain_runs(args: argparse.Namespace) -> int:
             for problem in problems:
                 sys.stdout.write(f"{problem}\n")
             if not problems:
-                sys.stdout.write(f"{args.store}: ok\n")
+                sys.stdout.write(f"{describe_store(args.store)}: ok\n")
             return 1 if problems else 0
         if args.older_than is None and args.keep is None:
             raise InputError("runs prune needs --older-than AGE and/or --keep N")

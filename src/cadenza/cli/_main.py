@@ -31,7 +31,7 @@ from cadenza.workflow import (
 )
 
 from ._durable import add_durable_commands, maintain_runs, resume_command, signal_command
-from ._paths import DEFAULT_STORE
+from ._paths import DEFAULT_STORE, STORE_HELP, existing_store, store_spec
 from ._permissions import add_permission_options
 from ._remote import add_remote_commands, add_run_options, keys_command, worker_command
 from ._serve import add_serve_command, serve_command
@@ -71,7 +71,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--inputs-file", type=Path, help="a JSON or YAML file of inputs")
     run.add_argument("--json", action="store_true", help="print the result JSON as the only stdout")
     run.add_argument("--events", action="store_true", help="write NDJSON events to stderr")
-    run.add_argument("--store", type=Path, default=DEFAULT_STORE, help="the run store (SQLite)")
+    run.add_argument("--store", type=store_spec, default=DEFAULT_STORE, help=STORE_HELP)
     run.add_argument("--run-id", help="record the run under this id")
     run.add_argument("--max-concurrency", type=_positive, help="steps in parallel")
     run.add_argument("--model", help="model for steps without an agent (provider:model)")
@@ -90,7 +90,7 @@ def _parser() -> argparse.ArgumentParser:
         "action", nargs="?", choices=("list", "show", "prune", "check"), default="list"
     )
     runs.add_argument("run_id", nargs="?")
-    runs.add_argument("--store", type=Path, default=DEFAULT_STORE)
+    runs.add_argument("--store", type=store_spec, default=DEFAULT_STORE, help=STORE_HELP)
     runs.add_argument("--events", action="store_true", help="with show: the stored event stream")
     runs.add_argument(
         "--json", action="store_true", help="with show: the result JSON, on a terminal too"
@@ -212,11 +212,9 @@ async def _runs(args: argparse.Namespace) -> int:
         return await maintain_runs(args)
     if args.action == "show" and not args.run_id:
         raise UsageError("runs show needs a RUN_ID")
-    if not args.store.exists():
-        raise UsageError(f"no run store at {str(args.store)!r} (give --store PATH)")
     from cadenza.api import Runtime
 
-    async with Runtime(store=args.store) as runtime:
+    async with Runtime(store=existing_store(args.store)) as runtime:
         if args.action == "list":
             from ._output import print_runs
 

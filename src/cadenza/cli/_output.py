@@ -21,7 +21,6 @@ import sys
 import time
 from collections.abc import AsyncIterator, Iterable, Mapping
 from contextlib import asynccontextmanager
-from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 import anyio
@@ -29,7 +28,7 @@ import msgspec
 
 from cadenza.actors import RUN_INTERRUPTED, EventSink
 from cadenza.actors.run import RUN_RESUMED, STEP_REPLAYED, STEP_WAITING
-from cadenza.kernel import RunRow
+from cadenza.kernel import RunRow, describe_store
 from cadenza.protocols import (
     Event,
     EventType,
@@ -41,7 +40,7 @@ from cadenza.protocols import (
     payload,
 )
 
-from ._paths import DEFAULT_STORE
+from ._paths import DEFAULT_STORE, StoreSpec
 
 if TYPE_CHECKING:
     import argparse
@@ -73,11 +72,13 @@ _MARKS = {  # by step status
 }
 
 
-def command_hint(*words: str, store: Path) -> str:
-    """A ``cadenza`` command line to paste: quoted, with ``--store`` unless the default."""
+def command_hint(*words: str, store: StoreSpec) -> str:
+    """A ``cadenza`` command line to paste: quoted, with ``--store`` unless the default.
 
+    A URL's password is masked (``***``): keep it in PGPASSWORD or ~/.pgpass.
+    """
     if store != DEFAULT_STORE:
-        words = (*words, "--store", str(store))
+        words = (*words, "--store", describe_store(store))
     return " ".join(["cadenza", *map(shlex.quote, words)])
 
 
@@ -285,14 +286,16 @@ async def watch_run(*, events: bool, json_only: bool) -> AsyncIterator[EventSink
             progress.close()
 
 
-def print_summary(result: RunResult, stream: TextIO, *, store: Path) -> None:
+def print_summary(result: RunResult, stream: TextIO, *, store: StoreSpec) -> None:
     """The run as a person reads it at its end: status, loops and graphs, messages,
     usage, steps that failed while the run went on, questions, the error, the output."""
     _write(stream, [_header(result.run_id, result.workflow, result.status)])
     _write(stream, _details(result, store))
 
 
-def print_run(row: RunRow, steps: Mapping[str, StepRecord], stream: TextIO, *, store: Path) -> None:
+def print_run(
+    row: RunRow, steps: Mapping[str, StepRecord], stream: TextIO, *, store: StoreSpec
+) -> None:
     """A stored run for a person (``runs show`` on a terminal): the summary's header,
     when it started and how long it took, every step, then the rest of the summary."""
     lines = [_header(row.run_id, row.workflow, row.status)]
@@ -335,7 +338,7 @@ def _write(stream: TextIO, lines: list[str]) -> None:
     stream.write("".join(f"{line}\n" for line in lines))
 
 
-def _details(result: RunResult, store: Path) -> list[str]:
+def _details(result: RunResult, store: StoreSpec) -> list[str]:
     lines = []
     for address, loop in result.loops.items():
         flag = ", flagged" if loop.flagged else ""
@@ -377,7 +380,7 @@ def _tolerated_failures(result: RunResult) -> list[str]:
     return lines
 
 
-def _questions(run_id: str, steps: Mapping[str, StepRecord], store: Path) -> list[str]:
+def _questions(run_id: str, steps: Mapping[str, StepRecord], store: StoreSpec) -> list[str]:
     """What a waiting run asks, and the command that answers it."""
     lines = []
     for address, record in steps.items():

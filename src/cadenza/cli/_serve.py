@@ -14,6 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from cadenza.errors import CadenzaError
+from cadenza.kernel import describe_store
+
+from ._paths import STORE_HELP, StoreSpec, store_spec
 
 __all__ = ["add_serve_command", "serve_command"]
 
@@ -30,12 +33,12 @@ def _port(text: str) -> int:
     return value
 
 
-def add_serve_command(commands: Any, store: Path) -> None:
+def add_serve_command(commands: Any, store: StoreSpec) -> None:
     """Adds ``cadenza serve`` to the command line's subcommands."""
     serve = commands.add_parser(
         "serve", help="watch runs in a browser (needs the serve extra: cadenza[serve])"
     )
-    serve.add_argument("--store", type=Path, default=store, help="the run store (SQLite)")
+    serve.add_argument("--store", type=store_spec, default=store, help=STORE_HELP)
     serve.add_argument(
         "--root",
         type=Path,
@@ -76,9 +79,11 @@ def serve_command(args: argparse.Namespace) -> int:
     options.check()
     guard = " (every request needs the token)" if token else ""
 
+    store = describe_store(args.store)
+
     def ready(url: str) -> None:
         sys.stderr.write(
-            f"cadenza serve: listening on {url}/{guard}; store {args.store}, root {args.root}; "
+            f"cadenza serve: listening on {url}/{guard}; store {store}, root {args.root}; "
             "Ctrl-C stops\n"
         )
         sys.stderr.flush()

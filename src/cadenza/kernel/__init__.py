@@ -4,8 +4,9 @@ It knows nothing of workflows. An ``Actor`` handles one message at a time from
 a bounded ``Inbox``; a ``Supervisor`` spawns actors under namespaced
 ``Address``es, routes tells and asks to them, restarts them by OTP rules, and
 reports undeliverable messages as ``DeadLetter``s. Time comes from a ``Clock``
-(``FakeClock`` in tests). The run store (``RunStore`` and its memory and
-SQLite implementations) lives here too.
+(``FakeClock`` in tests). The run store (``RunStore`` and its memory, SQLite
+and PostgreSQL implementations, and ``make_store``, which picks one from a
+path or a URL) lives here too.
 
 It was ``cadenza.runtime`` until it was renamed so that no reader confuses it with
 `cadenza.Runtime`, the workflow service; ``cadenza.runtime`` remains an alias
@@ -21,6 +22,8 @@ from ._clock import SystemClock as SystemClock
 from ._fake_clock import FakeClock as FakeClock
 from ._inbox import Inbox as Inbox
 from ._lease import LeaseHolder as LeaseHolder
+from ._postgres import PostgresRunStore as PostgresRunStore
+from ._postgres_schema import SCHEMA_VERSION as POSTGRES_SCHEMA_VERSION
 from ._ref import ActorRef as ActorRef
 from ._restart import DeadLetter as DeadLetter
 from ._restart import Restart as Restart
@@ -33,12 +36,16 @@ from ._store import MemoryRunStore as MemoryRunStore
 from ._store import RunRow as RunRow
 from ._store import RunStore as RunStore
 from ._store import is_under as is_under
+from ._stores import describe_store as describe_store
+from ._stores import make_store as make_store
 from ._supervisor import Supervisor as Supervisor
+from ._urls import is_postgres_url as is_postgres_url
 from ._watchdog import LoopBlocked as LoopBlocked
 from ._watchdog import LoopGuard as LoopGuard
 from ._watchdog import LoopWatchdog as LoopWatchdog
 
 __all__ = [
+    "POSTGRES_SCHEMA_VERSION",
     "SCHEMA_VERSION",
     "Actor",
     "ActorRef",
@@ -54,6 +61,7 @@ __all__ = [
     "LoopGuard",
     "LoopWatchdog",
     "MemoryRunStore",
+    "PostgresRunStore",
     "Restart",
     "RestartStrategy",
     "RunRow",
@@ -63,5 +71,8 @@ __all__ = [
     "Supervisor",
     "SupervisorStatistics",
     "SystemClock",
+    "describe_store",
+    "is_postgres_url",
     "is_under",
+    "make_store",
 ]

@@ -5,32 +5,27 @@ every event and step record, a ``documents`` table (what a resume replays) and
 a ``leases`` table (which process drives a run). A version-1 store is upgraded
 in place when it is opened; a store of a newer version is refused.
 
-Every stored body is msgspec JSON. Reading one checks, before anything trusts
-it, that it decodes to its type, matches its CRC, and agrees with the columns
-stored beside it; anything else is a `CorruptRecord` naming the run, the table
-and the key. The CRC catches damage and hand edits, not an adversary (who could
-recompute it).
+Every stored body is msgspec JSON, checked when it is read back (``_records``).
 """
 
 from __future__ import annotations
 
 import sqlite3
-import zlib
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import msgspec
 
-from cadenza.errors import CorruptRecord, StoreError
-from cadenza.protocols import Event, StepRecord
+from cadenza.errors import StoreError
 
 from ._lease import LeaseHolder, check_takeover
+from ._records import RecordChecker, checked, crc
 
 __all__ = [
     "SCHEMA_VERSION",
     "checked",
     "connect",
+    "crc",
     "integrity_problems",
     "migrate",
     "take_lease",
@@ -79,7 +74,6 @@ CREATE TABLE IF NOT EXISTS leases (
 );
 """
 
-T = TypeVar("T")
 _decode_holder = msgspec.json.Decoder(LeaseHolder).decode
 _encode = msgspec.json.Encoder().encode
 
@@ -130,79 +124,25 @@ def migrate(connection: sqlite3.Connection, path: Path) -> None:
         raise
 
 
-def crc(body: bytes) -> int:
-    """The CRC-32 stored beside ``body``."""
-    return zlib.crc32(body)
-
-
-def checked(
-    body: bytes | str,
-    stored_crc: int | None,
-    decode: Callable[[bytes], T],
-    where: str,
-    *,
-    consistent: Callable[[T], bool] = lambda value: True,
-) -> T:
-    """Decodes a stored body after checking its CRC; ``consistent`` checks it against its row.
-
-    Raises:
-        CorruptRecord: The body fails its CRC, does not decode, or contradicts its row.
-    """
-    data = body.encode() if isinstance(body, str) else body
-    if stored_crc is not None and zlib.crc32(data) != stored_crc:
-        raise CorruptRecord(f"{where}: the record does not match its checksum (it was altered)")
-    try:
-        value = decode(data)
-    except msgspec.DecodeError as error:  # ValidationError is a DecodeError
-        raise CorruptRecord(f"{where}: the record cannot be read: {error}") from None
-    if not consistent(value):
-        raise CorruptRecord(f"{where}: the record contradicts the columns stored beside it")
-    return value
-
-
-_decode_event = msgspec.json.Decoder(Event).decode
-_decode_step = msgspec.json.Decoder(StepRecord).decode
-
-
 def integrity_problems(connection: sqlite3.Connection, *, limit: int = 100) -> list[str]:
     """``PRAGMA integrity_check``, then every event, record and document read back and checked."""
-    problems = [
+    checker = RecordChecker()
+    checker.problems.extend(
         str(row[0])
         for row in connection.execute("PRAGMA integrity_check").fetchall()
         if row[0] != "ok"
-    ]
-    expected: dict[str, int] = {}
+    )
     rows = connection.execute(
         "SELECT run_id, seq, type, body, crc FROM events ORDER BY run_id, seq"
     )
     for run_id, seq, kind, body, stored in rows:
-        where = f"run {run_id!r}, events seq {seq}"
-        try:
-            event = checked(body, stored, _decode_event, where)
-            if (event.seq, event.type) != (seq, kind):
-                problems.append(f"{where}: the record contradicts the columns stored beside it")
-        except CorruptRecord as error:
-            problems.append(str(error))
-        following = expected.get(run_id, 1)
-        if seq != following:
-            problems.append(f"run {run_id!r}: events {following}..{seq - 1} are missing")
-        expected[run_id] = seq + 1
+        checker.event(run_id, seq, kind, body, stored)
     steps = connection.execute("SELECT run_id, address, status, record, crc FROM steps")
     for run_id, address, status, body, stored in steps:
-        where = f"run {run_id!r}, steps {address!r}"
-        try:
-            if checked(body, stored, _decode_step, where).status != status:
-                problems.append(f"{where}: the record contradicts the columns stored beside it")
-        except CorruptRecord as error:
-            problems.append(str(error))
+        checker.step(run_id, address, status, body, stored)
     for run_id, body, stored in connection.execute("SELECT run_id, body, crc FROM documents"):
-        try:
-            checked(body, stored, msgspec.json.decode, f"run {run_id!r}, document")
-        except CorruptRecord as error:
-            problems.append(str(error))
-    if len(problems) > limit:
-        problems[limit:] = [f"... and {len(problems) - limit} more"]
-    return problems
+        checker.document(run_id, body, stored)
+    return checker.report(limit=limit)
 
 
 def take_lease(path: Path, run_id: str, holder: LeaseHolder, now: float) -> None:

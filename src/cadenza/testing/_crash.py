@@ -161,11 +161,13 @@ class CrashHarness:
 
     Args:
         workflow: The workflow file.
-        directory: Where the store and the processes' output files go.
+        directory: Where the processes' output files go, and the store unless ``store``.
         environ: Extra environment for the children (a model server's URL...).
         inputs: The run's inputs (``--input k=JSON``).
         launcher: ``fork`` (fast) or ``exec`` (``python -m cadenza``).
         timeout: Seconds a child may take before it is killed and the test fails.
+        store: The run store (``--store``): a SQLite path or a ``postgresql://``
+            URL; default ``directory/runs.db``.
     """
 
     def __init__(
@@ -177,11 +179,16 @@ class CrashHarness:
         inputs: Mapping[str, Any] | None = None,
         launcher: Literal["fork", "exec"] = "fork",
         timeout: float = 60.0,
+        store: str | os.PathLike[str] | None = None,
     ) -> None:
         self.workflow = Path(workflow).resolve()
         self.directory = Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
-        self.store = self.directory / "runs.db"
+        from cadenza.kernel import is_postgres_url
+
+        self.store: Path | str = self.directory / "runs.db"
+        if store is not None:
+            self.store = store if isinstance(store, str) and is_postgres_url(store) else Path(store)
         self.environ = dict(environ or {})
         self.inputs = dict(inputs or {})
         self.launcher = launcher
@@ -250,10 +257,10 @@ class CrashHarness:
         return restart_to_step(self._events(run_id), resumed.started)
 
     def _events(self, run_id: str) -> list[Event]:
-        from cadenza.kernel import SqliteRunStore
+        from cadenza.kernel import make_store
 
         async def read() -> list[Event]:
-            store = SqliteRunStore(self.store)
+            store = make_store(self.store)
             await store.open()
             try:
                 return await store.events(run_id)

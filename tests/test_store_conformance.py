@@ -1,34 +1,25 @@
-"""One conformance suite that every RunStore implementation passes."""
+"""One conformance suite that every RunStore implementation passes.
+
+The ``store`` fixture (tests/conftest.py) is each backend in turn: memory,
+SQLite and PostgreSQL (a throwaway server, a fresh database per test; skipped
+with the reason where PostgreSQL is not installed). ``durable_store_factory``
+is the backends that outlive their process. Tests of one backend's own
+machinery (SQLite's files, PostgreSQL's schema table) say so in their names.
+"""
 
 from __future__ import annotations
 
 import shutil
 import sqlite3
-from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import anyio
 import pytest
 
 from cadenza import StoreError
-from cadenza.kernel import MemoryRunStore, RunRow, RunStore, SqliteRunStore
+from cadenza.kernel import RunRow, RunStore, SqliteRunStore
 from cadenza.protocols import Event, RunResult, StepRecord
-
-StoreFactory = Callable[[Path], RunStore]
-FACTORIES: dict[str, StoreFactory] = {
-    "memory": lambda tmp: MemoryRunStore(),
-    "sqlite": lambda tmp: SqliteRunStore(tmp / "runs.db"),
-}
-
-
-@pytest.fixture(params=sorted(FACTORIES))
-async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[RunStore]:
-    store = FACTORIES[request.param](tmp_path)
-    await store.open()
-    try:
-        yield store
-    finally:
-        await store.close()
+from tests.conftest import StoreFactory
 
 
 def row(run_id: str, created_at: float = 1.0) -> RunRow:
@@ -77,27 +68,36 @@ async def test_ending_a_run_keeps_its_result(store: RunStore) -> None:
     assert await store.get_run("missing") is None
 
 
-async def test_sqlite_store_is_durable_across_reopen(tmp_path: Path) -> None:
-    """After flush, a fresh store on the same file sees everything (WAL, synchronous=FULL)."""
-    first = SqliteRunStore(tmp_path / "runs.db")
+async def test_a_durable_store_keeps_what_was_flushed_across_reopen(
+    durable_store_factory: StoreFactory,
+) -> None:
+    """After flush, a fresh store on the same file or database sees everything."""
+    first = durable_store_factory()
     await first.open()
     first.begin_run(row("r1"))
     first.append_event(event("r1", 1))
     await first.flush()
     await first.close()
-    second = SqliteRunStore(tmp_path / "runs.db")
+    second = durable_store_factory()
     await second.open()
     try:
         assert (await second.get_run("r1")) == row("r1")
         assert len(await second.events("r1")) == 1
     finally:
         await second.close()
+
+
+async def test_a_sqlite_store_is_in_wal_mode(tmp_path: Path) -> None:
+    """The SQLite file is in WAL mode (a reader never waits for the writer)."""
+    store = SqliteRunStore(tmp_path / "runs.db")
+    await store.open()
+    await store.close()
     connection = sqlite3.connect(tmp_path / "runs.db")
     assert connection.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     connection.close()
 
 
-async def test_a_newer_store_is_refused(tmp_path: Path) -> None:
+async def test_a_newer_sqlite_store_is_refused(tmp_path: Path) -> None:
     """A store with a newer schema version is refused with a clear StoreError."""
     path = tmp_path / "runs.db"
     connection = sqlite3.connect(path)
@@ -107,7 +107,7 @@ async def test_a_newer_store_is_refused(tmp_path: Path) -> None:
         await SqliteRunStore(path).open()
 
 
-async def test_a_file_that_is_not_a_database_is_refused(tmp_path: Path) -> None:
+async def test_a_sqlite_file_that_is_not_a_database_is_refused(tmp_path: Path) -> None:
     """A garbage file in place of the store is a StoreError, not a crash."""
     path = tmp_path / "runs.db"
     path.write_bytes(b"this is not sqlite" * 100)
@@ -115,9 +115,11 @@ async def test_a_file_that_is_not_a_database_is_refused(tmp_path: Path) -> None:
         await SqliteRunStore(path).open()
 
 
-async def test_waiting_on_a_closed_store_fails_at_once(tmp_path: Path) -> None:
+async def test_waiting_on_a_closed_store_fails_at_once(
+    durable_store_factory: StoreFactory,
+) -> None:
     """flush() after close() is a StoreError, not a wait that never ends."""
-    store = SqliteRunStore(tmp_path / "runs.db")
+    store = durable_store_factory()
     await store.open()
     await store.close()
     with pytest.raises(StoreError, match="is closed"):
@@ -162,7 +164,7 @@ async def test_flushes_of_one_batch_all_return(store: RunStore) -> None:
     assert [e.seq for e in await store.events("r")] == list(range(1, 51))
 
 
-async def test_files_copied_while_the_store_is_open_hold_what_was_flushed(tmp_path: Path) -> None:
+async def test_sqlite_files_copied_while_open_hold_what_was_flushed(tmp_path: Path) -> None:
     """The database and its WAL as a crash leaves them hold exactly what was flushed."""
     path = tmp_path / "runs.db"
     store = SqliteRunStore(path)

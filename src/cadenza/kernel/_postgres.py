@@ -1,0 +1,338 @@
+"""The PostgreSQL run store: the SQLite store's guarantees, on a server several processes share.
+
+Selected by URL (``postgresql://user@host/db``; `make_store`). Writes never
+wait: they are queued to a writer task (``_postgres_writer``) that writes
+everything queued so far in one transaction and commits once;
+`PostgresRunStore.flush` resolves when its batch is committed (the server's
+``synchronous_commit`` decides what committed means: on, its default, is
+"flushed to the server's disk"). Reads and leases use a small connection pool.
+The driver is asyncpg, loaded when the store opens: it is the ``postgres``
+extra (``pip install 'cadenza[postgres]'``).
+
+Stored data is JSON (msgspec), never pickle, each body with a CRC-32 checked
+when it is read back; the schema is versioned (``_postgres_schema``): a
+database written by a newer Cadenza is refused, an older one upgraded.
+
+A URL's password never appears in an error or a log: the store is named by
+its URL with the password masked, and the password is registered as a secret
+(`cadenza._redact.register_secret`). Better still, leave it out of the URL
+and give it in ``PGPASSWORD`` or ``~/.pgpass``, which the driver reads.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import msgspec
+
+from cadenza._redact import redact, register_secret
+from cadenza.errors import CorruptRecord, StoreError
+from cadenza.protocols import Event, RunResult, RunStatus, StepRecord
+
+from ._lease import LeaseHolder
+from ._postgres_schema import integrity_problems, migrate, take_lease
+from ._postgres_writer import PostgresWriter, Statement
+from ._records import checked, crc
+from ._store import RunRow
+from ._urls import redacted_url, url_password
+
+__all__ = ["PostgresRunStore"]
+
+_encode = msgspec.json.Encoder().encode
+_decode_event = msgspec.json.Decoder(Event).decode
+_decode_step = msgspec.json.Decoder(StepRecord).decode
+_decode_result = msgspec.json.Decoder(RunResult).decode
+_decode_inputs = msgspec.json.Decoder(dict[str, Any]).decode
+
+
+def _upsert(table: str, columns: dict[str, str], key: int) -> Statement:
+    """An insert-or-replace of one row, and of many at once (`Statement.bulk`)."""
+    names = list(columns)
+    conflict = f" ON CONFLICT ({', '.join(names[:key])}) DO UPDATE SET " + ", ".join(
+        f"{name} = excluded.{name}" for name in names[key:]
+    )
+    into = f"INSERT INTO cadenza_{table} ({', '.join(names)})"
+    values = ", ".join(f"${n}" for n in range(1, len(names) + 1))
+    arrays = ", ".join(f"{{{n}}}::{kind}[]" for n, kind in enumerate(columns.values()))
+    return Statement(
+        f"{into} VALUES ({values}){conflict}",
+        table,
+        key,
+        f"{into} SELECT * FROM unnest({arrays}){conflict}",
+        f"{into} VALUES {{rows}}{conflict}",
+    )
+
+
+_TEXT, _INT, _FLOAT = "text", "bigint", "double precision"
+_BEGIN_RUN = _upsert(
+    "runs",
+    {
+        "run_id": _TEXT,
+        "workflow": _TEXT,
+        "path": _TEXT,
+        "status": _TEXT,
+        "inputs": _TEXT,
+        "created_at": _FLOAT,
+        "updated_at": _FLOAT,
+        "result": _TEXT,
+    },
+    1,
+)
+_APPEND_EVENT = _upsert(
+    "events",
+    {"run_id": _TEXT, "seq": _INT, "type": _TEXT, "step_id": _TEXT, "body": _TEXT, "crc": _INT},
+    2,
+)
+_PUT_STEP = _upsert(
+    "steps",
+    {"run_id": _TEXT, "address": _TEXT, "status": _TEXT, "record": _TEXT, "crc": _INT},
+    2,
+)
+_END_RUN = Statement(
+    "UPDATE cadenza_runs SET status = $1, updated_at = $2, result = $3 WHERE run_id = $4", "runs"
+)
+_SAVE_DOCUMENT = _upsert("documents", {"run_id": _TEXT, "body": "bytea", "crc": _INT}, 1)
+_RELEASE_LEASE = Statement("DELETE FROM cadenza_leases WHERE run_id = $1 AND holder = $2", "leases")
+_FORGET_STEPS = Statement(
+    "DELETE FROM cadenza_steps WHERE run_id = $1 "
+    "AND (address = $2 OR starts_with(address, $3) OR starts_with(address, $4))",
+    "steps",
+)
+_DELETE_RUN = [
+    Statement(f"DELETE FROM cadenza_{table} WHERE run_id = $1", table)
+    for table in ("events", "steps", "documents", "leases", "runs")
+]
+_RUN_COLUMNS = "run_id, workflow, path, status, inputs, created_at, updated_at, result"
+
+# Reads, leases and maintenance share this many connections; the writer has its own.
+POOL_SIZE = 4
+
+
+def _driver() -> Any:
+    try:
+        import asyncpg
+    except ImportError:
+        raise StoreError(
+            "a PostgreSQL run store needs the postgres extra: pip install 'cadenza[postgres]'"
+        ) from None
+    return asyncpg
+
+
+class PostgresRunStore:
+    """A durable run store in a PostgreSQL database.
+
+    Args:
+        url: ``postgresql://user[:password]@host[:port]/database[?sslmode=...]``;
+            libpq's ``PG*`` variables and ``~/.pgpass`` fill in what it leaves out.
+    """
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        password = url_password(url)
+        if password:
+            register_secret(password)
+        self.where = repr(redacted_url(url))
+        """The store as messages name it: its URL, the password masked."""
+        self._writer = PostgresWriter(self.where)
+        self._pool: Any = None
+        self._connection: Any = None  # the writer's
+
+    async def open(self) -> None:
+        """Connects, creates or upgrades the schema, and starts the writer task.
+
+        Raises:
+            StoreError: The driver is missing, the server cannot be reached or
+                refuses us, or the database was written by a newer Cadenza.
+        """
+        asyncpg = _driver()
+        writer: Any = None
+        try:
+            self._pool = await asyncpg.create_pool(self.url, min_size=1, max_size=POOL_SIZE)
+            writer = await asyncpg.connect(self.url)
+            await migrate(writer, self.where)
+        except StoreError:
+            await self._abandon(writer)
+            raise
+        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, ValueError) as error:
+            await self._abandon(writer)
+            # The password is a registered secret: redact keeps it out of the driver's words.
+            reason = redact(str(error)) or type(error).__name__
+            raise StoreError(f"cannot open the run store {self.where}: {reason}") from None
+        self._connection = writer
+        self._writer.start(writer)
+
+    async def _abandon(self, writer: Any) -> None:
+        if writer is not None:
+            await writer.close()
+        if self._pool is not None:
+            await self._pool.close()
+            self._pool = None
+
+    async def close(self) -> None:
+        """Commits what is queued, stops the writer and closes the connections."""
+        await self._writer.stop()
+        connection, self._connection = self._connection, None
+        if connection is not None:
+            await connection.close()
+        if self._pool is not None:
+            await self._pool.close()
+            self._pool = None
+
+    # -- writes: queued, ordered, committed in batches by the writer task ----------------
+
+    def begin_run(self, row: RunRow) -> None:
+        """Queues a new run row."""
+        self._writer.put(
+            _BEGIN_RUN,
+            (
+                row.run_id,
+                row.workflow,
+                row.path,
+                row.status,
+                _encode(row.inputs).decode(),
+                row.created_at,
+                row.updated_at,
+                None,  # a run begins without a result
+            ),
+        )
+
+    def append_event(self, event: Event) -> None:
+        """Queues an event."""
+        body = _encode(event)
+        self._writer.put(
+            _APPEND_EVENT,
+            (event.run_id, event.seq, event.type, event.step_id, body.decode(), crc(body)),
+        )
+
+    def put_step(self, run_id: str, address: str, record: StepRecord) -> None:
+        """Queues the latest record of an address."""
+        body = _encode(record)
+        self._writer.put(_PUT_STEP, (run_id, address, record.status, body.decode(), crc(body)))
+
+    def end_run(self, run_id: str, status: RunStatus, result: RunResult | None) -> None:
+        """Queues the run's new status and result."""
+        encoded = None if result is None else _encode(result).decode()
+        self._writer.put(_END_RUN, (status, time.time(), encoded, run_id))
+
+    async def flush(self) -> None:
+        """Waits until everything queued before this call is committed.
+
+        Raises:
+            StoreError: The writer failed; the run cannot be recorded any further.
+        """
+        await self._writer.flush()
+
+    # -- reads: the pool, never the writer's connection -----------------------------------
+
+    def _open_pool(self) -> Any:
+        if self._pool is None:
+            raise StoreError(f"the run store {self.where} is not open")
+        return self._pool
+
+    async def get_run(self, run_id: str) -> RunRow | None:
+        """The run row, or None."""
+        found = await self._open_pool().fetchrow(
+            f"SELECT {_RUN_COLUMNS} FROM cadenza_runs WHERE run_id = $1", run_id
+        )
+        return None if found is None else _row(found)
+
+    async def list_runs(self, *, limit: int = 100) -> list[RunRow]:
+        """Most recent first."""
+        rows = await self._open_pool().fetch(
+            f"SELECT {_RUN_COLUMNS} FROM cadenza_runs ORDER BY created_at DESC LIMIT $1", limit
+        )
+        return [_row(r) for r in rows]
+
+    async def events(self, run_id: str, *, after_seq: int = 0) -> list[Event]:
+        """The run's events after ``after_seq``, in order."""
+        rows = await self._open_pool().fetch(
+            "SELECT seq, body, crc FROM cadenza_events WHERE run_id = $1 AND seq > $2 ORDER BY seq",
+            run_id,
+            after_seq,
+        )
+        events = []
+        for seq, body, stored in rows:
+            event = checked(body, stored, _decode_event, f"run {run_id!r}, events seq {seq}")
+            if event.seq != seq or event.run_id != run_id:
+                raise CorruptRecord(f"run {run_id!r}, events seq {seq}: the record is misplaced")
+            events.append(event)
+        return events
+
+    async def steps(self, run_id: str) -> dict[str, StepRecord]:
+        """The latest record of every address of the run."""
+        rows = await self._open_pool().fetch(
+            "SELECT address, status, record, crc FROM cadenza_steps WHERE run_id = $1", run_id
+        )
+        records = {}
+        for address, status, body, stored in rows:
+            where = f"run {run_id!r}, steps {address!r}"
+            record = checked(body, stored, _decode_step, where)
+            if record.status != status:
+                raise CorruptRecord(f"{where}: the record contradicts the columns beside it")
+            records[address] = record
+        return records
+
+    # -- resuming, retention and maintenance ---------------------------------------------
+
+    def save_document(self, run_id: str, body: bytes) -> None:
+        """Queues the run's document."""
+        self._writer.put(_SAVE_DOCUMENT, (run_id, body, crc(body)))
+
+    async def document(self, run_id: str) -> bytes | None:
+        """The run's document, checked against its CRC, or None."""
+        found = await self._open_pool().fetchrow(
+            "SELECT body, crc FROM cadenza_documents WHERE run_id = $1", run_id
+        )
+        if found is None:
+            return None
+        body, stored = found
+        return checked(body, stored, bytes, f"run {run_id!r}, document")
+
+    async def acquire_lease(self, run_id: str, holder: LeaseHolder) -> None:
+        """Takes the run's lease at once, in its own transaction (row-locked, atomic).
+
+        Raises:
+            LeaseHeld: Another live process holds it.
+        """
+        async with self._open_pool().acquire() as connection:
+            await take_lease(connection, run_id, holder, time.time())
+
+    def release_lease(self, run_id: str, holder: LeaseHolder) -> None:
+        """Queues the release of ``holder``'s lease."""
+        self._writer.put(_RELEASE_LEASE, (run_id, _encode(holder).decode()))
+
+    def forget_steps(self, run_id: str, prefix: str) -> None:
+        """Queues the removal of the records at ``prefix`` and below it."""
+        self._writer.put(_FORGET_STEPS, (run_id, prefix, prefix + ".", prefix + "["))
+
+    async def delete_runs(self, run_ids: Sequence[str]) -> None:
+        """Removes the runs with their events, records, documents and leases."""
+        for run_id in run_ids:
+            for statement in _DELETE_RUN:
+                self._writer.put(statement, (run_id,))
+        await self.flush()
+
+    async def check(self) -> list[str]:
+        """Every stored event, record and document read back and checked, in one snapshot."""
+        pool = self._open_pool()
+        await self.flush()
+        async with pool.acquire() as connection:
+            return await integrity_problems(connection)
+
+
+def _row(row: Any) -> RunRow:
+    run_id, workflow, path, status, inputs, created_at, updated_at, result = row
+    return RunRow(
+        run_id=run_id,
+        workflow=workflow,
+        path=path,
+        status=status,
+        inputs=checked(inputs, None, _decode_inputs, f"run {run_id!r}, inputs"),
+        created_at=created_at,
+        updated_at=updated_at,
+        result=None
+        if result is None
+        else checked(result, None, _decode_result, f"run {run_id!r}, result"),
+    )

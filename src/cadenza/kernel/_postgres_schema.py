@@ -1,0 +1,163 @@
+"""The PostgreSQL store's schema, its versioned migrations, its integrity check and leases.
+
+The schema's version is the highest row of ``cadenza_schema_version``; each
+migration in `MIGRATIONS` moves it up by one, in the transaction that applies
+it, under an advisory lock so that processes opening a new database at once do
+not race. A database whose version is newer than `SCHEMA_VERSION` is refused.
+Every table is prefixed ``cadenza_`` so that the store can share a database.
+
+Bodies are msgspec JSON text with a CRC-32 beside them (``_records``), exactly
+as in the SQLite store, so ``runs check`` finds the same damage in both.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from cadenza.errors import StoreError
+
+from ._lease import LeaseHolder, check_takeover
+from ._records import RecordChecker, checked
+
+__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "integrity_problems", "migrate", "take_lease"]
+
+MIGRATIONS: tuple[str, ...] = (
+    # 1: runs, their events, the latest record of each address, documents and leases.
+    """
+    CREATE TABLE cadenza_runs (
+        run_id     text PRIMARY KEY,
+        workflow   text NOT NULL,
+        path       text,
+        status     text NOT NULL,
+        inputs     text NOT NULL,
+        created_at double precision NOT NULL,
+        updated_at double precision NOT NULL,
+        result     text
+    );
+    CREATE INDEX cadenza_runs_by_time ON cadenza_runs (created_at);
+    CREATE TABLE cadenza_events (
+        run_id  text NOT NULL,
+        seq     bigint NOT NULL,
+        type    text NOT NULL,
+        step_id text,
+        body    text NOT NULL,
+        crc     bigint NOT NULL,
+        PRIMARY KEY (run_id, seq)
+    );
+    CREATE TABLE cadenza_steps (
+        run_id  text NOT NULL,
+        address text NOT NULL,
+        status  text NOT NULL,
+        record  text NOT NULL,
+        crc     bigint NOT NULL,
+        PRIMARY KEY (run_id, address)
+    );
+    CREATE TABLE cadenza_documents (
+        run_id text PRIMARY KEY,
+        body   bytea NOT NULL,
+        crc    bigint NOT NULL
+    );
+    CREATE TABLE cadenza_leases (
+        run_id   text PRIMARY KEY,
+        holder   text NOT NULL,
+        taken_at double precision NOT NULL
+    );
+    """,
+)
+
+SCHEMA_VERSION = len(MIGRATIONS)
+"""The schema version this Cadenza writes (and the newest it reads)."""
+
+# Any constant: serialises the migrations of every process opening the database.
+_MIGRATION_LOCK = 0x63_61_64_65_6E_7A_61  # "cadenza"
+
+_decode_holder = msgspec.json.Decoder(LeaseHolder).decode
+_encode = msgspec.json.Encoder().encode
+
+
+async def migrate(connection: Any, where: str) -> None:
+    """Brings the schema up to `SCHEMA_VERSION`, one migration per version, atomically.
+
+    Raises:
+        StoreError: The database was written by a newer Cadenza.
+    """
+    async with connection.transaction():
+        await connection.execute("SELECT pg_advisory_xact_lock($1)", _MIGRATION_LOCK)
+        exists = await connection.fetchval("SELECT to_regclass('cadenza_schema_version')")
+        if exists is None:
+            await connection.execute(
+                "CREATE TABLE cadenza_schema_version ("
+                "version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())"
+            )
+        version = await connection.fetchval(
+            "SELECT coalesce(max(version), 0) FROM cadenza_schema_version"
+        )
+        if version > SCHEMA_VERSION:
+            raise StoreError(
+                f"the run store {where} has schema version {version}, newer than this "
+                f"Cadenza understands ({SCHEMA_VERSION}); upgrade Cadenza to read it"
+            )
+        for number in range(version + 1, SCHEMA_VERSION + 1):
+            await connection.execute(MIGRATIONS[number - 1])
+            await connection.execute(
+                "INSERT INTO cadenza_schema_version (version) VALUES ($1)", number
+            )
+
+
+async def integrity_problems(connection: Any, *, limit: int = 100) -> list[str]:
+    """Every event, record and document read back and checked, in one snapshot."""
+    checker = RecordChecker()
+    async with connection.transaction(isolation="repeatable_read", readonly=True):
+        async for run_id, seq, kind, body, stored in connection.cursor(
+            "SELECT run_id, seq, type, body, crc FROM cadenza_events ORDER BY run_id, seq"
+        ):
+            checker.event(run_id, seq, kind, body, stored)
+        async for run_id, address, status, body, stored in connection.cursor(
+            "SELECT run_id, address, status, record, crc FROM cadenza_steps"
+        ):
+            checker.step(run_id, address, status, body, stored)
+        async for run_id, body, stored in connection.cursor(
+            "SELECT run_id, body, crc FROM cadenza_documents"
+        ):
+            checker.document(run_id, body, stored)
+    return checker.report(limit=limit)
+
+
+async def take_lease(connection: Any, run_id: str, holder: LeaseHolder, now: float) -> None:
+    """Gives ``holder`` the run's lease in one transaction, atomically.
+
+    The row is inserted if there is none; if there is one, it is locked
+    (``FOR UPDATE``) until the transaction ends, so two claimants of one run
+    are decided one after the other, never both.
+
+    Raises:
+        LeaseHeld: A live process holds it.
+    """
+    body = _encode(holder).decode()
+    while True:
+        async with connection.transaction():
+            inserted = await connection.fetchval(
+                "INSERT INTO cadenza_leases VALUES ($1, $2, $3) "
+                "ON CONFLICT (run_id) DO NOTHING RETURNING true",
+                run_id,
+                body,
+                now,
+            )
+            if inserted:
+                return
+            stored = await connection.fetchval(
+                "SELECT holder FROM cadenza_leases WHERE run_id = $1 FOR UPDATE", run_id
+            )
+            if stored is None:
+                continue  # released between the two statements: try to insert again
+            current = checked(stored, None, _decode_holder, f"run {run_id!r}, lease")
+            check_takeover(run_id, current, holder)
+            await connection.execute(
+                "UPDATE cadenza_leases SET holder = $2, taken_at = $3 WHERE run_id = $1",
+                run_id,
+                body,
+                now,
+            )
+            return

@@ -1,0 +1,220 @@
+"""The PostgreSQL store's writer: one task, one connection, group commit, a failure that sticks.
+
+Writes are queued as (`Statement`, parameters) and never wait. The writer task,
+on the event loop the store was opened on, takes everything queued so far,
+writes it in one transaction and commits once, then resolves every
+`PostgresWriter.flush` whose barrier was in that batch: steps that finish
+together share one commit, and each still waits for its own durability. The
+driver is asynchronous, so nothing here blocks the event loop.
+
+A batch is written table by table, in queue order within each table. Tables
+have no triggers or foreign keys, so statements on different tables commute
+inside the transaction. A row of an upsert (`Statement.key`) that a later row
+of the same batch replaces is not written. The common batch (a step's events
+and records: upserts, one run per table) goes as one statement, each table's
+rows as a ``VALUES`` list (a few) or as arrays (``unnest``, many) in a
+data-modifying ``WITH``, committed on its
+own: one round trip to the server per batch, so a step boundary costs about
+one committed INSERT. Any other batch is a transaction with one
+``executemany`` per run of one statement.
+
+After a failed commit (the server went away, a disk filled up) every later
+`flush` raises `StoreError`: a run that can no longer be recorded must not go
+on as if it were.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, NamedTuple
+
+from cadenza.errors import StoreError
+
+from ._failpoints import failpoint
+
+__all__ = ["PostgresWriter", "Statement"]
+
+
+class Statement(NamedTuple):
+    """One SQL statement the writer runs, and what it needs to know to batch it.
+
+    Attributes:
+        sql: The statement, with ``$n`` parameters.
+        table: The one table it writes.
+        key: For an upsert: how many leading parameters are the primary key (a
+            later row with the same key replaces the row); else 0.
+        bulk: For an upsert: the same for many rows at once, a template whose
+            ``{n}`` is the n-th parameter as an array (``unnest({0}::text[], ...)``).
+        values: For an upsert: the same for a few rows, a template whose
+            ``{rows}`` is ``($1, $2), ($3, $4)...``.
+    """
+
+    sql: str
+    table: str
+    key: int = 0
+    bulk: str | None = None
+    values: str | None = None
+
+
+_Write = tuple[Statement, tuple[Any, ...]]
+_FEW = 4  # rows of one table that go as a VALUES list rather than as arrays
+
+
+class PostgresWriter:
+    """The writer task of one PostgreSQL store.
+
+    Args:
+        where: The store as errors name it (its URL without the password).
+    """
+
+    def __init__(self, where: str) -> None:
+        self.where = where
+        self._queue: list[_Write] = []
+        self._barriers: list[asyncio.Future[None]] = []
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._stopping = False
+        self._failure: BaseException | None = None
+
+    def start(self, connection: Any) -> None:
+        """Starts the task on the running event loop; it owns ``connection``."""
+        self._stopping = False
+        self._task = asyncio.get_running_loop().create_task(
+            self._loop(connection), name="cadenza-store"
+        )
+
+    async def stop(self) -> None:
+        """Commits what is queued and ends the task."""
+        task, self._task = self._task, None
+        if task is not None:
+            self._stopping = True
+            self._wake.set()
+            await task
+
+    def put(self, statement: Statement, parameters: tuple[Any, ...]) -> None:
+        """Queues one statement; the task writes it with whatever else is queued."""
+        self._queue.append((statement, parameters))
+        self._wake.set()
+
+    async def flush(self) -> None:
+        """Waits until everything queued before this call is committed.
+
+        Raises:
+            StoreError: The writer failed; the run cannot be recorded any further;
+                or the store is closed (nobody would ever commit what waits).
+        """
+        self._raise_failure()
+        if self._task is None:
+            raise StoreError(f"the run store {self.where} is closed")
+        done = asyncio.get_running_loop().create_future()
+        self._barriers.append(done)
+        self._wake.set()
+        await done
+        self._raise_failure()
+
+    def _raise_failure(self) -> None:
+        if self._failure is not None:
+            raise StoreError(f"the run store failed: {self._failure}") from self._failure
+
+    async def _loop(self, connection: Any) -> None:
+        try:
+            while True:
+                await self._wake.wait()
+                self._wake.clear()
+                # Group commit: whatever piled up while we were committing goes in one go.
+                batch, self._queue = self._queue, []
+                barriers, self._barriers = self._barriers, []
+                if batch and self._failure is None:
+                    await self._commit(connection, batch)
+                _resolve(barriers)
+                if self._stopping and not self._queue and not self._barriers:
+                    return
+        except BaseException as error:  # cancelled with the loop, or a bug: nobody may hang
+            if self._failure is None:
+                self._failure = error
+            _resolve(self._barriers)
+            raise
+        finally:
+            self._task = None
+
+    async def _commit(self, connection: Any, batch: list[_Write]) -> None:
+        plan = _plan(batch)
+        single = _single_statement(plan)
+        try:
+            if single is not None:
+                failpoint("store.before_commit")  # nothing is sent yet: nothing commits
+                await connection.execute(single[0], *single[1])
+            else:
+                async with connection.transaction():
+                    for statement, rows in plan:
+                        if len(rows) == 1:
+                            await connection.execute(statement.sql, *rows[0])
+                        else:
+                            await connection.executemany(statement.sql, rows)
+                    failpoint("store.before_commit")
+            failpoint("store.after_commit")
+        except Exception as error:  # the driver's, the server's, the network's: all final
+            self._failure = error
+
+
+def _plan(batch: list[_Write]) -> list[tuple[Statement, list[tuple[Any, ...]]]]:
+    """The batch as runs of one statement: table by table, in queue order within each."""
+    tables: dict[str, list[tuple[Statement, list[tuple[Any, ...]]]]] = {}
+    for statement, parameters in batch:
+        runs = tables.get(statement.table)
+        if runs is None:
+            tables[statement.table] = [(statement, [parameters])]
+        elif runs[-1][0] is statement:
+            runs[-1][1].append(parameters)
+        else:
+            runs.append((statement, [parameters]))
+    return [
+        (statement, _latest(statement, rows))
+        for runs in tables.values()
+        for statement, rows in runs
+    ]
+
+
+def _single_statement(
+    plan: list[tuple[Statement, list[tuple[Any, ...]]]],
+) -> tuple[str, list[Any]] | None:
+    """The plan as one statement (SQL, parameters) when every run is a bulk upsert of
+    its own table; else None."""
+    if len({statement.table for statement, _ in plan}) != len(plan):
+        return None
+    parts: list[str] = []
+    parameters: list[Any] = []
+    for statement, rows in plan:
+        if statement.bulk is None or statement.values is None:
+            return None
+        if len(rows) <= _FEW:
+            # A VALUES list plans faster than unnest; its text depends on the row
+            # count, so only small counts (a handful of prepared statements) use it.
+            listed = []
+            for row in rows:
+                first = len(parameters) + 1
+                listed.append("(" + ", ".join(f"${first + i}" for i in range(len(row))) + ")")
+                parameters.extend(row)
+            sql = statement.values.format(rows=", ".join(listed))
+        else:
+            columns = [list(column) for column in zip(*rows, strict=True)]
+            numbers = [f"${len(parameters) + i + 1}" for i in range(len(columns))]
+            sql = statement.bulk.format(*numbers)
+            parameters.extend(columns)
+        parts.append(f"w{len(parts)} AS ({sql})")
+    return f"WITH {', '.join(parts)} SELECT 1", parameters
+
+
+def _latest(statement: Statement, rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+    """The rows of a run of one statement that are not replaced later in the run."""
+    if not statement.key or len(rows) == 1:
+        return rows
+    key = statement.key
+    latest = {row[:key]: row for row in rows}  # rows of different keys commute
+    return rows if len(latest) == len(rows) else list(latest.values())
+
+
+def _resolve(futures: list[asyncio.Future[None]]) -> None:
+    for future in futures:
+        if not future.done():  # a flush cancelled while it waited
+            future.set_result(None)
