@@ -6,7 +6,9 @@ Wall-clock figures here move by 15% from run to run; the count of instructions
 a process retires barely moves. Each shape runs twice in a fresh interpreter
 under ``perf stat -e instructions``: once with 1,000 steps and once with 10.
 The difference divided by 990 is what one more step costs, with interpreter
-start-up, imports and the runtime's own set-up cancelled out. Needs Linux
+start-up, imports and the runtime's own set-up cancelled out; the objects the
+imports made are frozen (``gc.freeze``) first, so that where a full garbage
+collection happens to fall does not move the figure. Needs Linux
 ``perf`` (Debian: ``linux-perf``) and permission to count (root, or
 ``kernel.perf_event_paranoid`` <= 2). Where the machine has no hardware
 counter (many virtual machines: perf says ``<not supported>``) it counts the
@@ -29,11 +31,16 @@ HERE = Path(__file__).resolve().parent
 # Each shape: a workflow of n units (steps, iterations, graph steps, items) of
 # async no-op handlers, run once in memory.
 _PROGRAM = """
-import asyncio, sys
+import asyncio, gc, sys
 sys.path.insert(0, {here!r})
 from cadenza import Runtime
 from cadenza.workflow import LoadedWorkflow, Loop, Step, Workflow
 import bench_dag
+
+# What the imports left is frozen out of the collector's view: otherwise when a
+# full collection happens to fall moves the count by several per cent.
+gc.collect()
+gc.freeze()
 
 n = int(sys.argv[1])
 shape = sys.argv[2]

@@ -21,6 +21,7 @@ and give it in ``PGPASSWORD`` or ``~/.pgpass``, which the driver reads.
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -28,23 +29,19 @@ from typing import Any
 import msgspec
 
 from cadenza._redact import redact, register_secret
-from cadenza.errors import CorruptRecord, StoreError
+from cadenza.errors import StoreError
 from cadenza.protocols import Event, RunResult, RunStatus, StepRecord
 
 from ._lease import LeaseHolder
 from ._postgres_schema import integrity_problems, migrate, take_lease
 from ._postgres_writer import PostgresWriter, Statement
-from ._records import checked, crc
+from ._records import crc, read_document, read_events, read_run, read_steps, run_columns
 from ._store import RunRow
 from ._urls import redacted_url, url_password
 
 __all__ = ["PostgresRunStore"]
 
 _encode = msgspec.json.Encoder().encode
-_decode_event = msgspec.json.Decoder(Event).decode
-_decode_step = msgspec.json.Decoder(StepRecord).decode
-_decode_result = msgspec.json.Decoder(RunResult).decode
-_decode_inputs = msgspec.json.Decoder(dict[str, Any]).decode
 
 
 def _upsert(table: str, columns: dict[str, str], key: int) -> Statement:
@@ -184,19 +181,8 @@ class PostgresRunStore:
 
     def begin_run(self, row: RunRow) -> None:
         """Queues a new run row."""
-        self._writer.put(
-            _BEGIN_RUN,
-            (
-                row.run_id,
-                row.workflow,
-                row.path,
-                row.status,
-                _encode(row.inputs).decode(),
-                row.created_at,
-                row.updated_at,
-                None,  # a run begins without a result
-            ),
-        )
+        inputs = _encode(row.inputs).decode()
+        self._writer.put(_BEGIN_RUN, (*run_columns(row, inputs), None))  # no result yet
 
     def append_event(self, event: Event) -> None:
         """Queues an event."""
@@ -236,14 +222,14 @@ class PostgresRunStore:
         found = await self._open_pool().fetchrow(
             f"SELECT {_RUN_COLUMNS} FROM cadenza_runs WHERE run_id = $1", run_id
         )
-        return None if found is None else _row(found)
+        return None if found is None else read_run(found)
 
     async def list_runs(self, *, limit: int = 100) -> list[RunRow]:
         """Most recent first."""
         rows = await self._open_pool().fetch(
             f"SELECT {_RUN_COLUMNS} FROM cadenza_runs ORDER BY created_at DESC LIMIT $1", limit
         )
-        return [_row(r) for r in rows]
+        return [read_run(r) for r in rows]
 
     async def events(self, run_id: str, *, after_seq: int = 0) -> list[Event]:
         """The run's events after ``after_seq``, in order."""
@@ -252,27 +238,14 @@ class PostgresRunStore:
             run_id,
             after_seq,
         )
-        events = []
-        for seq, body, stored in rows:
-            event = checked(body, stored, _decode_event, f"run {run_id!r}, events seq {seq}")
-            if event.seq != seq or event.run_id != run_id:
-                raise CorruptRecord(f"run {run_id!r}, events seq {seq}: the record is misplaced")
-            events.append(event)
-        return events
+        return read_events(run_id, rows)
 
     async def steps(self, run_id: str) -> dict[str, StepRecord]:
         """The latest record of every address of the run."""
         rows = await self._open_pool().fetch(
             "SELECT address, status, record, crc FROM cadenza_steps WHERE run_id = $1", run_id
         )
-        records = {}
-        for address, status, body, stored in rows:
-            where = f"run {run_id!r}, steps {address!r}"
-            record = checked(body, stored, _decode_step, where)
-            if record.status != status:
-                raise CorruptRecord(f"{where}: the record contradicts the columns beside it")
-            records[address] = record
-        return records
+        return read_steps(run_id, rows)
 
     # -- resuming, retention and maintenance ---------------------------------------------
 
@@ -285,10 +258,7 @@ class PostgresRunStore:
         found = await self._open_pool().fetchrow(
             "SELECT body, crc FROM cadenza_documents WHERE run_id = $1", run_id
         )
-        if found is None:
-            return None
-        body, stored = found
-        return checked(body, stored, bytes, f"run {run_id!r}, document")
+        return read_document(run_id, found)
 
     async def acquire_lease(self, run_id: str, holder: LeaseHolder) -> None:
         """Takes the run's lease at once, in its own transaction (row-locked, atomic).
@@ -309,9 +279,8 @@ class PostgresRunStore:
 
     async def delete_runs(self, run_ids: Sequence[str]) -> None:
         """Removes the runs with their events, records, documents and leases."""
-        for run_id in run_ids:
-            for statement in _DELETE_RUN:
-                self._writer.put(statement, (run_id,))
+        for run_id, statement in itertools.product(run_ids, _DELETE_RUN):
+            self._writer.put(statement, (run_id,))
         await self.flush()
 
     async def check(self) -> list[str]:
@@ -320,19 +289,3 @@ class PostgresRunStore:
         await self.flush()
         async with pool.acquire() as connection:
             return await integrity_problems(connection)
-
-
-def _row(row: Any) -> RunRow:
-    run_id, workflow, path, status, inputs, created_at, updated_at, result = row
-    return RunRow(
-        run_id=run_id,
-        workflow=workflow,
-        path=path,
-        status=status,
-        inputs=checked(inputs, None, _decode_inputs, f"run {run_id!r}, inputs"),
-        created_at=created_at,
-        updated_at=updated_at,
-        result=None
-        if result is None
-        else checked(result, None, _decode_result, f"run {run_id!r}, result"),
-    )

@@ -31,6 +31,7 @@ from typing import Any, NamedTuple
 from cadenza.errors import StoreError
 
 from ._failpoints import failpoint
+from ._sqlite_writer import queue_run
 
 __all__ = ["PostgresWriter", "Statement"]
 
@@ -97,11 +98,11 @@ class PostgresWriter:
         self._wake.set()
 
     async def flush(self) -> None:
-        """Waits until everything queued before this call is committed.
+        """Returns once the task has committed everything queued before this call.
 
         Raises:
-            StoreError: The writer failed; the run cannot be recorded any further;
-                or the store is closed (nobody would ever commit what waits).
+            StoreError: The task failed (the run cannot be recorded any further),
+                or the store is closed: nothing would commit what waits.
         """
         self._raise_failure()
         if self._task is None:
@@ -159,15 +160,9 @@ class PostgresWriter:
 
 def _plan(batch: list[_Write]) -> list[tuple[Statement, list[tuple[Any, ...]]]]:
     """The batch as runs of one statement: table by table, in queue order within each."""
-    tables: dict[str, list[tuple[Statement, list[tuple[Any, ...]]]]] = {}
+    tables: dict[str, list[tuple[Any, list[tuple[Any, ...]]]]] = {}
     for statement, parameters in batch:
-        runs = tables.get(statement.table)
-        if runs is None:
-            tables[statement.table] = [(statement, [parameters])]
-        elif runs[-1][0] is statement:
-            runs[-1][1].append(parameters)
-        else:
-            runs.append((statement, [parameters]))
+        queue_run(tables, statement, parameters)
     return [
         (statement, _latest(statement, rows))
         for runs in tables.values()

@@ -11,21 +11,34 @@ whichever database holds it.
 from __future__ import annotations
 
 import zlib
-from collections.abc import Callable
-from typing import TypeVar
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, TypeVar
 
 import msgspec
 
 from cadenza.errors import CorruptRecord
-from cadenza.protocols import Event, StepRecord
+from cadenza.protocols import Event, RunResult, StepRecord
 
-__all__ = ["RecordChecker", "checked", "crc"]
+from ._store import RunRow
+
+__all__ = [
+    "RecordChecker",
+    "checked",
+    "crc",
+    "read_document",
+    "read_events",
+    "read_run",
+    "read_steps",
+    "run_columns",
+]
 
 T = TypeVar("T")
 
 _CONTRADICTS = "the record contradicts the columns stored beside it"
 _decode_event = msgspec.json.Decoder(Event).decode
 _decode_step = msgspec.json.Decoder(StepRecord).decode
+_decode_inputs = msgspec.json.Decoder(dict[str, Any]).decode
+_decode_result = msgspec.json.Decoder(RunResult).decode
 
 
 def crc(body: bytes) -> int:
@@ -56,6 +69,59 @@ def checked(
     if not consistent(value):
         raise CorruptRecord(f"{where}: the record contradicts the columns stored beside it")
     return value
+
+
+def run_columns(row: RunRow, inputs: bytes | str) -> tuple[Any, ...]:
+    """A run row's columns as both stores write them, ``inputs`` already encoded."""
+    return (row.run_id, row.workflow, row.path, row.status, inputs, row.created_at, row.updated_at)
+
+
+def read_run(row: Sequence[Any]) -> RunRow:
+    """The `RunRow` of a stored ``runs`` row (its columns in `RunRow`'s order), checked."""
+    run_id, workflow, path, status, inputs, created_at, updated_at, result = row
+    return RunRow(
+        run_id=run_id,
+        workflow=workflow,
+        path=path,
+        status=status,
+        inputs=checked(inputs, None, _decode_inputs, f"run {run_id!r}, inputs"),
+        created_at=created_at,
+        updated_at=updated_at,
+        result=None
+        if result is None
+        else checked(result, None, _decode_result, f"run {run_id!r}, result"),
+    )
+
+
+def read_document(run_id: str, row: Sequence[Any] | None) -> bytes | None:
+    """A run's stored document from its ``(body, crc)`` row (None: none), checked."""
+    if row is None:
+        return None
+    body, stored = row
+    return checked(body, stored, bytes, f"run {run_id!r}, document")
+
+
+def read_events(run_id: str, rows: Iterable[Sequence[Any]]) -> list[Event]:
+    """The run's events from stored ``(seq, body, crc)`` rows, each checked and in place."""
+    events = []
+    for seq, body, stored in rows:
+        event = checked(body, stored, _decode_event, f"run {run_id!r}, events seq {seq}")
+        if event.seq != seq or event.run_id != run_id:
+            raise CorruptRecord(f"run {run_id!r}, events seq {seq}: the record is misplaced")
+        events.append(event)
+    return events
+
+
+def read_steps(run_id: str, rows: Iterable[Sequence[Any]]) -> dict[str, StepRecord]:
+    """The run's step records from stored ``(address, status, body, crc)`` rows, checked."""
+    records = {}
+    for address, status, body, stored in rows:
+        where = f"run {run_id!r}, steps {address!r}"
+        record = checked(body, stored, _decode_step, where)
+        if record.status != status:
+            raise CorruptRecord(f"{where}: the record contradicts the columns beside it")
+        records[address] = record
+    return records
 
 
 class RecordChecker:

@@ -18,6 +18,7 @@ step boundary awaits `flush`, so at most a few events per running step are queue
 
 from __future__ import annotations
 
+import itertools
 import sqlite3
 import time
 from collections.abc import Sequence
@@ -27,13 +28,13 @@ from typing import Any
 import anyio
 import msgspec
 
-from cadenza.errors import CorruptRecord, StoreError
+from cadenza.errors import StoreError
 from cadenza.protocols import Event, RunResult, RunStatus, StepRecord
 
 from ._lease import LeaseHolder
+from ._records import read_document, read_events, read_run, read_steps, run_columns
 from ._sqlite_schema import (
     SCHEMA_VERSION,
-    checked,
     connect,
     crc,
     integrity_problems,
@@ -46,10 +47,6 @@ from ._store import RunRow
 __all__ = ["SCHEMA_VERSION", "SqliteRunStore"]
 
 _encode = msgspec.json.Encoder().encode
-_decode_event = msgspec.json.Decoder(Event).decode
-_decode_step = msgspec.json.Decoder(StepRecord).decode
-_decode_result = msgspec.json.Decoder(RunResult).decode
-_decode_inputs = msgspec.json.Decoder(dict[str, Any]).decode
 
 _BEGIN_RUN = Statement("INSERT OR REPLACE INTO runs VALUES (?, ?, ?, ?, ?, ?, ?, NULL)", "runs", 1)
 _APPEND_EVENT = Statement(
@@ -117,18 +114,7 @@ class SqliteRunStore:
 
     def begin_run(self, row: RunRow) -> None:
         """Queues a new run row."""
-        self._writer.put(
-            _BEGIN_RUN,
-            (
-                row.run_id,
-                row.workflow,
-                row.path,
-                row.status,
-                _encode(row.inputs),
-                row.created_at,
-                row.updated_at,
-            ),
-        )
+        self._writer.put(_BEGIN_RUN, run_columns(row, _encode(row.inputs)))
 
     def append_event(self, event: Event) -> None:
         """Queues an event."""
@@ -176,12 +162,12 @@ class SqliteRunStore:
     async def get_run(self, run_id: str) -> RunRow | None:
         """The run row, or None."""
         rows = await self._read("SELECT * FROM runs WHERE run_id = ?", (run_id,))
-        return _row(rows[0]) if rows else None
+        return read_run(rows[0]) if rows else None
 
     async def list_runs(self, *, limit: int = 100) -> list[RunRow]:
         """Most recent first."""
         rows = await self._read("SELECT * FROM runs ORDER BY created_at DESC LIMIT ?", (limit,))
-        return [_row(r) for r in rows]
+        return [read_run(r) for r in rows]
 
     async def events(self, run_id: str, *, after_seq: int = 0) -> list[Event]:
         """The run's events after ``after_seq``, in order."""
@@ -189,27 +175,14 @@ class SqliteRunStore:
             "SELECT seq, body, crc FROM events WHERE run_id = ? AND seq > ? ORDER BY seq",
             (run_id, after_seq),
         )
-        events = []
-        for seq, body, stored in rows:
-            event = checked(body, stored, _decode_event, f"run {run_id!r}, events seq {seq}")
-            if event.seq != seq or event.run_id != run_id:
-                raise CorruptRecord(f"run {run_id!r}, events seq {seq}: the record is misplaced")
-            events.append(event)
-        return events
+        return read_events(run_id, rows)
 
     async def steps(self, run_id: str) -> dict[str, StepRecord]:
         """The latest record of every address of the run."""
         rows = await self._read(
             "SELECT address, status, record, crc FROM steps WHERE run_id = ?", (run_id,)
         )
-        records = {}
-        for address, status, body, stored in rows:
-            where = f"run {run_id!r}, steps {address!r}"
-            record = checked(body, stored, _decode_step, where)
-            if record.status != status:
-                raise CorruptRecord(f"{where}: the record contradicts the columns beside it")
-            records[address] = record
-        return records
+        return read_steps(run_id, rows)
 
     # -- resuming, retention and maintenance ---------------------------------------------
 
@@ -220,10 +193,7 @@ class SqliteRunStore:
     async def document(self, run_id: str) -> bytes | None:
         """The run's document, checked against its CRC, or None."""
         rows = await self._read("SELECT body, crc FROM documents WHERE run_id = ?", (run_id,))
-        if not rows:
-            return None
-        body, stored = rows[0]
-        return checked(body, stored, bytes, f"run {run_id!r}, document")
+        return read_document(run_id, rows[0] if rows else None)
 
     async def acquire_lease(self, run_id: str, holder: LeaseHolder) -> None:
         """Takes the run's lease at once, in its own transaction.
@@ -249,9 +219,8 @@ class SqliteRunStore:
 
     async def delete_runs(self, run_ids: Sequence[str]) -> None:
         """Removes the runs with their events, records, documents and leases."""
-        for run_id in run_ids:
-            for statement in _DELETE_RUN:
-                self._writer.put(statement, (run_id,))
+        for run_id, statement in itertools.product(run_ids, _DELETE_RUN):
+            self._writer.put(statement, (run_id,))
         await self.flush()
 
     async def check(self) -> list[str]:
@@ -261,19 +230,3 @@ class SqliteRunStore:
             raise StoreError("the run store is not open")
         await self.flush()
         return await anyio.to_thread.run_sync(integrity_problems, reader)
-
-
-def _row(row: tuple[Any, ...]) -> RunRow:
-    run_id, workflow, path, status, inputs, created_at, updated_at, result = row
-    return RunRow(
-        run_id=run_id,
-        workflow=workflow,
-        path=path,
-        status=status,
-        inputs=checked(inputs, None, _decode_inputs, f"run {run_id!r}, inputs"),
-        created_at=created_at,
-        updated_at=updated_at,
-        result=None
-        if result is None
-        else checked(result, None, _decode_result, f"run {run_id!r}, result"),
-    )

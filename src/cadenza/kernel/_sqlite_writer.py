@@ -140,13 +140,7 @@ class GroupWriter:
                 barriers.append(item)
             else:
                 statement, parameters = item
-                runs = tables.get(statement.table)
-                if runs is None:
-                    tables[statement.table] = [(statement, [parameters])]
-                elif runs[-1][0] is statement:
-                    runs[-1][1].append(parameters)
-                else:
-                    runs.append((statement, [parameters]))
+                queue_run(tables, statement, parameters)
         if tables:
             try:
                 cursor.execute("BEGIN")
@@ -192,3 +186,22 @@ def _resolve(futures: list[asyncio.Future[None]]) -> None:
     for future in futures:
         if not future.done():
             future.set_result(None)
+
+
+def queue_run(
+    tables: dict[str, list[tuple[Any, list[tuple[Any, ...]]]]],
+    statement: Any,
+    parameters: tuple[Any, ...],
+) -> None:
+    """Adds one write to ``tables``: per table, runs of one statement in queue order.
+
+    A statement repeated back to back becomes one ``executemany``; tables are
+    written one after the other, so a batch costs a few round trips, not one a row.
+    """
+    runs = tables.get(statement.table)
+    if runs is None:
+        tables[statement.table] = [(statement, [parameters])]
+    elif runs[-1][0] is statement:
+        runs[-1][1].append(parameters)
+    else:
+        runs.append((statement, [parameters]))

@@ -27,6 +27,7 @@ from ._registry import ProviderRegistry as ProviderRegistry
 from ._registry import parse_model as parse_model
 from ._retry import RetryPolicy as RetryPolicy
 from ._scripted import ScriptReplyLike as ScriptReplyLike
+from ._types import CallHooks as CallHooks
 from ._types import Completion as Completion
 from ._types import DeltaHook as DeltaHook
 from ._types import LLMClient as LLMClient
@@ -40,6 +41,7 @@ from ._types import ToolSpec as ToolSpec
 
 __all__ = [
     "PROVIDERS",
+    "CallHooks",
     "Completion",
     "DeltaHook",
     "LLMClient",

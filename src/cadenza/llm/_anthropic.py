@@ -17,7 +17,7 @@ import msgspec
 from ._errors import LLMResponseError
 from ._stream import AnthropicStream
 from ._types import Completion, LLMRequest, LLMUsage, Message, ToolCall
-from ._wire import WireFormat
+from ._wire import WireFormat, sampling
 
 __all__ = [
     "ANTHROPIC_VERSION",
@@ -92,10 +92,7 @@ def encode_anthropic(request: LLMRequest, *, stream: bool = False) -> bytes:
             {"name": t.name, "description": t.description, "input_schema": t.parameters}
             for t in request.tools
         ]
-    if request.temperature is not None:
-        body["temperature"] = request.temperature
-    if request.top_p is not None:
-        body["top_p"] = request.top_p
+    body.update(sampling(request))
     if stream:
         body["stream"] = True
     return _encoder.encode(body)

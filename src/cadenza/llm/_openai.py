@@ -15,7 +15,7 @@ import msgspec
 from ._errors import LLMResponseError
 from ._stream import OpenAIStream
 from ._types import Completion, LLMRequest, LLMUsage, Message, ToolCall
-from ._wire import WireFormat
+from ._wire import WireFormat, sampling
 
 __all__ = ["OPENAI_WIRE", "decode_openai", "encode_openai"]
 
@@ -83,10 +83,7 @@ def encode_openai(request: LLMRequest, *, stream: bool = False) -> bytes:
             }
             for t in request.tools
         ]
-    if request.temperature is not None:
-        body["temperature"] = request.temperature
-    if request.top_p is not None:
-        body["top_p"] = request.top_p
+    body.update(sampling(request))
     if request.max_tokens is not None:
         body["max_tokens"] = request.max_tokens
     if stream:

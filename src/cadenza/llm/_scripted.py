@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping, Sequence
-from typing import Any, Final, Protocol
+from typing import Any, Final, Protocol, Unpack
 
 import msgspec
 
 from ._errors import LLMConfigError
-from ._types import Completion, DeltaHook, LLMRequest, LLMUsage, RetryHook, ToolCall
+from ._types import CallHooks, Completion, LLMRequest, LLMUsage, ToolCall
 
 __all__ = ["ScriptReplyLike", "ScriptedClient", "estimate_tokens"]
 
@@ -76,13 +76,7 @@ class ScriptedClient:
         """How many completions this client has answered."""
         return self._turn
 
-    async def complete(
-        self,
-        request: LLMRequest,
-        *,
-        on_retry: RetryHook | None = None,
-        on_delta: DeltaHook | None = None,
-    ) -> Completion:
+    async def complete(self, request: LLMRequest, **hooks: Unpack[CallHooks]) -> Completion:
         """The next scripted reply; ``on_retry`` is never called (nothing fails).
 
         ``on_delta`` gets the reply's text in one piece.
@@ -96,6 +90,7 @@ class ScriptedClient:
             ToolCall(id=f"call_{turn + 1}_{index + 1}", name=name, arguments=arguments)
             for index, (name, arguments) in enumerate(reply.calls)
         )
+        on_delta = hooks.get("on_delta")
         if on_delta is not None and reply.content:
             on_delta(reply.content, 1)
         completion_chars = len(reply.content or "") + sum(len(n) + len(a) for n, a in reply.calls)

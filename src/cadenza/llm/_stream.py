@@ -212,6 +212,21 @@ class _Assembler(Generic[_Item]):
     def _take(self, item: _Item) -> None:
         raise NotImplementedError
 
+    def _reply(
+        self, ended: bool, calls: tuple[ToolCall, ...], usage: LLMUsage, finish: str | None
+    ) -> Callable[[str, str, int], Completion]:
+        """What `completion` gives once the family has said whether its stream ended."""
+
+        def complete(what: str, model: str, attempts: int) -> Completion:
+            if not ended:
+                raise LLMResponseError(
+                    f"{what}: the stream ended before the reply did", attempts=attempts
+                )
+            text = "".join(self._text) if self._text else None
+            return Completion(text, calls, usage, self._model or model, finish, attempts)
+
+        return complete
+
 
 class OpenAIStream(_Assembler[_OpenAIChunk]):
     """Assembles a Chat Completions stream (``openai``; ``ollama``'s compatible API)."""
@@ -252,19 +267,11 @@ class OpenAIStream(_Assembler[_OpenAIChunk]):
             call.arguments.append(function.arguments)
 
     def completion(self, *, what: str, model: str, attempts: int) -> Completion:
-        if self._finish is None:
-            raise LLMResponseError(
-                f"{what}: the stream ended before the reply did", attempts=attempts
-            )
         usage = self._usage or _OpenAIUsage()
-        return Completion(
-            content="".join(self._text) if self._text else None,
-            tool_calls=tuple(self._calls[index].done() for index in sorted(self._calls)),
-            usage=LLMUsage(usage.prompt_tokens, usage.completion_tokens),
-            model=self._model or model,
-            finish_reason=self._finish,
-            attempts=attempts,
-        )
+        calls = tuple(self._calls[index].done() for index in sorted(self._calls))
+        counted = LLMUsage(usage.prompt_tokens, usage.completion_tokens)
+        reply = self._reply(self._finish is not None, calls, counted, self._finish)
+        return reply(what, model, attempts)
 
 
 class _AnthropicBlock(msgspec.Struct):
@@ -309,7 +316,7 @@ class _AnthropicEvent(msgspec.Struct):
 class AnthropicStream(_Assembler[_AnthropicEvent]):
     """Assembles a Messages API stream (``message_start`` ... ``message_stop``)."""
 
-    __slots__ = ("_done", "_prompt", "_reply", "_stop")
+    __slots__ = ("_completion", "_done", "_prompt", "_stop")
     _decoder = msgspec.json.Decoder(list[_AnthropicEvent])
     _unit = "event"
 
@@ -317,7 +324,7 @@ class AnthropicStream(_Assembler[_AnthropicEvent]):
         super().__init__(on_delta, attempt)
         self._stop: str | None = None
         self._prompt = 0
-        self._reply = 0
+        self._completion = 0
         self._done = False
 
     def _take(self, event: _AnthropicEvent) -> None:
@@ -356,21 +363,12 @@ class AnthropicStream(_Assembler[_AnthropicEvent]):
             + (usage.cache_read_input_tokens or 0)
         )
         self._prompt = max(self._prompt, prompt)
-        self._reply = max(self._reply, usage.output_tokens or 0)
+        self._completion = max(self._completion, usage.output_tokens or 0)
 
     def completion(self, *, what: str, model: str, attempts: int) -> Completion:
-        if not self._done:
-            raise LLMResponseError(
-                f"{what}: the stream ended before the reply did", attempts=attempts
-            )
-        return Completion(
-            content="".join(self._text) if self._text else None,
-            tool_calls=tuple(self._calls[index].done_compact() for index in sorted(self._calls)),
-            usage=LLMUsage(self._prompt, self._reply),
-            model=self._model or model,
-            finish_reason=self._stop,
-            attempts=attempts,
-        )
+        calls = tuple(self._calls[index].done_compact() for index in sorted(self._calls))
+        usage = LLMUsage(self._prompt, self._completion)
+        return self._reply(self._done, calls, usage, self._stop)(what, model, attempts)
 
 
 StreamFactory = Callable[[DeltaHook, int], StreamAssembler]

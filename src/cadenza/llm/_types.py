@@ -8,11 +8,12 @@ build, safe to share between turns, and encodable into events as they are.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, TypedDict, Unpack
 
 import msgspec
 
 __all__ = [
+    "CallHooks",
     "Completion",
     "DeltaHook",
     "LLMClient",
@@ -42,6 +43,20 @@ DeltaHook = Callable[[str, int], object]
 ``attempt`` is the HTTP attempt it belongs to: when a stream breaks and the
 call is retried, the new attempt's text starts again from its beginning.
 """
+
+
+class CallHooks(TypedDict, total=False):
+    """What a caller of `LLMClient.complete` may hear about the call as it goes.
+
+    Attributes:
+        on_retry: Called before each retry, e.g. to emit an event.
+        on_delta: When given, the reply is streamed where the provider can, and
+            each fragment of its text goes here as it arrives; the return value
+            is the same whole reply either way.
+    """
+
+    on_retry: RetryHook | None
+    on_delta: DeltaHook | None
 
 
 class ToolCall(msgspec.Struct, frozen=True):
@@ -146,21 +161,12 @@ class LLMRequest(msgspec.Struct, frozen=True):
 class LLMClient(Protocol):
     """A chat model behind one provider; ``ProviderRegistry.client`` hands them out."""
 
-    async def complete(
-        self,
-        request: LLMRequest,
-        *,
-        on_retry: RetryHook | None = None,
-        on_delta: DeltaHook | None = None,
-    ) -> Completion:
+    async def complete(self, request: LLMRequest, **hooks: Unpack[CallHooks]) -> Completion:
         """Send ``request`` and return the model's reply, retrying transient failures.
 
         Args:
             request: The model, conversation and tools.
-            on_retry: Called before each retry, e.g. to emit an event.
-            on_delta: When given, the reply is streamed where the provider can,
-                and each fragment of its text goes here as it arrives; the
-                return value is the same whole reply either way.
+            **hooks: ``on_retry`` and ``on_delta`` (`CallHooks`).
 
         Raises:
             LLMConfigError: The provider is not configured (a key is missing).

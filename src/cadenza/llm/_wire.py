@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol, Unpack
 
 import httpx
 
@@ -18,9 +18,9 @@ from cadenza._redact import redact
 from ._errors import LLMConfigError
 from ._http import HTTPCaller
 from ._stream import StreamFactory
-from ._types import Completion, DeltaHook, LLMRequest, RetryHook
+from ._types import CallHooks, Completion, LLMRequest
 
-__all__ = ["Decode", "Encode", "HTTPModelClient", "WireFormat"]
+__all__ = ["Decode", "Encode", "HTTPModelClient", "WireFormat", "sampling"]
 
 
 class Encode(Protocol):
@@ -33,6 +33,16 @@ class Decode(Protocol):
     """Builds the ``Completion`` from a 2xx body, or raises ``LLMResponseError``."""
 
     def __call__(self, data: bytes, *, what: str, model: str, attempts: int) -> Completion: ...
+
+
+def sampling(request: LLMRequest) -> dict[str, Any]:
+    """The sampling settings ``request`` sets (``temperature``, ``top_p``): both wires' keys."""
+    chosen: dict[str, Any] = {}
+    if request.temperature is not None:
+        chosen["temperature"] = request.temperature
+    if request.top_p is not None:
+        chosen["top_p"] = request.top_p
+    return chosen
 
 
 def _no_headers(api_key: str) -> dict[str, str]:
@@ -114,13 +124,7 @@ class HTTPModelClient:
         """The endpoint requests go to (credentials in it, if any, masked)."""
         return redact(self._url, self._secrets)
 
-    async def complete(
-        self,
-        request: LLMRequest,
-        *,
-        on_retry: RetryHook | None = None,
-        on_delta: DeltaHook | None = None,
-    ) -> Completion:
+    async def complete(self, request: LLMRequest, **hooks: Unpack[CallHooks]) -> Completion:
         """Send ``request`` and decode the reply; see ``LLMClient.complete``.
 
         With ``on_delta`` the reply is asked for as a stream; a server that
@@ -131,6 +135,7 @@ class HTTPModelClient:
                 f"{self._missing_key} is not set (needed by model {self._provider}:{request.model})"
             )
         what = f"{self._provider} model {request.model}"
+        on_delta = hooks.get("on_delta")
         stream = self._wire.stream if on_delta is not None else None
         reply, attempts = await self._caller.post(
             self._url,
@@ -138,7 +143,7 @@ class HTTPModelClient:
             self._wire.encode(request, stream=stream is not None),
             what=what,
             secrets=self._secrets,
-            on_retry=on_retry,
+            on_retry=hooks.get("on_retry"),
             max_attempts=None if request.max_retries is None else request.max_retries + 1,
             stream=None if stream is None or on_delta is None else (stream, on_delta),
         )

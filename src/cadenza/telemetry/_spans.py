@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import calendar
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, Final
 
 from opentelemetry.trace import Span, Status, StatusCode, Tracer, set_span_in_context
@@ -345,29 +345,22 @@ class RunSpans:
 
     def _graph_transition(self, event: Event) -> None:
         taken = payload(event, GraphTransition)
-        attributes: Attributes = {}
-        _put(attributes, "cadenza.graph.from", taken.from_)
-        _put(attributes, "cadenza.graph.to", taken.to)
-        _put(attributes, "cadenza.graph.step", taken.step)
-        _put(attributes, "cadenza.graph.edge", taken.edge)
-        _put(attributes, "cadenza.graph.reason", taken.reason)
-        self._annotate(event, "graph_transition", attributes)
+        graph = "cadenza.graph."
+        names = ("from", "to", "step", "edge", "reason")
+        values = (taken.from_, taken.to, taken.step, taken.edge, taken.reason)
+        self._annotate(event, "graph_transition", _present(zip(names, values, strict=True), graph))
 
     def _judge_verdict(self, event: Event) -> None:
         verdict = payload(event, JudgeVerdict)
-        attributes: Attributes = {}
-        _put(attributes, "cadenza.iteration", verdict.iteration)
-        _put(attributes, "cadenza.judge.done", verdict.done)
-        _put(attributes, "cadenza.error", event.error)
-        self._annotate(event, "judge_verdict", attributes)
+        pairs = (("iteration", verdict.iteration), ("judge.done", verdict.done))
+        self._annotate(
+            event, "judge_verdict", _present((*pairs, ("error", event.error)), "cadenza.")
+        )
 
     def _decision(self, event: Event) -> None:
         ruled = payload(event, Decision)
-        attributes: Attributes = {}
-        _put(attributes, "cadenza.iteration", ruled.iteration)
-        _put(attributes, "cadenza.decision", ruled.decision)
-        _put(attributes, "cadenza.score", ruled.score)
-        self._annotate(event, "decision", attributes)
+        pairs = (("iteration", ruled.iteration), ("decision", ruled.decision))
+        self._annotate(event, "decision", _present((*pairs, ("score", ruled.score)), "cadenza."))
 
     def _actor_crashed(self, event: Event) -> None:
         if event.error is None:
@@ -555,6 +548,14 @@ def _name(address: str) -> str:
         if not segment.isdigit():
             return segment.partition("[")[0]
     return address
+
+
+def _present(pairs: Iterable[tuple[str, Any]], prefix: str) -> Attributes:
+    """The attributes ``prefix + name`` of the values OpenTelemetry can hold (no None)."""
+    attributes: Attributes = {}
+    for name, value in pairs:
+        _put(attributes, prefix + name, value)
+    return attributes
 
 
 def _put(attributes: Attributes, key: str, value: Any) -> None:

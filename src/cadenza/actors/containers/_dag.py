@@ -23,14 +23,13 @@ import asyncio
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cadenza.actors.run import (
     NO_BRIEF,
     Brief,
     Cancellable,
     Placement,
-    RunContext,
     Scope,
     StepFinished,
     work_error,
@@ -38,6 +37,9 @@ from cadenza.actors.run import (
 from cadenza.kernel import Actor, Address
 from cadenza.protocols import ErrorInfo, StepRecord
 from cadenza.workflow import LoadedWorkflow, Step, compile_expression
+
+if TYPE_CHECKING:  # annotations only
+    from cadenza.actors.run import RunContext
 
 __all__ = ["DagController", "DagOutcome"]
 
