@@ -183,3 +183,28 @@ def test_ask_without_a_terminal_is_a_usage_error(write_flow: WriteFlow, tmp_path
     assert proc.returncode != 0
     assert "--ask needs a terminal" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_resume_takes_the_same_permission_flags(write_flow: WriteFlow, tmp_path: Path) -> None:
+    """A run resumed after a person's answer, with ``--sandbox``: its agent's bash is refused."""
+    text = FLOW.replace("PERMISSIONS", "").replace(
+        "steps:\n  - id: fix\n",
+        "steps:\n  - id: approve\n    human: {prompt: 'Go?'}\n"
+        "  - id: fix\n    dependsOn: [approve]\n",
+    )
+    path = write_flow(text)
+    (path.parent / "notes.txt").write_text("the notes\n")
+    first = cadenza("run", str(path), "--store", "runs.db", "--run-id", "r-4", cwd=tmp_path)
+    assert first.returncode == 3, first.stderr  # waiting for the person
+    answered = cadenza(
+        "signal", "r-4", "approve", "--data", '"yes"', "--store", "runs.db", cwd=tmp_path
+    )
+    assert answered.returncode == 0, answered.stderr
+    resumed = cadenza("resume", "r-4", "--sandbox", "--store", "runs.db", cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
+    assert not (tmp_path / "touched.txt").exists()
+    events = stored_events(tmp_path, "r-4")
+    decisions = [e["data"] for e in events if e["type"] == "tool_permission"]
+    assert [(d["tool_name"], d["allowed"], d["by"]) for d in decisions] == [
+        ("bash", False, "sandbox")
+    ]

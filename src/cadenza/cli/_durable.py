@@ -22,6 +22,7 @@ from cadenza.kernel import describe_store
 from cadenza.workflow import parse_duration
 
 from ._paths import STORE_HELP, StoreSpec, existing_store, store_spec
+from ._permissions import TerminalAsker, add_permission_options, tool_policy
 
 if TYPE_CHECKING:
     from cadenza.api import Runtime
@@ -63,6 +64,7 @@ def add_durable_commands(
     resume.add_argument("--store", type=store_spec, default=store, help=STORE_HELP)
     resume.add_argument("--max-concurrency", type=positive, help="steps in parallel")
     resume.add_argument("--model", help="model for steps without an agent (provider:model)")
+    add_permission_options(resume)
 
     signal = commands.add_parser("signal", help="answer a step waiting for a person")
     signal.add_argument("run_id")
@@ -84,13 +86,15 @@ async def resume_command(args: argparse.Namespace) -> int:
         raise InputError("resume needs a RUN_ID, or --all (not both)")
     from cadenza.api import Runtime  # loaded by the commands that need it
 
-    async with Runtime(store=_store(args), default_model=args.model) as runtime:
+    asker = TerminalAsker() if args.ask else None
+    policy = tool_policy(args, asker)
+    async with Runtime(store=_store(args), default_model=args.model, permissions=policy) as runtime:
         if not args.all:
-            return await _resume_one(runtime, args.run_id, args)
+            return await _resume_one(runtime, args.run_id, args, asker)
         codes = []
         for row in await runtime.resumable():
             try:
-                codes.append(await _resume_one(runtime, row.run_id, args))
+                codes.append(await _resume_one(runtime, row.run_id, args, asker))
             except CadenzaError as error:  # one run that cannot go on does not stop the rest
                 sys.stderr.write(f"cadenza: {row.run_id}: {error}\n")
                 codes.append(2)
@@ -100,11 +104,15 @@ async def resume_command(args: argparse.Namespace) -> int:
         return next((code for code in (1, 2, 3) if code in codes), 0)
 
 
-async def _resume_one(runtime: Runtime, run_id: str, args: argparse.Namespace) -> int:
+async def _resume_one(
+    runtime: Runtime, run_id: str, args: argparse.Namespace, asker: TerminalAsker | None
+) -> int:
     """Resumes one run, watched and reported like ``cadenza run``; its exit code."""
-    from ._output import follow, watch_run
+    from ._output import LiveProgress, follow, watch_run
 
     async with watch_run(events=args.events, json_only=args.json) as on_event:
+        if asker is not None and isinstance(on_event, LiveProgress):
+            asker.progress = on_event
         handle = await runtime.resume(
             run_id, max_concurrency=args.max_concurrency, on_event=on_event
         )
