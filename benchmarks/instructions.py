@@ -20,6 +20,7 @@ CPU microseconds per unit, the best of three runs each.
 from __future__ import annotations
 
 import argparse
+import os
 import resource
 import shutil
 import subprocess
@@ -68,13 +69,17 @@ asyncio.run(main())
 
 SHAPES = ("chain", "loop", "foreach")
 
+# String hashing is seeded per process: dicts and sets then differ in layout, and
+# the count by a few per cent. One fixed seed makes two runs of one tree agree.
+_ENV = {**os.environ, "PYTHONHASHSEED": "0"}
+
 
 def instructions(n: int, shape: str) -> int | None:
     """Instructions retired running ``shape`` with ``n`` units (None: no counter here)."""
     program = _PROGRAM.format(here=str(HERE))
     command = ["perf", "stat", "-x,", "-e", "instructions", sys.executable, "-c", program]
     done = subprocess.run(
-        [*command, str(n), shape], capture_output=True, text=True, check=True, timeout=600
+        [*command, str(n), shape], capture_output=True, text=True, check=True, timeout=600, env=_ENV
     )
     for line in done.stderr.splitlines():
         fields = line.split(",")
@@ -93,6 +98,7 @@ def simulated_instructions(n: int, shape: str) -> int:
         text=True,
         check=True,
         timeout=3600,
+        env=_ENV,
     )
     for line in done.stderr.splitlines():
         if "Collected :" in line:
@@ -106,7 +112,8 @@ def cpu_seconds(n: int, shape: str) -> float:
     best = float("inf")
     for _ in range(3):
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
-        subprocess.run([sys.executable, "-c", program, str(n), shape], check=True, timeout=600)
+        command = [sys.executable, "-c", program, str(n), shape]
+        subprocess.run(command, check=True, timeout=600, env=_ENV)
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
         spent = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
         best = min(best, spent)

@@ -239,3 +239,11 @@ def test_an_emit_names_the_struct_of_its_type() -> None:
                 assert names[built] == kind, f"{path}: {kind} with {built}"
                 checked += 1
     assert checked >= 10
+
+
+def test_the_plain_hot_path_payloads_equal_their_structs() -> None:
+    """A loop's iteration events are built as dicts for speed: the same as their Structs give."""
+    from cadenza.protocols import IterationEnd, IterationStart, iteration_end, iteration_start
+
+    assert iteration_start(3, 10).data == to_data(IterationStart(iteration=3, max_iterations=10))
+    assert iteration_end(3, "failed").data == to_data(IterationEnd(iteration=3, status="failed"))

@@ -50,6 +50,8 @@ from ._payloads import WorkflowEnd as WorkflowEnd
 from ._payloads import WorkflowStart as WorkflowStart
 from ._payloads import WorktreeDone as WorktreeDone
 from ._payloads import WorktreeKept as WorktreeKept
+from ._payloads import iteration_end as iteration_end
+from ._payloads import iteration_start as iteration_start
 from ._payloads import payload as payload
 from ._payloads import to_data as to_data
 from ._result import FINISHED as FINISHED
@@ -164,6 +166,8 @@ __all__ = [
     "WorktreeDone",
     "WorktreeKept",
     "format_duration",
+    "iteration_end",
+    "iteration_start",
     "payload",
     "supervisor_decoder",
     "timestamp",

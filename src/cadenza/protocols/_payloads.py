@@ -68,6 +68,8 @@ __all__ = [
     "WorkflowStart",
     "WorktreeDone",
     "WorktreeKept",
+    "iteration_end",
+    "iteration_start",
     "payload",
     "to_data",
 ]
@@ -511,6 +513,23 @@ class Shared:
 
     def __init__(self, payload: Payload) -> None:
         self.data = to_data(payload)
+
+    @classmethod
+    def of(cls, data: dict[str, Any]) -> Shared:
+        """A payload built plain already: for the hot paths below, tested against their Structs."""
+        shared = cls.__new__(cls)
+        shared.data = data
+        return shared
+
+
+def iteration_start(iteration: int, max_iterations: int) -> Shared:
+    """`IterationStart`'s data, built plain: every loop iteration emits one."""
+    return Shared.of({"iteration": iteration, "maxIterations": max_iterations})
+
+
+def iteration_end(iteration: int, status: str) -> Shared:
+    """`IterationEnd`'s data, built plain: every loop iteration emits one."""
+    return Shared.of({"iteration": iteration, "status": status})
 
 
 def payload(event: Event, kind: type[P]) -> P:

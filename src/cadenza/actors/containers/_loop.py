@@ -33,13 +33,13 @@ from cadenza.kernel import Address
 from cadenza.protocols import (
     ErrorInfo,
     EventType,
-    IterationEnd,
-    IterationStart,
     LoopEnd,
     LoopSummary,
     StepRecord,
     StepStart,
     StepStatus,
+    iteration_end,
+    iteration_start,
 )
 from cadenza.workflow import LoadedWorkflow, Loop, Step, compile_expression, parse_duration
 
@@ -138,7 +138,7 @@ class LoopController(Container):
         self.run.journal.emit(
             EventType.ITERATION_START,
             step_id=self.current_address,
-            data=IterationStart(iteration=n, max_iterations=self.limit),
+            data=iteration_start(n, self.limit),
         )
         feedback = self.feedback if self.loop.feedback else None
         if self.body is not None:
@@ -168,7 +168,7 @@ class LoopController(Container):
         self.run.journal.emit(
             EventType.ITERATION_END,
             step_id=self.current_address,
-            data=IterationEnd(iteration=key, status=record.status),
+            data=iteration_end(key, record.status),
         )
         self.iterations = key + 1
         self.last = record

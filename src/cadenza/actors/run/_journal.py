@@ -249,28 +249,34 @@ class RunJournal:
 
     def step_started(self, address: str, start: StepStart, *, agent: str | None) -> None:
         """Records that an address began executing (``start``, its ``step_start`` data)."""
-        self._started(address, start.attempt, start, agent)
+        self.leaf_started(address, start.kind, start.attempt, agent, start)
 
-    def leaf_started(self, address: str, kind: str, attempt: int, agent: str | None) -> None:
+    def leaf_started(
+        self,
+        address: str,
+        kind: str,
+        attempt: int,
+        agent: str | None,
+        start: StepStart | None = None,
+    ) -> None:
         """`step_started` for a leaf, whose data is only its kind and attempt.
 
-        Every step has one, so each distinct one is converted once per run.
+        Every step has one, so each distinct one is converted once per run (a
+        container's ``start``, with more in it, is converted each time).
         """
-        start = self._leaf_starts.get((kind, attempt))
-        if start is None:
-            start = Shared(StepStart(kind=kind, attempt=attempt))
-            self._leaf_starts[kind, attempt] = start
-        self._started(address, attempt, start, agent)
-
-    def _started(
-        self, address: str, attempt: int, start: StepStart | Shared, agent: str | None
-    ) -> None:
+        data: StepStart | Shared | None = start
+        if data is None:
+            data = self._leaf_starts.get((kind, attempt))
+            if data is None:
+                data = self._leaf_starts[kind, attempt] = Shared(
+                    StepStart(kind=kind, attempt=attempt)
+                )
         record = StepRecord(status="running", attempts=attempt)
         self.records[address] = record
         # A replayed container starts again, but its stored outcome stands until it ends.
         if self.replay is None or not self.replay.is_final(address):
             self.store.put_step(self.run_id, address, record)
-        self.emit(EventType.STEP_START, step_id=address, agent=agent, data=start)
+        self.emit(EventType.STEP_START, step_id=address, agent=agent, data=data)
         failpoint("step.before_work")
 
     async def step_finished(
