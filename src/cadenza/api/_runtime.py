@@ -21,7 +21,7 @@ run is recorded, renewed every third of ``lease_ttl`` by a task beside the run,
 released when it ends. If the store finds the lease lost (another process took
 the run over while this one was paused or cut off), the run is stopped at once,
 writes nothing more, and its handle's result raises `LeaseLost`. A runtime made
-with ``recover=True`` also takes over, every `recovery_interval` seconds, the
+with ``recover=True`` also takes over, every ``recovery_interval`` seconds, the
 runs of the store whose owner stopped renewing its lease, and resumes them.
 """
 
@@ -125,13 +125,6 @@ RECOVERY_INTERVAL = 5.0
 """Most seconds between two looks for orphaned runs by a runtime with ``recover=True``."""
 
 _log = get_logger("cadenza.runtime")
-
-
-def recovery_interval(lease_ttl: float) -> float:
-    """Seconds between two looks for orphaned runs: a third of the ttl, at most
-    `RECOVERY_INTERVAL`. A run whose owner died is taken over within
-    ``lease_ttl`` plus this after the owner's last renewal."""
-    return min(RECOVERY_INTERVAL, lease_ttl / 3)
 
 
 def new_run_id() -> str:
@@ -367,7 +360,7 @@ class Runtime:
             over a run whose lease expired; docs/durability.md.
         recover: Take over the store's orphaned runs (status ``running``, lease
             expired or free) and resume them, looking every
-            `recovery_interval` seconds until the runtime stops.
+            ``recovery_interval`` seconds until the runtime stops.
 
     Raises:
         StoreError: ``store`` is a PostgreSQL URL and the ``postgres`` extra is missing.
@@ -397,6 +390,10 @@ class Runtime:
         self.store: RunStore = make_store(store)
         self.lease_ttl = lease_ttl
         self.recover = recover
+        self.recovery_interval = min(RECOVERY_INTERVAL, lease_ttl / 3)
+        """Seconds between two looks for orphaned runs (``recover=True``): a third of
+        ``lease_ttl``, at most `RECOVERY_INTERVAL`. A run whose owner died is taken
+        over within ``lease_ttl`` plus this after the owner's last renewal."""
         self._recovery: anyio.CancelScope | None = None
         self._unrecoverable: set[str] = set()  # orphans whose resume failed: not retried
         self.clock: Clock = clock or SystemClock()
@@ -655,11 +652,11 @@ class Runtime:
         return result
 
     async def _recover(self, scope: anyio.CancelScope) -> None:
-        """Takes over orphaned runs every `recovery_interval` seconds until cancelled."""
+        """Takes over orphaned runs every ``recovery_interval`` seconds until cancelled."""
         with scope:
             while True:
                 await self._take_over_orphans()
-                await anyio.sleep(recovery_interval(self.lease_ttl))
+                await anyio.sleep(self.recovery_interval)
 
     async def _take_over_orphans(self) -> None:
         """Resumes each orphaned run of the store that this runtime can take the lease of."""
@@ -672,13 +669,15 @@ class Runtime:
             if row.run_id in self._runs or row.run_id in self._unrecoverable:
                 continue
             try:
-                await self.resume(row.run_id)
+                handle = await self.resume(row.run_id)
             except LeaseHeld:
                 continue  # another supervisor won the race (or its owner came back)
             except CadenzaError as error:  # a corrupt record, say: resuming again will not help
                 self._unrecoverable.add(row.run_id)
                 _log.error("cannot take the run over", run_id=row.run_id, error=str(error))
                 continue
+            # Nobody awaits a run taken over: its end (a LeaseLost too) is in the store and logs.
+            handle._result.add_done_callback(_retrieved)
             _log.info("took the run over", run_id=row.run_id)
 
     async def run(
@@ -829,6 +828,12 @@ class Runtime:
         """
         await self.get_run(run_id)
         return await self.store.events(run_id)
+
+
+def _retrieved(result: asyncio.Future[RunResult]) -> None:
+    """Marks a result nobody awaits as seen, so that asyncio does not report it."""
+    if not result.cancelled():
+        result.exception()
 
 
 async def _renew(store: RunStore, lease: Lease) -> None:
