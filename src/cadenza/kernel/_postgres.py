@@ -109,6 +109,19 @@ _RUN_COLUMNS = "run_id, workflow, path, status, inputs, created_at, updated_at, 
 # Reads, leases and maintenance share this many connections; the writer has its own.
 POOL_SIZE = 4
 
+IDLE_IN_TRANSACTION = DEFAULT_LEASE_TTL / 3
+"""Seconds the server lets one of our sessions sit idle inside a transaction
+before it ends the session. Ours never wait between the statements of a
+transaction, so only a paused process (SIGSTOP, a frozen VM) hits this: its
+row locks then go with its session instead of stalling whoever takes its runs
+over (and the paused process, continued, finds its store failed)."""
+
+
+async def _session(connection: Any) -> None:
+    """Sets up each connection the store opens (a plain SET: a session pooler keeps it)."""
+    milliseconds = int(IDLE_IN_TRANSACTION * 1000)
+    await connection.execute(f"SET idle_in_transaction_session_timeout = {milliseconds}")
+
 
 def _driver() -> Any:
     try:
@@ -150,8 +163,11 @@ class PostgresRunStore:
         asyncpg = _driver()
         writer: Any = None
         try:
-            self._pool = await asyncpg.create_pool(self.url, min_size=1, max_size=POOL_SIZE)
+            self._pool = await asyncpg.create_pool(
+                self.url, min_size=1, max_size=POOL_SIZE, init=_session
+            )
             writer = await asyncpg.connect(self.url)
+            await _session(writer)
             await migrate(writer, self.where)
         except StoreError:
             await self._abandon(writer)

@@ -16,12 +16,13 @@ from typing import Any
 
 import msgspec
 
-from cadenza.errors import StoreError
+from cadenza.errors import LeaseHeld, StoreError
 
 from ._lease import Lease, LeaseHolder, check_takeover, lease_lost
 from ._records import RecordChecker, checked
 
 __all__ = [
+    "LOCK_TIMEOUT_MS",
     "MIGRATIONS",
     "NOW",
     "SCHEMA_VERSION",
@@ -30,6 +31,10 @@ __all__ = [
     "renew_lease",
     "take_lease",
 ]
+
+LOCK_TIMEOUT_MS = 2000
+"""How long taking a lease waits for its row's lock before giving up on the run (ms)."""
+_LOCK_NOT_AVAILABLE = "55P03"
 
 NOW = "extract(epoch FROM clock_timestamp())"
 """The server's clock, in epoch seconds: every lease expiry is on it, so the
@@ -159,6 +164,9 @@ async def take_lease(connection: Any, run_id: str, holder: LeaseHolder, ttl: flo
     body = _encode(holder).decode()
     while True:
         async with connection.transaction():
+            # A row locked by a transaction that does not end (its process is paused)
+            # must not stall the taker: it gives up on this run and tries again later.
+            await connection.execute(f"SET LOCAL lock_timeout = {LOCK_TIMEOUT_MS}")
             inserted = await connection.fetchval(
                 f"INSERT INTO cadenza_leases VALUES ($1, $2, {NOW}, 1, {NOW} + $3) "
                 "ON CONFLICT (run_id) DO NOTHING RETURNING true",
@@ -168,11 +176,19 @@ async def take_lease(connection: Any, run_id: str, holder: LeaseHolder, ttl: flo
             )
             if inserted:
                 return Lease(run_id, holder, 1, ttl)
-            row = await connection.fetchrow(
-                f"SELECT holder, fence, expires_at <= {NOW} AS expired FROM cadenza_leases "
-                "WHERE run_id = $1 FOR UPDATE",
-                run_id,
-            )
+            try:
+                row = await connection.fetchrow(
+                    f"SELECT holder, fence, expires_at <= {NOW} AS expired FROM cadenza_leases "
+                    "WHERE run_id = $1 FOR UPDATE",
+                    run_id,
+                )
+            except Exception as error:
+                if getattr(error, "sqlstate", None) != _LOCK_NOT_AVAILABLE:
+                    raise
+                raise LeaseHeld(
+                    f"run {run_id!r}'s lease is locked by another process's unfinished "
+                    "transaction (a paused process?); try again once the server ends it"
+                ) from None
             if row is None:
                 continue  # deleted between the two statements: try to insert again
             current: Any = None
