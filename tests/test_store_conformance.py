@@ -9,6 +9,7 @@ machinery (SQLite's files, PostgreSQL's schema table) say so in their names.
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import sqlite3
 from pathlib import Path
@@ -17,7 +18,8 @@ import anyio
 import pytest
 
 from cadenza import StoreError
-from cadenza.kernel import RunRow, RunStore, SqliteRunStore
+from cadenza.errors import LeaseHeld, LeaseLost
+from cadenza.kernel import LeaseHolder, RunRow, RunStore, SqliteRunStore
 from cadenza.protocols import Event, RunResult, StepRecord
 from tests.conftest import StoreFactory
 
@@ -190,3 +192,127 @@ async def test_sqlite_files_copied_while_open_hold_what_was_flushed(tmp_path: Pa
             assert await reopened.check() == []
         finally:
             await reopened.close()
+
+
+# -- leases: expiry, renewal, fencing --------------------------------------------------
+# A holder of this very process is alive, so only expiry (or a release) frees its lease.
+# ttl=0 makes a lease that has expired by the time anyone looks: no sleeping.
+
+
+async def test_each_new_holder_of_a_lease_gets_a_higher_fence(store: RunStore) -> None:
+    """The same holder again keeps its fence; a release keeps the row's fence for the next."""
+    a, b = LeaseHolder.for_this_process(), LeaseHolder.for_this_process()
+    first = await store.acquire_lease("r", a)
+    assert first.fence == 1
+    assert (await store.acquire_lease("r", a)).fence == 1
+    with pytest.raises(LeaseHeld):
+        await store.acquire_lease("r", b)
+    store.release_lease("r", a)
+    await store.flush()
+    assert (await store.acquire_lease("r", b)).fence == 2
+
+
+async def test_an_expired_lease_is_anyones_and_its_holder_cannot_renew_it(
+    store: RunStore,
+) -> None:
+    """A lease not renewed in time is taken (fence + 1); its former holder's renewal fails."""
+    a, b = LeaseHolder.for_this_process(), LeaseHolder.for_this_process()
+    stale = await store.acquire_lease("r", a, ttl=0.0)
+    taken = await store.acquire_lease("r", b, ttl=30.0)
+    assert taken.fence == stale.fence + 1
+    with pytest.raises(LeaseLost, match="no longer holds the lease of run 'r'"):
+        await store.renew_lease(stale)
+    await store.renew_lease(taken)
+    with pytest.raises(LeaseHeld):
+        await store.acquire_lease("r", a)
+
+
+async def test_a_renewed_lease_is_not_taken(store: RunStore) -> None:
+    """Renewal pushes the expiry out: a lease renewed with a long ttl is held."""
+    a, b = LeaseHolder.for_this_process(), LeaseHolder.for_this_process()
+    lease = await store.acquire_lease("r", a, ttl=0.0)
+    lease.ttl = 30.0
+    await store.renew_lease(lease)
+    with pytest.raises(LeaseHeld):
+        await store.acquire_lease("r", b)
+
+
+async def test_orphaned_runs_are_running_runs_nobody_holds(store: RunStore) -> None:
+    """Running runs with no lease, a released one or an expired one; not held or ended ones."""
+    holder = LeaseHolder.for_this_process()
+    for n, run_id in enumerate(("free", "done", "held", "expired", "released")):
+        store.begin_run(row(run_id, created_at=float(n)))
+    store.end_run("done", "completed", None)
+    await store.acquire_lease("held", holder, ttl=30.0)
+    await store.acquire_lease("expired", holder, ttl=0.0)
+    await store.acquire_lease("released", holder, ttl=30.0)
+    store.release_lease("released", holder)
+    await store.flush()
+    orphans = await store.orphaned_runs()
+    assert [r.run_id for r in orphans] == ["free", "expired", "released"]
+    assert [r.run_id for r in await store.orphaned_runs(limit=1)] == ["free"]
+
+
+async def test_a_stale_writers_batch_is_refused_whole_and_others_commit(
+    durable_store_factory: StoreFactory,
+) -> None:
+    """Two processes' stores on one database: once B took the run over, A's writes of it
+    are refused with LeaseLost and none of them is recorded; A's other runs still commit."""
+    a_store, b_store = durable_store_factory(), durable_store_factory()
+    await a_store.open()
+    await b_store.open()
+    try:
+        a, b = LeaseHolder.for_this_process(), LeaseHolder.for_this_process()
+        await a_store.acquire_lease("r", a, ttl=0.0)
+        a_store.begin_run(row("r"))
+        a_store.put_step("r", "one", StepRecord(status="completed", attempts=1))
+        await a_store.flush("r")  # A still holds it: nobody took it yet
+
+        await b_store.acquire_lease("r", b, ttl=30.0)
+        a_store.put_step("r", "two", StepRecord(status="completed", attempts=1))
+        a_store.append_event(event("r", 7))
+        a_store.begin_run(row("other"))  # another run of A's, in the same batch
+        with pytest.raises(LeaseLost):
+            await a_store.flush("r")
+        await a_store.flush()  # unscoped: the store itself is fine
+        a_store.put_step("r", "three", StepRecord(status="completed", attempts=1))
+        a_store.end_run("r", "failed", None)
+        with pytest.raises(LeaseLost):  # and it stays refused
+            await a_store.flush("r")
+
+        assert set(await b_store.steps("r")) == {"one"}
+        assert await b_store.events("r") == []
+        stored = await b_store.get_run("r")
+        assert stored is not None
+        assert stored.status == "running"
+        assert await b_store.get_run("other") is not None
+        b_store.put_step("r", "two", StepRecord(status="completed", attempts=2))
+        await b_store.flush("r")
+        assert set(await b_store.steps("r")) == {"one", "two"}
+    finally:
+        await a_store.close()
+        await b_store.close()
+
+
+async def test_a_lease_taken_by_two_at_once_goes_to_one(
+    durable_store_factory: StoreFactory,
+) -> None:
+    """Claimants racing for an expired lease from separate stores: exactly one wins."""
+    stores = [durable_store_factory() for _ in range(4)]
+    for each in stores:
+        await each.open()
+    try:
+        await stores[0].acquire_lease("r", LeaseHolder.for_this_process(), ttl=0.0)
+        won: list[int] = []
+
+        async def claim(each: RunStore) -> None:
+            with contextlib.suppress(LeaseHeld):
+                won.append((await each.acquire_lease("r", LeaseHolder.for_this_process())).fence)
+
+        async with anyio.create_task_group() as group:
+            for each in stores[1:]:
+                group.start_soon(claim, each)
+        assert won == [2]
+    finally:
+        for each in stores:
+            await each.close()

@@ -21,7 +21,8 @@
     ├── InputError               a run input is missing or has the wrong type
     ├── StoreError               the run store cannot be opened or is inconsistent
     │   ├── CorruptRecord        a stored record is unreadable or contradicts the others
-    │   └── LeaseHeld            another process is running (or resuming) that run
+    │   ├── LeaseHeld            another process is running (or resuming) that run
+    │   └── LeaseLost            this process lost a run's lease; its writes are refused
     ├── RunNotFound              no run with that id in the store
     ├── SignalRejected           a human answer that cannot be recorded (no such wait, bad shape)
     │
@@ -64,6 +65,7 @@ __all__ = [
     "InsecureEndpoint",
     "KeysError",
     "LeaseHeld",
+    "LeaseLost",
     "PredicateNotRegistered",
     "RemoteError",
     "RunNotFound",
@@ -105,6 +107,18 @@ class LeaseHeld(StoreError):
 
     Two processes must never drive one run at once. Wait for the other one to
     finish (or kill it: a lease whose process is gone is taken over at once).
+    """
+
+
+class LeaseLost(StoreError):
+    """This process no longer holds a run's lease: another process took the run over.
+
+    Raised by a write (a flush) or a renewal of the lease once the lease row has
+    another fencing token: the process was paused, partitioned away or too slow
+    to renew past the lease's time to live, and a supervisor with takeover on
+    resumed the run. Nothing the former holder writes after that is recorded;
+    its runtime stops driving the run. The run goes on in the process that took
+    it (docs/durability.md, "Ownership and takeover").
     """
 
 

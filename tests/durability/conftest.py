@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from cadenza.kernel import LeaseHolder, RunRow, SqliteRunStore
+from cadenza.kernel import DEFAULT_LEASE_TTL, Lease, LeaseHolder, RunRow, SqliteRunStore
 from cadenza.protocols import Event, RunResult, RunStatus, StepRecord
 from cadenza.testing.pytest_plugin import llm_server as llm_server
 
@@ -66,8 +66,8 @@ class PowerCut:
         if not self.dead:
             self.inner.end_run(run_id, status, result)
 
-    async def flush(self) -> None:
-        await self.inner.flush()
+    async def flush(self, run_id: str | None = None) -> None:
+        await self.inner.flush(run_id)
 
     async def get_run(self, run_id: str) -> RunRow | None:
         return await self.inner.get_run(run_id)
@@ -88,11 +88,19 @@ class PowerCut:
     async def document(self, run_id: str) -> bytes | None:
         return await self.inner.document(run_id)
 
-    async def acquire_lease(self, run_id: str, holder: LeaseHolder) -> None:
-        await self.inner.acquire_lease(run_id, holder)
+    async def acquire_lease(
+        self, run_id: str, holder: LeaseHolder, *, ttl: float = DEFAULT_LEASE_TTL
+    ) -> Lease:
+        return await self.inner.acquire_lease(run_id, holder, ttl=ttl)
+
+    async def renew_lease(self, lease: Lease) -> None:
+        await self.inner.renew_lease(lease)
 
     def release_lease(self, run_id: str, holder: LeaseHolder) -> None:
         self.inner.release_lease(run_id, holder)
+
+    async def orphaned_runs(self, *, limit: int = 100) -> list[RunRow]:
+        return await self.inner.orphaned_runs(limit=limit)
 
     def forget_steps(self, run_id: str, prefix: str) -> None:
         if not self.dead:

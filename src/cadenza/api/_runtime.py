@@ -15,11 +15,20 @@ released, exactly as after a crash, so `Runtime.resumable` lists it and
 `RunHandle.cancel` ends a run ``cancelled``. A run waiting for a person takes
 the answer with `Runtime.signal`, then resumes (``_resume.py``). The CLI is a
 thin layer over exactly this API.
+
+A run is driven under its lease (``cadenza.kernel._lease``): taken before the
+run is recorded, renewed every third of ``lease_ttl`` by a task beside the run,
+released when it ends. If the store finds the lease lost (another process took
+the run over while this one was paused or cut off), the run is stopped at once,
+writes nothing more, and its handle's result raises `LeaseLost`. A runtime made
+with ``recover=True`` also takes over, every ``recovery_interval`` seconds, the
+runs of the store whose owner stopped renewing its lease, and resumes them.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import secrets
 import time
@@ -32,6 +41,7 @@ import anyio
 import anyio.abc
 import httpx
 
+from cadenza._logging import get_logger
 from cadenza.actors import (
     RUN_INTERRUPTED,
     EventSink,
@@ -48,14 +58,17 @@ from cadenza.actors.run import (
     Replay,
     ToolPolicy,
 )
-from cadenza.errors import CadenzaError, InputError, LeaseHeld
+from cadenza.errors import CadenzaError, InputError, LeaseHeld, LeaseLost, StoreError
 from cadenza.kernel import (
+    DEFAULT_LEASE_TTL,
     Cancellable,
     Clock,
+    Lease,
     LeaseHolder,
     RunRow,
     RunStore,
     SystemClock,
+    lease_lost,
     make_store,
 )
 from cadenza.llm import RetryPolicy
@@ -108,6 +121,11 @@ SHUTDOWN_DEADLINE = 10.0
 SHUTTING_DOWN = "the runtime is shutting down"
 """Why the runs a shutdown interrupts stopped (the ``run_interrupted`` event's message)."""
 
+RECOVERY_INTERVAL = 5.0
+"""Most seconds between two looks for orphaned runs by a runtime with ``recover=True``."""
+
+_log = get_logger("cadenza.runtime")
+
 
 def new_run_id() -> str:
     """A sortable, unique run id: UTC time plus randomness (``20261121T101500-3f9a1c``)."""
@@ -137,6 +155,7 @@ class RunHandle:
         self._scope: anyio.CancelScope | None = None
         self._deadlines: list[Cancellable] = []
         self._ended = False  # this drive emitted its workflow_end (or run_interrupted)
+        self._lease: Lease | None = None  # the lease the run is driven under
         journal.subscribe(self._watch)
 
     @property
@@ -205,6 +224,11 @@ class RunHandle:
     def _stop_after(self, seconds: float) -> None:
         if self._scope is not None and not self.done:
             self._deadlines.append(self._clock.call_later(seconds, self._scope.cancel))
+
+    def _lose(self) -> None:
+        """The store found the run's lease lost: stop driving the run now."""
+        if self._scope is not None and not self.done:
+            self._scope.cancel()
 
     def _watch(self, event: Event) -> None:
         if event.type in ENDINGS:
@@ -331,6 +355,12 @@ class Runtime:
             or a reason denies, None leaves it to the rules; it may be async),
             or a `ToolPolicy` (a hook, the sandbox, rules, a person to ask).
             The workflow's own ``permissions:`` apply besides (docs/tools.md).
+        lease_ttl: Seconds a run's lease lasts unless renewed (renewed every
+            third of that while the run is driven). Another process may take
+            over a run whose lease expired; docs/durability.md.
+        recover: Take over the store's orphaned runs (status ``running``, lease
+            expired or free) and resume them, looking every
+            ``recovery_interval`` seconds until the runtime stops.
 
     Raises:
         StoreError: ``store`` is a PostgreSQL URL and the ``postgres`` extra is missing.
@@ -352,8 +382,20 @@ class Runtime:
         telemetry: OpenTelemetry | None = None,
         shutdown_deadline: float | None = SHUTDOWN_DEADLINE,
         permissions: PermissionHook | ToolPolicy | None = None,
+        lease_ttl: float = DEFAULT_LEASE_TTL,
+        recover: bool = False,
     ) -> None:
+        if lease_ttl <= 0:
+            raise ValueError(f"lease_ttl must be above 0 seconds, not {lease_ttl}")
         self.store: RunStore = make_store(store)
+        self.lease_ttl = lease_ttl
+        self.recover = recover
+        self.recovery_interval = min(RECOVERY_INTERVAL, lease_ttl / 3)
+        """Seconds between two looks for orphaned runs (``recover=True``): a third of
+        ``lease_ttl``, at most `RECOVERY_INTERVAL`. A run whose owner died is taken
+        over within ``lease_ttl`` plus this after the owner's last renewal."""
+        self._recovery: anyio.CancelScope | None = None
+        self._unrecoverable: set[str] = set()  # orphans whose resume failed: not retried
         self.clock: Clock = clock or SystemClock()
         self.max_concurrency = max_concurrency
         self.shutdown_deadline = shutdown_deadline
@@ -405,6 +447,9 @@ class Runtime:
                 raise
         self._group = anyio.create_task_group()
         await self._group.__aenter__()
+        if self.recover:
+            self._recovery = anyio.CancelScope()
+            self._group.start_soon(self._recover, self._recovery, name="cadenza recovery")
         return self
 
     async def __aexit__(
@@ -417,6 +462,8 @@ class Runtime:
         try:
             if group is None:
                 return
+            if self._recovery is not None:
+                self._recovery.cancel()  # takes nothing more over while it shuts down
             # Interrupted, not cancelled: each run stays resumable (status running).
             for handle in list(self._runs.values()):
                 if not handle.done:
@@ -502,13 +549,14 @@ class Runtime:
         holder: LeaseHolder,
         replay: Replay | None = None,
         *,
-        leased: bool = False,
+        lease: Lease | None = None,
     ) -> None:
         """Starts the run in the task group, under ``holder``'s lease; returns once the
         run is recorded in the store (or has failed), so it can be looked up at once.
 
-        A resumed run has ``leased`` already (its caller must hear of a conflict);
-        a new run takes its lease once it is recorded, as nobody else can hold it yet.
+        A resumed run has its ``lease`` already (its caller must hear of a conflict);
+        a new run takes its lease before it is recorded, so that no supervisor
+        taking over orphaned runs mistakes it for one.
         """
         assert self._group is not None
         run_id = handle.run_id
@@ -528,32 +576,29 @@ class Runtime:
             # Spans from the run's events (start and resume both come here).
             detach = None if self.telemetry is None else self.telemetry.attach(handle._journal)
             try:
-                result: RunResult | None = None
-                with anyio.CancelScope() as scope:  # cancelled by a deadline (RunHandle.cancel)
-                    handle._scope = scope
-                    result = await execute_run(
-                        RunSetup(
-                            run_id=run_id,
-                            document=document,
-                            inputs=inputs,
-                            journal=handle._journal,
-                            store=self.store,
-                            clock=self.clock,
-                            max_concurrency=limit,
-                            default_model=self.default_model,
-                            control=handle._control,
-                            http=self._shared_http,
-                            dispatcher=self.workers,
-                            replay=replay,
-                            lease=None if leased else holder,
-                            recorded=recorded,
-                            tool_policy=self.tool_policy,
-                        )
-                    )
-                if result is None:  # its deadline passed: stopped outright
-                    result = await handle._stopped_outright()
+                held = lease or await self.store.acquire_lease(run_id, holder, ttl=self.lease_ttl)
+                result = await self._drive(
+                    handle,
+                    held,
+                    RunSetup(
+                        run_id=run_id,
+                        document=document,
+                        inputs=inputs,
+                        journal=handle._journal,
+                        store=self.store,
+                        clock=self.clock,
+                        max_concurrency=limit,
+                        default_model=self.default_model,
+                        control=handle._control,
+                        http=self._shared_http,
+                        dispatcher=self.workers,
+                        replay=replay,
+                        recorded=recorded,
+                        tool_policy=self.tool_policy,
+                    ),
+                )
                 self.store.release_lease(run_id, holder)
-                await self.store.flush()  # released before anyone hears the run ended
+                await self.store.flush(run_id)  # released before anyone hears the run ended
             except Exception as error:  # delivered to whoever awaits the result
                 self.store.release_lease(run_id, holder)
                 handle._finish(error)
@@ -573,6 +618,67 @@ class Runtime:
             handle._finish(result)
 
         await self._group.start(run, name=f"cadenza run {run_id}")
+
+    async def _drive(self, handle: RunHandle, lease: Lease, setup: RunSetup) -> RunResult:
+        """Runs ``setup`` to its end while a task beside it renews ``lease``.
+
+        Raises:
+            LeaseLost: The lease was lost: the run was stopped where it stood.
+        """
+        loop = asyncio.get_running_loop()
+        handle._lease = lease
+
+        def lost() -> None:  # any thread: the SQLite store finds it in its writer thread
+            with contextlib.suppress(RuntimeError):  # a closed loop: nothing left to stop
+                loop.call_soon_threadsafe(handle._lose)
+
+        lease.on_lost = lost
+        result: RunResult | None = None
+        async with anyio.create_task_group() as renewal:
+            renewal.start_soon(_renew, self.store, lease, name=f"cadenza lease {setup.run_id}")
+            with anyio.CancelScope() as scope:  # cancelled by a deadline, or a lost lease
+                handle._scope = scope
+                if lease.lost is None:
+                    result = await execute_run(setup)
+            renewal.cancel_scope.cancel()
+        if lease.lost is not None:
+            error = lease_lost(lease, lease.lost)
+            _log.warning(
+                "lease lost: stopped driving the run", run_id=setup.run_id, error=str(error)
+            )
+            raise error
+        if result is None:  # its deadline passed: stopped outright
+            result = await handle._stopped_outright()
+        return result
+
+    async def _recover(self, scope: anyio.CancelScope) -> None:
+        """Takes over orphaned runs every ``recovery_interval`` seconds until cancelled."""
+        with scope:
+            while True:
+                await self._take_over_orphans()
+                await anyio.sleep(self.recovery_interval)
+
+    async def _take_over_orphans(self) -> None:
+        """Resumes each orphaned run of the store that this runtime can take the lease of."""
+        try:
+            orphans = await self.store.orphaned_runs(limit=1000)
+        except StoreError as error:  # the database is away: look again next time
+            _log.warning("cannot look for orphaned runs", error=str(error))
+            return
+        for row in orphans:
+            if row.run_id in self._runs or row.run_id in self._unrecoverable:
+                continue
+            try:
+                handle = await self.resume(row.run_id)
+            except LeaseHeld:
+                continue  # another supervisor won the race (or its owner came back)
+            except CadenzaError as error:  # a corrupt record, say: resuming again will not help
+                self._unrecoverable.add(row.run_id)
+                _log.error("cannot take the run over", run_id=row.run_id, error=str(error))
+                continue
+            # Nobody awaits a run taken over: its end (a LeaseLost too) is in the store and logs.
+            handle._result.add_done_callback(_retrieved)
+            _log.info("took the run over", run_id=row.run_id)
 
     async def run(
         self,
@@ -620,7 +726,7 @@ class Runtime:
         if running is not None and not running.done:
             raise LeaseHeld(f"run {run_id!r} is running in this runtime already")
         holder = LeaseHolder.for_this_process()
-        await self.store.acquire_lease(run_id, holder)
+        lease = await self.store.acquire_lease(run_id, holder, ttl=self.lease_ttl)
         try:
             prepared = await prepare_resume(self.store, row)
         except BaseException:
@@ -636,7 +742,7 @@ class Runtime:
             or DEFAULT_MAX_CONCURRENCY
         )
         await self._launch(
-            handle, prepared.document, prepared.inputs, limit, holder, prepared.replay, leased=True
+            handle, prepared.document, prepared.inputs, limit, holder, prepared.replay, lease=lease
         )
         return handle
 
@@ -722,6 +828,30 @@ class Runtime:
         """
         await self.get_run(run_id)
         return await self.store.events(run_id)
+
+
+def _retrieved(result: asyncio.Future[RunResult]) -> None:
+    """Marks a result nobody awaits as seen, so that asyncio does not report it."""
+    if not result.cancelled():
+        result.exception()
+
+
+async def _renew(store: RunStore, lease: Lease) -> None:
+    """Renews ``lease`` every third of its ttl until cancelled or lost.
+
+    A renewal that fails for another reason (the database unreachable for a
+    moment) is tried again at the next third: two misses in a row still leave
+    the lease a third of its ttl. If it does expire meanwhile and another
+    process takes the run, the fence refuses this one's writes all the same.
+    """
+    while lease.lost is None:
+        await anyio.sleep(lease.ttl / 3)
+        try:
+            await store.renew_lease(lease)
+        except LeaseLost:
+            return  # the store marked it lost: the run is being stopped
+        except StoreError as error:
+            _log.warning("cannot renew a lease", run_id=lease.run_id, error=str(error))
 
 
 def _new_http_client() -> httpx.AsyncClient:

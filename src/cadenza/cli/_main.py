@@ -35,6 +35,7 @@ from ._paths import DEFAULT_STORE, STORE_HELP, existing_store, store_spec
 from ._permissions import add_permission_options
 from ._remote import add_remote_commands, add_run_options, keys_command, worker_command
 from ._serve import add_serve_command, serve_command
+from ._supervise import add_supervise_command, supervise_command
 
 if TYPE_CHECKING:
     from cadenza.api import Runtime
@@ -99,6 +100,7 @@ def _parser() -> argparse.ArgumentParser:
     add_remote_commands(commands, _positive)
     add_durable_commands(commands, runs, _positive, DEFAULT_STORE)
     add_serve_command(commands, DEFAULT_STORE)
+    add_supervise_command(commands, DEFAULT_STORE)
     return parser
 
 
@@ -278,6 +280,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return anyio.run(signal_command, args)
         if args.command == "serve":
             return serve_command(args)
+        if args.command == "supervise":
+            return anyio.run(supervise_command, args)
         return anyio.run(_runs, args)
     except WorkflowError as error:
         for problem in error.problems:

@@ -21,7 +21,10 @@ from ._clock import Clock as Clock
 from ._clock import SystemClock as SystemClock
 from ._fake_clock import FakeClock as FakeClock
 from ._inbox import Inbox as Inbox
+from ._lease import DEFAULT_LEASE_TTL as DEFAULT_LEASE_TTL
+from ._lease import Lease as Lease
 from ._lease import LeaseHolder as LeaseHolder
+from ._lease import lease_lost as lease_lost
 from ._postgres import PostgresRunStore as PostgresRunStore
 from ._postgres_schema import SCHEMA_VERSION as POSTGRES_SCHEMA_VERSION
 from ._ref import ActorRef as ActorRef
@@ -45,6 +48,7 @@ from ._watchdog import LoopGuard as LoopGuard
 from ._watchdog import LoopWatchdog as LoopWatchdog
 
 __all__ = [
+    "DEFAULT_LEASE_TTL",
     "POSTGRES_SCHEMA_VERSION",
     "SCHEMA_VERSION",
     "Actor",
@@ -56,6 +60,7 @@ __all__ = [
     "DeadLetter",
     "FakeClock",
     "Inbox",
+    "Lease",
     "LeaseHolder",
     "LoopBlocked",
     "LoopGuard",
@@ -74,5 +79,6 @@ __all__ = [
     "describe_store",
     "is_postgres_url",
     "is_under",
+    "lease_lost",
     "make_store",
 ]

@@ -8,7 +8,16 @@ process can tell a live holder from a dead one: after ``kill -9`` nobody
 releases the lease, and waiting for an expiry would keep the run down for no
 reason. A lease held on this host by a process that no longer exists (or is a
 zombie, or is a different process under a reused id) is stale and is taken
-over at once; a lease held from another host is honoured.
+over at once.
+
+A lease also expires: its holder renews it (every third of its time to live)
+for as long as it drives the run, and a lease not renewed in time is free for
+anyone, from any host: a holder that is paused, partitioned away or dead on
+another machine stops owning the run. Each acquisition of a run's lease by a
+new holder raises its fencing token (`Lease.fence`) by one, and every write
+batch of a run is committed only if the lease row still carries its writer's
+fence: a former holder that wakes up after losing the lease finds its writes
+refused (`LeaseLost`), however late they arrive.
 """
 
 from __future__ import annotations
@@ -16,12 +25,23 @@ from __future__ import annotations
 import os
 import secrets
 import socket
+from collections.abc import Callable
 
 import msgspec
 
-from cadenza.errors import LeaseHeld
+from cadenza.errors import LeaseHeld, LeaseLost
 
-__all__ = ["LeaseHolder", "check_takeover"]
+__all__ = [
+    "DEFAULT_LEASE_TTL",
+    "HeldLeases",
+    "Lease",
+    "LeaseHolder",
+    "check_takeover",
+    "lease_lost",
+]
+
+DEFAULT_LEASE_TTL = 15.0
+"""Seconds a lease lasts unless renewed; its holder renews it every third of that."""
 
 
 def _start_ticks(pid: int) -> int | None:
@@ -78,15 +98,97 @@ class LeaseHolder(msgspec.Struct, frozen=True):
         return f"process {self.pid} on {self.host}"
 
 
-def check_takeover(run_id: str, current: LeaseHolder | None, claimant: LeaseHolder) -> None:
+class Lease:
+    """A run's lease as its holder knows it: what it renews, and what fences its writes.
+
+    Attributes:
+        run_id: The run.
+        holder: Who holds it.
+        fence: The fencing token: one more than the previous holder's. A write
+            batch of the run is committed only while the lease row still has it.
+        ttl: Seconds the lease lasts after each renewal.
+        lost: Why the holder no longer holds it (None while it does): set by
+            the store when a renewal or a write finds another fence.
+        on_lost: Called once when the lease is found lost, from whatever thread
+            found it (the SQLite store's writer thread, say): it must only hand
+            the news over (``loop.call_soon_threadsafe``).
+    """
+
+    __slots__ = ("fence", "holder", "lost", "on_lost", "run_id", "ttl")
+
+    def __init__(self, run_id: str, holder: LeaseHolder, fence: int, ttl: float) -> None:
+        self.run_id = run_id
+        self.holder = holder
+        self.fence = fence
+        self.ttl = ttl
+        self.lost: str | None = None
+        self.on_lost: Callable[[], None] | None = None
+
+    def __repr__(self) -> str:
+        return f"Lease({self.run_id!r}, fence={self.fence}, {self.holder.describe()})"
+
+
+class HeldLeases:
+    """The leases one store object holds, by run: what fences that store's writes of each run.
+
+    A store object serves one runtime, so "the lease this store holds for the
+    run" is the lease its writes of that run were made under.
+    """
+
+    def __init__(self) -> None:
+        self._held: dict[str, Lease] = {}
+
+    def hold(self, lease: Lease) -> Lease:
+        """Notes ``lease`` as the one this store's writes of its run are fenced by."""
+        self._held[lease.run_id] = lease
+        return lease
+
+    def get(self, run_id: str) -> Lease | None:
+        """The lease held for the run, or None (its writes are not fenced)."""
+        return self._held.get(run_id)
+
+    def drop(self, run_id: str, holder: LeaseHolder) -> Lease | None:
+        """Forgets ``holder``'s lease of the run and returns it (None if it held none)."""
+        lease = self._held.get(run_id)
+        if lease is None or lease.holder.token != holder.token:
+            return None
+        del self._held[run_id]
+        return lease
+
+    def raise_if_lost(self, run_id: str | None) -> None:
+        """Raises `LeaseLost` if the lease held for ``run_id`` has been lost."""
+        lease = None if run_id is None else self._held.get(run_id)
+        if lease is not None and lease.lost is not None:
+            raise lease_lost(lease, lease.lost)
+
+
+def lease_lost(lease: Lease, why: str) -> LeaseLost:
+    """Marks ``lease`` lost (``why``); returns the error its holder's writes raise from now on."""
+    if lease.lost is None:
+        lease.lost = why
+        if lease.on_lost is not None:
+            lease.on_lost()
+    return LeaseLost(
+        f"this process ({lease.holder.describe()}) no longer holds the lease of run "
+        f"{lease.run_id!r}: {lease.lost}; its writes are refused, and it stops driving the run"
+    )
+
+
+def check_takeover(
+    run_id: str, current: LeaseHolder | None, claimant: LeaseHolder, *, expired: bool = False
+) -> None:
     """Decides whether ``claimant`` may take the lease ``current`` holds.
 
+    Args:
+        expired: The lease was not renewed in time: anyone may take it.
+
     Raises:
-        LeaseHeld: A live process other than the claimant holds it.
+        LeaseHeld: A live process other than the claimant holds it, unexpired.
     """
-    if current is None or current.token == claimant.token or not current.is_alive():
+    if expired or current is None or current.token == claimant.token or not current.is_alive():
         return
     raise LeaseHeld(
         f"run {run_id!r} is being driven by {current.describe()}; two processes may not "
-        "run or resume one run at once (wait for it to finish, or stop it first)"
+        "run or resume one run at once (wait for it to finish, or stop it first; a lease "
+        "its holder stops renewing expires)"
     )

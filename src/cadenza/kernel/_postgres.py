@@ -32,8 +32,8 @@ from cadenza._redact import redact, register_secret
 from cadenza.errors import StoreError
 from cadenza.protocols import Event, RunResult, RunStatus, StepRecord
 
-from ._lease import LeaseHolder
-from ._postgres_schema import integrity_problems, migrate, take_lease
+from ._lease import DEFAULT_LEASE_TTL, HeldLeases, Lease, LeaseHolder, lease_lost
+from ._postgres_schema import NOW, integrity_problems, migrate, renew_lease, take_lease
 from ._postgres_writer import PostgresWriter, Statement
 from ._records import crc, read_document, read_events, read_run, read_steps, run_columns
 from ._store import RunRow
@@ -91,7 +91,10 @@ _END_RUN = Statement(
     "UPDATE cadenza_runs SET status = $1, updated_at = $2, result = $3 WHERE run_id = $4", "runs"
 )
 _SAVE_DOCUMENT = _upsert("documents", {"run_id": _TEXT, "body": "bytea", "crc": _INT}, 1)
-_RELEASE_LEASE = Statement("DELETE FROM cadenza_leases WHERE run_id = $1 AND holder = $2", "leases")
+# The row stays, with its fence: the next holder's fence must be higher still.
+_RELEASE_LEASE = Statement(
+    "UPDATE cadenza_leases SET expires_at = 0 WHERE run_id = $1 AND fence = $2", "leases"
+)
 _FORGET_STEPS = Statement(
     "DELETE FROM cadenza_steps WHERE run_id = $1 "
     "AND (address = $2 OR starts_with(address, $3) OR starts_with(address, $4))",
@@ -105,6 +108,19 @@ _RUN_COLUMNS = "run_id, workflow, path, status, inputs, created_at, updated_at, 
 
 # Reads, leases and maintenance share this many connections; the writer has its own.
 POOL_SIZE = 4
+
+IDLE_IN_TRANSACTION = DEFAULT_LEASE_TTL / 3
+"""Seconds the server lets one of our sessions sit idle inside a transaction
+before it ends the session. Ours never wait between the statements of a
+transaction, so only a paused process (SIGSTOP, a frozen VM) hits this: its
+row locks then go with its session instead of stalling whoever takes its runs
+over (and the paused process, continued, finds its store failed)."""
+
+
+async def _session(connection: Any) -> None:
+    """Sets up each connection the store opens (a plain SET: a session pooler keeps it)."""
+    milliseconds = int(IDLE_IN_TRANSACTION * 1000)
+    await connection.execute(f"SET idle_in_transaction_session_timeout = {milliseconds}")
 
 
 def _driver() -> Any:
@@ -135,6 +151,7 @@ class PostgresRunStore:
         self._writer = PostgresWriter(self.where)
         self._pool: Any = None
         self._connection: Any = None  # the writer's
+        self._leases = HeldLeases()
 
     async def open(self) -> None:
         """Connects, creates or upgrades the schema, and starts the writer task.
@@ -146,8 +163,11 @@ class PostgresRunStore:
         asyncpg = _driver()
         writer: Any = None
         try:
-            self._pool = await asyncpg.create_pool(self.url, min_size=1, max_size=POOL_SIZE)
+            self._pool = await asyncpg.create_pool(
+                self.url, min_size=1, max_size=POOL_SIZE, init=_session
+            )
             writer = await asyncpg.connect(self.url)
+            await _session(writer)
             await migrate(writer, self.where)
         except StoreError:
             await self._abandon(writer)
@@ -182,7 +202,8 @@ class PostgresRunStore:
     def begin_run(self, row: RunRow) -> None:
         """Queues a new run row."""
         inputs = _encode(row.inputs).decode()
-        self._writer.put(_BEGIN_RUN, (*run_columns(row, inputs), None))  # no result yet
+        lease = self._leases.get(row.run_id)
+        self._writer.put(_BEGIN_RUN, (*run_columns(row, inputs), None), lease)  # no result yet
 
     def append_event(self, event: Event) -> None:
         """Queues an event."""
@@ -190,25 +211,34 @@ class PostgresRunStore:
         self._writer.put(
             _APPEND_EVENT,
             (event.run_id, event.seq, event.type, event.step_id, body.decode(), crc(body)),
+            self._leases.get(event.run_id),
         )
 
     def put_step(self, run_id: str, address: str, record: StepRecord) -> None:
         """Queues the latest record of an address."""
         body = _encode(record)
-        self._writer.put(_PUT_STEP, (run_id, address, record.status, body.decode(), crc(body)))
+        self._writer.put(
+            _PUT_STEP,
+            (run_id, address, record.status, body.decode(), crc(body)),
+            self._leases.get(run_id),
+        )
 
     def end_run(self, run_id: str, status: RunStatus, result: RunResult | None) -> None:
         """Queues the run's new status and result."""
         encoded = None if result is None else _encode(result).decode()
-        self._writer.put(_END_RUN, (status, time.time(), encoded, run_id))
+        lease = self._leases.get(run_id)
+        self._writer.put(_END_RUN, (status, time.time(), encoded, run_id), lease)
 
-    async def flush(self) -> None:
+    async def flush(self, run_id: str | None = None) -> None:
         """Waits until everything queued before this call is committed.
 
         Raises:
             StoreError: The writer failed; the run cannot be recorded any further.
+            LeaseLost: ``run_id``'s lease was lost: its writes were refused.
         """
+        self._leases.raise_if_lost(run_id)
         await self._writer.flush()
+        self._leases.raise_if_lost(run_id)
 
     # -- reads: the pool, never the writer's connection -----------------------------------
 
@@ -251,7 +281,7 @@ class PostgresRunStore:
 
     def save_document(self, run_id: str, body: bytes) -> None:
         """Queues the run's document."""
-        self._writer.put(_SAVE_DOCUMENT, (run_id, body, crc(body)))
+        self._writer.put(_SAVE_DOCUMENT, (run_id, body, crc(body)), self._leases.get(run_id))
 
     async def document(self, run_id: str) -> bytes | None:
         """The run's document, checked against its CRC, or None."""
@@ -260,22 +290,51 @@ class PostgresRunStore:
         )
         return read_document(run_id, found)
 
-    async def acquire_lease(self, run_id: str, holder: LeaseHolder) -> None:
+    async def acquire_lease(
+        self, run_id: str, holder: LeaseHolder, *, ttl: float = DEFAULT_LEASE_TTL
+    ) -> Lease:
         """Takes the run's lease at once, in its own transaction (row-locked, atomic).
 
         Raises:
-            LeaseHeld: Another live process holds it.
+            LeaseHeld: Another live process holds it, unexpired.
         """
         async with self._open_pool().acquire() as connection:
-            await take_lease(connection, run_id, holder, time.time())
+            lease = await take_lease(connection, run_id, holder, ttl)
+        return self._leases.hold(lease)
+
+    async def renew_lease(self, lease: Lease) -> None:
+        """Extends ``lease`` by its ttl from now, on the server's clock.
+
+        Raises:
+            LeaseLost: Another holder took it.
+        """
+        if lease.lost is not None:
+            raise lease_lost(lease, lease.lost)
+        async with self._open_pool().acquire() as connection:
+            await renew_lease(connection, lease)
 
     def release_lease(self, run_id: str, holder: LeaseHolder) -> None:
-        """Queues the release of ``holder``'s lease."""
-        self._writer.put(_RELEASE_LEASE, (run_id, _encode(holder).decode()))
+        """Queues the release of ``holder``'s lease (nothing if it was lost)."""
+        lease = self._leases.drop(run_id, holder)
+        if lease is not None and lease.lost is None:
+            self._writer.put(_RELEASE_LEASE, (run_id, lease.fence))
+
+    async def orphaned_runs(self, *, limit: int = 100) -> list[RunRow]:
+        """Running runs whose lease is free or expired (on the server's clock), oldest first."""
+        columns = ", ".join(f"r.{name}" for name in _RUN_COLUMNS.split(", "))
+        rows = await self._open_pool().fetch(
+            f"SELECT {columns} FROM cadenza_runs r LEFT JOIN cadenza_leases l USING (run_id) "
+            f"WHERE r.status = 'running' AND (l.run_id IS NULL OR l.expires_at <= {NOW}) "
+            "ORDER BY r.created_at LIMIT $1",
+            limit,
+        )
+        return [read_run(r) for r in rows]
 
     def forget_steps(self, run_id: str, prefix: str) -> None:
         """Queues the removal of the records at ``prefix`` and below it."""
-        self._writer.put(_FORGET_STEPS, (run_id, prefix, prefix + ".", prefix + "["))
+        self._writer.put(
+            _FORGET_STEPS, (run_id, prefix, prefix + ".", prefix + "["), self._leases.get(run_id)
+        )
 
     async def delete_runs(self, run_ids: Sequence[str]) -> None:
         """Removes the runs with their events, records, documents and leases."""

@@ -16,12 +16,29 @@ from typing import Any
 
 import msgspec
 
-from cadenza.errors import StoreError
+from cadenza.errors import LeaseHeld, StoreError
 
-from ._lease import LeaseHolder, check_takeover
+from ._lease import Lease, LeaseHolder, check_takeover, lease_lost
 from ._records import RecordChecker, checked
 
-__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "integrity_problems", "migrate", "take_lease"]
+__all__ = [
+    "LOCK_TIMEOUT_MS",
+    "MIGRATIONS",
+    "NOW",
+    "SCHEMA_VERSION",
+    "integrity_problems",
+    "migrate",
+    "renew_lease",
+    "take_lease",
+]
+
+LOCK_TIMEOUT_MS = 2000
+"""How long taking a lease waits for its row's lock before giving up on the run (ms)."""
+_LOCK_NOT_AVAILABLE = "55P03"
+
+NOW = "extract(epoch FROM clock_timestamp())"
+"""The server's clock, in epoch seconds: every lease expiry is on it, so the
+clocks of the supervisors' hosts need not agree."""
 
 MIGRATIONS: tuple[str, ...] = (
     # 1: runs, their events, the latest record of each address, documents and leases.
@@ -64,6 +81,14 @@ MIGRATIONS: tuple[str, ...] = (
         holder   text NOT NULL,
         taken_at double precision NOT NULL
     );
+    """,
+    # 2: leases expire and carry a fencing token; takeover looks runs up by status.
+    # A lease of before expiry counts as expired: its holder renews none.
+    """
+    ALTER TABLE cadenza_leases
+        ADD COLUMN fence bigint NOT NULL DEFAULT 0,
+        ADD COLUMN expires_at double precision NOT NULL DEFAULT 0;
+    CREATE INDEX cadenza_runs_by_status ON cadenza_runs (status);
     """,
 )
 
@@ -125,39 +150,76 @@ async def integrity_problems(connection: Any, *, limit: int = 100) -> list[str]:
     return checker.report(limit=limit)
 
 
-async def take_lease(connection: Any, run_id: str, holder: LeaseHolder, now: float) -> None:
+async def take_lease(connection: Any, run_id: str, holder: LeaseHolder, ttl: float) -> Lease:
     """Gives ``holder`` the run's lease in one transaction, atomically.
 
     The row is inserted if there is none; if there is one, it is locked
     (``FOR UPDATE``) until the transaction ends, so two claimants of one run
-    are decided one after the other, never both.
+    are decided one after the other, never both, and a writer checking the
+    fence (``FOR KEY SHARE``) waits for the decision.
 
     Raises:
-        LeaseHeld: A live process holds it.
+        LeaseHeld: A live process holds it, unexpired.
     """
     body = _encode(holder).decode()
     while True:
         async with connection.transaction():
+            # A row locked by a transaction that does not end (its process is paused)
+            # must not stall the taker: it gives up on this run and tries again later.
+            await connection.execute(f"SET LOCAL lock_timeout = {LOCK_TIMEOUT_MS}")
             inserted = await connection.fetchval(
-                "INSERT INTO cadenza_leases VALUES ($1, $2, $3) "
+                f"INSERT INTO cadenza_leases VALUES ($1, $2, {NOW}, 1, {NOW} + $3) "
                 "ON CONFLICT (run_id) DO NOTHING RETURNING true",
                 run_id,
                 body,
-                now,
+                ttl,
             )
             if inserted:
-                return
-            stored = await connection.fetchval(
-                "SELECT holder FROM cadenza_leases WHERE run_id = $1 FOR UPDATE", run_id
-            )
-            if stored is None:
-                continue  # released between the two statements: try to insert again
-            current = checked(stored, None, _decode_holder, f"run {run_id!r}, lease")
-            check_takeover(run_id, current, holder)
+                return Lease(run_id, holder, 1, ttl)
+            try:
+                row = await connection.fetchrow(
+                    f"SELECT holder, fence, expires_at <= {NOW} AS expired FROM cadenza_leases "
+                    "WHERE run_id = $1 FOR UPDATE",
+                    run_id,
+                )
+            except Exception as error:
+                if getattr(error, "sqlstate", None) != _LOCK_NOT_AVAILABLE:
+                    raise
+                raise LeaseHeld(
+                    f"run {run_id!r}'s lease is locked by another process's unfinished "
+                    "transaction (a paused process?); try again once the server ends it"
+                ) from None
+            if row is None:
+                continue  # deleted between the two statements: try to insert again
+            current: Any = None
+            if not row["expired"]:
+                current = checked(row["holder"], None, _decode_holder, f"run {run_id!r}, lease")
+            check_takeover(run_id, current, holder, expired=row["expired"])
+            # The same holder again keeps its fence: its queued writes stay valid.
+            same = current is not None and current.token == holder.token
+            fence = row["fence"] if same else row["fence"] + 1
             await connection.execute(
-                "UPDATE cadenza_leases SET holder = $2, taken_at = $3 WHERE run_id = $1",
+                f"UPDATE cadenza_leases SET holder = $2, taken_at = {NOW}, fence = $3, "
+                f"expires_at = {NOW} + $4 WHERE run_id = $1",
                 run_id,
                 body,
-                now,
+                fence,
+                ttl,
             )
-            return
+            return Lease(run_id, holder, fence, ttl)
+
+
+async def renew_lease(connection: Any, lease: Lease) -> None:
+    """Extends ``lease`` by its ttl from now (the server's clock) if the row has its fence.
+
+    Raises:
+        LeaseLost: The fence changed: another holder took the lease.
+    """
+    status = await connection.execute(
+        f"UPDATE cadenza_leases SET expires_at = {NOW} + $3 WHERE run_id = $1 AND fence = $2",
+        lease.run_id,
+        lease.fence,
+        lease.ttl,
+    )
+    if status == "UPDATE 0":
+        raise lease_lost(lease, "another process took the run over (its lease had expired)")

@@ -18,6 +18,15 @@ own: one round trip to the server per batch, so a step boundary costs about
 one committed INSERT. Any other batch is a transaction with one
 ``executemany`` per run of one statement.
 
+Writes of a run whose lease this store holds carry that `Lease`. The common
+batch still goes as one statement: its first part locks the fenced runs' lease
+rows ``FOR KEY SHARE`` where they still carry their fences (a taker's ``FOR UPDATE``
+waits for our commit, and we for its) and fails, writing nothing, unless it
+found them all. Only then, or for a batch that is not one statement, is the
+batch written in a transaction that first reads the fences the same way and
+leaves out the writes of each run whose fence changed; that run's lease is
+marked lost (`LeaseLost` at its next flush), and the other runs' writes commit.
+
 After a failed commit (the server went away, a disk filled up) every later
 `flush` raises `StoreError`: a run that can no longer be recorded must not go
 on as if it were.
@@ -31,6 +40,7 @@ from typing import Any, NamedTuple
 from cadenza.errors import StoreError
 
 from ._failpoints import failpoint
+from ._lease import Lease, lease_lost
 from ._sqlite_writer import queue_run
 
 __all__ = ["PostgresWriter", "Statement"]
@@ -57,8 +67,9 @@ class Statement(NamedTuple):
     values: str | None = None
 
 
-_Write = tuple[Statement, tuple[Any, ...]]
+_Write = tuple[Statement, tuple[Any, ...], Lease | None]
 _FEW = 4  # rows of one table that go as a VALUES list rather than as arrays
+_FENCE_FAILED = "22012"  # division_by_zero: how a fenced statement says a fence changed
 
 
 class PostgresWriter:
@@ -92,9 +103,14 @@ class PostgresWriter:
             self._wake.set()
             await task
 
-    def put(self, statement: Statement, parameters: tuple[Any, ...]) -> None:
-        """Queues one statement; the task writes it with whatever else is queued."""
-        self._queue.append((statement, parameters))
+    def put(
+        self, statement: Statement, parameters: tuple[Any, ...], lease: Lease | None = None
+    ) -> None:
+        """Queues one statement, fenced by ``lease`` when its run's lease is held;
+        the task writes it with whatever else is queued."""
+        if lease is not None and lease.lost is not None:
+            return  # refused already: the run is someone else's now
+        self._queue.append((statement, parameters, lease))
         self._wake.set()
 
     async def flush(self) -> None:
@@ -139,29 +155,76 @@ class PostgresWriter:
             self._task = None
 
     async def _commit(self, connection: Any, batch: list[_Write]) -> None:
-        plan = _plan(batch)
-        single = _single_statement(plan)
+        leases = list({id(lease): lease for _, _, lease in batch if lease is not None}.values())
         try:
+            plan = _plan(batch)
+            fenced = None if any(lease.lost for lease in leases) else leases
+            single = None if fenced is None else _single_statement(plan, fenced)
             if single is not None:
                 failpoint("store.before_commit")  # nothing is sent yet: nothing commits
-                await connection.execute(single[0], *single[1])
+                try:
+                    await connection.execute(single[0], *single[1])
+                except Exception as error:
+                    if getattr(error, "sqlstate", None) != _FENCE_FAILED:
+                        raise
+                    # A fence changed: nothing of the batch was written. Find whose,
+                    # and commit the others' writes.
+                    await self._commit_fenced(connection, batch, leases)
             else:
-                async with connection.transaction():
-                    for statement, rows in plan:
-                        if len(rows) == 1:
-                            await connection.execute(statement.sql, *rows[0])
-                        else:
-                            await connection.executemany(statement.sql, rows)
-                    failpoint("store.before_commit")
+                await self._commit_fenced(connection, batch, leases)
             failpoint("store.after_commit")
         except Exception as error:  # the driver's, the server's, the network's: all final
             self._failure = error
+
+    async def _commit_fenced(
+        self, connection: Any, batch: list[_Write], leases: list[Lease]
+    ) -> None:
+        """The batch in a transaction, less the writes of runs whose lease was lost."""
+        async with connection.transaction():
+            refused = await _refused(connection, leases)
+            kept = [w for w in batch if w[2] is None or id(w[2]) not in refused]
+            await _write(connection, _plan(kept))
+            failpoint("store.before_commit")
+
+
+async def _refused(connection: Any, leases: list[Lease]) -> set[int]:
+    """The ids of the leases whose fence changed, marked lost; their rows stay locked."""
+    lost = {id(lease) for lease in leases if lease.lost is not None}
+    asked = [lease for lease in leases if lease.lost is None]
+    if not asked:
+        return lost
+    rows = await connection.fetch(
+        "SELECT run_id, fence FROM cadenza_leases WHERE run_id = ANY($1::text[]) FOR KEY SHARE",
+        [lease.run_id for lease in asked],
+    )
+    fences = {row[0]: row[1] for row in rows}
+    for lease in asked:
+        now = fences.get(lease.run_id)
+        if now != lease.fence:
+            lease_lost(lease, f"another process took the run over (fence {lease.fence}, now {now})")
+            lost.add(id(lease))
+    return lost
+
+
+async def _write(connection: Any, plan: list[tuple[Statement, list[tuple[Any, ...]]]]) -> None:
+    """Writes the plan inside the caller's transaction: one statement when it can."""
+    if not plan:
+        return
+    single = _single_statement(plan)
+    if single is not None:
+        await connection.execute(single[0], *single[1])
+        return
+    for statement, rows in plan:
+        if len(rows) == 1:
+            await connection.execute(statement.sql, *rows[0])
+        else:
+            await connection.executemany(statement.sql, rows)
 
 
 def _plan(batch: list[_Write]) -> list[tuple[Statement, list[tuple[Any, ...]]]]:
     """The batch as runs of one statement: table by table, in queue order within each."""
     tables: dict[str, list[tuple[Any, list[tuple[Any, ...]]]]] = {}
-    for statement, parameters in batch:
+    for statement, parameters, _ in batch:
         queue_run(tables, statement, parameters)
     return [
         (statement, _latest(statement, rows))
@@ -171,14 +234,34 @@ def _plan(batch: list[_Write]) -> list[tuple[Statement, list[tuple[Any, ...]]]]:
 
 
 def _single_statement(
-    plan: list[tuple[Statement, list[tuple[Any, ...]]]],
+    plan: list[tuple[Statement, list[tuple[Any, ...]]]], leases: list[Lease] | None = None
 ) -> tuple[str, list[Any]] | None:
     """The plan as one statement (SQL, parameters) when every run is a bulk upsert of
-    its own table; else None."""
-    if len({statement.table for statement, _ in plan}) != len(plan):
+    its own table; else None.
+
+    With ``leases``, the statement first locks their lease rows ``FOR KEY SHARE``
+    where they still have their fences, and divides by zero (`_FENCE_FAILED`:
+    nothing is written) unless it found them all. A locked row is re-read at
+    its newest version, so a fence changed since the statement began counts.
+    """
+    if not plan or len({statement.table for statement, _ in plan}) != len(plan):
         return None
     parts: list[str] = []
     parameters: list[Any] = []
+    result = "SELECT 1"
+    if leases:
+        if len(leases) == 1:  # the common batch: one run's step; an index lookup plans fastest
+            parameters = [leases[0].run_id, leases[0].fence]
+            held = "run_id = $1 AND fence = $2"
+        else:
+            parameters = [[lease.run_id for lease in leases], [lease.fence for lease in leases]]
+            held = "(run_id, fence) IN (SELECT * FROM unnest($1::text[], $2::bigint[]))"
+        parts.append(
+            f"fence AS (SELECT 1 / (count(*) = {len(leases)})::int AS ok FROM ("
+            f"SELECT 1 FROM cadenza_leases WHERE {held} FOR KEY SHARE OF cadenza_leases"
+            ") AS held)"
+        )
+        result = "SELECT ok FROM fence"
     for statement, rows in plan:
         if statement.bulk is None or statement.values is None:
             return None
@@ -197,7 +280,7 @@ def _single_statement(
             sql = statement.bulk.format(*numbers)
             parameters.extend(columns)
         parts.append(f"w{len(parts)} AS ({sql})")
-    return f"WITH {', '.join(parts)} SELECT 1", parameters
+    return f"WITH {', '.join(parts)} {result}", parameters
 
 
 def _latest(statement: Statement, rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:

@@ -31,7 +31,7 @@ import msgspec
 from cadenza.errors import StoreError
 from cadenza.protocols import Event, RunResult, RunStatus, StepRecord
 
-from ._lease import LeaseHolder
+from ._lease import DEFAULT_LEASE_TTL, HeldLeases, Lease, LeaseHolder, lease_lost
 from ._records import read_document, read_events, read_run, read_steps, run_columns
 from ._sqlite_schema import (
     SCHEMA_VERSION,
@@ -39,6 +39,7 @@ from ._sqlite_schema import (
     crc,
     integrity_problems,
     migrate,
+    renew_lease,
     take_lease,
 )
 from ._sqlite_writer import GroupWriter, Statement
@@ -64,7 +65,10 @@ _END_RUN = Statement(
     "UPDATE runs SET status = ?, updated_at = ?, result = ? WHERE run_id = ?", "runs"
 )
 _SAVE_DOCUMENT = Statement("INSERT OR REPLACE INTO documents VALUES (?, ?, ?)", "documents", 1)
-_RELEASE_LEASE = Statement("DELETE FROM leases WHERE run_id = ? AND holder = ?", "leases")
+# The row stays, with its fence: the next holder's fence must be higher still.
+_RELEASE_LEASE = Statement(
+    "UPDATE leases SET expires_at = 0 WHERE run_id = ? AND fence = ?", "leases"
+)
 _FORGET_STEPS = Statement(
     "DELETE FROM steps WHERE run_id = ? AND (address = ? OR substr(address, 1, ?) IN (?, ?))",
     "steps",
@@ -82,6 +86,7 @@ class SqliteRunStore:
         self.path = Path(path)
         self._writer = GroupWriter(self.path)
         self._reader: sqlite3.Connection | None = None
+        self._leases = HeldLeases()
 
     async def open(self) -> None:
         """Creates the file and schema if needed and starts the writer thread.
@@ -114,7 +119,9 @@ class SqliteRunStore:
 
     def begin_run(self, row: RunRow) -> None:
         """Queues a new run row."""
-        self._writer.put(_BEGIN_RUN, run_columns(row, _encode(row.inputs)))
+        self._writer.put(
+            _BEGIN_RUN, run_columns(row, _encode(row.inputs)), self._leases.get(row.run_id)
+        )
 
     def append_event(self, event: Event) -> None:
         """Queues an event."""
@@ -122,6 +129,7 @@ class SqliteRunStore:
         self._writer.put(
             _APPEND_EVENT,
             (event.run_id, event.seq, event.type, event.step_id, body, crc(body)),
+            self._leases.get(event.run_id),
         )
 
     def put_step(self, run_id: str, address: str, record: StepRecord) -> None:
@@ -130,6 +138,7 @@ class SqliteRunStore:
         self._writer.put(
             _PUT_STEP,
             (run_id, address, record.status, body, crc(body)),
+            self._leases.get(run_id),
         )
 
     def end_run(self, run_id: str, status: RunStatus, result: RunResult | None) -> None:
@@ -137,15 +146,19 @@ class SqliteRunStore:
         self._writer.put(
             _END_RUN,
             (status, time.time(), None if result is None else _encode(result), run_id),
+            self._leases.get(run_id),
         )
 
-    async def flush(self) -> None:
+    async def flush(self, run_id: str | None = None) -> None:
         """Waits until everything queued before this call is committed.
 
         Raises:
             StoreError: The writer failed; the run cannot be recorded any further.
+            LeaseLost: ``run_id``'s lease was lost: its writes were refused.
         """
+        self._leases.raise_if_lost(run_id)
         await self._writer.flush()
+        self._leases.raise_if_lost(run_id)
 
     # -- reads: a separate connection, off the event loop --------------------------------
 
@@ -188,33 +201,58 @@ class SqliteRunStore:
 
     def save_document(self, run_id: str, body: bytes) -> None:
         """Queues the run's document."""
-        self._writer.put(_SAVE_DOCUMENT, (run_id, body, crc(body)))
+        self._writer.put(_SAVE_DOCUMENT, (run_id, body, crc(body)), self._leases.get(run_id))
 
     async def document(self, run_id: str) -> bytes | None:
         """The run's document, checked against its CRC, or None."""
         rows = await self._read("SELECT body, crc FROM documents WHERE run_id = ?", (run_id,))
         return read_document(run_id, rows[0] if rows else None)
 
-    async def acquire_lease(self, run_id: str, holder: LeaseHolder) -> None:
+    async def acquire_lease(
+        self, run_id: str, holder: LeaseHolder, *, ttl: float = DEFAULT_LEASE_TTL
+    ) -> Lease:
         """Takes the run's lease at once, in its own transaction.
 
         Raises:
-            LeaseHeld: Another live process holds it.
+            LeaseHeld: Another live process holds it, unexpired.
         """
-        await anyio.to_thread.run_sync(take_lease, self.path, run_id, holder, time.time())
+        lease = await anyio.to_thread.run_sync(
+            take_lease, self.path, run_id, holder, time.time(), ttl
+        )
+        return self._leases.hold(lease)
+
+    async def renew_lease(self, lease: Lease) -> None:
+        """Extends ``lease`` by its ttl from now, in its own transaction.
+
+        Raises:
+            LeaseLost: Another holder took it.
+        """
+        if lease.lost is not None:
+            raise lease_lost(lease, lease.lost)
+        await anyio.to_thread.run_sync(renew_lease, self.path, lease, time.time())
 
     def release_lease(self, run_id: str, holder: LeaseHolder) -> None:
-        """Queues the release of ``holder``'s lease."""
-        self._writer.put(
-            _RELEASE_LEASE,
-            (run_id, _encode(holder)),
+        """Queues the release of ``holder``'s lease (nothing if it was lost)."""
+        lease = self._leases.drop(run_id, holder)
+        if lease is not None and lease.lost is None:
+            self._writer.put(_RELEASE_LEASE, (run_id, lease.fence))
+
+    async def orphaned_runs(self, *, limit: int = 100) -> list[RunRow]:
+        """Running runs whose lease is free or expired, oldest first."""
+        rows = await self._read(
+            "SELECT runs.* FROM runs LEFT JOIN leases ON leases.run_id = runs.run_id "
+            "WHERE runs.status = 'running' AND (leases.run_id IS NULL OR leases.expires_at <= ?) "
+            "ORDER BY runs.created_at LIMIT ?",
+            (time.time(), limit),
         )
+        return [read_run(r) for r in rows]
 
     def forget_steps(self, run_id: str, prefix: str) -> None:
         """Queues the removal of the records at ``prefix`` and below it."""
         self._writer.put(
             _FORGET_STEPS,
             (run_id, prefix, len(prefix) + 1, prefix + ".", prefix + "["),
+            self._leases.get(run_id),
         )
 
     async def delete_runs(self, run_ids: Sequence[str]) -> None:

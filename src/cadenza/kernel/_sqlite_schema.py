@@ -2,8 +2,10 @@
 
 Schema version 2 (``PRAGMA user_version``) adds to version 1 a CRC-32 beside
 every event and step record, a ``documents`` table (what a resume replays) and
-a ``leases`` table (which process drives a run). A version-1 store is upgraded
-in place when it is opened; a store of a newer version is refused.
+a ``leases`` table (which process drives a run). Version 3 gives each lease a
+fencing token and an expiry (``_lease.py``) and indexes runs by status (what
+takeover looks for). An older store is upgraded in place when it is opened; a
+store of a newer version is refused.
 
 Every stored body is msgspec JSON, checked when it is read back (``_records``).
 """
@@ -18,7 +20,7 @@ import msgspec
 
 from cadenza.errors import StoreError
 
-from ._lease import LeaseHolder, check_takeover
+from ._lease import Lease, LeaseHolder, check_takeover, lease_lost
 from ._records import RecordChecker, checked, crc
 
 __all__ = [
@@ -28,10 +30,11 @@ __all__ = [
     "crc",
     "integrity_problems",
     "migrate",
+    "renew_lease",
     "take_lease",
 ]
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -68,10 +71,13 @@ CREATE TABLE IF NOT EXISTS documents (
     crc    INTEGER NOT NULL
 );
 CREATE TABLE IF NOT EXISTS leases (
-    run_id   TEXT PRIMARY KEY,
-    holder   TEXT NOT NULL,
-    taken_at REAL NOT NULL
+    run_id     TEXT PRIMARY KEY,
+    holder     TEXT NOT NULL,
+    taken_at   REAL NOT NULL,
+    fence      INTEGER NOT NULL DEFAULT 0,
+    expires_at REAL NOT NULL DEFAULT 0
 );
+CREATE INDEX IF NOT EXISTS runs_by_status ON runs (status);
 """
 
 _decode_holder = msgspec.json.Decoder(LeaseHolder).decode
@@ -114,6 +120,9 @@ def migrate(connection: sqlite3.Connection, path: Path) -> None:
         if version == 1:  # records written before checksums existed stay unchecked (NULL)
             connection.execute("ALTER TABLE events ADD COLUMN crc INTEGER")
             connection.execute("ALTER TABLE steps ADD COLUMN crc INTEGER")
+        if version == 2:  # a lease of before expiry counts as expired: its holder renews none
+            connection.execute("ALTER TABLE leases ADD COLUMN fence INTEGER NOT NULL DEFAULT 0")
+            connection.execute("ALTER TABLE leases ADD COLUMN expires_at REAL NOT NULL DEFAULT 0")
         for statement in _SCHEMA.split(";"):
             if statement.strip():
                 connection.execute(statement)
@@ -145,11 +154,11 @@ def integrity_problems(connection: sqlite3.Connection, *, limit: int = 100) -> l
     return checker.report(limit=limit)
 
 
-def take_lease(path: Path, run_id: str, holder: LeaseHolder, now: float) -> None:
+def take_lease(path: Path, run_id: str, holder: LeaseHolder, now: float, ttl: float) -> Lease:
     """Gives ``holder`` the run's lease in one ``BEGIN IMMEDIATE`` transaction (atomic).
 
     Raises:
-        LeaseHeld: A live process holds it.
+        LeaseHeld: A live process holds it, unexpired.
         StoreError: The store cannot be written.
     """
     connection = connect(path)
@@ -157,14 +166,21 @@ def take_lease(path: Path, run_id: str, holder: LeaseHolder, now: float) -> None
         connection.execute("BEGIN IMMEDIATE")
         try:
             row = connection.execute(
-                "SELECT holder FROM leases WHERE run_id = ?", (run_id,)
+                "SELECT holder, fence, expires_at FROM leases WHERE run_id = ?", (run_id,)
             ).fetchone()
-            current: Any = None
+            fence = 1
             if row is not None:
-                current = checked(row[0], None, _decode_holder, f"run {run_id!r}, lease")
-            check_takeover(run_id, current, holder)
+                expired = row[2] <= now
+                current: Any = None
+                if not expired:
+                    current = checked(row[0], None, _decode_holder, f"run {run_id!r}, lease")
+                check_takeover(run_id, current, holder, expired=expired)
+                # The same holder again keeps its fence: its queued writes stay valid.
+                same = current is not None and current.token == holder.token
+                fence = row[1] if same else row[1] + 1
             connection.execute(
-                "INSERT OR REPLACE INTO leases VALUES (?, ?, ?)", (run_id, _encode(holder), now)
+                "INSERT OR REPLACE INTO leases VALUES (?, ?, ?, ?, ?)",
+                (run_id, _encode(holder), now, fence, now + ttl),
             )
             connection.execute("COMMIT")
         except BaseException:
@@ -174,3 +190,25 @@ def take_lease(path: Path, run_id: str, holder: LeaseHolder, now: float) -> None
         raise StoreError(f"cannot take the lease of run {run_id!r}: {error}") from error
     finally:
         connection.close()
+    return Lease(run_id, holder, fence, ttl)
+
+
+def renew_lease(path: Path, lease: Lease, now: float) -> None:
+    """Extends ``lease`` to ``now`` plus its ttl if the row still has its fence.
+
+    Raises:
+        LeaseLost: The fence changed: another holder took the lease.
+        StoreError: The store cannot be written.
+    """
+    connection = connect(path)
+    try:
+        renewed = connection.execute(
+            "UPDATE leases SET expires_at = ? WHERE run_id = ? AND fence = ?",
+            (now + lease.ttl, lease.run_id, lease.fence),
+        ).rowcount
+    except sqlite3.Error as error:
+        raise StoreError(f"cannot renew the lease of run {lease.run_id!r}: {error}") from error
+    finally:
+        connection.close()
+    if not renewed:
+        raise lease_lost(lease, "another process took the run over (its lease had expired)")

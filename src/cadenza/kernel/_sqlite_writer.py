@@ -16,6 +16,13 @@ upsert (`Statement.key`) that a later row of the same run replaces (a step's
 only barriers writes nothing: everything queued before them was committed by
 an earlier batch.
 
+Writes of a run whose lease this store holds carry that `Lease`. The batch's
+transaction begins ``IMMEDIATE`` (the file's write lock, so nobody takes a lease
+between the check and the commit) and reads each such run's fence once: the
+writes of a run whose fence changed are left out and its lease is marked lost
+(`LeaseLost` at its next flush); the other runs' writes commit as usual. That
+is one indexed read per run per batch, not one per row.
+
 After a failed commit every later `flush` raises `StoreError`: a run that can no
 longer be recorded must not go on as if it were.
 """
@@ -35,6 +42,7 @@ import anyio
 from cadenza.errors import StoreError
 
 from ._failpoints import failpoint
+from ._lease import Lease, lease_lost
 from ._sqlite_schema import connect
 
 __all__ = ["GroupWriter", "Statement"]
@@ -60,7 +68,7 @@ class _Barrier(NamedTuple):
     future: asyncio.Future[None]
 
 
-_Write = tuple[Statement, tuple[Any, ...]]
+_Write = tuple[Statement, tuple[Any, ...], Lease | None]
 _STOP = object()
 
 
@@ -85,9 +93,13 @@ class GroupWriter:
             await anyio.to_thread.run_sync(self._thread.join)
             self._thread = None
 
-    def put(self, statement: Statement, parameters: tuple[Any, ...]) -> None:
-        """Queues one statement."""
-        self._queue.put((statement, parameters))
+    def put(
+        self, statement: Statement, parameters: tuple[Any, ...], lease: Lease | None = None
+    ) -> None:
+        """Queues one statement, fenced by ``lease`` when its run's lease is held."""
+        if lease is not None and lease.lost is not None:
+            return  # refused already: the run is someone else's now
+        self._queue.put((statement, parameters, lease))
 
     async def flush(self) -> None:
         """Waits until everything queued before this call is committed.
@@ -131,19 +143,18 @@ class GroupWriter:
     ) -> bool:
         barriers: list[_Barrier] = []
         stop = False
-        # table -> runs of one statement, in queue order
-        tables: dict[str, list[tuple[Statement, list[tuple[Any, ...]]]]] = {}
+        writes: list[_Write] = []
         for item in batch:
             if item is _STOP:
                 stop = True
             elif type(item) is _Barrier:
                 barriers.append(item)
             else:
-                statement, parameters = item
-                queue_run(tables, statement, parameters)
-        if tables:
+                writes.append(item)
+        if writes:
             try:
-                cursor.execute("BEGIN")
+                cursor.execute("BEGIN IMMEDIATE")
+                tables = _fenced(cursor, writes)
                 for runs in tables.values():
                     for statement, rows in runs:
                         if len(rows) == 1:
@@ -159,6 +170,39 @@ class GroupWriter:
                     connection.execute("ROLLBACK")
         _wake(barriers)
         return stop
+
+
+def _fenced(
+    cursor: sqlite3.Cursor, writes: list[_Write]
+) -> dict[str, list[tuple[Statement, list[tuple[Any, ...]]]]]:
+    """The writes whose leases still hold, as runs of one statement per table (queue order).
+
+    Called inside the batch's transaction, so that the fences read are still
+    the fences when it commits.
+    """
+    checked: dict[int, bool] = {}
+    tables: dict[str, list[tuple[Statement, list[tuple[Any, ...]]]]] = {}
+    for statement, parameters, lease in writes:
+        if lease is not None:
+            holds = checked.get(id(lease))
+            if holds is None:
+                holds = checked[id(lease)] = _holds(cursor, lease)
+            if not holds:
+                continue
+        queue_run(tables, statement, parameters)
+    return tables
+
+
+def _holds(cursor: sqlite3.Cursor, lease: Lease) -> bool:
+    """Whether the lease row still carries ``lease``'s fence; marks the lease lost if not."""
+    if lease.lost is not None:
+        return False
+    row = cursor.execute("SELECT fence FROM leases WHERE run_id = ?", (lease.run_id,)).fetchone()
+    if row is not None and row[0] == lease.fence:
+        return True
+    now = "none" if row is None else row[0]
+    lease_lost(lease, f"another process took the run over (fence {lease.fence}, now {now})")
+    return False
 
 
 def _latest(statement: Statement, rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:

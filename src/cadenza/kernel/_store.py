@@ -8,7 +8,8 @@ before anything that depends on the step starts.
 
 For resuming, a store also keeps the run's document (the workflow and inputs it
 was started with, so a resumed run replays what actually ran, whatever happened
-to the file since) and the run's lease (`LeaseHolder`: which process drives it).
+to the file since) and the run's lease (`Lease`: which process drives it, until
+when, and the fencing token its writes carry; ``_lease.py``).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import msgspec
 
 from cadenza.protocols import Event, RunResult, RunStatus, StepRecord
 
-from ._lease import LeaseHolder, check_takeover
+from ._lease import DEFAULT_LEASE_TTL, Lease, LeaseHolder, check_takeover, lease_lost
 
 __all__ = ["MemoryRunStore", "RunRow", "RunStore", "is_under"]
 
@@ -71,8 +72,16 @@ class RunStore(Protocol):
     def end_run(self, run_id: str, status: RunStatus, result: RunResult | None) -> None:
         """Queues the run's new status and, when it has ended, its result."""
 
-    async def flush(self) -> None:
-        """Returns once everything queued so far is durable."""
+    async def flush(self, run_id: str | None = None) -> None:
+        """Returns once everything queued so far is durable.
+
+        Args:
+            run_id: The run the caller drives: its writes must have been committed.
+
+        Raises:
+            LeaseLost: This store held ``run_id``'s lease and lost it: the run's
+                writes were refused (the store's other runs are not affected).
+        """
 
     async def get_run(self, run_id: str) -> RunRow | None:
         """The run row, or None when there is no such run."""
@@ -92,15 +101,35 @@ class RunStore(Protocol):
     async def document(self, run_id: str) -> bytes | None:
         """The run's document, or None when it has none."""
 
-    async def acquire_lease(self, run_id: str, holder: LeaseHolder) -> None:
-        """Makes ``holder`` the process driving the run, durably, before returning.
+    async def acquire_lease(
+        self, run_id: str, holder: LeaseHolder, *, ttl: float = DEFAULT_LEASE_TTL
+    ) -> Lease:
+        """Makes ``holder`` the process driving the run for ``ttl`` seconds, durably.
+
+        The lease is free when nobody holds it, when it expired (not renewed in
+        time), or when its holder is a process of this host that is gone. Taking
+        it from another holder raises the run's fencing token by one; from then
+        on this store's writes of the run carry the new token.
 
         Raises:
-            LeaseHeld: Another live process holds the lease.
+            LeaseHeld: Another live process holds the lease, unexpired.
+        """
+
+    async def renew_lease(self, lease: Lease) -> None:
+        """Extends ``lease`` by its ``ttl`` from now, if it still holds the run.
+
+        Raises:
+            LeaseLost: Another holder took the lease (its fencing token changed).
         """
 
     def release_lease(self, run_id: str, holder: LeaseHolder) -> None:
         """Queues the release of ``holder``'s lease (a no-op if it no longer holds it)."""
+
+    async def orphaned_runs(self, *, limit: int = 100) -> list[RunRow]:
+        """Runs of status ``running`` that nobody drives: no lease, or an expired one.
+
+        Oldest first. These are what a supervisor with takeover resumes.
+        """
 
     def forget_steps(self, run_id: str, prefix: str) -> None:
         """Queues the removal of the records at ``prefix`` and below it (loop ``keepLast``)."""
@@ -120,7 +149,9 @@ class MemoryRunStore:
         self._events: dict[str, list[Event]] = {}
         self._steps: dict[str, dict[str, StepRecord]] = {}
         self._documents: dict[str, bytes] = {}
-        self._leases: dict[str, LeaseHolder] = {}
+        self._leases: dict[str, Lease] = {}
+        self._expiry: dict[str, float] = {}
+        self._fences: dict[str, int] = {}
 
     async def open(self) -> None:
         """Nothing to prepare."""
@@ -148,8 +179,15 @@ class MemoryRunStore:
             self._runs[run_id], status=status, result=result, updated_at=time.time()
         )
 
-    async def flush(self) -> None:
-        """Memory is as durable as this store gets."""
+    async def flush(self, run_id: str | None = None) -> None:
+        """Memory is as durable as this store gets.
+
+        Raises:
+            LeaseLost: ``run_id``'s lease, as held through this store, was taken over.
+        """
+        lease = None if run_id is None else self._leases.get(run_id)
+        if lease is not None and lease.lost is not None:
+            raise lease_lost(lease, lease.lost)
 
     async def get_run(self, run_id: str) -> RunRow | None:
         """The run row, or None."""
@@ -176,16 +214,51 @@ class MemoryRunStore:
         """The run's document, or None."""
         return self._documents.get(run_id)
 
-    async def acquire_lease(self, run_id: str, holder: LeaseHolder) -> None:
+    async def acquire_lease(
+        self, run_id: str, holder: LeaseHolder, *, ttl: float = DEFAULT_LEASE_TTL
+    ) -> Lease:
         """Takes the run's lease (only runtimes in this process can compete for it)."""
-        check_takeover(run_id, self._leases.get(run_id), holder)
-        self._leases[run_id] = holder
+        now = time.monotonic()
+        current = self._leases.get(run_id)
+        expired = now >= self._expiry.get(run_id, 0.0)
+        check_takeover(run_id, None if current is None else current.holder, holder, expired=expired)
+        self._expiry[run_id] = now + ttl
+        if current is not None and current.holder.token == holder.token and not expired:
+            current.ttl = ttl
+            return current
+        if current is not None:  # one memory store, one process: tell the former holder now
+            lease_lost(current, f"{holder.describe()} took the run over")
+        fence = self._fences.get(run_id, 0) + 1
+        self._fences[run_id] = fence
+        self._leases[run_id] = lease = Lease(run_id, holder, fence, ttl)
+        return lease
+
+    async def renew_lease(self, lease: Lease) -> None:
+        """Extends ``lease`` if it is still the run's.
+
+        Raises:
+            LeaseLost: Another holder took it.
+        """
+        if self._leases.get(lease.run_id) is not lease:
+            raise lease_lost(lease, "another holder took the run over")
+        self._expiry[lease.run_id] = time.monotonic() + lease.ttl
 
     def release_lease(self, run_id: str, holder: LeaseHolder) -> None:
         """Gives the lease up if ``holder`` still holds it."""
         current = self._leases.get(run_id)
-        if current is not None and current.token == holder.token:
+        if current is not None and current.holder.token == holder.token:
             del self._leases[run_id]
+            self._expiry.pop(run_id, None)
+
+    async def orphaned_runs(self, *, limit: int = 100) -> list[RunRow]:
+        """Running runs whose lease is free or expired, oldest first."""
+        now = time.monotonic()
+        rows = [
+            row
+            for row in self._runs.values()
+            if row.status == "running" and now >= self._expiry.get(row.run_id, 0.0)
+        ]
+        return sorted(rows, key=lambda r: r.created_at)[:limit]
 
     def forget_steps(self, run_id: str, prefix: str) -> None:
         """Drops the records at ``prefix`` and below it."""
@@ -201,6 +274,7 @@ class MemoryRunStore:
             self._steps.pop(run_id, None)
             self._documents.pop(run_id, None)
             self._leases.pop(run_id, None)
+            self._expiry.pop(run_id, None)
 
     async def check(self) -> list[str]:
         """Memory cannot rot."""

@@ -303,7 +303,7 @@ class RunJournal:
         self.records[address] = record
         self.store.put_step(self.run_id, address, record)
         self._announce(address, record, agent, tokens)
-        await self.store.flush()
+        await self.store.flush(self.run_id)  # LeaseLost: another process drives the run now
         failpoint("step.after_record")
 
     def step_replayed(self, address: str, record: StepRecord) -> None:

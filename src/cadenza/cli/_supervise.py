@@ -1,0 +1,75 @@
+"""``cadenza supervise``: takes over the runs whose owner stopped renewing its lease.
+
+A supervisor is a `cadenza.Runtime` with ``recover=True`` and nothing else to
+do: every few seconds it looks in the store for runs of status ``running``
+whose lease expired (their process died, or was paused or cut off past the
+lease's time to live), takes each one's lease and resumes it, replaying what
+was recorded. Several supervisors may share one store (PostgreSQL): the lease
+decides which of them takes a run, and its fencing token keeps a former owner
+that comes back from writing to it. SIGTERM or Ctrl-C stops the supervisor;
+the runs it was driving are left resumable, for another supervisor to take.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+from typing import Any
+
+import anyio
+
+from cadenza._logging import configure_logging
+from cadenza.kernel import DEFAULT_LEASE_TTL, describe_store
+
+from ._paths import STORE_HELP, StoreSpec, store_spec
+
+__all__ = ["add_supervise_command", "supervise_command"]
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not above 0 seconds")
+    return value
+
+
+def add_supervise_command(commands: Any, store: StoreSpec) -> None:
+    """Adds ``cadenza supervise`` to the command line's subcommands."""
+    supervise = commands.add_parser(
+        "supervise", help="take over and finish runs whose process died (lease expired)"
+    )
+    supervise.add_argument("--store", type=store_spec, default=store, help=STORE_HELP)
+    supervise.add_argument(
+        "--lease-ttl",
+        type=_seconds,
+        default=DEFAULT_LEASE_TTL,
+        metavar="SECONDS",
+        help=f"how long a run's lease lasts unless renewed (default: {DEFAULT_LEASE_TTL:g})",
+    )
+    supervise.add_argument("--model", help="model for steps without an agent (provider:model)")
+
+
+async def supervise_command(args: argparse.Namespace) -> int:
+    """Takes over orphaned runs until SIGTERM or SIGINT; returns the exit code."""
+    from cadenza.api import Runtime
+
+    # Takeovers are what a supervisor is for: shown unless the user chose a level.
+    configure_logging(None if "CADENZA_LOG_LEVEL" in os.environ else "info")
+    async with Runtime(
+        store=args.store, lease_ttl=args.lease_ttl, recover=True, default_model=args.model
+    ) as runtime:
+        every = runtime.recovery_interval
+        sys.stderr.write(
+            f"cadenza supervise: taking over orphaned runs of {describe_store(args.store)} "
+            f"every {every:g} s (lease {runtime.lease_ttl:g} s); SIGTERM or Ctrl-C stops\n"
+        )
+        sys.stderr.flush()
+        with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+            async for _ in signals:
+                break
+    return 0

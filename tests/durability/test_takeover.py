@@ -1,0 +1,236 @@
+"""Takeover chaos: three ``cadenza supervise`` processes share one PostgreSQL database.
+
+Thirty durable loop workflows are left orphaned (their starting runtime shut
+down); the supervisors take them over. One supervisor is killed with SIGKILL
+once some side effects have happened; another is stopped with SIGSTOP while it
+drives runs, kept stopped until every run it drove was taken over by another
+(its lease expired: a fence change), then continued. Every run must complete;
+every step's side effect (a line appended to a file by its command) must be
+recorded exactly once in the outcome the store keeps, and no step ran again
+after its completion was recorded; the continued supervisor must find its
+lease lost (its late writes refused) and stop driving.
+
+Nothing here sleeps to synchronise: every wait is for something observable
+(lines in the file, rows in the database) with a deadline.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter, defaultdict
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import anyio
+import asyncpg
+import pytest
+
+from cadenza import Runtime
+from cadenza.kernel import make_store
+from tests.conftest import WriteFlow
+
+RUNS = 30
+ITERATIONS = 8
+TTL = 2.0
+DEADLINE = 120.0
+
+FLOW = """
+name: chaos
+steps:
+  - id: work
+    loop:
+      maxIterations: {iterations}
+    command: >-
+      id=$$.$(date +%s%N); sleep 0.2;
+      echo "$CADENZA_RUN_ID $CADENZA_STEP_ADDRESS $id" >> {effects}; echo $id
+"""
+
+pytestmark = pytest.mark.timeout(240)
+
+
+async def wait_for(what: str, check: Callable[[], Awaitable[bool]], url: str | None = None) -> None:
+    """Polls ``check`` until it is true; fails after `DEADLINE` seconds naming ``what``
+    (and, given the store's ``url``, every run's status and lease)."""
+    give_up = time.monotonic() + DEADLINE
+    while not await check():
+        if time.monotonic() > give_up:
+            pytest.fail(f"gave up waiting for {what}; " + (await _state(url) if url else ""))
+        await anyio.sleep(0.05)
+
+
+async def _state(url: str) -> str:
+    connection = await asyncpg.connect(url)
+    try:
+        rows = await connection.fetch(
+            "SELECT r.run_id, r.status, l.holder, l.fence, "
+            "l.expires_at - extract(epoch FROM clock_timestamp()) AS left "
+            "FROM cadenza_runs r LEFT JOIN cadenza_leases l USING (run_id) ORDER BY r.run_id"
+        )
+    finally:
+        await connection.close()
+    return "\n".join(str(dict(row)) for row in rows)
+
+
+def effect_lines(path: Path) -> list[tuple[str, str, str]]:
+    if not path.exists():
+        return []
+    return [tuple(line.split()) for line in path.read_text().splitlines() if line.strip()]  # type: ignore[misc]
+
+
+async def owners(url: str) -> Counter[int]:
+    """How many running runs each supervisor process holds an unexpired lease of, by pid."""
+    connection = await asyncpg.connect(url)
+    try:
+        rows = await connection.fetch(
+            "SELECT l.holder FROM cadenza_leases l JOIN cadenza_runs r USING (run_id) "
+            "WHERE r.status = 'running' "
+            "AND l.expires_at > extract(epoch FROM clock_timestamp())"
+        )
+    finally:
+        await connection.close()
+    return Counter(json.loads(row["holder"])["pid"] for row in rows)
+
+
+async def held_by(url: str, pid: int) -> int:
+    """Running runs whose lease row still names ``pid`` (expired or not)."""
+    connection = await asyncpg.connect(url)
+    try:
+        rows = await connection.fetch(
+            "SELECT l.holder FROM cadenza_leases l JOIN cadenza_runs r USING (run_id) "
+            "WHERE r.status = 'running'"
+        )
+    finally:
+        await connection.close()
+    return sum(1 for row in rows if json.loads(row["holder"])["pid"] == pid)
+
+
+async def statuses(url: str) -> Counter[str]:
+    connection = await asyncpg.connect(url)
+    try:
+        rows = await connection.fetch("SELECT status FROM cadenza_runs")
+    finally:
+        await connection.close()
+    return Counter(row["status"] for row in rows)
+
+
+def supervisor(url: str, cwd: Path, n: int) -> tuple[subprocess.Popen[bytes], Path]:
+    log = cwd / f"supervisor-{n}.log"
+    with log.open("wb") as stderr:  # the child has its own copy of the descriptor
+        process = subprocess.Popen(
+            [sys.executable, "-m", "cadenza", "supervise", "--store", url, "--lease-ttl", str(TTL)],
+            cwd=cwd,
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+            env={**os.environ, "CADENZA_LOG_LEVEL": "info"},
+        )
+    return process, log
+
+
+async def test_three_supervisors_finish_every_run_once_through_a_kill_and_a_stop(
+    tmp_path: Path, write_flow: WriteFlow, postgres_url: str
+) -> None:
+    effects = tmp_path / "effects.txt"
+    flow = write_flow(FLOW.format(iterations=ITERATIONS, effects=effects))
+    chance = random.Random()
+    processes = [supervisor(postgres_url, tmp_path, n) for n in range(3)]
+    try:
+        # The runs start here and are orphaned at once: this runtime shuts down,
+        # leaving each running with its lease released, for the supervisors.
+        async with Runtime(store=postgres_url, lease_ttl=TTL, shutdown_deadline=0.0) as starter:
+            for n in range(RUNS):
+                await starter.start(flow, run_id=f"r{n:02}")
+
+        # SIGKILL, at a random point: once some side effects have happened.
+        kill_after = chance.randrange(RUNS, RUNS * ITERATIONS // 3)
+        await wait_for("side effects", lambda: _at_least(effects, kill_after))
+        by_pid = {p.pid: (p, log) for p, log in processes}
+        await wait_for("an owner to kill", lambda: _owner_among(postgres_url, by_pid))
+        victim = (await owners(postgres_url)).most_common(1)[0][0]
+        by_pid[victim][0].kill()
+        by_pid[victim][0].wait()
+        del by_pid[victim]
+
+        # SIGSTOP an owner of runs past its lease, until others took each of its runs.
+        await wait_for("an owner to stop", lambda: _owner_among(postgres_url, by_pid))
+        counts = await owners(postgres_url)
+        stopped_pid = max(by_pid, key=lambda pid: counts.get(pid, 0))
+        stopped, stopped_log = by_pid[stopped_pid]
+        stopped.send_signal(signal.SIGSTOP)
+        try:
+            assert await held_by(postgres_url, stopped_pid) > 0
+            await wait_for(
+                "the stopped owner's runs to be taken over",
+                lambda: _none_held_by(postgres_url, stopped_pid),
+                postgres_url,
+            )
+        finally:
+            stopped.send_signal(signal.SIGCONT)
+
+        await wait_for("every run to complete", lambda: _all_completed(postgres_url), postgres_url)
+        await wait_for("the continued owner to find its lease lost", lambda: _said(stopped_log))
+    finally:
+        for process, _ in processes:
+            if process.poll() is None:
+                process.send_signal(signal.SIGCONT)
+                process.terminate()
+        for process, _ in processes:
+            process.wait(timeout=30)
+
+    await _assert_each_effect_once(postgres_url, effects)
+
+
+async def _at_least(effects: Path, n: int) -> bool:
+    return len(effect_lines(effects)) >= n
+
+
+async def _owner_among(url: str, pids: dict[int, object]) -> bool:
+    return any(pid in pids for pid in await owners(url))
+
+
+async def _none_held_by(url: str, pid: int) -> bool:
+    return await held_by(url, pid) == 0
+
+
+async def _all_completed(url: str) -> bool:
+    return await statuses(url) == Counter({"completed": RUNS})
+
+
+async def _said(log: Path) -> bool:
+    return "lease lost" in await anyio.Path(log).read_text()
+
+
+async def _assert_each_effect_once(url: str, effects: Path) -> None:
+    """The store's outcome of every step is one execution, the last one of that step:
+    no step ran again once its completion was recorded. Executions beyond one per step
+    are only those cut short by a takeover (at most one per takeover of a run)."""
+    lines = effect_lines(effects)
+    executions: dict[tuple[str, str], list[str]] = defaultdict(list)
+    for run_id, address, execution in lines:
+        executions[run_id, address].append(execution)
+    store = make_store(url)
+    await store.open()
+    try:
+        for n in range(RUNS):
+            run_id = f"r{n:02}"
+            records = await store.steps(run_id)
+            mine = {a: e for (r, a), e in executions.items() if r == run_id}
+            assert len(mine) == ITERATIONS, (run_id, sorted(mine))
+            for address, ran in mine.items():
+                record = records[address]
+                assert record.status == "completed", (run_id, address, record)
+                recorded = str(record.content).strip()
+                assert ran[-1] == recorded, (run_id, address, ran, recorded)
+                assert ran.count(recorded) == 1
+            takeovers = sum(
+                1 for event in await store.events(run_id) if event.type == "run_resumed"
+            )
+            extra = sum(len(ran) - 1 for ran in mine.values())
+            assert extra <= takeovers, (run_id, extra, takeovers)
+    finally:
+        await store.close()
