@@ -24,7 +24,7 @@ import subprocess
 import sys
 import time
 from collections import Counter, defaultdict
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 
 import anyio
@@ -189,7 +189,7 @@ async def _at_least(effects: Path, n: int) -> bool:
     return len(effect_lines(effects)) >= n
 
 
-async def _owner_among(url: str, pids: dict[int, object]) -> bool:
+async def _owner_among(url: str, pids: Mapping[int, object]) -> bool:
     return any(pid in pids for pid in await owners(url))
 
 
