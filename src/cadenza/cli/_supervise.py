@@ -13,6 +13,7 @@ the runs it was driving are left resumable, for another supervisor to take.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
 import sys
@@ -29,27 +30,21 @@ __all__ = ["add_supervise_command", "supervise_command"]
 
 
 def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"{text!r} is not above 0 seconds")
-    return value
+    """A number of seconds above 0 (``--lease-ttl 15``)."""
+    with contextlib.suppress(ValueError):
+        if (value := float(text)) > 0:
+            return value
+    raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds above 0")
 
 
 def add_supervise_command(commands: Any, store: StoreSpec) -> None:
     """Adds ``cadenza supervise`` to the command line's subcommands."""
-    supervise = commands.add_parser(
-        "supervise", help="take over and finish runs whose process died (lease expired)"
-    )
+    what = "take over and finish runs whose process died (lease expired)"
+    supervise = commands.add_parser("supervise", help=what)
     supervise.add_argument("--store", type=store_spec, default=store, help=STORE_HELP)
+    ttl = f"how long a run's lease lasts unless renewed (default: {DEFAULT_LEASE_TTL:g})"
     supervise.add_argument(
-        "--lease-ttl",
-        type=_seconds,
-        default=DEFAULT_LEASE_TTL,
-        metavar="SECONDS",
-        help=f"how long a run's lease lasts unless renewed (default: {DEFAULT_LEASE_TTL:g})",
+        "--lease-ttl", type=_seconds, default=DEFAULT_LEASE_TTL, metavar="SECONDS", help=ttl
     )
     supervise.add_argument("--model", help="model for steps without an agent (provider:model)")
 

@@ -230,11 +230,11 @@ class PostgresRunStore:
         self._writer.put(_END_RUN, (status, time.time(), encoded, run_id), lease)
 
     async def flush(self, run_id: str | None = None) -> None:
-        """Waits until everything queued before this call is committed.
+        """Returns once the writer task has committed all that was queued before.
 
         Raises:
-            StoreError: The writer failed; the run cannot be recorded any further.
-            LeaseLost: ``run_id``'s lease was lost: its writes were refused.
+            StoreError: The task failed: nothing more can be recorded.
+            LeaseLost: ``run_id``'s lease went to another owner; its writes were refused.
         """
         self._leases.raise_if_lost(run_id)
         await self._writer.flush()
