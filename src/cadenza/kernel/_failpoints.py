@@ -26,7 +26,7 @@ from __future__ import annotations
 import os
 import signal
 
-__all__ = ["ENVIRONMENT", "FAILPOINTS", "arm", "failpoint"]
+__all__ = ["ARMED", "ENVIRONMENT", "FAILPOINTS", "arm", "failpoint"]
 
 ENVIRONMENT = "CADENZA_FAILPOINT"
 """The environment variable that arms failpoints: ``name:count[,name:count...]``."""
@@ -45,6 +45,8 @@ FAILPOINTS = frozenset(
 
 # name -> hits still to go before the kill; empty when nothing is armed.
 _armed: dict[str, int] = {}
+ARMED = _armed
+"""The armed failpoints (changed in place by `arm`): a hot path tests it before the call."""
 
 
 def arm(specification: str | None) -> None:
