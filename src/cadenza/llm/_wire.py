@@ -135,8 +135,8 @@ class HTTPModelClient:
                 f"{self._missing_key} is not set (needed by model {self._provider}:{request.model})"
             )
         what = f"{self._provider} model {request.model}"
-        on_delta = hooks.get("on_delta")
-        stream = self._wire.stream if on_delta is not None else None
+        on_delta, factory = hooks.get("on_delta"), self._wire.stream
+        stream = None if factory is None or on_delta is None else (factory, on_delta)
         reply, attempts = await self._caller.post(
             self._url,
             self._headers,
@@ -145,7 +145,7 @@ class HTTPModelClient:
             secrets=self._secrets,
             on_retry=hooks.get("on_retry"),
             max_attempts=None if request.max_retries is None else request.max_retries + 1,
-            stream=None if stream is None or on_delta is None else (stream, on_delta),
+            stream=stream,
         )
         if not isinstance(reply, bytes):
             return reply.completion(what=what, model=request.model, attempts=attempts)

@@ -50,12 +50,13 @@ class IsolationError(CadenzaError):
 class StepWorktree:
     """One step's worktree: where it is, and the step's directory inside it."""
 
-    __slots__ = ("base_dir", "branch", "path")
+    __slots__ = ("base_dir", "branch", "commit", "path")
 
     def __init__(self, path: Path, base_dir: Path, branch: str) -> None:
         self.path = path
         self.base_dir = base_dir
         self.branch = branch
+        self.commit: str | None = None  # set once the step's changes are committed
 
 
 class Worktrees:
@@ -102,6 +103,7 @@ class Worktrees:
             message = f"cadenza: {worktree.branch.split('/', 2)[2]} of run {self.run_id}"
             identity = await self._identity(path)
             await self._git(path, *identity, "commit", "--quiet", "--no-verify", "-m", message)
+            worktree.commit = (await self._git(path, "rev-parse", "HEAD")).strip()
         else:
             worktree.branch = ""
         await self._git(top, "worktree", "remove", "--force", str(path))
@@ -113,11 +115,6 @@ class Worktrees:
         except IsolationError:
             return _IDENTITY
         return ()
-
-    async def commit_of(self, branch: str) -> str:
-        """The commit a step's branch points at."""
-        top, _ = await self._find_repository()
-        return (await self._git(top, "rev-parse", branch)).strip()
 
     async def _find_repository(self) -> tuple[Path, Path]:
         if self._repository is None:

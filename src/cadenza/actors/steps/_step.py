@@ -207,8 +207,7 @@ class StepActor(PlacedActor):
                 raise
             finally:
                 self.document = shared
-        commit = await worktrees.commit_of(worktree.branch) if worktree.branch else None
-        done = WorktreeDone(branch=worktree.branch or None, commit=commit)
+        done = WorktreeDone(branch=worktree.branch or None, commit=worktree.commit)
         journal.emit(WORKTREE_DONE, step_id=address, data=done)
         return outcome
 
