@@ -19,7 +19,14 @@ import pytest
 
 from cadenza import StoreError
 from cadenza.errors import LeaseHeld, LeaseLost
-from cadenza.kernel import LeaseHolder, RunRow, RunStore, SqliteRunStore
+from cadenza.kernel import (
+    CancelCommand,
+    LeaseHolder,
+    MessageCommand,
+    RunRow,
+    RunStore,
+    SqliteRunStore,
+)
 from cadenza.protocols import Event, RunResult, StepRecord
 from tests.conftest import StoreFactory
 
@@ -316,3 +323,55 @@ async def test_a_lease_taken_by_two_at_once_goes_to_one(
     finally:
         for each in stores:
             await each.close()
+
+
+async def test_commands_are_taken_once_by_run_in_the_order_sent(store: RunStore) -> None:
+    """A command waits for its run's owner; taking removes it; other runs' stay."""
+    store.begin_run(row("a"))
+    store.begin_run(row("b"))
+    await store.flush()
+    await store.send_command("a", MessageCommand("writer", "first"))
+    await store.send_command("b", CancelCommand("not yours"))
+    await store.send_command("a", CancelCommand("enough"))
+    assert await store.take_commands([]) == []
+    assert await store.take_commands(["a", "missing"]) == [
+        ("a", MessageCommand("writer", "first")),
+        ("a", CancelCommand("enough")),
+    ]
+    assert await store.take_commands(["a"]) == []
+    await store.delete_runs(["b"])
+    assert await store.take_commands(["b"]) == []
+
+
+async def test_a_command_sent_through_one_store_is_taken_through_another(
+    durable_store_factory: StoreFactory,
+) -> None:
+    """Two processes' stores on one file or database: what one sends, the other takes."""
+    sender, owner = durable_store_factory(), durable_store_factory()
+    await sender.open()
+    await owner.open()
+    try:
+        await sender.send_command("r", MessageCommand("critic", "look again", kind="request"))
+        assert await owner.take_commands(["r"]) == [
+            ("r", MessageCommand("critic", "look again", kind="request"))
+        ]
+        assert await sender.take_commands(["r"]) == []
+    finally:
+        await sender.close()
+        await owner.close()
+
+
+async def test_answered_runs_are_waiting_runs_whose_newest_event_is_an_answer(
+    store: RunStore,
+) -> None:
+    """Waiting and answered: listed; waiting unanswered, answered then resumed: not."""
+    for n, run_id in enumerate(("answered", "unanswered", "resumed", "running")):
+        store.begin_run(row(run_id, created_at=float(n)))
+        store.append_event(Event(type="workflow_end", timestamp="t", run_id=run_id, seq=1))
+        if run_id != "running":
+            store.end_run(run_id, "waiting", None)
+    for run_id in ("answered", "resumed", "running"):
+        store.append_event(Event(type="signal_received", timestamp="t", run_id=run_id, seq=2))
+    store.append_event(Event(type="workflow_start", timestamp="t", run_id="resumed", seq=3))
+    await store.flush()
+    assert [r.run_id for r in await store.answered_runs()] == ["answered"]

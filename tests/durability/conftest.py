@@ -8,7 +8,14 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from cadenza.kernel import DEFAULT_LEASE_TTL, Lease, LeaseHolder, RunRow, SqliteRunStore
+from cadenza.kernel import (
+    DEFAULT_LEASE_TTL,
+    Command,
+    Lease,
+    LeaseHolder,
+    RunRow,
+    SqliteRunStore,
+)
 from cadenza.protocols import Event, RunResult, RunStatus, StepRecord
 from cadenza.testing.pytest_plugin import llm_server as llm_server
 
@@ -101,6 +108,15 @@ class PowerCut:
 
     async def orphaned_runs(self, *, limit: int = 100) -> list[RunRow]:
         return await self.inner.orphaned_runs(limit=limit)
+
+    async def answered_runs(self, *, limit: int = 100) -> list[RunRow]:
+        return await self.inner.answered_runs(limit=limit)
+
+    async def send_command(self, run_id: str, command: Command) -> None:
+        await self.inner.send_command(run_id, command)
+
+    async def take_commands(self, run_ids: Sequence[str]) -> list[tuple[str, Command]]:
+        return await self.inner.take_commands(run_ids)
 
     def forget_steps(self, run_id: str, prefix: str) -> None:
         if not self.dead:

@@ -42,6 +42,7 @@ import anyio.abc
 import httpx
 
 from cadenza._logging import get_logger
+from cadenza._redact import redact
 from cadenza.actors import (
     RUN_INTERRUPTED,
     EventSink,
@@ -61,10 +62,13 @@ from cadenza.actors.run import (
 from cadenza.errors import CadenzaError, InputError, LeaseHeld, LeaseLost, StoreError
 from cadenza.kernel import (
     DEFAULT_LEASE_TTL,
+    CancelCommand,
     Cancellable,
     Clock,
+    Command,
     Lease,
     LeaseHolder,
+    MessageCommand,
     RunRow,
     RunStore,
     SystemClock,
@@ -120,6 +124,11 @@ SHUTDOWN_DEADLINE = 10.0
 
 SHUTTING_DOWN = "the runtime is shutting down"
 """Why the runs a shutdown interrupts stopped (the ``run_interrupted`` event's message)."""
+
+COMMAND_INTERVAL = 0.5
+"""Seconds between two looks for commands sent through the store to the runs a
+runtime drives: the most a `Runtime.cancel` or `Runtime.post_message` made in
+another process waits before the run's owner acts (plus one store round trip)."""
 
 RECOVERY_INTERVAL = 5.0
 """Most seconds between two looks for orphaned runs by a runtime with ``recover=True``."""
@@ -395,6 +404,10 @@ class Runtime:
         ``lease_ttl``, at most `RECOVERY_INTERVAL`. A run whose owner died is taken
         over within ``lease_ttl`` plus this after the owner's last renewal."""
         self._recovery: anyio.CancelScope | None = None
+        self._commands = anyio.CancelScope()
+        self.command_interval = COMMAND_INTERVAL
+        """Seconds between two looks for commands (`cancel`, `post_message`) that
+        other processes sent to the runs this runtime drives."""
         self._unrecoverable: set[str] = set()  # orphans whose resume failed: not retried
         self.clock: Clock = clock or SystemClock()
         self.max_concurrency = max_concurrency
@@ -450,6 +463,7 @@ class Runtime:
         if self.recover:
             self._recovery = anyio.CancelScope()
             self._group.start_soon(self._recover, self._recovery, name="cadenza recovery")
+        self._group.start_soon(self._take_commands, self._commands, name="cadenza commands")
         return self
 
     async def __aexit__(
@@ -464,6 +478,7 @@ class Runtime:
                 return
             if self._recovery is not None:
                 self._recovery.cancel()  # takes nothing more over while it shuts down
+            self._commands.cancel()
             # Interrupted, not cancelled: each run stays resumable (status running).
             for handle in list(self._runs.values()):
                 if not handle.done:
@@ -652,20 +667,26 @@ class Runtime:
         return result
 
     async def _recover(self, scope: anyio.CancelScope) -> None:
-        """Takes over orphaned runs every ``recovery_interval`` seconds until cancelled."""
+        """Takes over orphaned and answered runs every ``recovery_interval`` seconds."""
         with scope:
             while True:
-                await self._take_over_orphans()
+                await self._take_over()
                 await anyio.sleep(self.recovery_interval)
 
-    async def _take_over_orphans(self) -> None:
-        """Resumes each orphaned run of the store that this runtime can take the lease of."""
+    async def _take_over(self) -> None:
+        """Resumes each run of the store that nobody drives and that can go on.
+
+        Those are orphaned runs (their owner stopped renewing its lease) and
+        waiting runs a person answered since they stopped (`signal`, through
+        any replica).
+        """
         try:
-            orphans = await self.store.orphaned_runs(limit=1000)
-        except StoreError as error:  # the database is away: look again next time
-            _log.warning("cannot look for orphaned runs", error=str(error))
+            rows = await self.store.orphaned_runs(limit=1000)
+            rows += await self.store.answered_runs(limit=1000)
+        except Exception as error:
+            _log.warning("cannot look for runs to take over", error=redact(str(error)))
             return
-        for row in orphans:
+        for row in rows:
             if row.run_id in self._runs or row.run_id in self._unrecoverable:
                 continue
             try:
@@ -712,6 +733,17 @@ class Runtime:
             LeaseHeld: Another live process (or this runtime) is driving the run.
             CorruptRecord: A stored record is unreadable or inconsistent; nothing runs.
         """
+        return await self._resume(run_id, max_concurrency=max_concurrency, on_event=on_event)
+
+    async def _resume(
+        self,
+        run_id: str,
+        *,
+        max_concurrency: int | None = None,
+        on_event: EventSink | None = None,
+        cancel: str | None = None,
+    ) -> RunHandle:
+        """`resume`; with ``cancel``, the run is cancelled before any step starts."""
         if self._group is None:
             raise CadenzaError("the runtime is not running; use it as 'async with Runtime()'")
         row = await get_row(self.store, run_id)
@@ -719,6 +751,8 @@ class Runtime:
         if on_event is not None:
             journal.subscribe(on_event)
         handle = RunHandle(run_id, journal, self.store, RunControl(), self.clock)
+        if cancel is not None:
+            handle._control.cancel(cancel)
         if row.status in FINISHED:
             handle._finish(finished_result(row))
             return handle
@@ -759,6 +793,95 @@ class Runtime:
             LeaseHeld: A process is driving the run right now.
         """
         await record_signal(self.store, run_id, address, data)
+
+    async def cancel(
+        self, run_id: str, reason: str = "cancelled by the caller"
+    ) -> RunHandle | None:
+        """Cancels a run wherever it is driven; it ends ``cancelled`` (see `RunHandle.cancel`).
+
+        A run this runtime drives is cancelled at once. A run another process
+        drives (a replica sharing the store) is cancelled by that process when
+        it next looks for commands, within its `command_interval`; the request
+        waits in the store, so if that process dies first, whoever takes the
+        run over cancels it. A run nobody drives (waiting for a person, or
+        interrupted) is taken up here only to be cancelled: no step starts.
+
+        Returns:
+            The run's handle when this runtime drives it (its result tells when
+            the run has ended), or None when another process was asked.
+
+        Raises:
+            RunNotFound: No such run.
+            CadenzaError: The run has finished.
+        """
+        handle = self._runs.get(run_id)
+        if handle is not None and not handle.done:
+            handle.cancel(reason)
+            return handle
+        row = await get_row(self.store, run_id)
+        if row.status in FINISHED:
+            raise CadenzaError(f"run {run_id!r} has finished ({row.status}); nothing to cancel")
+        try:
+            return await self._resume(run_id, cancel=reason)
+        except LeaseHeld:  # another process drives it: that process cancels it
+            await self.store.send_command(run_id, CancelCommand(reason))
+            return None
+
+    async def post_message(
+        self, run_id: str, target: str, text: str, *, kind: str = "info"
+    ) -> None:
+        """Sends a message to a step of a run wherever it is driven (`RunHandle.post_message`).
+
+        A run this runtime drives gets it at once; a run another process drives
+        gets it when that process next looks for commands (within its
+        `command_interval`), or, if that process dies first, from whoever takes
+        the run over.
+
+        Raises:
+            RunNotFound: No such run.
+            CadenzaError: The run is not running (it has finished or waits for a person).
+        """
+        handle = self._runs.get(run_id)
+        if handle is not None and not handle.done and handle._control.context is not None:
+            await handle.post_message(target, text, kind=kind)
+            return
+        row = await get_row(self.store, run_id)
+        if row.status != "running":
+            raise CadenzaError(f"run {run_id!r} is {row.status}; it takes no messages")
+        await self.store.send_command(run_id, MessageCommand(target, text, kind))
+
+    async def _take_commands(self, scope: anyio.CancelScope) -> None:
+        """Carries out, every `command_interval`, what other processes sent to our runs."""
+        with scope:
+            while True:
+                await anyio.sleep(self.command_interval)
+                ready = [
+                    run_id
+                    for run_id, handle in self._runs.items()
+                    if not handle.done and handle._control.context is not None
+                ]
+                if not ready:
+                    continue
+                try:
+                    commands = await self.store.take_commands(ready)
+                except Exception as error:
+                    _log.warning("cannot look for commands", error=redact(str(error)))
+                    continue
+                for run_id, command in commands:
+                    await self._carry_out(run_id, command)
+
+    async def _carry_out(self, run_id: str, command: Command) -> None:
+        handle = self._runs.get(run_id)
+        if handle is None or handle.done:  # it ended since we looked: nothing left to do
+            _log.info("command for an ended run dropped", run_id=run_id, command=command)
+            return
+        if isinstance(command, CancelCommand):
+            handle.cancel(command.reason)
+            return
+        try:
+            await handle.post_message(command.target, command.text, kind=command.kind)
+        except CadenzaError as error:
+            _log.warning("message not delivered", run_id=run_id, error=str(error))
 
     async def pending_inputs(self, run_id: str) -> dict[str, dict[str, Any]]:
         """What the run waits for: ``{address: {prompt, schema}}``."""

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "add_durable_commands",
+    "cancel_command",
     "maintain_runs",
     "parse_age",
     "resume_command",
@@ -71,6 +72,11 @@ def add_durable_commands(
     signal.add_argument("address", help="the waiting step's address (loop.2.approve)")
     signal.add_argument("--data", required=True, help="the answer, as JSON")
     signal.add_argument("--store", type=store_spec, default=store, help=STORE_HELP)
+
+    cancel = commands.add_parser("cancel", help="cancel a run, whichever process drives it")
+    cancel.add_argument("run_id")
+    cancel.add_argument("--reason", default="cancelled with cadenza cancel", help="recorded")
+    cancel.add_argument("--store", type=store_spec, default=store, help=STORE_HELP)
 
     runs.add_argument("--older-than", type=parse_age, metavar="AGE", help="prune: e.g. 7d")
     runs.add_argument("--keep", type=positive, metavar="N", help="prune: the N newest finished")
@@ -157,3 +163,20 @@ async def maintain_runs(args: argparse.Namespace) -> int:
             sys.stdout.write(f"{run_id}\n")
         sys.stderr.write(f"pruned {len(pruned)} finished run(s)\n")
         return 0
+
+
+async def cancel_command(args: argparse.Namespace) -> int:
+    """``cadenza cancel``: cancels the run where it is driven; exit 2 if it has finished."""
+    from cadenza.api import Runtime  # loaded by the commands that need it
+
+    async with Runtime(store=_store(args)) as runtime:
+        handle = await runtime.cancel(args.run_id, args.reason)
+        if handle is not None:  # nobody drove it: it was taken up here to be cancelled
+            result = await handle.result()
+            sys.stdout.write(f"run {args.run_id} is {result.status}\n")
+            return 0
+    sys.stdout.write(
+        f"asked the process that drives run {args.run_id} to cancel it: it does within "
+        "a second (or, if that process is gone, whoever takes the run over does)\n"
+    )
+    return 0

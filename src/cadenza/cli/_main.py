@@ -30,7 +30,13 @@ from cadenza.workflow import (
     validate_file,
 )
 
-from ._durable import add_durable_commands, maintain_runs, resume_command, signal_command
+from ._durable import (
+    add_durable_commands,
+    cancel_command,
+    maintain_runs,
+    resume_command,
+    signal_command,
+)
 from ._paths import DEFAULT_STORE, STORE_HELP, existing_store, store_spec
 from ._permissions import add_permission_options
 from ._remote import add_remote_commands, add_run_options, keys_command, worker_command
@@ -278,6 +284,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return anyio.run(resume_command, args)
         if args.command == "signal":
             return anyio.run(signal_command, args)
+        if args.command == "cancel":
+            return anyio.run(cancel_command, args)
         if args.command == "serve":
             return serve_command(args)
         if args.command == "supervise":

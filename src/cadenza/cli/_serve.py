@@ -53,6 +53,12 @@ def add_serve_command(commands: Any, store: StoreSpec) -> None:
         "required to listen on anything but loopback",
     )
     serve.add_argument("--model", help="model for steps without an agent (provider:model)")
+    serve.add_argument(
+        "--recover",
+        action="store_true",
+        help="also take over the store's runs whose owner died, and waiting runs that "
+        "were answered (several replicas on one PostgreSQL store: docs/deploying.md)",
+    )
 
 
 def serve_command(args: argparse.Namespace) -> int:
@@ -75,6 +81,7 @@ def serve_command(args: argparse.Namespace) -> int:
         port=args.port,
         token=token,
         default_model=args.model,
+        recover=args.recover,
     )
     options.check()
     guard = " (every request needs the token)" if token else ""
@@ -83,8 +90,8 @@ def serve_command(args: argparse.Namespace) -> int:
 
     def ready(url: str) -> None:
         sys.stderr.write(
-            f"cadenza serve: listening on {url}/{guard}; store {store}, root {args.root}; "
-            "Ctrl-C stops\n"
+            f"cadenza serve: listening on {url}/{guard}; store {store}, root {args.root}"
+            f"{'; taking over orphaned runs' if args.recover else ''}; Ctrl-C stops\n"
         )
         sys.stderr.flush()
 

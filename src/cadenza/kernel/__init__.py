@@ -35,7 +35,10 @@ from ._restart import SupervisorStatistics as SupervisorStatistics
 from ._slots import Slots as Slots
 from ._sqlite import SCHEMA_VERSION as SCHEMA_VERSION
 from ._sqlite import SqliteRunStore as SqliteRunStore
+from ._store import CancelCommand as CancelCommand
+from ._store import Command as Command
 from ._store import MemoryRunStore as MemoryRunStore
+from ._store import MessageCommand as MessageCommand
 from ._store import RunRow as RunRow
 from ._store import RunStore as RunStore
 from ._store import is_under as is_under
@@ -55,8 +58,10 @@ __all__ = [
     "ActorRef",
     "ActorState",
     "Address",
+    "CancelCommand",
     "Cancellable",
     "Clock",
+    "Command",
     "DeadLetter",
     "FakeClock",
     "Inbox",
@@ -66,6 +71,7 @@ __all__ = [
     "LoopGuard",
     "LoopWatchdog",
     "MemoryRunStore",
+    "MessageCommand",
     "PostgresRunStore",
     "Restart",
     "RestartStrategy",

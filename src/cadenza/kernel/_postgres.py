@@ -36,7 +36,7 @@ from ._lease import DEFAULT_LEASE_TTL, HeldLeases, Lease, LeaseHolder, lease_los
 from ._postgres_schema import NOW, integrity_problems, migrate, renew_lease, take_lease
 from ._postgres_writer import PostgresWriter, Statement
 from ._records import crc, read_document, read_events, read_run, read_steps, run_columns
-from ._store import RunRow
+from ._store import ANSWERED, Command, RunRow, encode_command, read_commands
 from ._urls import redacted_url, url_password
 
 __all__ = ["PostgresRunStore"]
@@ -102,7 +102,7 @@ _FORGET_STEPS = Statement(
 )
 _DELETE_RUN = [
     Statement(f"DELETE FROM cadenza_{table} WHERE run_id = $1", table)
-    for table in ("events", "steps", "documents", "leases", "runs")
+    for table in ("events", "steps", "documents", "leases", "commands", "runs")
 ]
 _RUN_COLUMNS = "run_id, workflow, path, status, inputs, created_at, updated_at, result"
 
@@ -329,6 +329,37 @@ class PostgresRunStore:
             limit,
         )
         return [read_run(r) for r in rows]
+
+    async def answered_runs(self, *, limit: int = 100) -> list[RunRow]:
+        """Waiting runs whose newest event is an answer, oldest first."""
+        rows = await self._open_pool().fetch(
+            f"SELECT {_RUN_COLUMNS} FROM cadenza_runs r WHERE status = 'waiting' AND "
+            "(SELECT type FROM cadenza_events e WHERE e.run_id = r.run_id "
+            "ORDER BY seq DESC LIMIT 1) = $1 ORDER BY created_at LIMIT $2",
+            ANSWERED,
+            limit,
+        )
+        return [read_run(r) for r in rows]
+
+    async def send_command(self, run_id: str, command: Command) -> None:
+        """Records ``command`` for the run's owner, committed when it returns."""
+        await self._open_pool().execute(
+            "INSERT INTO cadenza_commands (run_id, body, created_at) VALUES ($1, $2, $3)",
+            run_id,
+            encode_command(command).decode(),
+            time.time(),
+        )
+
+    async def take_commands(self, run_ids: Sequence[str]) -> list[tuple[str, Command]]:
+        """Removes the commands for these runs and returns them, oldest first (one statement)."""
+        if not run_ids:
+            return []
+        rows = await self._open_pool().fetch(
+            "DELETE FROM cadenza_commands WHERE run_id = ANY($1::text[]) "
+            "RETURNING id, run_id, body",
+            list(run_ids),
+        )
+        return read_commands(sorted(rows, key=lambda row: row[0]))
 
     def forget_steps(self, run_id: str, prefix: str) -> None:
         """Queues the removal of the records at ``prefix`` and below it."""

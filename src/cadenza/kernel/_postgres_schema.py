@@ -90,6 +90,16 @@ MIGRATIONS: tuple[str, ...] = (
         ADD COLUMN expires_at double precision NOT NULL DEFAULT 0;
     CREATE INDEX cadenza_runs_by_status ON cadenza_runs (status);
     """,
+    # 3: commands for a run's owner from other processes (cancel, post a message).
+    """
+    CREATE TABLE cadenza_commands (
+        id         bigserial PRIMARY KEY,
+        run_id     text NOT NULL,
+        body       text NOT NULL,
+        created_at double precision NOT NULL
+    );
+    CREATE INDEX cadenza_commands_by_run ON cadenza_commands (run_id);
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -43,7 +43,7 @@ from ._sqlite_schema import (
     take_lease,
 )
 from ._sqlite_writer import GroupWriter, Statement
-from ._store import RunRow
+from ._store import ANSWERED, Command, RunRow, encode_command, read_commands
 
 __all__ = ["SCHEMA_VERSION", "SqliteRunStore"]
 
@@ -75,8 +75,14 @@ _FORGET_STEPS = Statement(
 )
 _DELETE_RUN = [
     Statement(f"DELETE FROM {table} WHERE run_id = ?", table)
-    for table in ("events", "steps", "documents", "leases", "runs")
+    for table in ("events", "steps", "documents", "leases", "commands", "runs")
 ]
+_SEND_COMMAND = Statement(
+    "INSERT INTO commands (run_id, body, created_at) VALUES (?, ?, ?)", "commands"
+)
+_TAKE_COMMANDS = Statement(
+    "DELETE FROM commands WHERE id IN (SELECT value FROM json_each(?))", "commands"
+)
 
 
 class SqliteRunStore:
@@ -246,6 +252,36 @@ class SqliteRunStore:
             (time.time(), limit),
         )
         return [read_run(r) for r in rows]
+
+    async def answered_runs(self, *, limit: int = 100) -> list[RunRow]:
+        """Waiting runs whose newest event is an answer, oldest first."""
+        rows = await self._read(
+            "SELECT * FROM runs WHERE status = 'waiting' AND (SELECT type FROM events "
+            "WHERE events.run_id = runs.run_id ORDER BY seq DESC LIMIT 1) = ? "
+            "ORDER BY created_at LIMIT ?",
+            (ANSWERED, limit),
+        )
+        return [read_run(r) for r in rows]
+
+    async def send_command(self, run_id: str, command: Command) -> None:
+        """Records ``command`` for the run's owner and waits for its commit."""
+        self._writer.put(_SEND_COMMAND, (run_id, encode_command(command), time.time()))
+        await self._writer.flush()
+
+    async def take_commands(self, run_ids: Sequence[str]) -> list[tuple[str, Command]]:
+        """Removes the commands for these runs and returns them, oldest first."""
+        if not run_ids:
+            return []
+        rows = await self._read(
+            "SELECT id, run_id, body FROM commands "
+            "WHERE run_id IN (SELECT value FROM json_each(?)) ORDER BY id",
+            (_encode(list(run_ids)),),
+        )
+        if not rows:
+            return []
+        self._writer.put(_TAKE_COMMANDS, (_encode([row[0] for row in rows]),))
+        await self._writer.flush()
+        return read_commands(rows)
 
     def forget_steps(self, run_id: str, prefix: str) -> None:
         """Queues the removal of the records at ``prefix`` and below it."""

@@ -4,8 +4,9 @@ Schema version 2 (``PRAGMA user_version``) adds to version 1 a CRC-32 beside
 every event and step record, a ``documents`` table (what a resume replays) and
 a ``leases`` table (which process drives a run). Version 3 gives each lease a
 fencing token and an expiry (``_lease.py``) and indexes runs by status (what
-takeover looks for). An older store is upgraded in place when it is opened; a
-store of a newer version is refused.
+takeover looks for). Version 4 adds the ``commands`` table: what other
+processes ask of a run's owner (cancel, post a message). An older store is
+upgraded in place when it is opened; a store of a newer version is refused.
 
 Every stored body is msgspec JSON, checked when it is read back (``_records``).
 """
@@ -34,7 +35,7 @@ __all__ = [
     "take_lease",
 ]
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -78,6 +79,13 @@ CREATE TABLE IF NOT EXISTS leases (
     expires_at REAL NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS runs_by_status ON runs (status);
+CREATE TABLE IF NOT EXISTS commands (
+    id         INTEGER PRIMARY KEY,
+    run_id     TEXT NOT NULL,
+    body       TEXT NOT NULL,
+    created_at REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS commands_by_run ON commands (run_id);
 """
 
 _decode_holder = msgspec.json.Decoder(LeaseHolder).decode

@@ -10,6 +10,13 @@ For resuming, a store also keeps the run's document (the workflow and inputs it
 was started with, so a resumed run replays what actually ran, whatever happened
 to the file since) and the run's lease (`Lease`: which process drives it, until
 when, and the fencing token its writes carry; ``_lease.py``).
+
+And a store carries commands to whoever drives a run (`CancelCommand`,
+`MessageCommand`): a process that does not drive the run records one
+(`RunStore.send_command`), and the run's owner takes it (`RunStore.take_commands`)
+when it next looks, every `cadenza.Runtime.command_interval` seconds. That is
+how ``cancel`` and ``post_message`` reach a run driven by another replica, and
+why they outlive a takeover: the command waits for the run's next owner.
 """
 
 from __future__ import annotations
@@ -20,11 +27,23 @@ from typing import Any, Protocol
 
 import msgspec
 
-from cadenza.protocols import Event, RunResult, RunStatus, StepRecord
+from cadenza._logging import get_logger
+from cadenza.protocols import Event, RunResult, RunStatus, SignalReceived, StepRecord
 
 from ._lease import DEFAULT_LEASE_TTL, Lease, LeaseHolder, check_takeover, lease_lost
 
-__all__ = ["MemoryRunStore", "RunRow", "RunStore", "is_under"]
+__all__ = [
+    "ANSWERED",
+    "CancelCommand",
+    "Command",
+    "MemoryRunStore",
+    "MessageCommand",
+    "RunRow",
+    "RunStore",
+    "encode_command",
+    "is_under",
+    "read_commands",
+]
 
 
 class RunRow(msgspec.Struct, frozen=True):
@@ -49,6 +68,48 @@ class RunRow(msgspec.Struct, frozen=True):
     created_at: float
     updated_at: float
     result: RunResult | None = None
+
+
+ANSWERED = SignalReceived.event_type
+"""The type of the event a person's answer adds to a waiting run's log."""
+
+
+class CancelCommand(msgspec.Struct, frozen=True, tag_field="command", tag="cancel"):
+    """Cancel the run (`cadenza.RunHandle.cancel`), recording ``reason``."""
+
+    reason: str
+
+
+class MessageCommand(msgspec.Struct, frozen=True, tag_field="command", tag="message"):
+    """Post a message to a step of the run (`cadenza.RunHandle.post_message`)."""
+
+    target: str
+    text: str
+    kind: str = "info"
+
+
+Command = CancelCommand | MessageCommand
+"""What one process asks of the process driving a run, through the store."""
+
+_log = get_logger("cadenza.kernel")
+
+encode_command = msgspec.json.Encoder().encode
+_command_decoder: msgspec.json.Decoder[Command] = msgspec.json.Decoder(Command)
+
+
+def read_commands(rows: Sequence[Sequence[Any]]) -> list[tuple[str, Command]]:
+    """The ``(run_id, command)`` of each stored ``(id, run_id, body)`` row, in order.
+
+    A body this Cadenza cannot read (written by a newer one, say) is left out,
+    with a warning: one bad command must not stop the run's owner.
+    """
+    commands = []
+    for _, run_id, body in rows:
+        try:
+            commands.append((run_id, _command_decoder.decode(body)))
+        except msgspec.DecodeError as error:
+            _log.warning("unreadable command dropped", run_id=run_id, error=str(error))
+    return commands
 
 
 class RunStore(Protocol):
@@ -131,6 +192,23 @@ class RunStore(Protocol):
         Oldest first. These are what a supervisor with takeover resumes.
         """
 
+    async def answered_runs(self, *, limit: int = 100) -> list[RunRow]:
+        """Waiting runs whose newest event is an answer (``signal_received``), oldest first.
+
+        A person answered since the run stopped to wait: a supervisor with
+        takeover resumes them, as it resumes orphaned runs.
+        """
+
+    async def send_command(self, run_id: str, command: Command) -> None:
+        """Records ``command`` for whoever drives the run; durable when it returns."""
+
+    async def take_commands(self, run_ids: Sequence[str]) -> list[tuple[str, Command]]:
+        """Removes the commands waiting for these runs and returns them, oldest first.
+
+        Each command is taken once: by the run's owner, which carries it out.
+        A body this Cadenza cannot read is removed and left out.
+        """
+
     def forget_steps(self, run_id: str, prefix: str) -> None:
         """Queues the removal of the records at ``prefix`` and below it (loop ``keepLast``)."""
 
@@ -152,6 +230,7 @@ class MemoryRunStore:
         self._leases: dict[str, Lease] = {}
         self._expiry: dict[str, float] = {}
         self._fences: dict[str, int] = {}
+        self._commands: list[tuple[str, Command]] = []
 
     async def open(self) -> None:
         """Nothing to prepare."""
@@ -260,6 +339,29 @@ class MemoryRunStore:
         ]
         return sorted(rows, key=lambda r: r.created_at)[:limit]
 
+    async def answered_runs(self, *, limit: int = 100) -> list[RunRow]:
+        """Waiting runs whose newest event is an answer, oldest first."""
+        rows = [
+            row
+            for row in self._runs.values()
+            if row.status == "waiting"
+            and self._events.get(row.run_id)
+            and self._events[row.run_id][-1].type == ANSWERED
+        ]
+        return sorted(rows, key=lambda r: r.created_at)[:limit]
+
+    async def send_command(self, run_id: str, command: Command) -> None:
+        """Keeps ``command`` until the run's owner takes it."""
+        self._commands.append((run_id, command))
+
+    async def take_commands(self, run_ids: Sequence[str]) -> list[tuple[str, Command]]:
+        """Removes and returns the commands for these runs, oldest first."""
+        wanted = set(run_ids)
+        taken = [item for item in self._commands if item[0] in wanted]
+        if taken:
+            self._commands = [item for item in self._commands if item[0] not in wanted]
+        return taken
+
     def forget_steps(self, run_id: str, prefix: str) -> None:
         """Drops the records at ``prefix`` and below it."""
         steps = self._steps.get(run_id, {})
@@ -275,6 +377,8 @@ class MemoryRunStore:
             self._documents.pop(run_id, None)
             self._leases.pop(run_id, None)
             self._expiry.pop(run_id, None)
+        doomed = set(run_ids)
+        self._commands = [item for item in self._commands if item[0] not in doomed]
 
     async def check(self) -> list[str]:
         """Memory cannot rot."""

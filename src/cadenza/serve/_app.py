@@ -65,18 +65,22 @@ def create_app(
     loopback: bool = True,
     default_model: str | None = None,
     poll: float = 0.5,
+    recover: bool = False,
 ) -> Starlette:
     """The viewer's ASGI application.
 
     Args:
         runtime: A running runtime to serve; None opens one on ``store`` for the
             application's lifespan.
-        store: The SQLite run store (with ``runtime`` None); None keeps runs in memory.
+        store: The run store (with ``runtime`` None): a SQLite path or a PostgreSQL
+            URL; None keeps runs in memory.
         root: Workflow files may be started from this directory and below only.
         token: When given, every request must carry it (bearer header or cookie).
         loopback: Answer only requests addressed to a loopback host name.
         default_model: The model of steps that name no agent (with ``runtime`` None).
         poll: Seconds between store reads when following a run another process drives.
+        recover: With ``runtime`` None: the runtime takes over the store's orphaned
+            and answered runs (`cadenza.Runtime`'s ``recover``).
 
     Returns:
         The application; ``app.state.api`` holds the endpoints (``api.stopping``
@@ -91,7 +95,7 @@ def create_app(
         if runtime is not None:
             yield
             return
-        async with Runtime(store=store, default_model=default_model) as owned:
+        async with Runtime(store=store, default_model=default_model, recover=recover) as owned:
             api.runtime = owned
             try:
                 yield
@@ -120,6 +124,7 @@ def create_app(
         Route(f"{run}/inputs", api.get_inputs, methods=["GET"]),
         Route(f"{run}/signal", api.signal_run, methods=["POST"]),
         Route(f"{run}/cancel", api.cancel_run, methods=["POST"]),
+        Route(f"{run}/messages", api.post_message, methods=["POST"]),
         Route(f"{run}/resume", api.resume_run, methods=["POST"]),
         Mount("/static", StaticFiles(directory=STATIC), name="static"),
     ]

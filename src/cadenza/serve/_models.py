@@ -147,6 +147,21 @@ class CancelRequest(_Body, frozen=True):
     reason: str = "cancelled from cadenza serve"
 
 
+class MessageRequest(_Body, frozen=True):
+    """A message for the step ``target`` (a step id or an address), as an agent would send it."""
+
+    target: str
+    text: str
+    kind: str = "info"
+
+
+class MessageAccepted(_Body, frozen=True):
+    """The message is on its way: at once to a run this server drives, else through the store."""
+
+    run_id: str
+    target: str
+
+
 class ResumeRequest(_Body, frozen=True):
     """Continue the run (no options yet: send ``{}``)."""
 

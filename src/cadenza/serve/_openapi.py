@@ -19,6 +19,8 @@ from ._models import (
     CancelRequest,
     ErrorBody,
     EventPage,
+    MessageAccepted,
+    MessageRequest,
     PendingInput,
     ResumeRequest,
     RunPage,
@@ -48,6 +50,8 @@ _TYPES: Final = (
     SignalRequest,
     SignalAccepted,
     CancelRequest,
+    MessageRequest,
+    MessageAccepted,
     ResumeRequest,
     ErrorBody,
 )
@@ -304,16 +308,31 @@ def openapi_document(*, token: bool = True) -> dict[str, Any]:
         },
         "/api/runs/{run_id}/cancel": {
             "post": _operation(
-                "Cancel a run this server drives",
+                "Cancel a run, whichever process drives it",
                 "cancelRun",
                 {
                     "202": _json(_ref(RunSummary), "Cancelling."),
                     "404": not_found,
-                    "409": _error("This server does not drive the run."),
+                    "409": _error("The run has finished."),
                 },
                 parameters=run,
                 body=CancelRequest,
                 body_example={"reason": "wrong inputs"},
+                token=token,
+            )
+        },
+        "/api/runs/{run_id}/messages": {
+            "post": _operation(
+                "Send a message to a step of a running run, whichever process drives it",
+                "postMessage",
+                {
+                    "202": _json(_ref(MessageAccepted), "On its way."),
+                    "404": not_found,
+                    "409": _error("The run is not running (finished, or waiting for a person)."),
+                },
+                parameters=run,
+                body=MessageRequest,
+                body_example={"target": "writer", "text": "Keep it under 200 words."},
                 token=token,
             )
         },

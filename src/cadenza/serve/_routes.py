@@ -21,7 +21,7 @@ from starlette.responses import Response
 
 from cadenza import Runtime
 from cadenza.actors.run import decode_document
-from cadenza.errors import CadenzaError
+from cadenza.errors import CadenzaError, LeaseHeld
 from cadenza.kernel import RunRow
 from cadenza.protocols import (
     FINISHED,
@@ -38,6 +38,8 @@ from cadenza.workflow import LoadedWorkflow, load_workflow
 from ._models import (
     CancelRequest,
     EventPage,
+    MessageAccepted,
+    MessageRequest,
     PendingInput,
     ResumeRequest,
     RunPage,
@@ -307,26 +309,28 @@ class Api:
         await self.runtime.signal(row.run_id, body.address, body.data)
         resumed = False
         if body.resume:
-            await self.runtime.resume(row.run_id)
-            resumed = True
+            try:
+                await self.runtime.resume(row.run_id)
+                resumed = True
+            except LeaseHeld:  # a replica with takeover was quicker: the run goes on there
+                pass
         return json_response(
             SignalAccepted(run_id=row.run_id, address=body.address, resumed=resumed), 202
         )
 
     async def cancel_run(self, request: Request) -> Response:
-        """``POST /api/runs/{run_id}/cancel``: cancels a run this server drives."""
+        """``POST /api/runs/{run_id}/cancel``: cancels a run, whichever process drives it."""
         row = await self._row(request)
         body = await _decode(request, CancelRequest)
-        handle = self.runtime.handle(row.run_id)
-        if handle is None or handle.done:
-            raise Problem(
-                409,
-                "Conflict",
-                f"run {row.run_id!r} ({row.status}) is not running in this server; "
-                "only runs it drives can be cancelled here",
-            )
-        handle.cancel(body.reason)
-        return json_response(summary(row, live=True), 202)
+        await self.runtime.cancel(row.run_id, body.reason)  # finished: CadenzaError, 409
+        return json_response(summary(row, live=self.runtime.handle(row.run_id) is not None), 202)
+
+    async def post_message(self, request: Request) -> Response:
+        """``POST /api/runs/{run_id}/messages``: a message to a step, wherever the run is driven."""
+        row = await self._row(request)
+        body = await _decode(request, MessageRequest)
+        await self.runtime.post_message(row.run_id, body.target, body.text, kind=body.kind)
+        return json_response(MessageAccepted(run_id=row.run_id, target=body.target), 202)
 
     async def resume_run(self, request: Request) -> Response:
         """``POST /api/runs/{run_id}/resume``: continues an interrupted or waiting run."""

@@ -44,13 +44,16 @@ class ServeOptions:
     """How ``cadenza serve`` runs.
 
     Attributes:
-        store: The SQLite run store; None keeps runs in memory (gone at exit).
+        store: The run store, a SQLite path or a PostgreSQL URL; None keeps runs in
+            memory (gone at exit).
         root: Workflow files may be started from this directory and below only.
         host: The address to listen on; anything but loopback needs ``token``.
         port: The port; 0 picks a free one.
         token: The bearer token every request must carry; None asks for none.
         default_model: The model of steps that name no agent (``provider:model``).
         poll: Seconds between store reads when following a run another process drives.
+        recover: Take over the store's orphaned runs, and waiting runs answered
+            through any replica (`cadenza.Runtime`'s ``recover``).
     """
 
     store: str | os.PathLike[str] | None = None
@@ -60,6 +63,7 @@ class ServeOptions:
     token: str | None = None
     default_model: str | None = None
     poll: float = 0.5
+    recover: bool = False
 
     def check(self) -> None:
         """Refuses what would be unsafe or cannot work.
@@ -84,6 +88,7 @@ class ServeOptions:
             loopback=is_loopback_host(self.host),
             default_model=self.default_model,
             poll=self.poll,
+            recover=self.recover,
         )
 
 

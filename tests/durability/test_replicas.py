@@ -1,0 +1,213 @@
+"""Several replicas on one store: a signal, a cancel or a message reaches a run
+whichever replica it is sent through.
+
+Each replica is a `Runtime` of its own on the same SQLite file or PostgreSQL
+database (two runtimes of one process hold leases as two processes would: each
+drive has its own holder token). Nothing sleeps to synchronise: every wait is
+for something observable with a deadline.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import anyio
+import pytest
+
+from cadenza import Runtime
+from cadenza.errors import CadenzaError
+from cadenza.testing import ScriptedLLMServer, ServerRule
+from tests.conftest import StoreFactory, WriteFlow
+
+DEADLINE = 30.0
+QUICK = 0.05  # seconds between a replica's looks for commands and for runs to take over
+
+REVIEW = """
+name: review
+steps:
+  - {id: draft, command: "echo drafted >> $EFFECTS; echo drafted"}
+  - id: approve
+    dependsOn: [draft]
+    human:
+      prompt: "Publish it?"
+      schema: {type: object, properties: {publish: {type: boolean}}, required: [publish]}
+  - {id: publish, dependsOn: [approve], command: "echo published >> $EFFECTS; echo published"}
+output: "steps.publish.content"
+"""
+
+
+async def eventually(what: str, check: Callable[[], Awaitable[bool]]) -> None:
+    """Waits until ``check`` is true; fails after `DEADLINE` seconds, naming ``what``."""
+    give_up = time.monotonic() + DEADLINE
+    while not await check():
+        if time.monotonic() > give_up:
+            pytest.fail(f"not within {DEADLINE} s: {what}")
+        await anyio.sleep(QUICK)
+
+
+def replica(factory: StoreFactory, *, recover: bool = False) -> Runtime:
+    runtime = Runtime(store=factory.spec, recover=recover, lease_ttl=3.0)
+    runtime.command_interval = QUICK
+    runtime.recovery_interval = QUICK
+    return runtime
+
+
+async def test_a_signal_through_one_replica_wakes_the_run_waiting_on_another(
+    durable_store_factory: StoreFactory,
+    write_flow: WriteFlow,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A answers nothing; B records the answer; A (taking over) resumes and finishes the run."""
+    effects = tmp_path / "effects.txt"
+    monkeypatch.setenv("EFFECTS", str(effects))
+    path = write_flow(REVIEW)
+    async with replica(durable_store_factory, recover=True) as a:
+        waiting = await a.run(path, run_id="review")
+        assert waiting.status == "waiting"
+        async with replica(durable_store_factory) as b:
+            await b.signal("review", "approve", {"publish": True})
+
+            async def finished() -> bool:
+                row = await b.get_run("review")
+                return row.status == "completed"
+
+            await eventually("the run finished on the replica that takes runs over", finished)
+            result = await b.result("review")
+    assert result.output == "published\n"
+    assert result.steps["approve"].result == {"publish": True}
+    # The step finished before the wait was replayed, not run again.
+    assert effects.read_text().split() == ["drafted", "published"]
+
+
+async def test_a_cancel_through_one_replica_stops_the_run_driven_by_another(
+    durable_store_factory: StoreFactory, write_flow: WriteFlow
+) -> None:
+    """B's cancel goes through the store; A, which drives the run, cancels it."""
+    path = write_flow(
+        "name: park\nsteps:\n  - {id: park, handler: 'HANDLERS:park'}\n",
+        handlers=textwrap.dedent(
+            """
+            import anyio
+
+            async def park(context):
+                await anyio.sleep_forever()
+            """
+        ),
+    )
+    async with replica(durable_store_factory) as a, replica(durable_store_factory) as b:
+        started = anyio.Event()
+        handle = await a.start(
+            path,
+            run_id="parked",
+            on_event=lambda e: started.set() if e.type == "step_start" else None,
+        )
+        await started.wait()
+        assert await b.cancel("parked", "not needed any more") is None  # A was asked
+        result = await handle.result()
+        assert result.status == "cancelled"
+        assert result.steps["park"].error is not None
+        assert "not needed any more" in result.steps["park"].error.message
+        with pytest.raises(CadenzaError, match="has finished"):
+            await b.cancel("parked")
+
+
+async def test_a_cancel_of_a_run_nobody_drives_ends_it_cancelled_at_once(
+    durable_store_factory: StoreFactory,
+    write_flow: WriteFlow,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A waiting run is taken up by the cancelling replica and ends cancelled; nothing runs."""
+    effects = tmp_path / "effects.txt"
+    monkeypatch.setenv("EFFECTS", str(effects))
+    path = write_flow(REVIEW)
+    async with replica(durable_store_factory) as a:
+        assert (await a.run(path, run_id="review")).status == "waiting"
+    async with replica(durable_store_factory) as b:
+        handle = await b.cancel("review", "dropped")
+        assert handle is not None
+        result = await handle.result()
+    assert result.status == "cancelled"
+    assert effects.read_text().split() == ["drafted"]
+
+
+async def test_a_message_through_one_replica_reaches_the_agent_on_another(
+    durable_store_factory: StoreFactory,
+    write_flow: WriteFlow,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """B posts to a step that A drives; the message is in A's run, once."""
+    hold = threading.Event()
+    path = write_flow(
+        "name: inbox\nagents:\n  ear: {model: 'openai:m'}\n"
+        "steps:\n  - id: listen\n    agent: ear\n    instructions: Listen.\n"
+    )
+    with ScriptedLLMServer([ServerRule([{"content": "heard", "hold": hold}])]) as server:
+        for name, value in server.environ().items():
+            monkeypatch.setenv(name, value)
+        async with replica(durable_store_factory) as a, replica(durable_store_factory) as b:
+            handle = await a.start(path, run_id="inbox")
+            await anyio.to_thread.run_sync(server.wait_for_requests, 1)
+            await b.post_message("inbox", "listen", "from the other replica", kind="request")
+
+            async def delivered() -> bool:
+                return bool(handle.messages)
+
+            await eventually("the message reached the run", delivered)
+            hold.set()
+            result = await handle.result()
+            with pytest.raises(CadenzaError, match="completed; it takes no messages"):
+                await b.post_message("inbox", "listen", "too late")
+    assert result.status == "completed"
+    assert [(m.to, m.text, m.kind) for m in result.messages] == [
+        ("listen", "from the other replica", "request")
+    ]
+
+
+def test_cadenza_cancel_stops_a_run_that_another_process_drives(tmp_path: Path) -> None:
+    """`cadenza run` in one process, `cadenza cancel` in another: the run ends cancelled."""
+    (tmp_path / "parked.py").write_text(
+        "import anyio\n\nasync def park(context):\n    await anyio.sleep_forever()\n"
+    )
+    (tmp_path / "park.yaml").write_text(
+        "name: park\nsteps:\n  - {id: park, handler: 'parked:park'}\n"
+    )
+    store = str(tmp_path / "runs.db")
+    command = [sys.executable, "-m", "cadenza", "run", "park.yaml", "--store", store]
+    runner = subprocess.Popen(
+        [*command, "--run-id", "parked", "--json", "--events"],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert runner.stderr is not None
+        for line in runner.stderr:  # its event stream: wait until the step runs
+            if json.loads(line)["type"] == "step_start":
+                break
+        cancel = [sys.executable, "-m", "cadenza", "cancel", "parked", "--store", store]
+        asked = subprocess.run(
+            [*cancel, "--reason", "stop it"], capture_output=True, text=True, timeout=60
+        )
+        assert asked.returncode == 0, asked.stderr
+        assert "asked the process that drives run parked" in asked.stdout
+        output, _ = runner.communicate(timeout=60)
+    finally:
+        if runner.poll() is None:
+            runner.kill()
+    assert runner.returncode == 1
+    result = json.loads(output)
+    assert result["status"] == "cancelled"
+    assert "stop it" in result["steps"]["park"]["error"]["message"]
+    again = subprocess.run(cancel, capture_output=True, text=True, timeout=60)
+    assert again.returncode == 2
+    assert "has finished (cancelled)" in again.stderr
