@@ -7,6 +7,11 @@ same driver (asyncpg): one single-row INSERT committed on its own (autocommit),
 round trip included. Figures: a chain of no-op handler steps on the PostgreSQL
 store, per step (target <= 2x the raw commit: a step boundary costs about one
 commit), and a 10,000-item forEach of no-op handler steps, wall time (<= 3 s).
+
+Across replicas: one runtime's look for commands sent to the 100 runs it
+drives (what it does every ``command_interval``, 0.5 s) against a raw ``SELECT
+1`` round trip, and how long a cancel sent through a second runtime takes to
+end a run the first one drives (bounded by the interval plus a round trip).
 """
 
 from __future__ import annotations
@@ -18,7 +23,9 @@ from pathlib import Path
 from _harness import Figure, best_of, now, per_op_us
 from bench_dag import _chain, _run_seconds
 from bench_loops import foreach_document
-from cadenza.workflow import LoadedWorkflow
+from cadenza import Event, Runtime
+from cadenza.kernel import make_store
+from cadenza.workflow import LoadedWorkflow, Step, Workflow
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -58,6 +65,56 @@ async def _raw_commit_us(url: str, n: int) -> float:
     return per_op_us(elapsed, n)
 
 
+async def _look_for_commands_us(url: str, n: int) -> tuple[float, float]:
+    """One look for the commands of 100 driven runs, and one raw ``SELECT 1``, per op."""
+    import asyncpg
+
+    store = make_store(url)
+    await store.open()
+    connection = await asyncpg.connect(url)
+    try:
+        driven = [f"run-{i}" for i in range(100)]
+        started = now()
+        for _ in range(n):
+            await store.take_commands(driven)
+        look = per_op_us(now() - started, n)
+        started = now()
+        for _ in range(n):
+            await connection.fetchval("SELECT 1")
+        raw = per_op_us(now() - started, n)
+    finally:
+        await connection.close()
+        await store.close()
+    return look, raw
+
+
+async def _cancel_across_replicas_s(url: str, runs: int) -> float:
+    """Mean seconds from `Runtime.cancel` on one replica to the run's end on another."""
+    parked = LoadedWorkflow(
+        workflow=Workflow(name="parked", steps=[Step(id="park", command="sleep 600")]),
+        path=None,
+        base_dir=Path.cwd(),
+        includes={},
+    )
+    total = 0.0
+    async with Runtime(store=url) as owner, Runtime(store=url) as other:
+        for n in range(runs):
+            running = asyncio.Event()
+
+            def on_event(event: Event, running: asyncio.Event = running) -> None:
+                if event.type == "step_start":
+                    running.set()
+
+            handle = await owner.start(parked, run_id=f"cancel-{n}", on_event=on_event)
+            await running.wait()
+            started = now()
+            await other.cancel(handle.run_id, "benchmark")
+            result = await handle.result()
+            total += now() - started
+            assert result.status == "cancelled", result.status
+    return total / runs
+
+
 def _on_a_fresh_database(cluster: Cluster, document: LoadedWorkflow) -> float:
     url = asyncio.run(_new_database(cluster))
     return asyncio.run(_run_seconds(document, url))
@@ -83,6 +140,8 @@ def run(quick: bool) -> list[Figure]:
         step = per_op_us(best_of(3, lambda: _on_a_fresh_database(cluster, chain)), n)
         fan = foreach_document(items)
         wall = best_of(1 if quick else 3, lambda: _on_a_fresh_database(cluster, fan))
+        look, select = asyncio.run(_look_for_commands_us(raw_url, 200 if quick else 2000))
+        cancel = asyncio.run(_cancel_across_replicas_s(raw_url, 3 if quick else 10))
     return [
         Figure(
             group=GROUP,
@@ -103,5 +162,21 @@ def run(quick: bool) -> list[Figure]:
             baseline_name=f"{items} raw committed INSERTs, one by one",
             target="<= 3 s" if not quick else "",
             ok=wall <= 3 if not quick else None,
+        ),
+        Figure(
+            group=GROUP,
+            name="a look for commands sent to 100 driven runs (every 0.5 s)",
+            value=look,
+            unit="us",
+            baseline=select,
+            baseline_name="raw asyncpg SELECT 1 round trip",
+        ),
+        Figure(
+            group=GROUP,
+            name="a cancel through another replica, until the run ended (mean)",
+            value=cancel,
+            unit="s",
+            target="<= 0.5 s + a round trip",
+            ok=cancel <= 0.6,
         ),
     ]
