@@ -404,7 +404,7 @@ class Runtime:
         ``lease_ttl``, at most `RECOVERY_INTERVAL`. A run whose owner died is taken
         over within ``lease_ttl`` plus this after the owner's last renewal."""
         self._recovery: anyio.CancelScope | None = None
-        self._commands = anyio.CancelScope()
+        self._commands: anyio.CancelScope | None = None
         self.command_interval = COMMAND_INTERVAL
         """Seconds between two looks for commands (`cancel`, `post_message`) that
         other processes sent to the runs this runtime drives."""
@@ -463,6 +463,7 @@ class Runtime:
         if self.recover:
             self._recovery = anyio.CancelScope()
             self._group.start_soon(self._recover, self._recovery, name="cadenza recovery")
+        self._commands = anyio.CancelScope()
         self._group.start_soon(self._take_commands, self._commands, name="cadenza commands")
         return self
 
@@ -478,7 +479,8 @@ class Runtime:
                 return
             if self._recovery is not None:
                 self._recovery.cancel()  # takes nothing more over while it shuts down
-            self._commands.cancel()
+            if self._commands is not None:
+                self._commands.cancel()
             # Interrupted, not cancelled: each run stays resumable (status running).
             for handle in list(self._runs.values()):
                 if not handle.done:
