@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import anyio
 import pytest
 
-from cadenza import Runtime
+from cadenza import Event, Runtime
 from cadenza.testing import ScriptedLLMServer, ServerReply, ServerRule
 
 from ._terminal import Terminal
@@ -89,3 +91,38 @@ def test_a_terminal_shows_what_the_agent_is_writing(
         tty.read_until(r"⋯ write\s+running \d+s\s+│ .*word\d+")
         assert tty.wait() == 0
     assert "✓ write" in tty.text
+
+
+async def test_a_subscriber_joining_mid_reply_gets_the_text_so_far_first(
+    write_flow: WriteFlow, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Half the reply streamed, then a new subscriber: one `whole` delta, then the rest."""
+    pause = threading.Event()
+    reply = ServerReply(content=STORY, chunk=1, pause=pause)
+    with ScriptedLLMServer([ServerRule([reply])]) as server:
+        for name, value in server.environ().items():
+            monkeypatch.setenv(name, value)
+        async with Runtime() as runtime:
+            early: list[str] = []
+            streaming = anyio.Event()
+
+            def watch(event: Event) -> None:
+                if event.type == "agent_delta":
+                    early.append(event.data["text"])  # type: ignore[index]
+                    streaming.set()
+
+            handle = await runtime.start(write_flow(FLOW), on_event=watch)
+            await streaming.wait()  # the server holds the second half back
+            late = handle.events()
+            so_far = "".join(early)
+            pause.set()
+            deltas = [e.data async for e in late if e.type == "agent_delta"]
+            result = await handle.result()
+    assert result.output == STORY
+    first, *rest = deltas
+    assert first is not None
+    assert first["whole"] is True
+    assert first["text"] == so_far
+    assert STORY.startswith(so_far)
+    assert so_far + "".join(d["text"] for d in rest if d is not None) == STORY
+    assert not any(d is not None and d.get("whole") for d in rest)

@@ -5,7 +5,10 @@ delivers is exact: the events the store held at that moment (read when the
 consumer first asks), then every later one, in ``seq`` order, ending after the
 run's ``workflow_end`` (or ``run_interrupted``: its runtime shut down). That
 last event is handed over only once the run's handle is done: by then the
-store says the run has ended and its lease is released.
+store says the run has ended and its lease is released. Model replies being
+streamed when it is made come as one ``agent_delta`` each, marked ``whole``,
+with their text so far, before their next deltas: a consumer that joins
+mid-reply misses none of it.
 
 The run never waits for a consumer. Live events wait in a buffer of at most
 ``buffer`` events; when it is full the oldest waiting event is dropped and
@@ -87,6 +90,8 @@ class EventSubscription:
         self._live = not ended.done()
         if self._live:
             self._horizon = journal.last_seq
+            # Replies being streamed now: their text so far comes before their next deltas.
+            self._pending.extend(journal.streaming())
             self._unsubscribe = journal.subscribe(self._receive)
             ended.add_done_callback(self._run_ended)
 

@@ -375,12 +375,17 @@ class ToolPermission(Payload, frozen=True, kw_only=True):
 
 
 class AgentDelta(Payload, frozen=True, kw_only=True):
-    """Text a model streamed since the last delta of the turn (shown live, never stored)."""
+    """Text a model streamed since the last delta of the turn (shown live, never stored).
+
+    With ``whole``, ``text`` is all the turn's text so far: what an observer
+    that joined mid-turn gets first, to replace (not extend) what it shows.
+    """
 
     event_type: ClassVar[str] = EventType.AGENT_DELTA
     turn: int
     attempt: int
     text: str
+    whole: bool = False
 
 
 class WorktreeDone(Payload, frozen=True, kw_only=True):

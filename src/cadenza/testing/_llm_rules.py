@@ -111,6 +111,8 @@ class ServerReply:
             (tool-call arguments go in fragments of the same size).
         stream: False answers a streamed request with a whole body, as a
             server that cannot stream does.
+        pause: With a streamed reply: send about half of its events, then the
+            rest only once the test sets this event (a model caught mid-reply).
     """
 
     content: str | None = None
@@ -125,6 +127,7 @@ class ServerReply:
     hold: threading.Event | None = None
     chunk: int = 7
     stream: bool = True
+    pause: threading.Event | None = None
 
     @classmethod
     def coerce(cls, value: ReplyLike) -> ServerReply:

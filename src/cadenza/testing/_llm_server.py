@@ -250,7 +250,10 @@ class ScriptedLLMServer:
         elif reply.stream and isinstance(body, dict) and body.get("stream") is True:
             data = self._wire.stream(body, reply, serial)
             kind = "text/event-stream"
-            handler.send_body(reply.status, data, reply.headers, reply.trickle, kind)
+            pause = None
+            if reply.pause is not None:  # after the server-sent event at the body's middle
+                pause = (data.find(b"\n\n", len(data) // 2) + 2, reply.pause)
+            handler.send_body(reply.status, data, reply.headers, reply.trickle, kind, pause)
             return
         else:
             data = json.dumps(self._wire.success(body, reply, serial)).encode()

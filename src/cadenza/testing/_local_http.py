@@ -116,8 +116,13 @@ class RequestHandler(BaseHTTPRequestHandler):
         headers: Mapping[str, str] | None = None,
         trickle: float = 0.0,
         content_type: str = "application/json",
+        pause: tuple[int, threading.Event] | None = None,
     ) -> None:
-        """Answer with a body (JSON unless told), at once or a byte every ``trickle`` seconds."""
+        """Answer with a body (JSON unless told), at once or a byte every ``trickle`` seconds.
+
+        With ``pause`` ``(n, event)``: the first ``n`` bytes, then the rest once
+        the test sets ``event`` (a reply caught half-way).
+        """
         self.send_response(status)
         if not any(name.lower() == "content-type" for name in headers or {}):
             self.send_header("Content-Type", content_type)
@@ -125,6 +130,15 @@ class RequestHandler(BaseHTTPRequestHandler):
         for name, value in (headers or {}).items():
             self.send_header(name, value)
         self.end_headers()
+        if pause is not None:
+            at, resume = pause
+            self.wfile.write(data[:at])
+            self.wfile.flush()
+            while not resume.wait(0.05):
+                if self.server.stopping.is_set():
+                    self.close_connection = True
+                    return
+            data = data[at:]
         if trickle <= 0:
             self.wfile.write(data)
             return

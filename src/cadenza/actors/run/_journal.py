@@ -100,6 +100,10 @@ class RunJournal:
         self._sinks: list[EventSink] = []
         self._restated: list[EventSink] = []
         self._leaf_starts: dict[tuple[str, int], Shared] = {}
+        # The text of each model reply being streamed now, by step: what an observer
+        # who joins mid-turn is shown first (`streaming`). A step's next recorded
+        # event ends its reply, and its entry.
+        self._streaming: dict[str, Event] = {}
         self.replay: Replay | None = None
         """Set while a resumed run is replayed (see `resume_from`)."""
 
@@ -203,6 +207,8 @@ class RunJournal:
                 sink(event)
             return event
         self.store.append_event(event)
+        if self._streaming and step_id is not None:
+            self._streaming.pop(step_id, None)
         for sink in self._sinks:
             sink(event)
         for sink in self._restated:
@@ -229,8 +235,26 @@ class RunJournal:
         if known_secrets():
             plain = scrub(plain)
         event = Event(type, timestamp(), self.run_id, 0, step_id, agent, data=plain)
+        if type == EventType.AGENT_DELTA and step_id is not None and isinstance(plain, dict):
+            self._so_far(step_id, event, plain)
         for sink in self._sinks:
             sink(event)
+
+    def _so_far(self, step_id: str, event: Event, delta: dict[str, Any]) -> None:
+        """Adds a delta to the text its reply has streamed so far."""
+        known = self._streaming.get(step_id)
+        data = known.data if known is not None else None
+        if (
+            data is not None
+            and data.get("turn") == delta.get("turn")
+            and data.get("attempt") == delta.get("attempt")
+        ):
+            delta = {**delta, "text": data["text"] + delta.get("text", "")}
+        self._streaming[step_id] = msgspec.structs.replace(event, data={**delta, "whole": True})
+
+    def streaming(self) -> list[Event]:
+        """An ``agent_delta`` (``whole``) per reply being streamed now: its text so far."""
+        return list(self._streaming.values())
 
     def relay(self, address: str, event: StepEvent) -> Event:
         """Records an event a worker sent for the step at ``address``.

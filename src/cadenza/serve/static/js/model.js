@@ -75,7 +75,9 @@ export class RunModel {
     const step = this.steps.get(event.stepId);
     const text = event.data && event.data.text;
     if (!step || step.status !== "running" || typeof text !== "string") return false;
-    step.streamed = ((step.streamed || "") + text).slice(-65536);
+    // `whole`: the reply's text so far, sent first to a viewer that joined mid-reply.
+    const before = event.data.whole ? "" : step.streamed || "";
+    step.streamed = (before + text).slice(-65536);
     return true;
   }
 
