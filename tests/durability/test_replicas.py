@@ -10,6 +10,8 @@ for something observable with a deadline.
 from __future__ import annotations
 
 import json
+import logging
+import sqlite3
 import subprocess
 import sys
 import textwrap
@@ -211,3 +213,64 @@ def test_cadenza_cancel_stops_a_run_that_another_process_drives(tmp_path: Path) 
     again = subprocess.run(cancel, capture_output=True, text=True, timeout=60)
     assert again.returncode == 2
     assert "has finished (cancelled)" in again.stderr
+
+
+class Logged(logging.Handler):
+    """Sets ``seen`` once a record with ``message`` is logged (from any thread)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__()
+        self.message = message
+        self.seen = threading.Event()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.getMessage() == self.message:
+            self.seen.set()
+
+
+async def test_a_takeover_that_finds_the_store_locked_tries_again(
+    write_flow: WriteFlow, tmp_path: Path
+) -> None:
+    """Another process holds SQLite's write lock at the first look: the run is taken later."""
+    path = write_flow(
+        "name: park-once\nsteps:\n  - {id: work, handler: 'HANDLERS:work'}\n",
+        handlers=f"""
+            import pathlib
+            import anyio
+
+            async def work(context):
+                marker = pathlib.Path({str(tmp_path / "parked")!r})
+                if not marker.exists():  # the first drive stops here, to be interrupted
+                    marker.touch()
+                    await anyio.sleep_forever()
+                return "done"
+            """,
+    )
+    store = str(tmp_path / "runs.db")
+    async with Runtime(store=store, shutdown_deadline=0) as first:
+        started = anyio.Event()
+        await first.start(
+            path,
+            run_id="orphan",
+            on_event=lambda e: started.set() if e.type == "step_start" else None,
+        )
+        await started.wait()
+    # Its runtime shut down: the run is orphaned (running, lease released).
+    locker = sqlite3.connect(store, isolation_level=None)
+    locker.execute("BEGIN IMMEDIATE")
+    logged = Logged("cannot take the run over yet")
+    logging.getLogger("cadenza").addHandler(logged)
+    try:
+        async with replica(StoreFactory("sqlite", store), recover=True) as second:
+            assert await anyio.to_thread.run_sync(logged.seen.wait, DEADLINE)
+            locker.execute("ROLLBACK")
+
+            async def finished() -> bool:
+                return (await second.get_run("orphan")).status == "completed"
+
+            await eventually("the run was taken over once the lock went", finished)
+            result = await second.result("orphan")
+    finally:
+        logging.getLogger("cadenza").removeHandler(logged)
+        locker.close()
+    assert result.output == "done"

@@ -59,7 +59,14 @@ from cadenza.actors.run import (
     Replay,
     ToolPolicy,
 )
-from cadenza.errors import CadenzaError, InputError, LeaseHeld, LeaseLost, StoreError
+from cadenza.errors import (
+    CadenzaError,
+    CorruptRecord,
+    InputError,
+    LeaseHeld,
+    LeaseLost,
+    StoreError,
+)
 from cadenza.kernel import (
     DEFAULT_LEASE_TTL,
     CancelCommand,
@@ -695,9 +702,21 @@ class Runtime:
                 handle = await self.resume(row.run_id)
             except LeaseHeld:
                 continue  # another supervisor won the race (or its owner came back)
-            except CadenzaError as error:  # a corrupt record, say: resuming again will not help
+            except CorruptRecord as error:  # resuming again will not help
                 self._unrecoverable.add(row.run_id)
                 _log.error("cannot take the run over", run_id=row.run_id, error=str(error))
+                continue
+            except StoreError as error:  # busy, or away for a moment: look again next time
+                _log.warning("cannot take the run over yet", run_id=row.run_id, error=str(error))
+                continue
+            except CadenzaError as error:  # its workflow is invalid, say: it stays as it is
+                self._unrecoverable.add(row.run_id)
+                _log.error("cannot take the run over", run_id=row.run_id, error=str(error))
+                continue
+            except Exception as error:
+                _log.warning(
+                    "cannot take the run over yet", run_id=row.run_id, error=redact(str(error))
+                )
                 continue
             # Nobody awaits a run taken over: its end (a LeaseLost too) is in the store and logs.
             handle._result.add_done_callback(_retrieved)
