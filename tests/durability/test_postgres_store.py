@@ -94,6 +94,24 @@ async def test_the_schema_is_versioned(postgres_url: str) -> None:
     assert [row[0] for row in versions] == list(range(1, POSTGRES_SCHEMA_VERSION + 1))
 
 
+async def test_every_session_keeps_its_limit_on_idling_in_a_transaction(
+    postgres_url: str,
+) -> None:
+    """A session a paused process leaves inside a transaction is ended by the server,
+    also after the pool handed it out and took it back many times."""
+    store = PostgresRunStore(postgres_url)
+    await store.open()
+    try:
+        for _ in range(10):
+            await store.get_run("nothing")
+        pool = store._pool
+        async with pool.acquire() as connection:
+            setting = await connection.fetchval("SHOW idle_in_transaction_session_timeout")
+    finally:
+        await store.close()
+    assert setting == "5s"
+
+
 async def test_a_newer_database_is_refused(postgres_url: str) -> None:
     """A database written by a newer Cadenza is a clear StoreError; the password stays out."""
     store = PostgresRunStore(postgres_url)
