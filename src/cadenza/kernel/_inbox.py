@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
+from collections.abc import Callable
 from typing import Generic, TypeVar
 
 from anyio import BusyResourceError, WouldBlock
@@ -23,7 +24,7 @@ T = TypeVar("T")
 
 
 class Inbox(Generic[T]):
-    """A bounded FIFO for one consumer task and any number of senders.
+    """A bounded FIFO for one consumer and any number of senders.
 
     Senders that wait are served in arrival order, and a waiting sender keeps
     its place: a newcomer cannot take the slot freed for it.
@@ -37,7 +38,7 @@ class Inbox(Generic[T]):
         owner: Who reads it, for error messages (an actor's address).
     """
 
-    __slots__ = ("_closed", "_getter", "_items", "_maxsize", "_owner", "_putters")
+    __slots__ = ("_closed", "_getter", "_items", "_maxsize", "_owner", "_putters", "_waker")
 
     def __init__(self, maxsize: int, *, owner: str = "inbox") -> None:
         if maxsize < 1:
@@ -51,6 +52,9 @@ class Inbox(Generic[T]):
         # Futures of waiting senders, oldest first; a done one was woken and
         # holds a reserved slot until its sender runs.
         self._putters: deque[asyncio.Future[None]] | None = None
+        # Called once, then forgotten, at the next push or close: how an idle
+        # actor, which has no task waiting here, is scheduled by its dispatcher.
+        self._waker: Callable[[], None] | None = None
 
     @property
     def maxsize(self) -> int:
@@ -92,6 +96,10 @@ class Inbox(Generic[T]):
 
     def _push(self, item: T) -> None:
         self._items.append(item)
+        waker = self._waker
+        if waker is not None:
+            self._waker = None
+            waker()
         getter = self._getter
         if getter is not None and not getter.done():
             getter.set_result(None)
@@ -177,6 +185,10 @@ class Inbox(Generic[T]):
         if self._closed:
             return
         self._closed = True
+        waker = self._waker
+        if waker is not None:
+            self._waker = None
+            waker()
         getter = self._getter
         if getter is not None and not getter.done():
             getter.set_result(None)
