@@ -53,12 +53,17 @@ async def serve(ref: ActorRef) -> None:
             if ref._cancel_pending:
                 exit_actor(ref, inbox, None, None, cancelled=True)
                 return
-            if not inbox:
-                if inbox.closed:
+            # The inbox's own fields, not its methods: this loop runs for every message.
+            items = inbox._items
+            if not items:
+                if inbox._closed:
                     break
-                inbox._waker = ref._wake  # idle now: the next message schedules us
+                inbox._items = None  # idle: hold no empty 760 B deque
+                inbox._waker = ref._wake  # and the next message schedules a busy period
                 return
-            item = inbox.receive_nowait()
+            item = items.popleft()
+            if inbox._putters:
+                inbox._wake_putter()
             if type(item) is _Ask:
                 current, item = item, None
                 if current.reply.done():  # the asker gave up before we got to it

@@ -17,6 +17,10 @@ across its awaits, and cancelling the actor cancels that task. (Stepping the
 coroutine by hand and moving it to a fresh task when it suspends would break
 exactly this, on Python 3.11 as on 3.12.)
 
+Between bursts the draining task parks on a future, so that a message from
+outside (an ask from the task that runs the workflow) costs a wake-up rather
+than a new task; it ends once the supervisor closes and the queue is empty.
+
 One actor is on the queue at most once, so the queue is bounded by the live
 actors; an actor's messages are served by one busy period at a time, in inbox
 order.
@@ -50,11 +54,13 @@ class Dispatcher:
             lower), so the supervisor can tell when nothing of its is left.
     """
 
-    __slots__ = ("_draining", "_ended", "_ready", "tasks")
+    __slots__ = ("_closed", "_draining", "_ended", "_parked", "_ready", "tasks")
 
     def __init__(self, ended: Callable[[], None]) -> None:
         self._ready: deque[ActorRef] = deque()
         self._draining: asyncio.Task[None] | None = None
+        self._parked: asyncio.Future[None] | None = None  # the draining task's, while idle
+        self._closed = False  # the supervisor is closing: drain, then end
         self._ended = ended
         self.tasks = 0
         """Tasks of this dispatcher alive: the draining one, and those of suspended actors."""
@@ -67,6 +73,20 @@ class Dispatcher:
         self._ready.append(ref)
         if self._draining is None:
             self._draining = self._start()
+        elif self._parked is not None:
+            self._unpark()
+
+    def close(self) -> None:
+        """Let the draining task end once the queue is empty, rather than park."""
+        self._closed = True
+        if self._parked is not None:
+            self._unpark()
+
+    def _unpark(self) -> None:
+        parked = self._parked
+        self._parked = None
+        if parked is not None and not parked.done():
+            parked.set_result(None)
 
     def is_draining(self, task: asyncio.Task[Any] | None) -> bool:
         """Whether ``task`` is draining the queue (rather than serving a suspended actor)."""
@@ -89,9 +109,17 @@ class Dispatcher:
         task = asyncio.current_task()
         assert task is not None
         ready = self._ready
+        loop = asyncio.get_running_loop()
         turns = 0
         try:
-            while ready:
+            while True:
+                if not ready:
+                    if self._closed:
+                        return
+                    turns = 0
+                    self._parked = loop.create_future()
+                    await self._parked
+                    continue
                 ref = ready.popleft()
                 ref._scheduled = False
                 if not ref._live:  # cancelled while it waited here
@@ -121,7 +149,7 @@ class Dispatcher:
                 return
         finally:
             if self._draining is task:
-                self._draining = None
+                self._draining = self._parked = None
                 self._hand_out()  # only if a BaseException ends this task mid-queue
 
     def _hand_out(self) -> None:

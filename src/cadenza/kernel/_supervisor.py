@@ -118,6 +118,7 @@ class Supervisor(SupervisionCore):
     ) -> bool:
         assert self._scope is not None
         self._phase = Phase.STOPPING
+        self._dispatcher.close()  # its task ends once the last actor has
         if exc is None and not self._scope.cancel_called:
             for ref in list(self._table.values()):
                 ref._request_stop(by_owner=True)
