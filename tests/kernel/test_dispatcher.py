@@ -153,3 +153,28 @@ async def test_an_actor_that_asks_itself_in_a_synchronous_turn_is_refused() -> N
     async with Supervisor() as sup:
         ref = sup.spawn("narcissus", Narcissus)
         assert "asked itself" in await ref.ask("go")
+
+
+async def test_a_full_inbox_suspends_the_sending_turn_until_the_receiver_makes_room() -> None:
+    """Back-pressure between two actors: every message arrives, in order, through a tiny inbox."""
+    received: list[int] = []
+
+    class Sink(Actor):
+        async def receive(self, message: Any) -> Any:
+            received.append(message)
+            return len(received)
+
+    class Source(Actor):
+        async def receive(self, message: Any) -> Any:
+            sink = self.supervisor.lookup("sink")
+            assert sink is not None
+            for n in range(10):
+                await sink.send(n)  # waits whenever the sink's inbox holds 2
+            return "sent"
+
+    async with Supervisor() as sup:
+        sink = sup.spawn("sink", Sink, inbox_size=2)
+        source = sup.spawn("source", Source)
+        assert await source.ask("go") == "sent"
+        assert await sink.ask(10) == 11
+    assert received == list(range(11))

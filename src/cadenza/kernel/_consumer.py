@@ -122,7 +122,6 @@ def exit_actor(
     cancelled: bool,
 ) -> None:
     """Refuse what is left in the inbox, settle the state, and tell the supervisor."""
-    inbox._waker = None  # an ended actor is not woken again
     inbox.close()
     ref._state = ActorState.FAILED if error is not None else ActorState.STOPPED
     supervisor = ref._supervisor

@@ -10,8 +10,9 @@ the event loop.
 
 A busy period that suspends (a model call, a subprocess, a timer, a full inbox)
 keeps the task it suspended in: the draining task becomes that actor's own task
-until its inbox is empty, and a new draining task takes over the queue. So the
-code of a turn always runs in the one task it started in: what it saw of
+until its inbox is empty, the actors still queued get a task each, and the next
+message starts a new draining task. So the code of a turn always runs in the
+one task it started in: what it saw of
 ``asyncio.current_task()`` and the anyio cancel scopes it entered stay true
 across its awaits, and cancelling the actor cancels that task. (Stepping the
 coroutine by hand and moving it to a fresh task when it suspends would break
@@ -158,7 +159,8 @@ class Dispatcher:
         The actors queued behind a suspended busy period must start before that
         period resumes, as they would have with a task each: one new draining
         task would run them only after whatever the event loop has queued
-        meanwhile. Suspensions are rare on the paths that matter, so this is.
+        meanwhile. This costs what the consumer tasks did, and only when a busy
+        period suspends with others queued: never on the in-memory hot paths.
         """
         ready = self._ready
         while ready:
@@ -168,6 +170,7 @@ class Dispatcher:
                 ref._task = self._spawn(self._serve_alone(ref), ref._key)
 
     async def _serve_alone(self, ref: ActorRef) -> None:
+        """One busy period of ``ref`` in a task of its own (``ref._task``)."""
         task = ref._task
         try:
             if ref._live:

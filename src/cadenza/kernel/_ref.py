@@ -80,7 +80,7 @@ class ActorRef:
         self._address = address
         self._factory = factory
         self._restart = restart
-        self._key = str(address)  # the table key, inbox owner and task name
+        self._key = address._text  # the table key, inbox owner and task name
         self._inbox: Inbox[Any] = Inbox(inbox_size, owner=self._key)
         self._actor: Actor | None = None
         self._state = _STARTING

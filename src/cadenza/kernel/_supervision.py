@@ -200,10 +200,11 @@ class SupervisionCore:
     def _remove(self, ref: ActorRef) -> None:
         if self._table.get(ref._key) is ref:
             del self._table[ref._key]
-            named = self._by_name[ref._address.name]
+            name = ref._address._name
+            named = self._by_name[name]
             del named[ref]
             if not named:
-                del self._by_name[ref._address.name]
+                del self._by_name[name]
 
     def _fail(self, error: BaseException) -> None:
         """Give up: keep the first failure for ``__aexit__`` and cancel everything."""
@@ -223,6 +224,7 @@ class SupervisionCore:
             if task is None:
                 # Idle, or waiting for its turn: none of its code is running, so it
                 # ends here and now, as a task cancelled before its first step would.
+                ref._inbox._waker = None  # (it is not to be scheduled by its own closing)
                 exit_actor(ref, ref._inbox, None, None, cancelled=True)
                 continue
             # Whatever becomes of the cancellation inside (user code may swallow it),

@@ -192,7 +192,7 @@ class Supervisor(SupervisionCore):
             raise AddressError(f"a live actor already has the address {key!r}", text=key)
         ref._instantiate()
         table[key] = ref
-        name = address.name
+        name = address._name  # the field, not the property: this runs for every step
         named = self._by_name.get(name)
         if named is None:
             named = self._by_name[name] = {}
