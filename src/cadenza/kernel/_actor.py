@@ -1,7 +1,8 @@
 """The ``Actor`` base class and the ``ActorState`` lifecycle.
 
-Every hook and every ``receive`` call of an actor runs in that actor's one
-consumer task, one at a time, so an actor's own attributes need no locks.
+Every hook and every ``receive`` call of an actor is one turn, and its turns run
+one at a time (``_dispatcher.py`` schedules them), so an actor's own attributes
+need no locks.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ class ActorState(enum.Enum):
 
 
 class Actor(ABC):
-    """Private state plus a ``receive`` method, driven by one consumer task.
+    """Private state plus a ``receive`` method, driven one turn at a time by the dispatcher.
 
     Subclass it and override ``receive``; the supervisor calls it with one
     message at a time, in inbox order, and the value it returns answers an
@@ -54,7 +55,8 @@ class Actor(ABC):
     ``address``, ``supervisor`` and ``ref`` are set after the factory returns
     and before ``on_start``; do not use them in ``__init__``.
 
-    Hooks (all run in the actor's own task):
+    Hooks (turns like ``receive``; an actor has a task only while a turn is
+    suspended in an await, and a turn keeps the one it started in):
 
     * ``on_start``: before the first message. Messages sent meanwhile wait
       in the inbox. If it raises, the actor has crashed: ``on_failure`` runs,

@@ -1,8 +1,10 @@
-"""The consumer task of one actor instance: hooks, the message loop, the exit.
+"""One busy period of an actor instance: its start, the messages waiting, its exit.
 
-One coroutine per live actor, and it stays small while idle: an idle actor is
-this one frame awaiting the inbox's wake-up future (``Inbox.wait_readable``),
-holding no message.
+The dispatcher (``_dispatcher.py``) runs ``serve`` when an idle actor gets a
+message, and when a new instance is started. ``serve`` takes messages while
+the inbox holds any and returns once it is empty, leaving the inbox a
+``_waker`` to schedule the next busy period: an idle actor is its inbox and
+its instance, with no coroutine and no task.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ if TYPE_CHECKING:
     from ._inbox import Inbox
     from ._ref import ActorRef
 
-__all__ = ["exit_actor", "run_actor"]
+__all__ = ["exit_actor", "serve"]
 
 _STARTING = ActorState.STARTING
 _RUNNING = ActorState.RUNNING
@@ -25,12 +27,14 @@ _STOPPING = ActorState.STOPPING
 _NO_HOOK = Actor.on_stop
 
 
-async def run_actor(ref: ActorRef) -> None:
-    """Start the instance behind ``ref``, serve its inbox, and report how it ended.
+async def serve(ref: ActorRef) -> None:
+    """Serve the instance behind ``ref`` until its inbox is empty or it ends.
 
-    Ends normally after a requested stop, or after a crash once ``on_failure``
-    ran; re-raises cancellation. Either way the supervisor hears of it through
-    ``Supervisor._child_exited`` exactly once, as the task's last act.
+    The first busy period of an instance runs ``on_start``. The instance ends
+    after a requested stop (``on_stop`` runs), after a crash once
+    ``on_failure`` ran, or when cancelled (re-raised if it is this task's
+    cancellation). Whichever way it ends, the supervisor hears of it through
+    ``Supervisor._child_exited`` exactly once, as the last act here.
     """
     inbox = ref._inbox
     current: _Ask | None = None  # the ask being handled, to fail if we are cancelled
@@ -40,16 +44,26 @@ async def run_actor(ref: ActorRef) -> None:
     error: BaseException | None = None
     try:
         actor = ref._actor if ref._actor is not None else ref._instantiate()
-        await actor.on_start()
-        if ref._state is _STARTING:
-            ref._state = _RUNNING
+        if not ref._started:
+            ref._started = True
+            await actor.on_start()
+            if ref._state is _STARTING:
+                ref._state = _RUNNING
         while not ref._stop_requested:
-            if not inbox:
-                if inbox.closed:
+            if ref._cancel_pending:
+                exit_actor(ref, inbox, None, None, cancelled=True)
+                return
+            # The inbox's own fields, not its methods: this loop runs for every message.
+            items = inbox._items
+            if not items:
+                if inbox._closed:
                     break
-                await inbox.wait_readable()
-                continue
-            item = inbox.receive_nowait()
+                inbox._items = None  # idle: hold no empty 760 B deque
+                inbox._waker = ref._wake  # and the next message schedules a busy period
+                return
+            item = items.popleft()
+            if inbox._putters:
+                inbox._wake_putter()
             if type(item) is _Ask:
                 current, item = item, None
                 if current.reply.done():  # the asker gave up before we got to it
@@ -63,6 +77,9 @@ async def run_actor(ref: ActorRef) -> None:
             else:
                 await actor.receive(item)
                 item = None
+        if ref._cancel_pending:  # a cancelled actor runs no hook
+            exit_actor(ref, inbox, None, None, cancelled=True)
+            return
         ref._state = _STOPPING
         if type(actor).on_stop is not _NO_HOOK:  # most actors have none: spare the frame
             await actor.on_stop()

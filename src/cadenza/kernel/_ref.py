@@ -54,10 +54,14 @@ class ActorRef:
         "_address",
         "_batch",
         "_by_owner",
+        "_cancel_pending",
         "_factory",
         "_inbox",
         "_key",
+        "_live",
         "_restart",
+        "_scheduled",
+        "_started",
         "_state",
         "_stop_requested",
         "_supervisor",
@@ -76,7 +80,7 @@ class ActorRef:
         self._address = address
         self._factory = factory
         self._restart = restart
-        self._key = str(address)  # the table key, inbox owner and task name
+        self._key = address._text  # the table key, inbox owner and task name
         self._inbox: Inbox[Any] = Inbox(inbox_size, owner=self._key)
         self._actor: Actor | None = None
         self._state = _STARTING
@@ -84,7 +88,15 @@ class ActorRef:
         self._by_owner = False
         # The restart batch (ONE_FOR_ALL / REST_FOR_ONE) this ref waits in, if any.
         self._batch: RestartBatch | None = None
+        # The dispatcher's view (kernel/_dispatcher.py): the instance is started and
+        # not yet ended; on_start has run; it waits in the ready queue; the task
+        # running its turn right now, if any; a cancellation to apply once its
+        # synchronous turn ends or suspends.
+        self._live = False
+        self._started = False
+        self._scheduled = False
         self._task: asyncio.Task[None] | None = None
+        self._cancel_pending = False
 
     @property
     def address(self) -> Address:
@@ -204,6 +216,10 @@ class ActorRef:
         if self._state is _RUNNING or self._state is _STARTING:
             self._state = _STOPPING
         self._inbox.close()
+
+    def _wake(self) -> None:
+        """Called by the inbox of an idle actor when a message arrives or it closes."""
+        self._supervisor._dispatcher.schedule(self)
 
     def _instantiate(self) -> Actor:
         actor = self._factory()

@@ -119,7 +119,7 @@ class Intensity:
 class RestartBatch:
     """Actors restarted together (ONE_FOR_ALL, REST_FOR_ONE), in spawn order.
 
-    They restart only once every member's task has ended, so the new
+    They restart only once every member's instance has ended, so the new
     instances start in spawn order whatever order the old ones ended in.
     """
 
@@ -127,7 +127,7 @@ class RestartBatch:
 
     def __init__(self, members: list[ActorRef]) -> None:
         self.members = members
-        self.running = sum(member._task is not None for member in members)
+        self.running = sum(member._live for member in members)
 
 
 def affected_by(

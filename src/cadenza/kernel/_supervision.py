@@ -1,8 +1,8 @@
 """The bookkeeping half of the ``Supervisor``: child exits, restarts, failure.
 
 Everything here runs synchronously in the event loop, called from the end of
-a consumer task (``exit_actor``) or from the supervisor's own methods, so the
-address table never changes under an await.
+an actor's busy period (``exit_actor``) or from the supervisor's own methods,
+so the address table never changes under an await.
 """
 
 from __future__ import annotations
@@ -21,7 +21,8 @@ from cadenza.errors import SupervisorEscalation
 from ._actor import ActorState
 from ._address import Address
 from ._clock import Clock, SystemClock
-from ._consumer import exit_actor, run_actor
+from ._consumer import exit_actor
+from ._dispatcher import Dispatcher
 from ._inbox import Inbox
 from ._ref import ActorRef
 from ._restart import (
@@ -74,16 +75,27 @@ class SupervisionCore:
         self._table: dict[str, ActorRef] = {}  # live actors by address, in spawn order
         self._by_name: dict[str, dict[ActorRef, None]] = {}  # newest last
         self._phase = Phase.NEW
-        self._running = 0  # consumer tasks started and not yet ended
-        self._idle: asyncio.Future[None] | None = None  # set when _running drops to 0
+        self._running = 0  # actor instances started and not yet ended
+        self._dispatcher = Dispatcher(self._settle)
+        self._idle: asyncio.Future[None] | None = None  # set once no instance nor task is left
         self._scope: CancelScope | None = None  # cancels the body of ``async with``
         self._failure: BaseException | None = None  # raised by ``async with`` at exit
         self._cancelling = False  # cancel() or a failure: restart nothing from now on
         self._restarts = self._crashes = self._dead_letters = 0
 
     def _start(self, ref: ActorRef) -> None:
-        ref._task = asyncio.get_running_loop().create_task(run_actor(ref), name=ref._key)
+        ref._live = True
         self._running += 1
+        self._dispatcher.schedule(ref)
+
+    def _busy(self) -> bool:
+        """Whether an actor instance or a dispatcher task is still alive."""
+        return self._running > 0 or self._dispatcher.tasks > 0
+
+    def _settle(self) -> None:
+        """Wake ``__aexit__`` once the last instance and the last task have ended."""
+        if self._idle is not None and not self._busy() and not self._idle.done():
+            self._idle.set_result(None)
 
     def _dead_letter(self, address: Address | str, message: Any, reason: str) -> None:
         self._dead_letters += 1
@@ -102,8 +114,9 @@ class SupervisionCore:
             self._fail(error)
 
     def _child_exited(self, ref: ActorRef, error: BaseException | None, *, cancelled: bool) -> None:
-        """Account for an ended consumer task and apply the restart policy."""
+        """Account for an ended actor instance and apply the restart policy."""
         ref._task = None
+        ref._live = False
         self._running -= 1
         try:
             if error is not None:
@@ -121,8 +134,7 @@ class SupervisionCore:
             else:
                 self._remove(ref)
         finally:
-            if self._running == 0 and self._idle is not None and not self._idle.done():
-                self._idle.set_result(None)
+            self._settle()
 
     def _report_crash(self, ref: ActorRef, error: BaseException) -> None:
         if self._on_crash is None:
@@ -180,16 +192,19 @@ class SupervisionCore:
         ref._actor = None
         ref._state = ActorState.STARTING
         ref._stop_requested = False
+        ref._started = False
+        ref._cancel_pending = False
         self._restarts += 1
         self._start(ref)
 
     def _remove(self, ref: ActorRef) -> None:
         if self._table.get(ref._key) is ref:
             del self._table[ref._key]
-            named = self._by_name[ref._address.name]
+            name = ref._address._name
+            named = self._by_name[name]
             del named[ref]
             if not named:
-                del self._by_name[ref._address.name]
+                del self._by_name[name]
 
     def _fail(self, error: BaseException) -> None:
         """Give up: keep the first failure for ``__aexit__`` and cancel everything."""
@@ -201,13 +216,27 @@ class SupervisionCore:
             self._scope.cancel()
 
     def _cancel_children(self) -> None:
+        current = asyncio.current_task()
         for ref in list(self._table.values()):
+            if not ref._live:  # waiting in a restart batch
+                continue
             task = ref._task
-            if task is not None and task.cancel():
-                # A task cancelled before its first step never runs its body,
-                # so account for it from outside once it is done.
+            if task is None:
+                # Idle, or waiting for its turn: none of its code is running, so it
+                # ends here and now, as a task cancelled before its first step would.
+                ref._inbox._waker = None  # (it is not to be scheduled by its own closing)
+                exit_actor(ref, ref._inbox, None, None, cancelled=True)
+                continue
+            # Whatever becomes of the cancellation inside (user code may swallow it),
+            # the actor ends as cancelled at the end of its current turn.
+            ref._cancel_pending = True
+            if task is current and self._dispatcher.is_draining(task):
+                continue  # the dispatcher cancels the turn if it suspends
+            if task.cancel() and task is not current:
+                # Should the task end without reaching the actor's own code, account
+                # for the actor from outside once it is done.
                 task.add_done_callback(functools.partial(self._reap, ref))
 
     def _reap(self, ref: ActorRef, task: asyncio.Task[None]) -> None:
-        if ref._task is task:
+        if ref._task is task and ref._live:
             exit_actor(ref, ref._inbox, None, None, cancelled=True)

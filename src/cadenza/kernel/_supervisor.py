@@ -1,11 +1,14 @@
 """The ``Supervisor``: spawns actors under addresses, routes to them, stops them.
 
-Consumer tasks are plain asyncio tasks rather than anyio task-group children:
-anyio's ``start_soon`` measured 3x the spawn time and +0.75 KiB per idle
-actor here (docs/runtime-notes.md). Structured concurrency is kept by hand:
-the supervisor counts every task it started, and ``async with`` does not
-return until each has ended; cancelling the block cancels them all. The
-restart and failure rules live in ``_supervision.py``.
+Actors have no task of their own: the supervisor's dispatcher
+(``_dispatcher.py``) runs their turns, and gives an actor a task only while a
+turn is suspended. Those tasks are plain asyncio tasks rather than anyio
+task-group children: anyio's ``start_soon`` measured 3x the spawn time and
++0.75 KiB per task here (docs/runtime-notes.md). Structured concurrency is
+kept by hand: the supervisor counts its live actor instances and the
+dispatcher's tasks, and ``async with`` does not return until both are zero;
+cancelling the block cancels every actor. The restart and failure rules live
+in ``_supervision.py``.
 """
 
 from __future__ import annotations
@@ -115,6 +118,7 @@ class Supervisor(SupervisionCore):
     ) -> bool:
         assert self._scope is not None
         self._phase = Phase.STOPPING
+        self._dispatcher.close()  # its task ends once the last actor has
         if exc is None and not self._scope.cancel_called:
             for ref in list(self._table.values()):
                 ref._request_stop(by_owner=True)
@@ -130,9 +134,9 @@ class Supervisor(SupervisionCore):
         return swallowed
 
     async def _wait_for_children(self) -> asyncio.CancelledError | None:
-        """Wait until every consumer task ended; the cancellation that came meanwhile, if any."""
+        """Wait until every actor and task ended; the cancellation that came meanwhile, if any."""
         cancelled: asyncio.CancelledError | None = None
-        while self._running:
+        while self._busy():
             self._idle = asyncio.get_running_loop().create_future()
             try:
                 await self._idle
@@ -147,7 +151,7 @@ class Supervisor(SupervisionCore):
     def cancel(self) -> None:
         """Cancel every actor and the body of the ``async with`` block.
 
-        The block then ends without an error, after every actor task ended;
+        The block then ends without an error, after every actor ended;
         pending asks fail with ``ActorStopped``; no hook runs.
         """
         self._cancelling = True
@@ -163,10 +167,11 @@ class Supervisor(SupervisionCore):
         restart: Restart = Restart.TEMPORARY,
         inbox_size: int | None = None,
     ) -> ActorRef:
-        """Create an actor from ``factory`` at ``address`` and start its consumer task.
+        """Create an actor from ``factory`` at ``address`` and schedule its start.
 
-        Synchronous: the task starts at the caller's next await. The factory
-        runs now (its errors reach the caller) and again on each restart.
+        Synchronous: ``on_start`` runs at the caller's next await (after the
+        caller's own turn, when an actor spawns). The factory runs now (its
+        errors reach the caller) and again on each restart.
 
         Raises:
             AddressError: ``address`` does not parse, or a live actor has it.
@@ -187,7 +192,7 @@ class Supervisor(SupervisionCore):
             raise AddressError(f"a live actor already has the address {key!r}", text=key)
         ref._instantiate()
         table[key] = ref
-        name = address.name
+        name = address._name  # the field, not the property: this runs for every step
         named = self._by_name.get(name)
         if named is None:
             named = self._by_name[name] = {}

@@ -1,7 +1,7 @@
 """The step actor: runs one leaf step (command, handler, agent, tool) with retries and a timeout.
 
 A `StepActor` is spawned under the step's address when its controller decides
-the step should run. It executes in its own task: waits for a run-wide slot,
+the step should run. It executes as its ``on_start`` turn: waits for a run-wide slot,
 runs the work under the step's timeout, retries a failure up to ``retries``
 times, records the outcome durably, and only then reports `StepFinished` to its
 controller and stops. Whatever goes wrong inside the work becomes the step's
