@@ -1,10 +1,14 @@
 """The SQLite store's writer: one thread, group commit, a failure that sticks.
 
 Writes are queued as (`Statement`, parameters) and never wait. The writer
-thread takes everything queued so far, writes it in one transaction and commits
-once, then wakes every `GroupWriter.flush` whose barrier was in that batch:
-steps that finish together share one fsync, and each still waits for its own
-durability.
+thread sleeps until a `GroupWriter.flush` wakes it, then takes everything queued
+so far, writes it in one transaction and commits once, and wakes every flush
+whose barrier was in that batch: steps that finish together share one fsync,
+and each still waits for its own durability. Writes do not wake the writer: a
+step's events and record then go in one commit with its flush, for one thread
+switch each way, where waking at the first write committed a step in two
+fsyncs whenever the writer got there before the flush. A write that no flush
+follows within `LINGER` seconds is committed by itself.
 
 A batch is written table by table, in queue order within each table, so that
 the rows of one statement go to SQLite in as few calls as possible (one
@@ -71,15 +75,24 @@ class _Barrier(NamedTuple):
 _Write = tuple[Statement, tuple[Any, ...], Lease | None]
 _STOP = object()
 
+LINGER = 0.05
+"""Seconds a write waits for a flush to commit it before the writer commits it anyway."""
+
 
 class GroupWriter:
     """The writer thread of one SQLite file."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
+        # Writes and barriers, in order. The writer never blocks on this queue:
+        # waking it at every write would cost a thread switch per row.
         self._queue: queue.SimpleQueue[_Write | _Barrier | object] = queue.SimpleQueue()
+        # What the writer blocks on: one token per flush, stop or linger (below).
+        self._wakeups: queue.SimpleQueue[None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._failure: BaseException | None = None
+        self._flushes = 0  # flushes asked for: a flush makes a linger timer moot
+        self._lingering: asyncio.AbstractEventLoop | None = None  # the loop of the timer
 
     def start(self) -> None:
         """Starts the thread (it opens its own connection)."""
@@ -90,16 +103,25 @@ class GroupWriter:
         """Commits what is queued and ends the thread."""
         if self._thread is not None:
             self._queue.put(_STOP)
+            self._wakeups.put(None)
             await anyio.to_thread.run_sync(self._thread.join)
             self._thread = None
 
     def put(
         self, statement: Statement, parameters: tuple[Any, ...], lease: Lease | None = None
     ) -> None:
-        """Queues one statement, fenced by ``lease`` when its run's lease is held."""
+        """Queues one statement, fenced by ``lease`` when its run's lease is held.
+
+        The writer is not woken: the next flush commits the write. A write that
+        no flush follows within `LINGER` seconds is committed then, so that other
+        processes reading the file see a long step's events as it goes.
+        """
         if lease is not None and lease.lost is not None:
             return  # refused already: the run is someone else's now
         self._queue.put((statement, parameters, lease))
+        lingering = self._lingering
+        if lingering is None or lingering.is_closed():
+            self._linger()
 
     async def flush(self) -> None:
         """Waits until everything queued before this call is committed.
@@ -113,9 +135,32 @@ class GroupWriter:
             raise StoreError(f"the run store {str(self.path)!r} is closed")
         loop = asyncio.get_running_loop()
         done = loop.create_future()
+        self._flushes += 1
         self._queue.put(_Barrier(loop, done))
+        self._wakeups.put(None)
         await done
         self._raise_failure()
+
+    def _linger(self) -> None:
+        """Has the writer commit what is queued `LINGER` seconds from now, unless a flush does.
+
+        One timer at a time, on the loop that queued the write; without one (a
+        write from a thread with no event loop) the writer commits at once.
+        """
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            self._wakeups.put(None)
+            return
+        self._lingering = loop
+        loop.call_later(LINGER, self._lingered, self._flushes)
+
+    def _lingered(self, flushes: int) -> None:
+        self._lingering = None
+        if self._flushes == flushes:  # no flush since: commit what waits
+            self._wakeups.put(None)
+        elif not self._queue.empty():  # what came after the flush waits its turn
+            self._linger()
 
     def _raise_failure(self) -> None:
         if self._failure is not None:
@@ -126,8 +171,14 @@ class GroupWriter:
         cursor = connection.cursor()
         try:
             while True:
-                batch = [self._queue.get()]
+                self._wakeups.get()
+                while True:  # the tokens of flushes that this batch commits too
+                    try:
+                        self._wakeups.get_nowait()
+                    except queue.Empty:
+                        break
                 # Group commit: whatever piled up while we were committing goes in one go.
+                batch = []
                 while True:
                     try:
                         batch.append(self._queue.get_nowait())
