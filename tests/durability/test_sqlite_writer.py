@@ -9,6 +9,7 @@ flushes still reaches the file.
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 from pathlib import Path
 
@@ -109,3 +110,21 @@ async def test_closing_commits_what_nobody_flushed(tmp_path: Path) -> None:
         store.append_event(event("r", seq))
     await store.close()
     assert committed_events(path, "r") == 10
+
+
+async def test_a_flush_from_another_event_loop_returns(tmp_path: Path) -> None:
+    """A store opened on one loop can be flushed from a loop in another thread."""
+    store = SqliteRunStore(tmp_path / "runs.db")
+    await store.open()
+
+    async def elsewhere() -> None:
+        for seq in range(1, 51):
+            store.append_event(event("r", seq))
+            await store.flush("r")
+
+    try:
+        store.begin_run(row("r"))
+        await anyio.to_thread.run_sync(asyncio.run, elsewhere())
+        assert [e.seq for e in await store.events("r")] == list(range(1, 51))
+    finally:
+        await store.close()
