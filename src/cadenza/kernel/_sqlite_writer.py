@@ -243,18 +243,14 @@ class GroupWriter:
         try:
             while True:
                 self._wakeups.get()
-                while True:  # the tokens of flushes that this batch commits too
-                    try:
-                        self._wakeups.get_nowait()
-                    except queue.Empty:
-                        break
+                # This thread is the only reader of both queues, so what is not
+                # empty has an item to get (and no queue.Empty is raised per batch).
+                while not self._wakeups.empty():  # flushes this batch commits too
+                    self._wakeups.get_nowait()
                 # Group commit: whatever piled up while we were committing goes in one go.
                 batch = []
-                while True:
-                    try:
-                        batch.append(self._queue.get_nowait())
-                    except queue.Empty:
-                        break
+                while not self._queue.empty():
+                    batch.append(self._queue.get_nowait())
                 if self._commit(connection, cursor, batch):
                     return
         finally:
