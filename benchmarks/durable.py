@@ -14,7 +14,7 @@ context switches of all the process's threads, the counts that explain a ratio.
 ``--instructions`` counts instead the CPU instructions per unit under Valgrind's
 callgrind (exact and repeatable, but serialising the threads), 1,000 units
 differenced against 10 as ``instructions.py`` does, split into the event loop's
-thread and the store's writer thread. ``--syscalls`` counts system calls per
+thread and the store's writer thread, after those of one raw commit. ``--syscalls`` counts system calls per
 unit under strace (fsyncs are commits; futex calls are threads waking threads).
 """
 
@@ -130,7 +130,7 @@ def wall(shape: str, n: int, repeats: int) -> None:
     )
 
 
-def _callgrind(n: int, shape: str, out: Path) -> list[int]:
+def _callgrind(n: int, shape: str, out: Path, mode: str = "run") -> list[int]:
     """Instructions per thread (the main thread first) of one run under callgrind."""
     program = _PROGRAM.format(here=str(HERE))
     command = [
@@ -140,7 +140,7 @@ def _callgrind(n: int, shape: str, out: Path) -> list[int]:
         f"--callgrind-out-file={out}/cg.out",
     ]
     subprocess.run(
-        [*command, sys.executable, "-c", program, str(n), shape, "run", "slow"],
+        [*command, sys.executable, "-c", program, str(n), shape, mode, "slow"],
         capture_output=True,
         text=True,
         check=True,
@@ -202,6 +202,15 @@ def syscalls(shape: str) -> None:
     print(f"{shape:6} system calls per unit: {shown}")
 
 
+def raw_instructions() -> None:
+    """Prints the instructions of one raw committed INSERT, the floor of the ratios."""
+    with tempfile.TemporaryDirectory() as tmp:
+        big = _callgrind(1000, "chain", Path(tmp), "raw")
+        small = _callgrind(10, "chain", Path(tmp), "raw")
+    per_commit = (sum(big) - sum(small)) / 990 / 1000
+    print(f"raw    {per_commit:7.1f}k instructions per commit (callgrind)")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("shapes", nargs="*", metavar="SHAPE", help=f"of {SHAPES}")
@@ -218,6 +227,8 @@ def main() -> int:
     if args.instructions and shutil.which("valgrind") is None:
         print("--instructions needs valgrind", file=sys.stderr)
         return 2
+    if args.instructions:
+        raw_instructions()
     for shape in args.shapes or SHAPES:
         if args.instructions:
             instructions(shape)
