@@ -128,3 +128,45 @@ async def test_a_flush_from_another_event_loop_returns(tmp_path: Path) -> None:
         assert [e.seq for e in await store.events("r")] == list(range(1, 51))
     finally:
         await store.close()
+
+
+async def test_a_store_made_with_bigger_pages_keeps_them_and_works(tmp_path: Path) -> None:
+    """A store of an earlier version (4 KiB pages) is read and written as before."""
+    path = tmp_path / "runs.db"
+    older = sqlite3.connect(path)
+    older.execute("PRAGMA page_size=4096")
+    older.execute("PRAGMA journal_mode=WAL")
+    older.execute("CREATE TABLE before_us (x)")
+    older.close()
+    store = SqliteRunStore(path)
+    await store.open()
+    try:
+        store.begin_run(row("r"))
+        for seq in range(1, 101):
+            store.append_event(event("r", seq))
+        await store.flush("r")
+        assert [e.seq for e in await store.events("r")] == list(range(1, 101))
+        assert await store.check() == []
+    finally:
+        await store.close()
+    check = sqlite3.connect(path)
+    assert check.execute("PRAGMA page_size").fetchone()[0] == 4096
+    check.close()
+
+
+async def test_a_new_store_holds_big_bodies_across_pages(tmp_path: Path) -> None:
+    """Bodies larger than a page (a long model answer) round-trip and pass the check."""
+    store = SqliteRunStore(tmp_path / "runs.db")
+    await store.open()
+    try:
+        store.begin_run(row("r"))
+        text = "word " * 20_000  # 100 KB
+        store.append_event(
+            Event(type="step_end", timestamp="t", run_id="r", seq=1, data={"t": text})
+        )
+        await store.flush("r")
+        [stored] = await store.events("r")
+        assert stored.data == {"t": text}
+        assert await store.check() == []
+    finally:
+        await store.close()
