@@ -14,8 +14,9 @@ context switches of all the process's threads, the counts that explain a ratio.
 ``--instructions`` counts instead the CPU instructions per unit under Valgrind's
 callgrind (exact and repeatable, but serialising the threads), 1,000 units
 differenced against 10 as ``instructions.py`` does, split into the event loop's
-thread and the store's writer thread, after those of one raw commit. ``--syscalls`` counts system calls per
-unit under strace (fsyncs are commits; futex calls are threads waking threads).
+thread and the store's writer thread, after those of one raw commit.
+``--syscalls`` counts system calls per unit under strace (fsyncs are commits;
+futex calls are threads waking threads).
 """
 
 from __future__ import annotations
