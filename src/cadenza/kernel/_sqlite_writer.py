@@ -153,6 +153,7 @@ class GroupWriter:
         self._failure: BaseException | None = None
         self._flushes = 0  # flushes asked for: a flush makes a linger timer moot
         self._lingering: asyncio.AbstractEventLoop | None = None  # the loop of the timer
+        self._timer: asyncio.TimerHandle | None = None
         self._doorbell: _Doorbell | None = None
 
     def start(self) -> None:
@@ -171,6 +172,10 @@ class GroupWriter:
             self._wakeups.put(None)
             await anyio.to_thread.run_sync(self._thread.join)
             self._thread = None
+        timer, self._timer = self._timer, None
+        if timer is not None and self._lingering is asyncio.get_running_loop():
+            timer.cancel()  # nothing is left to commit (on another loop it fires harmlessly)
+        self._lingering = None
         doorbell, self._doorbell = self._doorbell, None
         if doorbell is not None:
             if doorbell.loop is asyncio.get_running_loop() or doorbell.loop.is_closed():
@@ -224,10 +229,10 @@ class GroupWriter:
             self._wakeups.put(None)
             return
         self._lingering = loop
-        loop.call_later(LINGER, self._lingered, self._flushes)
+        self._timer = loop.call_later(LINGER, self._lingered, self._flushes)
 
     def _lingered(self, flushes: int) -> None:
-        self._lingering = None
+        self._lingering = self._timer = None
         if self._flushes == flushes:  # no flush since: commit what waits
             self._wakeups.put(None)
         elif not self._queue.empty():  # what came after the flush waits its turn
