@@ -49,6 +49,17 @@ __all__ = ["SCHEMA_VERSION", "SqliteRunStore"]
 
 _encode = msgspec.json.Encoder().encode
 
+
+def _blob(body: bytes) -> bytearray:
+    """``body`` as the parameter that binds it.
+
+    sqlite3 binds a bytearray as the same BLOB as bytes, but looks up an adapter
+    for every bytes parameter first: about 2 µs each, on the writer thread that
+    a step waits for, where the copy costs the loop 0.15 µs.
+    """
+    return bytearray(body)
+
+
 _BEGIN_RUN = Statement("INSERT OR REPLACE INTO runs VALUES (?, ?, ?, ?, ?, ?, ?, NULL)", "runs", 1)
 _APPEND_EVENT = Statement(
     "INSERT OR REPLACE INTO events (run_id, seq, type, step_id, body, crc) "
@@ -134,7 +145,7 @@ class SqliteRunStore:
         body = _encode(event)
         self._writer.put(
             _APPEND_EVENT,
-            (event.run_id, event.seq, event.type, event.step_id, body, crc(body)),
+            (event.run_id, event.seq, event.type, event.step_id, _blob(body), crc(body)),
             self._leases.get(event.run_id),
         )
 
@@ -143,7 +154,7 @@ class SqliteRunStore:
         body = _encode(record)
         self._writer.put(
             _PUT_STEP,
-            (run_id, address, record.status, body, crc(body)),
+            (run_id, address, record.status, _blob(body), crc(body)),
             self._leases.get(run_id),
         )
 

@@ -1,10 +1,16 @@
 """The SQLite store's writer: one thread, group commit, a failure that sticks.
 
 Writes are queued as (`Statement`, parameters) and never wait. The writer
-thread takes everything queued so far, writes it in one transaction and commits
-once, then wakes every `GroupWriter.flush` whose barrier was in that batch:
-steps that finish together share one fsync, and each still waits for its own
-durability.
+thread sleeps until a `GroupWriter.flush` wakes it, then takes everything queued
+so far, writes it in one transaction and commits once, and wakes every flush
+whose barrier was in that batch: steps that finish together share one fsync,
+and each still waits for its own durability. Writes do not wake the writer: a
+step's events and record then go in one commit with its flush, for one thread
+switch each way, where waking at the first write committed a step in two
+fsyncs whenever the writer got there before the flush. A write that no flush
+follows within `LINGER` seconds is committed by itself. The writer wakes the
+loop that opened the store through a file that loop watches (`_Doorbell`: one
+write, one read per commit), other loops with ``call_soon_threadsafe``.
 
 A batch is written table by table, in queue order within each table, so that
 the rows of one statement go to SQLite in as few calls as possible (one
@@ -30,9 +36,12 @@ longer be recorded must not go on as if it were.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
+import os
 import queue
 import sqlite3
+import sys
 import threading
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -68,8 +77,66 @@ class _Barrier(NamedTuple):
     future: asyncio.Future[None]
 
 
+class _Doorbell:
+    """How the writer wakes the event loop that opened the store: one file it watches.
+
+    An eventfd (a pipe where there is none) that the loop watches with
+    ``add_reader``. Each commit adds its flushes' futures to a deque and writes
+    the file once; the loop reads it once and resolves them all. That is one
+    system call a side, where ``call_soon_threadsafe`` made a handle on the
+    writer thread and left the loop to read its self-pipe until it was empty.
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self._rung: collections.deque[list[asyncio.Future[None]]] = collections.deque()
+        if hasattr(os, "eventfd"):
+            self._read = self._write = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+            self._token = (1).to_bytes(8, sys.byteorder)  # an eventfd adds 8-byte counts
+        else:  # pragma: no cover - not Linux
+            self._read, self._write = os.pipe()
+            os.set_blocking(self._read, False)
+            os.set_blocking(self._write, False)
+            self._token = b"\0"
+        try:
+            loop.add_reader(self._read, self._answer)
+        except BaseException:  # an event loop that cannot watch files
+            self._close_files()
+            raise
+
+    def ring(self, futures: list[asyncio.Future[None]]) -> None:
+        """Has the loop resolve ``futures`` (on the writer thread)."""
+        self._rung.append(futures)
+        with contextlib.suppress(BlockingIOError):  # full: the loop has a wake-up coming
+            os.write(self._write, self._token)
+
+    def _answer(self) -> None:
+        # Read first, then resolve: a ring between the two leaves the file readable
+        # again, and the next call finds the deque empty, which is harmless.
+        with contextlib.suppress(BlockingIOError):
+            os.read(self._read, 4096)
+        while self._rung:
+            _resolve(self._rung.popleft())
+
+    def close(self) -> None:
+        """Resolves what was rung and stops watching (on the loop, after the writer ended)."""
+        if not self.loop.is_closed():
+            self.loop.remove_reader(self._read)
+        self._close_files()
+        while self._rung:
+            _resolve(self._rung.popleft())
+
+    def _close_files(self) -> None:
+        os.close(self._read)
+        if self._write != self._read:
+            os.close(self._write)
+
+
 _Write = tuple[Statement, tuple[Any, ...], Lease | None]
 _STOP = object()
+
+LINGER = 0.05
+"""Seconds a write waits for a flush to commit it before the writer commits it anyway."""
 
 
 class GroupWriter:
@@ -77,12 +144,24 @@ class GroupWriter:
 
     def __init__(self, path: Path) -> None:
         self.path = path
+        # Writes and barriers, in order. The writer never blocks on this queue:
+        # waking it at every write would cost a thread switch per row.
         self._queue: queue.SimpleQueue[_Write | _Barrier | object] = queue.SimpleQueue()
+        # What the writer blocks on: one token per flush, stop or linger (below).
+        self._wakeups: queue.SimpleQueue[None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._failure: BaseException | None = None
+        self._flushes = 0  # flushes asked for: a flush makes a linger timer moot
+        self._lingering: asyncio.AbstractEventLoop | None = None  # the loop of the timer
+        self._timer: asyncio.TimerHandle | None = None
+        self._doorbell: _Doorbell | None = None
 
     def start(self) -> None:
-        """Starts the thread (it opens its own connection)."""
+        """Starts the thread (it opens its own connection), on the loop that will flush."""
+        with contextlib.suppress(RuntimeError, NotImplementedError):
+            # Flushes from another loop (or this one, if it cannot watch a file)
+            # are woken by call_soon_threadsafe instead.
+            self._doorbell = _Doorbell(asyncio.get_running_loop())
         self._thread = threading.Thread(target=self._loop, name="cadenza-store", daemon=True)
         self._thread.start()
 
@@ -90,16 +169,35 @@ class GroupWriter:
         """Commits what is queued and ends the thread."""
         if self._thread is not None:
             self._queue.put(_STOP)
+            self._wakeups.put(None)
             await anyio.to_thread.run_sync(self._thread.join)
             self._thread = None
+        timer, self._timer = self._timer, None
+        if timer is not None and self._lingering is asyncio.get_running_loop():
+            timer.cancel()  # nothing is left to commit (on another loop it fires harmlessly)
+        self._lingering = None
+        doorbell, self._doorbell = self._doorbell, None
+        if doorbell is not None:
+            if doorbell.loop is asyncio.get_running_loop() or doorbell.loop.is_closed():
+                doorbell.close()
+            else:
+                doorbell.loop.call_soon_threadsafe(doorbell.close)
 
     def put(
         self, statement: Statement, parameters: tuple[Any, ...], lease: Lease | None = None
     ) -> None:
-        """Queues one statement, fenced by ``lease`` when its run's lease is held."""
+        """Queues one statement, fenced by ``lease`` when its run's lease is held.
+
+        The writer is not woken: the next flush commits the write. A write that
+        no flush follows within `LINGER` seconds is committed then, so that other
+        processes reading the file see a long step's events as it goes.
+        """
         if lease is not None and lease.lost is not None:
             return  # refused already: the run is someone else's now
         self._queue.put((statement, parameters, lease))
+        lingering = self._lingering
+        if lingering is None or lingering.is_closed():
+            self._linger()
 
     async def flush(self) -> None:
         """Waits until everything queued before this call is committed.
@@ -113,9 +211,32 @@ class GroupWriter:
             raise StoreError(f"the run store {str(self.path)!r} is closed")
         loop = asyncio.get_running_loop()
         done = loop.create_future()
+        self._flushes += 1
         self._queue.put(_Barrier(loop, done))
+        self._wakeups.put(None)
         await done
         self._raise_failure()
+
+    def _linger(self) -> None:
+        """Has the writer commit what is queued `LINGER` seconds from now, unless a flush does.
+
+        One timer at a time, on the loop that queued the write; without one (a
+        write from a thread with no event loop) the writer commits at once.
+        """
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            self._wakeups.put(None)
+            return
+        self._lingering = loop
+        self._timer = loop.call_later(LINGER, self._lingered, self._flushes)
+
+    def _lingered(self, flushes: int) -> None:
+        self._lingering = self._timer = None
+        if self._flushes == flushes:  # no flush since: commit what waits
+            self._wakeups.put(None)
+        elif not self._queue.empty():  # what came after the flush waits its turn
+            self._linger()
 
     def _raise_failure(self) -> None:
         if self._failure is not None:
@@ -126,13 +247,15 @@ class GroupWriter:
         cursor = connection.cursor()
         try:
             while True:
-                batch = [self._queue.get()]
+                self._wakeups.get()
+                # This thread is the only reader of both queues, so what is not
+                # empty has an item to get (and no queue.Empty is raised per batch).
+                while not self._wakeups.empty():  # flushes this batch commits too
+                    self._wakeups.get_nowait()
                 # Group commit: whatever piled up while we were committing goes in one go.
-                while True:
-                    try:
-                        batch.append(self._queue.get_nowait())
-                    except queue.Empty:
-                        break
+                batch = []
+                while not self._queue.empty():
+                    batch.append(self._queue.get_nowait())
                 if self._commit(connection, cursor, batch):
                     return
         finally:
@@ -168,7 +291,7 @@ class GroupWriter:
                 self._failure = error
                 if connection.in_transaction:
                     connection.execute("ROLLBACK")
-        _wake(barriers)
+        _wake(barriers, self._doorbell)
         return stop
 
 
@@ -214,7 +337,7 @@ def _latest(statement: Statement, rows: list[tuple[Any, ...]]) -> list[tuple[Any
     return rows if len(latest) == len(rows) else list(latest.values())
 
 
-def _wake(barriers: list[_Barrier]) -> None:
+def _wake(barriers: list[_Barrier], doorbell: _Doorbell | None) -> None:
     """Resolves the barriers' futures: one hand-off to each event loop, not one per flush."""
     if not barriers:
         return
@@ -222,6 +345,9 @@ def _wake(barriers: list[_Barrier]) -> None:
     for loop, future in barriers:
         by_loop.setdefault(loop, []).append(future)
     for loop, futures in by_loop.items():
+        if doorbell is not None and loop is doorbell.loop:
+            doorbell.ring(futures)
+            continue
         with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits any more
             loop.call_soon_threadsafe(_resolve, futures)
 
