@@ -45,15 +45,17 @@ class Pair:
 
 
 LOOP_NOTE = """\
-Each Cadenza step is an actor: spawning it (a task, an inbox, an address in the
-supervisor's tables), two events through the journal, a step record, the loop
-controller's bookkeeping and a fresh CEL scope per iteration. docs/architecture.md
-measures this at 55-65 µs for a no-op step (about 223k CPU instructions) against a
-25 µs goal: the spawn, start, exit and one message of a bare supervised actor
-already cost about 106k instructions (about 25 µs), so the goal is out of reach
-while every step is an actor on CPython 3.11. LangGraph's per-step cost (its
-Pregel superstep: channel updates, task preparation) is a few hundred µs, so the
-ratio lands at a few x, not 15x. The 15x target assumed a ~25 µs Cadenza step."""
+Each Cadenza step is an actor: an inbox, a ref and an address in the supervisor's
+tables, run by the dispatcher (no task of its own unless its turn suspends),
+plus two events through the journal, a step record, the loop controller's
+bookkeeping and a fresh CEL scope per iteration. Since the dispatcher (issue 20) a
+no-op chain step costs about 181k CPU instructions (226k before); of those, the
+actor kernel (spawn, two busy periods, one report, exit) is about 57k and the
+workflow layer (events, records, the DAG's bookkeeping) about 125k, so the 25 µs
+goal now waits on the journal and event path more than on the kernel (figures:
+docs/architecture.md). LangGraph's per-step cost (its Pregel superstep: channel
+updates, task preparation) is a few hundred µs, so the ratio lands at a few x,
+not 15x."""
 
 SQLITE_NOTE = """\
 Both sides are bound by the disk. Cadenza commits each step durably (WAL,
@@ -85,8 +87,8 @@ message of every agent and has no per-agent mailbox, task or back-pressure.
 A Cadenza actor owns a bounded inbox, a ref and an address, which gives each actor
 in-order handling, back-pressure on a full inbox and supervision. Since the
 dispatcher (issue 20) an idle actor holds no task, no coroutine and no deque:
-bench_actors measures 0.73 KiB per idle actor, against ~2.4 KiB with the parked
-consumer task each actor had when the table above was measured."""
+0.77 KiB in the table above, against ~2.4 KiB with the parked consumer task
+each actor had before."""
 
 
 PAIRS = [
