@@ -143,6 +143,17 @@ RECOVERY_INTERVAL = 5.0
 _log = get_logger("cadenza.runtime")
 
 
+def _passing(error: Exception) -> bool:
+    """Whether a takeover that failed with ``error`` may work at a later look.
+
+    A store that is busy or unreachable (`StoreError`, or a driver's own error)
+    may; a corrupt record or any other refusal of the run itself will not.
+    """
+    if isinstance(error, CorruptRecord):
+        return False
+    return isinstance(error, StoreError) or not isinstance(error, CadenzaError)
+
+
 def new_run_id() -> str:
     """A sortable, unique run id: UTC time plus randomness (``20261121T101500-3f9a1c``)."""
     return time.strftime("%Y%m%dT%H%M%S", time.gmtime()) + "-" + secrets.token_hex(3)
@@ -702,21 +713,14 @@ class Runtime:
                 handle = await self.resume(row.run_id)
             except LeaseHeld:
                 continue  # another supervisor won the race (or its owner came back)
-            except CorruptRecord as error:  # resuming again will not help
-                self._unrecoverable.add(row.run_id)
-                _log.error("cannot take the run over", run_id=row.run_id, error=str(error))
-                continue
-            except StoreError as error:  # busy, or away for a moment: look again next time
-                _log.warning("cannot take the run over yet", run_id=row.run_id, error=str(error))
-                continue
-            except CadenzaError as error:  # its workflow is invalid, say: it stays as it is
-                self._unrecoverable.add(row.run_id)
-                _log.error("cannot take the run over", run_id=row.run_id, error=str(error))
-                continue
             except Exception as error:
-                _log.warning(
-                    "cannot take the run over yet", run_id=row.run_id, error=redact(str(error))
-                )
+                if _passing(error):  # busy, or away for a moment: look again next time
+                    _log.warning(
+                        "cannot take the run over yet", run_id=row.run_id, error=redact(str(error))
+                    )
+                else:  # a corrupt record, an invalid workflow: resuming again will not help
+                    self._unrecoverable.add(row.run_id)
+                    _log.error("cannot take the run over", run_id=row.run_id, error=str(error))
                 continue
             # Nobody awaits a run taken over: its end (a LeaseLost too) is in the store and logs.
             handle._result.add_done_callback(_retrieved)
