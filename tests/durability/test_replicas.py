@@ -14,7 +14,6 @@ import logging
 import sqlite3
 import subprocess
 import sys
-import textwrap
 import threading
 import time
 from collections.abc import Awaitable, Callable
@@ -45,6 +44,23 @@ output: "steps.publish.content"
 """
 
 
+PARK = "name: park\nsteps:\n  - {id: park, handler: 'HANDLERS:park'}\n"
+PARKED = """
+import anyio
+
+async def park(context):
+    await anyio.sleep_forever()
+"""
+
+
+@pytest.fixture
+def effects(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The file REVIEW's commands append their side effects to ($EFFECTS)."""
+    path = tmp_path / "effects.txt"
+    monkeypatch.setenv("EFFECTS", str(path))
+    return path
+
+
 async def eventually(what: str, check: Callable[[], Awaitable[bool]]) -> None:
     """Waits until ``check`` is true; fails after `DEADLINE` seconds, naming ``what``."""
     give_up = time.monotonic() + DEADLINE
@@ -64,12 +80,9 @@ def replica(factory: StoreFactory, *, recover: bool = False) -> Runtime:
 async def test_a_signal_through_one_replica_wakes_the_run_waiting_on_another(
     durable_store_factory: StoreFactory,
     write_flow: WriteFlow,
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
+    effects: Path,
 ) -> None:
     """A answers nothing; B records the answer; A (taking over) resumes and finishes the run."""
-    effects = tmp_path / "effects.txt"
-    monkeypatch.setenv("EFFECTS", str(effects))
     path = write_flow(REVIEW)
     async with replica(durable_store_factory, recover=True) as a:
         waiting = await a.run(path, run_id="review")
@@ -86,24 +99,14 @@ async def test_a_signal_through_one_replica_wakes_the_run_waiting_on_another(
     assert result.output == "published\n"
     assert result.steps["approve"].result == {"publish": True}
     # The step finished before the wait was replayed, not run again.
-    assert effects.read_text().split() == ["drafted", "published"]
+    assert (await anyio.Path(effects).read_text()).split() == ["drafted", "published"]
 
 
 async def test_a_cancel_through_one_replica_stops_the_run_driven_by_another(
     durable_store_factory: StoreFactory, write_flow: WriteFlow
 ) -> None:
     """B's cancel goes through the store; A, which drives the run, cancels it."""
-    path = write_flow(
-        "name: park\nsteps:\n  - {id: park, handler: 'HANDLERS:park'}\n",
-        handlers=textwrap.dedent(
-            """
-            import anyio
-
-            async def park(context):
-                await anyio.sleep_forever()
-            """
-        ),
-    )
+    path = write_flow(PARK, handlers=PARKED)
     async with replica(durable_store_factory) as a, replica(durable_store_factory) as b:
         started = anyio.Event()
         handle = await a.start(
@@ -124,12 +127,9 @@ async def test_a_cancel_through_one_replica_stops_the_run_driven_by_another(
 async def test_a_cancel_of_a_run_nobody_drives_ends_it_cancelled_at_once(
     durable_store_factory: StoreFactory,
     write_flow: WriteFlow,
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
+    effects: Path,
 ) -> None:
     """A waiting run is taken up by the cancelling replica and ends cancelled; nothing runs."""
-    effects = tmp_path / "effects.txt"
-    monkeypatch.setenv("EFFECTS", str(effects))
     path = write_flow(REVIEW)
     async with replica(durable_store_factory) as a:
         assert (await a.run(path, run_id="review")).status == "waiting"
@@ -138,7 +138,7 @@ async def test_a_cancel_of_a_run_nobody_drives_ends_it_cancelled_at_once(
         assert handle is not None
         result = await handle.result()
     assert result.status == "cancelled"
-    assert effects.read_text().split() == ["drafted"]
+    assert (await anyio.Path(effects).read_text()).split() == ["drafted"]
 
 
 async def test_a_message_through_one_replica_reaches_the_agent_on_another(
@@ -174,16 +174,13 @@ async def test_a_message_through_one_replica_reaches_the_agent_on_another(
     ]
 
 
-def test_cadenza_cancel_stops_a_run_that_another_process_drives(tmp_path: Path) -> None:
+def test_cadenza_cancel_stops_a_run_that_another_process_drives(
+    write_flow: WriteFlow, tmp_path: Path
+) -> None:
     """`cadenza run` in one process, `cadenza cancel` in another: the run ends cancelled."""
-    (tmp_path / "parked.py").write_text(
-        "import anyio\n\nasync def park(context):\n    await anyio.sleep_forever()\n"
-    )
-    (tmp_path / "park.yaml").write_text(
-        "name: park\nsteps:\n  - {id: park, handler: 'parked:park'}\n"
-    )
+    path = write_flow(PARK, handlers=PARKED)
     store = str(tmp_path / "runs.db")
-    command = [sys.executable, "-m", "cadenza", "run", "park.yaml", "--store", store]
+    command = [sys.executable, "-m", "cadenza", "run", str(path), "--store", store]
     runner = subprocess.Popen(
         [*command, "--run-id", "parked", "--json", "--events"],
         cwd=tmp_path,

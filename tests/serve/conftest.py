@@ -87,6 +87,14 @@ def write(root: Path, name: str, text: str) -> Path:
     return path
 
 
+def write_parked(root: Path) -> Path:
+    """Writes ``park.yaml``, one step ``park`` that waits until cancelled; returns its path."""
+    (root / "parked.py").write_text(
+        "import anyio\n\nasync def park(context):\n    await anyio.sleep_forever()\n"
+    )
+    return write(root, "park.yaml", "name: park\nsteps:\n  - {id: park, handler: 'parked:park'}\n")
+
+
 @pytest.fixture
 def open_viewer() -> OpenViewer:
     """Opens a runtime on a store and the viewer's API over it, as an httpx client."""

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +15,7 @@ from cadenza import Runtime
 from cadenza.protocols import Event
 from cadenza.serve import create_app
 
-from .conftest import ECHO, SCRIPTED, OpenViewer, write
+from .conftest import ECHO, SCRIPTED, OpenViewer, write, write_parked
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 JSON = {"content-type": "application/json"}
@@ -265,17 +264,7 @@ async def test_cancel_stops_a_run_this_server_drives(
     tmp_path: Path, open_viewer: OpenViewer
 ) -> None:
     """A live run is cancelled (recorded `cancelled`); a finished one cannot be (409)."""
-    (tmp_path / "parked.py").write_text(
-        textwrap.dedent(
-            """
-            import anyio
-
-            async def park(context):
-                await anyio.sleep_forever()
-            """
-        )
-    )
-    write(tmp_path, "park.yaml", "name: park\nsteps:\n  - {id: park, handler: 'parked:park'}\n")
+    write_parked(tmp_path)
     async with open_viewer(tmp_path) as (runtime, client):
         started = await client.post("/api/runs", json={"path": "park.yaml", "runId": "parked"})
         assert started.json()["live"] is True

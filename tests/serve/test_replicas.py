@@ -9,7 +9,6 @@ the replica that drives the run.
 from __future__ import annotations
 
 import json
-import textwrap
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -19,7 +18,7 @@ import httpx
 
 from cadenza.serve import BackgroundServer, ServeOptions
 
-from .conftest import SCRIPTED, write
+from .conftest import SCRIPTED, write, write_parked
 from .test_live import messages, until_step_starts
 
 DEADLINE = 30.0
@@ -75,17 +74,7 @@ def test_a_cancel_sent_to_one_replica_stops_the_run_the_other_drives(
     postgres_url: str, tmp_path: Path
 ) -> None:
     """B does not drive the run; its cancel reaches A through the store."""
-    (tmp_path / "parked.py").write_text(
-        textwrap.dedent(
-            """
-            import anyio
-
-            async def park(context):
-                await anyio.sleep_forever()
-            """
-        )
-    )
-    write(tmp_path, "park.yaml", "name: park\nsteps:\n  - {id: park, handler: 'parked:park'}\n")
+    write_parked(tmp_path)
     with replicas(postgres_url, tmp_path) as (a, b):
         started = a.post("/api/runs", json={"path": "park.yaml", "runId": "parked"})
         assert started.status_code == 201, started.text
