@@ -1,6 +1,7 @@
 """CPU instructions per step, the figure that repeats within ~1% on a noisy machine.
 
-Usage: python benchmarks/instructions.py [SHAPE ...]   (shapes: chain, loop, graph, foreach)
+Usage: python benchmarks/instructions.py [--breakdown] [SHAPE ...]
+(shapes: chain, loop, foreach; and the floors actors, future)
 
 Wall-clock figures here move by 15% from run to run; the count of instructions
 a process retires barely moves. Each shape runs twice in a fresh interpreter
@@ -15,6 +16,14 @@ counter (many virtual machines: perf says ``<not supported>``) it counts the
 instructions under Valgrind's callgrind instead (Debian: ``valgrind``), which
 is exact and repeatable but some fifty times slower; without either it reports
 CPU microseconds per unit, the best of three runs each.
+
+Two shapes are floors rather than workflows: ``actors`` is the bare actor
+kernel (a parent spawns a child, the child tells it one message and stops, and
+the parent spawns the next: what every step costs before it does anything) and
+``future`` one asyncio round trip (a task awaits a future another callback
+resolves: what no scheduler on asyncio gets below). ``--breakdown`` splits a
+chain step into its parts: the chain is run again with one part at a time
+replaced by a stub that does nothing, and the difference is that part's cost.
 """
 
 from __future__ import annotations
@@ -37,7 +46,7 @@ sys.path.insert(0, {here!r})
 from cadenza import Runtime
 from cadenza.workflow import LoadedWorkflow, Loop, Step, Workflow
 import bench_dag
-
+{prelude}
 # What the imports left is frozen out of the collector's view: otherwise when a
 # full collection happens to fall moves the count by several per cent.
 gc.collect()
@@ -53,6 +62,9 @@ elif shape == "loop":
     steps = [Step(id="l", handler=noop, loop=Loop(max_iterations=n))]
 elif shape == "foreach":
     steps = [Step(id="f", handler=noop, loop=Loop(for_each=list(range(n)), max_concurrency=64))]
+elif shape in FLOORS:
+    asyncio.run(FLOORS[shape](n))
+    raise SystemExit(0)
 else:
     raise SystemExit(f"unknown shape {{shape}}")
 document = LoadedWorkflow(
@@ -67,16 +79,114 @@ async def main() -> None:
 asyncio.run(main())
 """
 
-SHAPES = ("chain", "loop", "foreach")
+SHAPES = ("chain", "loop", "foreach", "actors", "future")
+
+# The floors: `{prelude}` of every program, so a shape can be one of them.
+_FLOORS = """
+from cadenza.kernel import Actor, Address, Supervisor
+
+class _Child(Actor):
+    def __init__(self, parent):
+        self.parent = parent
+    async def on_start(self):
+        await self.parent.send(None)
+        self.stop()
+    async def receive(self, message):
+        pass
+
+class _Parent(Actor):
+    def __init__(self, n, done):
+        self.n, self.done, self.spawned = n, done, 0
+    async def on_start(self):
+        self._spawn()
+    def _spawn(self):
+        parent = self.ref
+        self.supervisor.spawn(Address.root(f"c{self.spawned}"), lambda: _Child(parent))
+        self.spawned += 1
+    async def receive(self, message):
+        if self.spawned == self.n:
+            self.done.set_result(None)
+            self.stop()
+        else:
+            self._spawn()
+
+async def actors(n):
+    async with Supervisor() as supervisor:
+        done = asyncio.get_running_loop().create_future()
+        supervisor.spawn("parent", lambda: _Parent(n, done))
+        await done
+
+async def future(n):
+    loop = asyncio.get_running_loop()
+    for _ in range(n):
+        waiter = loop.create_future()
+        loop.call_soon(waiter.set_result, None)
+        await waiter
+
+FLOORS = {"actors": actors, "future": future}
+"""
+
+# What --breakdown stubs out of a chain step, one at a time: (part, code run before
+# the chain that replaces it). Each stub keeps the run correct, only emptier.
+_PARTS = (
+    (
+        "the step's own work (execute, record, report)",
+        """
+from cadenza.actors.steps._step import StepActor
+from cadenza.actors.run import StepFinished
+from cadenza.protocols import StepRecord
+_DONE = StepRecord(status="completed", content="")
+async def _start(self):
+    await self.report(StepFinished(self.step_id, _DONE))
+    self.stop()
+StepActor.on_start = _start
+""",
+    ),
+    (
+        "  journal: 2 events, 2 step records, the durability wait",
+        """
+from cadenza.actors.run._journal import RunJournal
+def _started(self, address, kind, attempt, agent, start=None):
+    pass
+async def _finished(self, address, record, *, agent=None, tokens=None):
+    self.records[address] = record
+RunJournal.leaf_started = _started
+RunJournal.step_finished = _finished
+""",
+    ),
+    (
+        "    of which the 2 events (timestamp, Event, store, observers)",
+        """
+from cadenza.actors.run._journal import RunJournal
+from cadenza.protocols import Event
+_EVENT = Event(type="stub", timestamp="", run_id="", seq=0)
+RunJournal.emit = lambda self, type, **fields: _EVENT
+""",
+    ),
+    (
+        "  handler call: resolve, scope, StepContext, await",
+        """
+import cadenza.actors.steps._step as _step
+async def _call(handler, context):
+    return "", None
+_step.call_handler = _call
+_step.StepActor._handler_call = lambda self, address, attempt, reference: (None, None)
+""",
+    ),
+)
 
 # String hashing is seeded per process: dicts and sets then differ in layout, and
 # the count by a few per cent. One fixed seed makes two runs of one tree agree.
 _ENV = {**os.environ, "PYTHONHASHSEED": "0"}
 
 
-def instructions(n: int, shape: str) -> int | None:
+def _program(prelude: str) -> str:
+    return _PROGRAM.format(here=str(HERE), prelude=_FLOORS + prelude)
+
+
+def instructions(n: int, shape: str, prelude: str = "") -> int | None:
     """Instructions retired running ``shape`` with ``n`` units (None: no counter here)."""
-    program = _PROGRAM.format(here=str(HERE))
+    program = _program(prelude)
     command = ["perf", "stat", "-x,", "-e", "instructions", sys.executable, "-c", program]
     done = subprocess.run(
         [*command, str(n), shape], capture_output=True, text=True, check=True, timeout=600, env=_ENV
@@ -88,9 +198,9 @@ def instructions(n: int, shape: str) -> int | None:
     raise RuntimeError(f"perf printed no instruction count:\n{done.stderr}")
 
 
-def simulated_instructions(n: int, shape: str) -> int:
+def simulated_instructions(n: int, shape: str, prelude: str = "") -> int:
     """Instructions executed running ``shape`` with ``n`` units, counted by callgrind."""
-    program = _PROGRAM.format(here=str(HERE))
+    program = _program(prelude)
     command = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null"]
     done = subprocess.run(
         [*command, sys.executable, "-c", program, str(n), shape],
@@ -106,9 +216,9 @@ def simulated_instructions(n: int, shape: str) -> int:
     raise RuntimeError(f"callgrind printed no instruction count:\n{done.stderr}")
 
 
-def cpu_seconds(n: int, shape: str) -> float:
+def cpu_seconds(n: int, shape: str, prelude: str = "") -> float:
     """User plus system CPU of an interpreter running ``shape`` with ``n`` units, best of 3."""
-    program = _PROGRAM.format(here=str(HERE))
+    program = _program(prelude)
     best = float("inf")
     for _ in range(3):
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -120,9 +230,52 @@ def cpu_seconds(n: int, shape: str) -> float:
     return best
 
 
+def per_unit(shape: str, prelude: str = "") -> tuple[float, str]:
+    """What one more unit of ``shape`` costs, and in what (instructions where countable)."""
+    # A first run writes the bytecode caches of modules edited since their last import:
+    # compiled inside one of the two counted runs, they would be counted as steps.
+    subprocess.run([sys.executable, "-c", _program(prelude), "10", shape], check=True, env=_ENV)
+    if shutil.which("perf") is not None:
+        big, small = instructions(1000, shape, prelude), instructions(10, shape, prelude)
+        if big is not None and small is not None:
+            return (big - small) / 990, "instructions"
+    if shutil.which("valgrind") is not None:
+        big = simulated_instructions(1000, shape, prelude)
+        small = simulated_instructions(10, shape, prelude)
+        return (big - small) / 990, "instructions (callgrind)"
+    cpu = cpu_seconds(1000, shape, prelude) - cpu_seconds(10, shape, prelude)
+    return cpu / 990 * 1e9, "ns CPU (perf: no instruction counter here)"
+
+
+def _show(label: str, value: float, unit: str, of: float | None = None) -> None:
+    share = f"  {value / of:6.1%}" if of else ""
+    print(f"{label:62} {value / 1000:8.1f}k{share}  {unit}", flush=True)
+
+
+def breakdown() -> None:
+    """A chain step's cost split into its parts, beside the floors under it."""
+    total, unit = per_unit("chain")
+    _show("chain step, in all", total, unit, total)
+    parts = {}
+    for label, stub in _PARTS:
+        without, _ = per_unit("chain", stub)
+        parts[label] = total - without
+        _show(label, parts[label], unit, total)
+    actors, _ = per_unit("actors")
+    own = parts[_PARTS[0][0]]
+    _show("the actor kernel: spawn, start, one message, exit (floor)", actors, unit, total)
+    rest = total - own - actors
+    _show("the rest: DAG controller, placement, scope, spawn_step", rest, unit, total)
+    future, _ = per_unit("future")
+    _show("for scale: one asyncio future round trip (floor)", future, unit, total)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("shapes", nargs="*", metavar="SHAPE", help=f"of {SHAPES}")
+    parser.add_argument(
+        "--breakdown", action="store_true", help="split a chain step into its parts instead"
+    )
     args = parser.parse_args()
     if shutil.which("perf") is None and shutil.which("valgrind") is None:
         print("needs perf (Debian: linux-perf) or valgrind", file=sys.stderr)
@@ -130,20 +283,14 @@ def main() -> int:
     unknown = sorted(set(args.shapes) - set(SHAPES))
     if unknown:
         parser.error(f"unknown shape(s) {unknown}; have {list(SHAPES)}")
+    if args.breakdown:
+        if args.shapes:
+            parser.error("--breakdown takes no shapes: it splits a chain step")
+        breakdown()
+        return 0
     for shape in args.shapes or SHAPES:
-        big = small = None
-        if shutil.which("perf") is not None:
-            big, small = instructions(1000, shape), instructions(10, shape)
-        if big is not None and small is not None:
-            print(f"{shape:8} {(big - small) / 990 / 1000:8.1f}k instructions per unit")
-            continue
-        if shutil.which("valgrind") is not None:
-            big, small = simulated_instructions(1000, shape), simulated_instructions(10, shape)
-            per_unit = (big - small) / 990 / 1000
-            print(f"{shape:8} {per_unit:8.1f}k instructions per unit (callgrind)")
-            continue
-        cpu = (cpu_seconds(1000, shape) - cpu_seconds(10, shape)) / 990 * 1e6
-        print(f"{shape:8} {cpu:8.1f} us CPU per unit (perf: no instruction counter here)")
+        value, unit = per_unit(shape)
+        print(f"{shape:8} {value / 1000:8.1f}k {unit} per unit", flush=True)
     return 0
 
 

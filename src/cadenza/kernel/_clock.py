@@ -8,6 +8,7 @@ intensity) asks a ``Clock``, so a test can swap in ``FakeClock`` and check a
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Protocol, TypeVarTuple, Unpack
@@ -95,13 +96,13 @@ def _timeout_scope(clock: Clock, seconds: float, *, fail: bool) -> Iterator[Canc
 
 
 class SystemClock(Clock):
-    """The running event loop's clock: ``loop.time()`` and ``loop.call_later``."""
+    """The running event loop's clock: ``time.monotonic`` and ``loop.call_later``."""
 
     __slots__ = ()
 
-    def now(self) -> float:
-        """The event loop's monotonic time."""
-        return asyncio.get_running_loop().time()
+    # asyncio's own loops tell time with ``time.monotonic`` (``BaseEventLoop.time``);
+    # calling it directly spares two calls on a path every step takes twice.
+    now = staticmethod(time.monotonic)
 
     async def sleep(self, seconds: float) -> None:
         """``asyncio.sleep``."""

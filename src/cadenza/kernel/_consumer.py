@@ -122,13 +122,14 @@ def exit_actor(
     cancelled: bool,
 ) -> None:
     """Refuse what is left in the inbox, settle the state, and tell the supervisor."""
-    inbox.close()
+    if not inbox._closed:  # a stop closed it already, the common end
+        inbox.close()
     ref._state = ActorState.FAILED if error is not None else ActorState.STOPPED
     supervisor = ref._supervisor
-    left = inbox.drain()
-    if current is None and not left:  # the common end: nothing asked, nothing queued
+    if current is None and not inbox._items:  # the common end: nothing asked, nothing queued
         supervisor._child_exited(ref, error, cancelled=cancelled)
         return
+    left = inbox.drain()
     how = "was cancelled" if cancelled else "crashed" if error is not None else "stopped"
     if current is not None and not current.reply.done():
         current.reply.set_exception(ref._stopped(current.message, how))

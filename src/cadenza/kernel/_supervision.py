@@ -134,7 +134,8 @@ class SupervisionCore:
             else:
                 self._remove(ref)
         finally:
-            self._settle()
+            if self._idle is not None:  # only ``__aexit__`` waits for the last exit
+                self._settle()
 
     def _report_crash(self, ref: ActorRef, error: BaseException) -> None:
         if self._on_crash is None:

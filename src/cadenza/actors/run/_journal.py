@@ -43,7 +43,6 @@ from cadenza.protocols import (
     StepStart,
     Tokens,
     Usage,
-    format_duration,
     timestamp,
 )
 
@@ -197,7 +196,7 @@ class RunJournal:
             step_id,
             agent,
             message,
-            None if duration is None else format_duration(duration),
+            None if duration is None else f"{duration:.3f}s",  # `format_duration`
             tokens,
             error,
             plain,

@@ -101,6 +101,9 @@ class StepsView(Mapping[str, StepOutput]):
 
 Handler = Callable[[StepContext], Any]
 _cache: dict[tuple[str, Path], Handler] = {}
+# The directory each reference was last resolved in, and to what: a step resolves its
+# handler on every execution, and compares the directory by identity here.
+_by_reference: dict[str, tuple[Path, Handler]] = {}
 _is_async: dict[Handler, bool] = {}
 
 
@@ -115,9 +118,13 @@ def resolve_handler(reference: str, workflow_dir: Path) -> Handler:
         HandlerError: The reference is malformed, the module or attribute is
             missing, or the attribute is not callable.
     """
+    known = _by_reference.get(reference)
+    if known is not None and known[0] is workflow_dir:  # a Path's hash is a Python call
+        return known[1]
     key = (reference, workflow_dir)
     cached = _cache.get(key)
     if cached is not None:
+        _by_reference[reference] = (workflow_dir, cached)
         return cached
     module_name, sep, attribute = reference.partition(":")
     if not sep or not module_name or not attribute:
@@ -144,6 +151,7 @@ def resolve_handler(reference: str, workflow_dir: Path) -> Handler:
     if not callable(target):
         raise HandlerError(f"handler {reference!r} is not callable")
     _cache[key] = target
+    _by_reference[reference] = (workflow_dir, target)
     return target  # type: ignore[no-any-return]
 
 

@@ -45,7 +45,7 @@ from cadenza.workflow import Step, parse_duration, parse_template
 
 from ._agent import AgentVisit, run_agent
 from ._command import command_result, run_command
-from ._handler import StepContext, StepsView, call_handler, resolve_handler
+from ._handler import Handler, StepContext, StepsView, call_handler, resolve_handler
 from ._remote import remote_work
 from ._tool_step import run_tool_step
 
@@ -91,7 +91,9 @@ class StepActor(PlacedActor):
             record = await self._execute(address)
         finally:
             active.discard(self)
-        self._keep_late_messages()
+        late = self.take_messages()
+        if late:
+            self._keep_late_messages(late)
         tokens = None
         if self.kind == "agent":
             prompt, completion = journal.take_usage(address)
@@ -157,9 +159,10 @@ class StepActor(PlacedActor):
             if self.run.dispatcher is not None:  # a worker runs it, and applies its timeout
                 content, result = await remote_work(self, self.run.dispatcher, address, attempt)
             elif seconds is None:
-                handler = self.step.handler
-                if handler is not None:  # the common case, one coroutine frame fewer
-                    content, result = await self._handler(address, attempt, handler)
+                reference = self.step.handler
+                if reference is not None:  # the common case, one coroutine frame fewer
+                    handler, context = self._handler_call(address, attempt, reference)
+                    content, result = await call_handler(handler, context)
                 else:
                     content, result = await self._work(address, attempt)
             else:
@@ -216,7 +219,7 @@ class StepActor(PlacedActor):
         if step.command is not None:
             return await self._command(address, attempt, step.command)
         if step.handler is not None:
-            return await self._handler(address, attempt, step.handler)
+            return await call_handler(*self._handler_call(address, attempt, step.handler))
         if step.tool is not None:
             return await run_tool_step(self, address, attempt)
         if self.kind == "agent":
@@ -253,14 +256,14 @@ class StepActor(PlacedActor):
             raise StepFailure(outcome.error, content=outcome.content or None, result=outcome.result)
         return outcome.content, outcome.result
 
-    def _keep_late_messages(self) -> None:
+    def _keep_late_messages(self, letters: list[Any]) -> None:
         """Messages that reached this instance after its last turn wait for the step's next one.
 
         The inbox belongs to the step, not to one iteration or visit (zenflow's
         loop-bidirectional behaviour); what no instance ever takes is reported
         as undelivered when the run ends.
         """
-        late = [letter for letter in self.take_messages() if isinstance(letter, AgentMessage)]
+        late = [letter for letter in letters if isinstance(letter, AgentMessage)]
         if late:
             self.run.mail.setdefault(self.address.name, deque()).extend(late)
 
@@ -310,7 +313,10 @@ class StepActor(PlacedActor):
         outcome = await run_command(command, env=env, cwd=cwd, stdin=stdin)
         return command_result(outcome, address)
 
-    async def _handler(self, address: str, attempt: int, reference: str) -> tuple[str, Any]:
+    def _handler_call(
+        self, address: str, attempt: int, reference: str
+    ) -> tuple[Handler, StepContext]:
+        """The handler ``reference`` names, and the context it is called with."""
         run = self.run
         handler = resolve_handler(reference, self.document.base_dir)
         variables = self.scope.activation(run.inputs)
@@ -327,4 +333,4 @@ class StepActor(PlacedActor):
             iteration=variables.get("iteration"),
             brief=self.brief,
         )
-        return await call_handler(handler, context)
+        return handler, context
