@@ -1,7 +1,7 @@
 """CPU instructions per step, the figure that repeats within ~1% on a noisy machine.
 
 Usage: python benchmarks/instructions.py [--breakdown] [SHAPE ...]
-(shapes: chain, loop, foreach; and the floors actors, future)
+(shapes: chain, loop, graph, foreach; and the floors actors, future)
 
 Wall-clock figures here move by 15% from run to run; the count of instructions
 a process retires barely moves. Each shape runs twice in a fresh interpreter
@@ -62,6 +62,9 @@ elif shape == "loop":
     steps = [Step(id="l", handler=noop, loop=Loop(max_iterations=n))]
 elif shape == "foreach":
     steps = [Step(id="f", handler=noop, loop=Loop(for_each=list(range(n)), max_concurrency=64))]
+elif shape == "graph":
+    import bench_loops
+    steps = bench_loops.graph_document(n).workflow.steps
 elif shape in FLOORS:
     asyncio.run(FLOORS[shape](n))
     raise SystemExit(0)
@@ -79,7 +82,7 @@ async def main() -> None:
 asyncio.run(main())
 """
 
-SHAPES = ("chain", "loop", "foreach", "actors", "future")
+SHAPES = ("chain", "loop", "graph", "foreach", "actors", "future")
 
 # The floors: `{prelude}` of every program, so a shape can be one of them.
 _FLOORS = """

@@ -48,14 +48,16 @@ LOOP_NOTE = """\
 Each Cadenza step is an actor: an inbox, a ref and an address in the supervisor's
 tables, run by the dispatcher (no task of its own unless its turn suspends),
 plus two events through the journal, a step record, the loop controller's
-bookkeeping and a fresh CEL scope per iteration. Since the dispatcher (issue 20) a
-no-op chain step costs about 181k CPU instructions (226k before); of those, the
-actor kernel (spawn, two busy periods, one report, exit) is about 57k and the
-workflow layer (events, records, the DAG's bookkeeping) about 125k, so the 25 µs
-goal now waits on the journal and event path more than on the kernel (figures:
-docs/architecture.md). LangGraph's per-step cost (its Pregel superstep: channel
-updates, task preparation) is a few hundred µs, so the ratio lands at a few x,
-not 15x."""
+bookkeeping and a fresh CEL scope per iteration. A no-op chain step costs 178k
+CPU instructions (226k before the dispatcher of issue 20), which
+`benchmarks/instructions.py --breakdown` splits into the actor kernel's floor
+(spawn, start, one message, exit: 57k), the journal (two events and two step
+records: 37k), the handler call (15k), the step actor's own frame (17k) and the
+DAG's bookkeeping (51k); one asyncio future round trip is 38k. No function
+stands above a few per cent of a step, so the 15x asked for would need
+LangGraph's per-step cost (its Pregel superstep: channel updates, task
+preparation, a few hundred µs) to be over 15 times a cost that is already four
+round trips (docs/architecture.md, "Where a chain step's CPU goes")."""
 
 SQLITE_NOTE = """\
 Both sides are bound by the disk. Cadenza commits each step durably (WAL,
