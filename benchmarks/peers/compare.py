@@ -48,12 +48,12 @@ LOOP_NOTE = """\
 Each Cadenza step is an actor: an inbox, a ref and an address in the supervisor's
 tables, run by the dispatcher (no task of its own unless its turn suspends),
 plus two events through the journal, a step record, the loop controller's
-bookkeeping and a fresh CEL scope per iteration. A no-op chain step costs 178k
+bookkeeping and a fresh CEL scope per iteration. A no-op chain step costs 172k
 CPU instructions (226k before the dispatcher of issue 20), which
 `benchmarks/instructions.py --breakdown` splits into the actor kernel's floor
 (spawn, start, one message, exit: 57k), the journal (two events and two step
-records: 37k), the handler call (15k), the step actor's own frame (17k) and the
-DAG's bookkeeping (51k); one asyncio future round trip is 38k. No function
+records: 32k), the handler call (11k), the step actor's own frame (21k) and the
+DAG's bookkeeping (50k); one asyncio future round trip is 38k. No function
 stands above a few per cent of a step, so the 15x asked for would need
 LangGraph's per-step cost (its Pregel superstep: channel updates, task
 preparation, a few hundred µs) to be over 15 times a cost that is already four

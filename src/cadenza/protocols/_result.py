@@ -38,7 +38,9 @@ class ErrorInfo(_Record, frozen=True):
     address: str | None = None
 
 
-class StepRecord(_Record, frozen=True):
+# gc=False, as for `Event`: a run keeps a record per address, and a record holds a
+# step's plain output, which cannot refer back to the record.
+class StepRecord(_Record, frozen=True, gc=False):
     """The outcome of one executed address (a step, iteration or container).
 
     ``content`` is the step's text; ``result`` its structured value (a command's
