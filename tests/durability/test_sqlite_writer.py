@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import anyio
@@ -37,6 +39,17 @@ def committed_events(path: Path, run_id: str) -> int:
         connection.close()
 
 
+@asynccontextmanager
+async def opened(path: Path) -> AsyncIterator[SqliteRunStore]:
+    """The store at ``path``, open for the block and closed after it."""
+    store = SqliteRunStore(path)
+    await store.open()
+    try:
+        yield store
+    finally:
+        await store.close()
+
+
 async def until_committed(path: Path, run_id: str, count: int) -> None:
     """Returns once ``count`` of the run's events are committed (fails after 10 s).
 
@@ -49,9 +62,7 @@ async def until_committed(path: Path, run_id: str, count: int) -> None:
 
 async def test_each_of_thousands_of_flushes_returns_after_its_own_write(tmp_path: Path) -> None:
     """A chain of steps, one commit each: every flush wakes its waiter, and never early."""
-    store = SqliteRunStore(tmp_path / "runs.db")
-    await store.open()
-    try:
+    async with opened(tmp_path / "runs.db") as store:
         store.begin_run(row("r"))
         for seq in range(1, 2001):
             store.append_event(event("r", seq))
@@ -59,20 +70,16 @@ async def test_each_of_thousands_of_flushes_returns_after_its_own_write(tmp_path
             if seq % 500 == 0:
                 assert [e.seq for e in await store.events("r", after_seq=seq - 1)] == [seq]
         assert len(await store.events("r")) == 2000
-    finally:
-        await store.close()
 
 
 async def test_rounds_of_many_flushers_all_return(tmp_path: Path) -> None:
     """Fifty steps flushing at once, round after round: each round's flushes all return."""
-    store = SqliteRunStore(tmp_path / "runs.db")
-    await store.open()
+    async with opened(tmp_path / "runs.db") as store:
 
-    async def step(run_id: str, seq: int) -> None:
-        store.append_event(event(run_id, seq))
-        await store.flush(run_id)
+        async def step(run_id: str, seq: int) -> None:
+            store.append_event(event(run_id, seq))
+            await store.flush(run_id)
 
-    try:
         for n in range(50):
             store.begin_run(row(f"r{n}"))
         for seq in range(1, 41):
@@ -81,23 +88,17 @@ async def test_rounds_of_many_flushers_all_return(tmp_path: Path) -> None:
                     group.start_soon(step, f"r{n}", seq)
         for n in (0, 49):
             assert [e.seq for e in await store.events(f"r{n}")] == list(range(1, 41))
-    finally:
-        await store.close()
 
 
 async def test_a_write_nobody_flushes_still_reaches_the_file(tmp_path: Path) -> None:
     """Events of a long step are committed as it goes, for readers in other processes."""
     path = tmp_path / "runs.db"
-    store = SqliteRunStore(path)
-    await store.open()
-    try:
+    async with opened(path) as store:
         store.begin_run(row("r"))
         store.append_event(event("r", 1))
         await until_committed(path, "r", 1)
         store.append_event(event("r", 2))  # and again, once the first linger is over
         await until_committed(path, "r", 2)
-    finally:
-        await store.close()
 
 
 async def test_closing_commits_what_nobody_flushed(tmp_path: Path) -> None:
@@ -114,20 +115,16 @@ async def test_closing_commits_what_nobody_flushed(tmp_path: Path) -> None:
 
 async def test_a_flush_from_another_event_loop_returns(tmp_path: Path) -> None:
     """A store opened on one loop can be flushed from a loop in another thread."""
-    store = SqliteRunStore(tmp_path / "runs.db")
-    await store.open()
+    async with opened(tmp_path / "runs.db") as store:
 
-    async def elsewhere() -> None:
-        for seq in range(1, 51):
-            store.append_event(event("r", seq))
-            await store.flush("r")
+        async def elsewhere() -> None:
+            for seq in range(1, 51):
+                store.append_event(event("r", seq))
+                await store.flush("r")
 
-    try:
         store.begin_run(row("r"))
         await anyio.to_thread.run_sync(asyncio.run, elsewhere())
         assert [e.seq for e in await store.events("r")] == list(range(1, 51))
-    finally:
-        await store.close()
 
 
 async def test_a_store_made_with_bigger_pages_keeps_them_and_works(tmp_path: Path) -> None:
@@ -138,17 +135,13 @@ async def test_a_store_made_with_bigger_pages_keeps_them_and_works(tmp_path: Pat
     older.execute("PRAGMA journal_mode=WAL")
     older.execute("CREATE TABLE before_us (x)")
     older.close()
-    store = SqliteRunStore(path)
-    await store.open()
-    try:
+    async with opened(path) as store:
         store.begin_run(row("r"))
         for seq in range(1, 101):
             store.append_event(event("r", seq))
         await store.flush("r")
         assert [e.seq for e in await store.events("r")] == list(range(1, 101))
         assert await store.check() == []
-    finally:
-        await store.close()
     check = sqlite3.connect(path)
     assert check.execute("PRAGMA page_size").fetchone()[0] == 4096
     check.close()
@@ -156,9 +149,7 @@ async def test_a_store_made_with_bigger_pages_keeps_them_and_works(tmp_path: Pat
 
 async def test_a_new_store_holds_big_bodies_across_pages(tmp_path: Path) -> None:
     """Bodies larger than a page (a long model answer) round-trip and pass the check."""
-    store = SqliteRunStore(tmp_path / "runs.db")
-    await store.open()
-    try:
+    async with opened(tmp_path / "runs.db") as store:
         store.begin_run(row("r"))
         text = "word " * 20_000  # 100 KB
         store.append_event(
@@ -168,5 +159,3 @@ async def test_a_new_store_holds_big_bodies_across_pages(tmp_path: Path) -> None
         [stored] = await store.events("r")
         assert stored.data == {"t": text}
         assert await store.check() == []
-    finally:
-        await store.close()
