@@ -259,15 +259,14 @@ def breakdown() -> None:
     """A chain step's cost split into its parts, beside the floors under it."""
     total, unit = per_unit("chain")
     _show("chain step, in all", total, unit, total)
-    parts = {}
+    costs = []
     for label, stub in _PARTS:
         without, _ = per_unit("chain", stub)
-        parts[label] = total - without
-        _show(label, parts[label], unit, total)
+        costs.append(total - without)
+        _show(label, costs[-1], unit, total)
     actors, _ = per_unit("actors")
-    own = parts[_PARTS[0][0]]
     _show("the actor kernel: spawn, start, one message, exit (floor)", actors, unit, total)
-    rest = total - own - actors
+    rest = total - costs[0] - actors  # the first part is the step's own work: it holds the others
     _show("the rest: DAG controller, placement, scope, spawn_step", rest, unit, total)
     future, _ = per_unit("future")
     _show("for scale: one asyncio future round trip (floor)", future, unit, total)

@@ -43,6 +43,7 @@ from cadenza.protocols import (
     StepStart,
     Tokens,
     Usage,
+    format_duration,
     timestamp,
 )
 
@@ -196,7 +197,7 @@ class RunJournal:
             step_id,
             agent,
             message,
-            None if duration is None else f"{duration:.3f}s",  # `format_duration`
+            None if duration is None else format_duration(duration),
             tokens,
             error,
             plain,

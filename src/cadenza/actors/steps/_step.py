@@ -161,8 +161,8 @@ class StepActor(PlacedActor):
             elif seconds is None:
                 reference = self.step.handler
                 if reference is not None:  # the common case, one coroutine frame fewer
-                    handler, context = self._handler_call(address, attempt, reference)
-                    content, result = await call_handler(handler, context)
+                    call = self._handler_call(address, attempt, reference)
+                    content, result = await call_handler(*call)
                 else:
                     content, result = await self._work(address, attempt)
             else:
