@@ -46,6 +46,9 @@ from ._cel_regex import program_bound
 
 __all__ = [
     "PATTERN_LIMIT",
+    "REGEX_COMPILE",
+    "REGEX_WEIGHT",
+    "SEARCH_WEIGHT",
     "WORK_LIMIT",
     "CostBound",
     "PatternTooLong",
