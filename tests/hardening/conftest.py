@@ -28,6 +28,8 @@ FUZZ = settings(
 
 CPU_LIMIT = 1.0
 """Seconds of CPU one hostile document may cost to validate (the issue's bound)."""
+LOOP_LIMIT = 0.1
+"""Seconds of CPU one CEL evaluation, refused or not, may hold the event loop (issue 26)."""
 WALL_LIMIT = 20.0
 """Wall seconds, far above normal: catches a hang, not a slow machine."""
 MEMORY_LIMIT = 100 * 1024 * 1024

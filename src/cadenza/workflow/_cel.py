@@ -35,7 +35,15 @@ from cadenza.errors import (
 )
 
 from ._cel_ast import decode_checked
-from ._cel_cost import ELEMENT, WORK_LIMIT, CostBound, TooCostly, bound_of
+from ._cel_cost import (
+    PATTERN_LIMIT,
+    SEARCH_WEIGHT,
+    WORK_LIMIT,
+    CostBound,
+    PatternTooLong,
+    TooCostly,
+    bound_of,
+)
 from ._cel_cpp import CompileFailure, EvalFailure, Program, compile_program
 from ._cel_lexer import (
     TextError,
@@ -191,18 +199,37 @@ class Expression:
         """The engine's value over what ``activation`` holds for it, within the cost bound."""
         data = self._select(activation)
         if self._cost is not None:
-            work = self._cost.estimate(data)
-            if work > WORK_LIMIT:
-                raise ExpressionEvaluationError(
-                    f"{quote(self.source)}: refused before evaluating: on these values it could"
-                    f" build or scan about {_units(work)} units (bytes, and {ELEMENT} per list"
-                    f" element), over the limit of {_units(WORK_LIMIT)} per evaluation",
-                    source=self.source,
-                )
+            self._check_cost(self._cost, data)
         try:
             return self._program.run(data)
         except EvalFailure as failure:
             raise self._explain(failure, activation) from None
+
+    def _check_cost(self, cost: CostBound, data: dict[str, object]) -> None:
+        """Refuse, before the engine starts, an evaluation that could take too long.
+
+        The engine holds the GIL until it returns and cannot be interrupted, so
+        a worker thread would not free the event loop: the only bound is not to
+        start (docs/hardening.md, "Bounds").
+        """
+        try:
+            work = cost.estimate(data)
+        except PatternTooLong as long:
+            raise ExpressionEvaluationError(
+                f"{quote(self.source)}: refused before evaluating: the regular expression from"
+                f" {long.where} is {long.length:,} characters, over the limit of"
+                f" {PATTERN_LIMIT:,} for a pattern that is not written in the workflow",
+                source=self.source,
+            ) from None
+        if work > WORK_LIMIT:
+            raise ExpressionEvaluationError(
+                f"{quote(self.source)}: refused before evaluating: on these values it could"
+                f" take about {_units(work)} units of work, over the limit of"
+                f" {_units(WORK_LIMIT)} per evaluation (a unit is about a byte built or scanned;"
+                f" a search counts text x needle / {1 / SEARCH_WEIGHT:.0f}, a regular"
+                " expression from data its program x text)",
+                source=self.source,
+            )
 
     @staticmethod
     def _lookup(activation: Mapping[str, object], path: Path) -> object:

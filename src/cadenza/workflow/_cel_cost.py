@@ -13,13 +13,26 @@ of about one byte, counting every value built and every value scanned. Before
 each evaluation the sizes of the values actually handed to the engine are
 measured and the polynomial evaluated; over :data:`WORK_LIMIT` the evaluation
 is refused. Expressions that build nothing (comparisons, ``size``,
-``contains``, field access) are linear in their input by construction and skip
-the measurement, so the common conditions pay nothing.
+``contains`` with a short literal needle, field access) are linear in their
+input by construction and skip the measurement, so the common conditions pay
+nothing.
+
+Searching is not linear either. cel-cpp finds a substring (``contains``,
+``indexOf``, ``lastIndexOf``, ``split``, ``replace``) by comparing the needle
+at every position of the text, so a 500 KB needle taken from the data costs
+5 s on 1 MB of text: a search is charged the product of both sizes
+(:data:`SEARCH_WEIGHT`). ``matches`` runs RE2, linear in the text for a given
+pattern but proportional to the pattern's compiled program when its DFA gives
+up: a pattern written in the workflow is the author's and is charged as a scan,
+but one that comes from the data is charged its program size (``_cel_regex``,
+measured on the actual text before each evaluation) times the text's, and
+refused outright past :data:`PATTERN_LIMIT` characters.
 
 The bound is an over-estimate by design: sums over a comprehension use
 ``sum(a_i ** k) <= sum(a_i) ** k``, a conditional counts both branches, and a
 comprehension's accumulator counts its full final size on every iteration
-(which is what cel-cpp really does for ``map`` and ``filter``).
+(which is what cel-cpp really does for ``map`` and ``filter``). Text counts its
+UTF-8 bytes, four per character unless it is ASCII.
 """
 
 from __future__ import annotations
@@ -29,8 +42,20 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from ._cel_ast import SCALAR_TYPES, Node
+from ._cel_regex import program_bound
 
-__all__ = ["WORK_LIMIT", "CostBound", "TooCostly", "bound_of", "measure"]
+__all__ = [
+    "PATTERN_LIMIT",
+    "REGEX_COMPILE",
+    "REGEX_WEIGHT",
+    "SEARCH_WEIGHT",
+    "WORK_LIMIT",
+    "CostBound",
+    "PatternTooLong",
+    "TooCostly",
+    "bound_of",
+    "measure",
+]
 
 WORK_LIMIT = 32 * 2**20
 """Units of work (about bytes built or scanned) one evaluation may need: 32 Mi.
@@ -42,11 +67,32 @@ kinds (``replace``, a ``map``'s copied accumulator) take under 100 ms and
 ELEMENT = 16
 """The units one list element or map entry costs beyond its contents."""
 
+SEARCH_WEIGHT = 1 / 64
+"""Units per (text byte x needle byte) of a substring search.
+
+Measured: comparing a needle of ``x...xy`` at every position of ``x...x``
+costs 0.010-0.020 ns per pair, whichever of the five functions; 32 Mi units
+allow 2.1e9 pairs, 45 ms at worst."""
+
+REGEX_WEIGHT = 2.0
+"""Units per (program instruction x text byte) of ``matches`` with a pattern from data.
+
+Measured where RE2's DFA gives up (``a[ab]{1000}c`` on 1 MB of ``a``/``b``):
+3.7-4.4 ns per instruction and byte, about two units."""
+
+REGEX_COMPILE = 128.0
+"""Units per program instruction to compile a pattern from data (measured: 55-260 ns)."""
+
+PATTERN_LIMIT = 4_096
+"""Characters a regular expression from data may have: a whole expression's own cap."""
+
 _MAX_TERMS = 256
 
 Monomial = tuple[tuple[str, int], ...]
 Poly = dict[Monomial, float]
 
+# Functions that look for their second argument in their first: a search each.
+_SEARCHES = frozenset({"contains", "indexOf", "lastIndexOf", "split", "replace"})
 # Functions that only read their arguments (work: their sizes) and give a scalar.
 _READERS = frozenset({
     "_==_", "_!=_", "_<_", "_<=_", "_>_", "_>=_", "@in", "contains", "startsWith",
@@ -64,7 +110,20 @@ _SLOW = {"replace": 4.0, "split": 2.0}
 
 
 class TooCostly(Exception):
-    """The expression is too intricate to bound (the bound grew past its term cap)."""
+    """The expression cannot be bounded: too intricate, or a pattern computed in an opaque way."""
+
+
+class PatternTooLong(Exception):
+    """A regular expression from data is longer than :data:`PATTERN_LIMIT`."""
+
+    def __init__(self, where: str, length: int) -> None:
+        super().__init__(where, length)
+        self.where = where
+        self.length = length
+
+
+# A regular expression from data: literal text and context paths, joined.
+_PatternPart = str | tuple[str, tuple[str, ...]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,9 +141,14 @@ class CostBound:
 
     work: tuple[tuple[Monomial, float], ...]
     paths: tuple[tuple[str, tuple[str, ...]], ...]
+    patterns: tuple[tuple[_PatternPart, ...], ...] = ()
 
     def estimate(self, data: Mapping[str, object]) -> float:
-        """The bound on the work of evaluating over ``data`` (the engine's own input)."""
+        """The bound on the work of evaluating over ``data`` (the engine's own input).
+
+        Raises:
+            PatternTooLong: A regular expression from data is over :data:`PATTERN_LIMIT`.
+        """
         values: dict[str, float] = {}
         for root, keys in self.paths:
             value = _lookup(data, root, keys)
@@ -92,6 +156,8 @@ class CostBound:
             name = _path_name(root, keys)
             values["s:" + name] = size
             values["n:" + name] = count
+        for index, parts in enumerate(self.patterns):
+            values[f"r:{index}"] = _program(data, parts)
         total = 0.0
         for monomial, coefficient in self.work:
             term = coefficient
@@ -115,13 +181,13 @@ def bound_of(root: Node) -> CostBound | None:
     if not walker.builds:
         return None
     work = _add(result.work, result.size)
-    return CostBound(tuple(work.items()), tuple(sorted(walker.paths)))
+    return CostBound(tuple(work.items()), tuple(sorted(walker.paths)), tuple(walker.patterns))
 
 
 def measure(value: object) -> tuple[float, float]:
-    """(size, count) of a plain value: text length plus ``ELEMENT`` per element, nested."""
+    """(size, count) of a plain value: text bytes plus ``ELEMENT`` per element, nested."""
     if isinstance(value, str | bytes):
-        return float(len(value)), float(len(value))
+        return _bytes(value), float(len(value))
     if not isinstance(value, list | tuple | dict):
         return 1.0, 1.0
     count = float(len(value))
@@ -130,7 +196,7 @@ def measure(value: object) -> tuple[float, float]:
     while stack:
         current = stack.pop()
         if isinstance(current, str | bytes):
-            size += len(current)
+            size += _bytes(current)
         elif isinstance(current, dict):
             size += ELEMENT * len(current)
             stack.extend(current.keys())
@@ -143,11 +209,40 @@ def measure(value: object) -> tuple[float, float]:
     return size, count
 
 
+def _bytes(text: str | bytes) -> float:
+    """The UTF-8 bytes of ``text`` at most, in constant time (``isascii`` is a flag)."""
+    return float(len(text) if isinstance(text, bytes) or text.isascii() else 4 * len(text))
+
+
+def _program(data: Mapping[str, object], parts: tuple[_PatternPart, ...]) -> float:
+    """The bound on RE2's program for the pattern ``parts`` spell over ``data``."""
+    texts = []
+    for part in parts:
+        value = part if isinstance(part, str) else _lookup(data, *part)
+        # Anything but text is a type error the engine reports without compiling a thing.
+        texts.append(value if isinstance(value, str) else "")
+    pattern = "".join(texts)
+    if len(pattern) > PATTERN_LIMIT:
+        where = " + ".join(_shown(part) for part in parts)
+        raise PatternTooLong(where, len(pattern))
+    return program_bound(pattern)
+
+
+def _shown(part: _PatternPart) -> str:
+    if isinstance(part, str):
+        return repr(part) if len(part) <= 20 else repr(part[:17] + "...")
+    root, keys = part
+    return "".join([root, *(f".{key}" if key.isidentifier() else f"[{key!r}]" for key in keys)])
+
+
 class _Walker:
-    """One pass over a tree, collecting the input paths it reads."""
+    """One pass over a tree, collecting the input paths it reads and the patterns from data."""
 
     def __init__(self) -> None:
         self.paths: set[tuple[str, tuple[str, ...]]] = set()
+        self.patterns: list[tuple[_PatternPart, ...]] = []
+        # Whether the expression must be measured before each evaluation: it builds
+        # something, or its work grows faster than its inputs.
         self.builds = False
         self._depth = 0
 
@@ -189,9 +284,14 @@ class _Walker:
 
     def _call(self, node: Node, scope: dict[str, _Size]) -> _Size:
         operands = [node.target] if node.target is not None else []
-        parts = [self.walk(arg, scope) for arg in [*operands, *node.args]]
+        operands += node.args
+        parts = [self.walk(arg, scope) for arg in operands]
         work = _add(*(part.work for part in parts))
         name = node.name.rsplit(".", 1)[-1]  # strings.quote -> quote
+        if name in _SEARCHES and len(parts) >= 2:
+            work = _add(work, self._search(parts[0], parts[1]))
+        elif name == "matches" and len(parts) == 2:
+            work = _add(work, self._regex(parts[0], operands[1], scope))
         if name in ("_&&_", "_||_", "!_", "@not_strictly_false"):
             return _Size(_ONE, _ONE, work)
         if name in _READERS:
@@ -212,6 +312,37 @@ class _Walker:
             return _Size(size, count, _add(work, _scale(count, ELEMENT)))
         built = _scale(size, _SLOW.get(name, 1.0))
         return _Size(size, count, _add(work, built, *(part.size for part in parts)))
+
+    def _search(self, text: _Size, needle: _Size) -> Poly:
+        """Looking for ``needle`` at every position of ``text``: the product of their sizes."""
+        work = _scale(_mul(text.size, needle.size), SEARCH_WEIGHT)
+        # A short literal needle keeps the search linear and cheap: no need to measure.
+        if any(sum(e for _, e in m) > 1 or (m and c > 1) for m, c in work.items()):
+            self.builds = True
+        return work
+
+    def _regex(self, text: _Size, pattern: Node, scope: Mapping[str, _Size]) -> Poly:
+        """A pattern written in the workflow is the author's; one from data is charged.
+
+        Raises:
+            TooCostly: The pattern is computed in a way its text cannot be read back.
+        """
+        if pattern.kind == "const":
+            return {}
+        parts = _pattern_parts(pattern, scope)
+        if parts is None:
+            raise TooCostly(
+                "the pattern of matches() is computed in a way that cannot be bounded;"
+                " write it as a literal, a context value, or literals and context values"
+                " joined with +"
+            )
+        if all(isinstance(part, str) for part in parts):
+            return {}  # literals joined: written in the workflow too
+        self.builds = True
+        if parts not in self.patterns:
+            self.patterns.append(parts)
+        program = _symbol(f"r:{self.patterns.index(parts)}")
+        return _mul(program, _add(_constant(REGEX_COMPILE), _scale(text.size, REGEX_WEIGHT)))
 
     def _loop(self, node: Node, scope: dict[str, _Size]) -> _Size:
         loop = node.loop
@@ -293,6 +424,20 @@ def _path(node: Node, scope: Mapping[str, _Size]) -> tuple[str, tuple[str, ...]]
             return current.name, tuple(reversed(keys))
         else:
             return None
+
+
+def _pattern_parts(node: Node, scope: Mapping[str, _Size]) -> tuple[_PatternPart, ...] | None:
+    """The literals and context paths ``node`` joins with ``+``, or None if it is more."""
+    if node.kind == "const" and isinstance(node.value, str):
+        return (node.value,)
+    path = _path(node, scope)
+    if path is not None:
+        return (path,)
+    if node.kind == "call" and node.name == "_+_" and len(node.args) == 2:
+        left = _pattern_parts(node.args[0], scope)
+        right = _pattern_parts(node.args[1], scope)
+        return None if left is None or right is None else left + right
+    return None
 
 
 def _path_name(root: str, keys: tuple[str, ...]) -> str:

@@ -36,7 +36,8 @@ def compile_expression(
 
     Raises:
         ExpressionTooComplex: Longer than 4,096 characters, brackets nested
-            deeper than 32, or comprehension macros deeper than 3.
+            deeper than 32, comprehension macros deeper than 3, or a ``matches``
+            pattern computed in a way whose cost cannot be bounded.
         ExpressionSyntaxError: A syntax error, an unknown name, or operands
             whose types can never fit; ``column`` points at the problem.
         PredicateNotRegistered: A marker whose function this process does not have.
