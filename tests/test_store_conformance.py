@@ -361,6 +361,33 @@ async def test_messages_waiting_for_a_run_are_bounded_and_a_refused_one_leaves_n
     assert [c for _, c in await store.take_commands(["a"])] == [MessageCommand("t5", text)]
 
 
+async def test_sqlite_keeps_the_bound_exactly_when_processes_post_at_once(
+    tmp_path: Path,
+) -> None:
+    """Two stores on one file post 32 messages at once: exactly the four that fit are kept."""
+    stores = [SqliteRunStore(tmp_path / "runs.db") for _ in range(2)]
+    for each in stores:
+        await each.open()
+    text = "m" * (WAITING_COMMAND_BYTES // 4 - 1024)
+    kept: list[str] = []
+
+    async def post(store: RunStore, target: str) -> None:
+        with contextlib.suppress(MessageRefused):
+            await store.send_command("a", MessageCommand(target, text))
+            kept.append(target)
+
+    try:
+        async with anyio.create_task_group() as group:
+            for n in range(32):
+                group.start_soon(post, stores[n % 2], f"t{n}")
+        taken = await stores[0].take_commands(["a"])
+    finally:
+        for each in stores:
+            await each.close()
+    assert len(kept) == 4
+    assert sorted(getattr(c, "target", "") for _, c in taken) == sorted(kept)
+
+
 async def test_a_command_sent_through_one_store_is_taken_through_another(
     durable_store_factory: StoreFactory,
 ) -> None:

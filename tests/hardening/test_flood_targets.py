@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import threading
 from pathlib import Path
 from typing import Any
 
+import anyio
 import httpx
 import pytest
 
@@ -25,6 +27,7 @@ from cadenza.actors.run import INBOX_BYTES, RUN_MAIL_BYTES
 from cadenza.errors import MessageRefused
 from cadenza.kernel import WAITING_COMMAND_BYTES
 from cadenza.serve import create_app
+from cadenza.testing import ScriptedLLMServer, ServerRule
 
 from .conftest import run_child
 
@@ -123,3 +126,32 @@ async def test_a_post_past_the_bound_is_429_and_leaves_no_trace(tmp_path: Path) 
             result = await handle.result()
     assert sorted(m.to for m in result.undelivered) == sorted(f"t{n}" for n in range(16))
     assert "t16" not in {m.to for m in result.messages}
+
+
+async def test_what_waits_still_counts_after_a_resume(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Interrupted with its bound full and resumed, a run refuses a post: replayed mail counts."""
+    flow = tmp_path / "listen.yaml"
+    flow.write_text(
+        "name: listen\nagents:\n  ear: {model: 'openai:m'}\n"
+        "steps:\n  - {id: listen, agent: ear, instructions: Listen.}\n"
+    )
+    hold = threading.Event()
+    with ScriptedLLMServer([ServerRule([{"content": "heard", "hold": hold}])]) as server:
+        for name, value in server.environ().items():
+            monkeypatch.setenv(name, value)
+        async with Runtime(store=tmp_path / "runs.db") as runtime:
+            handle = await runtime.start(flow, run_id="r")
+            await anyio.to_thread.run_sync(server.wait_for_requests, 1)
+            for target in "abcd":  # four steps that do not exist: 4 MiB wait for them
+                await handle.post_message(target, "m" * INBOX_BYTES)
+        async with Runtime(store=tmp_path / "runs.db") as runtime:
+            handle = await runtime.resume("r")
+            await anyio.to_thread.run_sync(server.wait_for_requests, 2)  # listen runs again
+            with pytest.raises(MessageRefused, match="bytes of messages already wait"):
+                await handle.post_message("e", "one more")
+            hold.set()
+            result = await handle.result()
+    assert result.status == "completed", result.error
+    assert [m.to for m in result.undelivered] == list("abcd")
