@@ -16,6 +16,9 @@ import pytest
 
 import cadenza
 from cadenza import RunResult, Runtime
+from cadenza.actors.run import INBOX_BYTES
+from cadenza.errors import MessageRefused
+from cadenza.protocols import ToolCall, payload
 from cadenza.testing import RecordedRequest, ScriptedLLMServer, ServerReply, ServerRule
 
 WriteFlow = Callable[..., Path]
@@ -371,6 +374,52 @@ steps:
       memory: {memory}
       feedback: false
 """
+
+
+FULL_RUN = """
+name: full
+coordinator: {agent: boss}
+agents:
+  boss:
+    script:
+      - toolCalls: [{name: forward_to_agent, arguments: {target_step_id: listener, text: "hi"}}]
+      - "noted"
+  teller: {model: "openai:m"}
+  listener: {script: ["heard"]}
+steps:
+  - {id: tell, agent: teller, instructions: "Tell."}
+  - {id: listener, dependsOn: [tell], agent: listener, instructions: "Listen."}
+"""
+
+
+async def test_a_run_holding_its_bound_of_messages_refuses_posts_and_forwards(
+    write_flow: WriteFlow, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """4 MiB wait for steps that never start: a post raises, a forward is a tool error."""
+    hold = threading.Event()
+    said = {"name": "send_message", "arguments": {"text": "tell the listener"}}
+    events: list[cadenza.Event] = []
+    with ScriptedLLMServer([ServerRule([{"tool_calls": [said], "hold": hold}, "told"])]) as server:
+        for name, value in server.environ().items():
+            monkeypatch.setenv(name, value)
+        async with Runtime() as runtime:
+            handle = await runtime.start(write_flow(FULL_RUN), on_event=events.append)
+            await anyio.to_thread.run_sync(server.wait_for_requests, 1)
+            for target in "abcd":  # four full inboxes of steps that do not exist
+                await handle.post_message(target, "m" * INBOX_BYTES)
+            with pytest.raises(MessageRefused, match="bytes of messages already wait"):
+                await handle.post_message("listener", "one byte too many")
+            hold.set()
+            result = await handle.result()
+    assert result.status == "completed", result.error
+    calls = [payload(e, ToolCall) for e in events if e.type == "tool_call"]
+    ended = [(c.tool_name, c.error) for c in calls if c.phase == "end"]
+    assert [name for name, _ in ended] == ["send_message", "forward_to_agent"]
+    assert "refuses the message" in str(ended[1][1])
+    assert [(m.to, len(m.text)) for m in result.undelivered] == [
+        (target, INBOX_BYTES) for target in "abcd"
+    ]
+    assert all(m.to != "listener" for m in result.messages)  # neither refused one is recorded
 
 
 @pytest.mark.parametrize(

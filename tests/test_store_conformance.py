@@ -18,8 +18,9 @@ import anyio
 import pytest
 
 from cadenza import StoreError
-from cadenza.errors import LeaseHeld, LeaseLost
+from cadenza.errors import LeaseHeld, LeaseLost, MessageRefused
 from cadenza.kernel import (
+    WAITING_COMMAND_BYTES,
     CancelCommand,
     LeaseHolder,
     MessageCommand,
@@ -341,6 +342,50 @@ async def test_commands_are_taken_once_by_run_in_the_order_sent(store: RunStore)
     assert await store.take_commands(["a"]) == []
     await store.delete_runs(["b"])
     assert await store.take_commands(["b"]) == []
+
+
+async def test_messages_waiting_for_a_run_are_bounded_and_a_refused_one_leaves_no_trace(
+    store: RunStore,
+) -> None:
+    """Past WAITING_COMMAND_BYTES a message is refused and not kept; a cancel still is."""
+    text = "m" * (WAITING_COMMAND_BYTES // 4 - 1024)  # four fit, with their JSON
+    for n in range(4):
+        await store.send_command("a", MessageCommand(f"t{n}", text))
+    with pytest.raises(MessageRefused, match=r"run 'a' refuses the message of \d+ bytes"):
+        await store.send_command("a", MessageCommand("t4", text))
+    await store.send_command("b", MessageCommand("t0", text))  # another run's bound is its own
+    await store.send_command("a", CancelCommand("enough"))
+    taken = await store.take_commands(["a"])
+    assert [getattr(c, "target", None) for _, c in taken] == ["t0", "t1", "t2", "t3", None]
+    await store.send_command("a", MessageCommand("t5", text))  # taken: room again
+    assert [c for _, c in await store.take_commands(["a"])] == [MessageCommand("t5", text)]
+
+
+async def test_sqlite_keeps_the_bound_exactly_when_processes_post_at_once(
+    tmp_path: Path,
+) -> None:
+    """Two stores on one file post 32 messages at once: exactly the four that fit are kept."""
+    stores = [SqliteRunStore(tmp_path / "runs.db") for _ in range(2)]
+    for each in stores:
+        await each.open()
+    text = "m" * (WAITING_COMMAND_BYTES // 4 - 1024)
+    kept: list[str] = []
+
+    async def post(store: RunStore, target: str) -> None:
+        with contextlib.suppress(MessageRefused):
+            await store.send_command("a", MessageCommand(target, text))
+            kept.append(target)
+
+    try:
+        async with anyio.create_task_group() as group:
+            for n in range(32):
+                group.start_soon(post, stores[n % 2], f"t{n}")
+        taken = await stores[0].take_commands(["a"])
+    finally:
+        for each in stores:
+            await each.close()
+    assert len(kept) == 4
+    assert sorted(getattr(c, "target", "") for _, c in taken) == sorted(kept)
 
 
 async def test_a_command_sent_through_one_store_is_taken_through_another(

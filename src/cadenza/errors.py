@@ -25,6 +25,7 @@
     │   └── LeaseLost            this process lost a run's lease; its writes are refused
     ├── RunNotFound              no run with that id in the store
     ├── SignalRejected           a human answer that cannot be recorded (no such wait, bad shape)
+    ├── MessageRefused           a posted message that a run cannot take (too many wait, too big)
     │
     │   defined beside the code that raises them:
     ├── LLMError                 (cadenza.llm) a model call failed
@@ -66,6 +67,7 @@ __all__ = [
     "KeysError",
     "LeaseHeld",
     "LeaseLost",
+    "MessageRefused",
     "PredicateNotRegistered",
     "RemoteError",
     "RunNotFound",
@@ -132,6 +134,18 @@ class SignalRejected(CadenzaError):
     Raised when the run has no input pending at that address, has finished, or
     when the answer does not fit the step's ``schema`` (the message gives each
     problem with its JSON path). Nothing is written; fix the answer and signal again.
+    """
+
+
+class MessageRefused(CadenzaError):
+    """A message posted to a run (``post_message``) was refused; nothing of it was recorded.
+
+    Raised when the run already holds as many messages waiting for delivery as
+    it may, across all its targets (in memory, or in the store for the process
+    that drives it), and for a message larger than a step's inbox holds. The
+    message says which bound and its figures. Waiting messages leave as their
+    steps drain them: post again later, or to fewer targets; split a large one.
+    The HTTP API answers 429.
     """
 
 

@@ -8,9 +8,17 @@ may ``forward_to_agent(target_step_id, text, kind?)``, ``narrate(text)`` and
 instance; to an address, that instance, or the step's next instance if that one
 has finished. Every inbox is bounded: what does not fit is dropped and
 counted, never silently. A flood must not fill memory or the store, so a
-dropped message is not recorded whole: its target's first drop, every
+dropped message is not recorded whole: its step's first drop, every
 thousandth after it, and the total when the run ends each give one
 ``message_dropped`` event carrying the count so far (``dropped``), not the text.
+
+Drops are counted per step, not per address, and the run as a whole is
+bounded too (`Backlog`): a flood addressed to a new target each time (other
+addresses of a full step, steps that never start, no step at all) would
+otherwise find room, or a drop counter of its own, every time. Past the run's
+bound `deliver` raises `MessageRefused`: a post (`RunHandle.post_message`,
+which calls it at once, as `RunContext.deliver`, so that the poster hears the
+answer) is refused, a forward fails as a tool error, and nothing is recorded.
 """
 
 from __future__ import annotations
@@ -19,7 +27,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
-from cadenza.errors import ActorStopped, InboxFull
+from cadenza.errors import ActorStopped, InboxFull, MessageRefused
 from cadenza.kernel import Actor
 from cadenza.protocols import MaxWakeCyclesWarning, MessageDropped, MessageRecord, MessageSent
 from cadenza.workflow import LoadedWorkflow
@@ -33,9 +41,9 @@ from .run import (
     AgentMessage,
     Drain,
     Outgoing,
-    PostMessage,
     RunContext,
     Scope,
+    letter_size,
     step_name,
 )
 from .steps import AgentVisit, Tool, ToolError, run_agent
@@ -48,11 +56,12 @@ DROP_EVENT_EVERY = 1_000
 
 @dataclass(slots=True)
 class _Drops:
-    """Messages dropped for one target: how many, how many an event reported, the last."""
+    """Messages dropped for one step: how many, how many an event reported, the last."""
 
     count: int = 0
     reported: int = 0
-    last: tuple[str, int, str] = ("", 0, "")
+    last: tuple[str, str, int, str] = ("", "", 0, "")
+    """The last drop's target, sender, message type and reason."""
 
 
 class Coordinator(Actor):
@@ -68,11 +77,9 @@ class Coordinator(Actor):
         self.dropped: dict[str, _Drops] = {}
 
     async def receive(self, message: Any) -> None:
-        """Handles one message: an agent's outgoing message, a post, or a drain."""
+        """Handles one message: an agent's outgoing message, or a drain."""
         if isinstance(message, Outgoing):
             await self._incoming(message)
-        elif isinstance(message, PostMessage):
-            self.deliver(message.target, message.text, message.kind, sender="coordinator")
         elif isinstance(message, Drain):
             self._report_drops()
 
@@ -123,10 +130,16 @@ class Coordinator(Actor):
 
         Only a message that found room is recorded (``message_sent``, the result's
         messages); one that did not is counted (see the module docstring).
+
+        Raises:
+            MessageRefused: The run's backlog is full, or the message is larger
+                than an inbox holds; nothing is recorded.
         """
-        letter = AgentMessage(sender, text, kind)
-        refused = self._place(target, letter)
+        size = letter_size(self.run.run_id, text)
+        self.run.backlog.take(self.run.run_id, size)
+        refused = self._place(target, AgentMessage(sender, text, kind), size)
         if refused is not None:
+            self.run.backlog.give_back(1, size)
             self._drop(target, sender, kind, refused)
             return
         journal = self.run.journal
@@ -134,11 +147,10 @@ class Coordinator(Actor):
         data = MessageSent(from_=sender, to=target, text=text, msg_type=MSG_TYPES.get(kind, 0))
         journal.emit("message_sent", step_id=sender, data=data)
 
-    def _place(self, target: str, letter: AgentMessage) -> str | None:
+    def _place(self, target: str, letter: AgentMessage, size: int) -> str | None:
         """Delivers ``letter``, or keeps it for the step's next instance; else why not."""
         name = step_name(target)
         pending = self.run.mail_bytes.get(name, 0)
-        size = len(letter.text.encode())
         if pending + size > INBOX_BYTES:
             return f"inbox full: {pending} of {INBOX_BYTES} bytes of messages wait for {name!r}"
         ref = self.run.supervisor.lookup(target)
@@ -160,16 +172,17 @@ class Coordinator(Actor):
         return None
 
     def _drop(self, target: str, sender: str, kind: str, reason: str) -> None:
-        drops = self.dropped.get(target)
+        name = step_name(target)
+        drops = self.dropped.get(name)
         if drops is None:
-            drops = self.dropped[target] = _Drops()
+            drops = self.dropped[name] = _Drops()
         drops.count += 1
-        drops.last = (sender, MSG_TYPES.get(kind, 0), reason)
+        drops.last = (target, sender, MSG_TYPES.get(kind, 0), reason)
         if drops.count == 1 or drops.count % DROP_EVENT_EVERY == 0:
-            self._drop_event(target, drops)
+            self._drop_event(drops)
 
-    def _drop_event(self, target: str, drops: _Drops) -> None:
-        sender, msg_type, reason = drops.last
+    def _drop_event(self, drops: _Drops) -> None:
+        target, sender, msg_type, reason = drops.last
         drops.reported = drops.count
         data = MessageDropped(
             from_=sender, to=target, msg_type=msg_type, reason=reason, dropped=drops.count
@@ -177,10 +190,10 @@ class Coordinator(Actor):
         self.run.journal.emit("message_dropped", step_id=target, data=data)
 
     def _report_drops(self) -> None:
-        """At the run's end: the total of every target with drops no event has counted yet."""
-        for target, drops in self.dropped.items():
+        """At the run's end: the total of every step with drops no event has counted yet."""
+        for drops in self.dropped.values():
             if drops.count != drops.reported:
-                self._drop_event(target, drops)
+                self._drop_event(drops)
 
     def _tools(self) -> list[Tool]:
         from cadenza.llm import ToolSpec
@@ -195,7 +208,10 @@ class Coordinator(Actor):
                 raise ToolError("forward_to_agent needs 'target_step_id' and 'text' strings")
             if kind not in MSG_TYPES:
                 raise ToolError(f"kind must be one of {sorted(MSG_TYPES)}")
-            self.deliver(target, text, kind, sender="coordinator")
+            try:
+                self.deliver(target, text, kind, sender="coordinator")
+            except MessageRefused as error:
+                raise ToolError(str(error)) from None
             return '{"status": "forwarded"}'
 
         async def narrate(arguments: dict[str, Any]) -> str:

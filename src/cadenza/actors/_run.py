@@ -67,6 +67,7 @@ from .run import (
     MAX_RESULT_MESSAGES,
     RUN_RESUMED,
     AgentMessage,
+    Backlog,
     Drain,
     McpHost,
     PermissionPolicy,
@@ -289,7 +290,9 @@ async def _drive(
         if document.workflow.options.isolation == WORKTREE_PER_STEP:
             context.worktrees = Worktrees(setup.run_id, document.base_dir)
         timer = _run_timeout(context, ending.timed_out)
-        supervisor.spawn(COORDINATOR, lambda: Coordinator(context, document), inbox_size=INBOX_SIZE)
+        coordinator = Coordinator(context, document)
+        context.deliver = coordinator.deliver  # a post is placed (or refused) at once
+        supervisor.spawn(COORDINATOR, lambda: coordinator, inbox_size=INBOX_SIZE)
         if document.workflow.loop is None:
             steps = document.workflow.steps
             supervisor.spawn(
@@ -332,6 +335,7 @@ def _context(setup: RunSetup, supervisor: Supervisor, providers: ProviderRegistr
     if setup.replay is not None:  # messages for steps not started yet; agents' memories
         context.mail.update(setup.replay.log.mail)
         context.mail_bytes.update(pending_bytes(context.mail))
+        context.backlog = Backlog.of(context.mail)
         context.conversations.update(setup.replay.log.conversations)
     if control.cancel_reason is not None:
         context.cancel(control.cancel_reason)

@@ -53,11 +53,10 @@ from cadenza.actors import (
     interrupted_result,
 )
 from cadenza.actors.run import (
-    COORDINATOR,
     PermissionHook,
-    PostMessage,
     Replay,
     ToolPolicy,
+    letter_size,
 )
 from cadenza.errors import (
     CadenzaError,
@@ -65,6 +64,7 @@ from cadenza.errors import (
     InputError,
     LeaseHeld,
     LeaseLost,
+    MessageRefused,
     StoreError,
 )
 from cadenza.kernel import (
@@ -208,16 +208,20 @@ class RunHandle:
 
         ``target`` is a bare step id (its newest instance) or an address; the
         message lands in that agent's next turn, or waits for the step's next
-        instance. Waits while the coordinator's inbox is full (backpressure); a
-        step whose own inbox is full drops it with a ``message_dropped`` event.
+        instance. It is placed at once: a step whose own inbox is full drops it
+        with a ``message_dropped`` event; a run that holds too much refuses it.
 
         Raises:
+            MessageRefused: The run already holds `RUN_MAIL_SIZE` messages or
+                `RUN_MAIL_BYTES` of text waiting for delivery, all its targets
+                together, or the text is larger than a step's inbox holds
+                (`INBOX_BYTES`). Nothing is recorded.
             CadenzaError: The run has not started its actors yet, or has ended.
         """
         context = self._control.context
         if context is None or self.done:
             raise CadenzaError(f"run {self.run_id!r} is not running; it cannot take messages")
-        await context.supervisor.tell(COORDINATOR, PostMessage(target, text, kind))
+        context.deliver(target, text, kind, sender="coordinator")
 
     def cancel(
         self, reason: str = "cancelled by the caller", *, deadline: float | None = None
@@ -860,9 +864,14 @@ class Runtime:
         A run this runtime drives gets it at once; a run another process drives
         gets it when that process next looks for commands (within its
         `command_interval`), or, if that process dies first, from whoever takes
-        the run over.
+        the run over. The store keeps at most `WAITING_COMMANDS` messages
+        (`WAITING_COMMAND_BYTES`) for a run; the process that takes them
+        applies the run's own bound, and logs what that refuses.
 
         Raises:
+            MessageRefused: The run (or the store, for a run driven elsewhere)
+                already holds as many messages waiting as it may, or the text is
+                larger than a step's inbox holds. Nothing is recorded.
             RunNotFound: No such run.
             CadenzaError: The run is not running (it has finished or waits for a person).
         """
@@ -870,6 +879,7 @@ class Runtime:
         if handle is not None and not handle.done and handle._control.context is not None:
             await handle.post_message(target, text, kind=kind)
             return
+        letter_size(run_id, text)  # too large for any inbox: refused here, not by the owner
         row = await get_row(self.store, run_id)
         if row.status != "running":
             raise CadenzaError(f"run {run_id!r} is {row.status}; it takes no messages")
@@ -892,10 +902,13 @@ class Runtime:
                 except Exception as error:
                     _log.warning("cannot look for commands", error=redact(str(error)))
                     continue
+                refused: dict[str, int] = {}
                 for run_id, command in commands:
-                    await self._carry_out(run_id, command)
+                    await self._carry_out(run_id, command, refused)
+                for run_id, count in refused.items():  # one line for a flood, not one a message
+                    _log.warning("messages refused", run_id=run_id, refused=count)
 
-    async def _carry_out(self, run_id: str, command: Command) -> None:
+    async def _carry_out(self, run_id: str, command: Command, refused: dict[str, int]) -> None:
         handle = self._runs.get(run_id)
         if handle is None or handle.done:  # it ended since we looked: nothing left to do
             _log.info("command for an ended run dropped", run_id=run_id, command=command)
@@ -905,6 +918,8 @@ class Runtime:
             return
         try:
             await handle.post_message(command.target, command.text, kind=command.kind)
+        except MessageRefused:  # the run's backlog is full: counted, logged once a look
+            refused[run_id] = refused.get(run_id, 0) + 1
         except CadenzaError as error:
             _log.warning("message not delivered", run_id=run_id, error=str(error))
 

@@ -35,6 +35,8 @@ from ._restart import SupervisorStatistics as SupervisorStatistics
 from ._slots import Slots as Slots
 from ._sqlite import SCHEMA_VERSION as SCHEMA_VERSION
 from ._sqlite import SqliteRunStore as SqliteRunStore
+from ._store import WAITING_COMMAND_BYTES as WAITING_COMMAND_BYTES
+from ._store import WAITING_COMMANDS as WAITING_COMMANDS
 from ._store import CancelCommand as CancelCommand
 from ._store import Command as Command
 from ._store import MemoryRunStore as MemoryRunStore
@@ -54,6 +56,8 @@ __all__ = [
     "DEFAULT_LEASE_TTL",
     "POSTGRES_SCHEMA_VERSION",
     "SCHEMA_VERSION",
+    "WAITING_COMMANDS",
+    "WAITING_COMMAND_BYTES",
     "Actor",
     "ActorRef",
     "ActorState",

@@ -36,7 +36,15 @@ from ._lease import DEFAULT_LEASE_TTL, HeldLeases, Lease, LeaseHolder, lease_los
 from ._postgres_schema import NOW, integrity_problems, migrate, renew_lease, take_lease
 from ._postgres_writer import PostgresWriter, Statement
 from ._records import crc, read_document, read_events, read_run, read_steps, run_columns
-from ._store import ANSWERED, Command, RunRow, encode_command, read_commands
+from ._store import (
+    ANSWERED,
+    Command,
+    RunRow,
+    command_bounds,
+    encode_command,
+    read_commands,
+    refuse_command,
+)
 from ._urls import redacted_url, url_password
 
 __all__ = ["PostgresRunStore"]
@@ -352,13 +360,27 @@ class PostgresRunStore:
         return [read_run(r) for r in rows]
 
     async def send_command(self, run_id: str, command: Command) -> None:
-        """Records ``command`` for the run's owner, committed when it returns."""
-        await self._open_pool().execute(
-            "INSERT INTO cadenza_commands (run_id, body, created_at) VALUES ($1, $2, $3)",
+        """Records ``command`` for the run's owner, committed when it returns.
+
+        The bound is read in the insert's statement; posts committed at the same
+        moment by other connections may each pass it (by at most one each).
+
+        Raises:
+            MessageRefused: A message past the run's bound (`WAITING_COMMANDS`).
+        """
+        body = encode_command(command)
+        status = await self._open_pool().execute(
+            "INSERT INTO cadenza_commands (run_id, body, created_at) SELECT $1, $2, $3 "
+            "FROM (SELECT count(*) AS waiting, coalesce(sum(octet_length(body)), 0) AS size "
+            "FROM cadenza_commands WHERE run_id = $1) AS w "
+            "WHERE waiting < $4 AND size + octet_length($2) <= $5",
             run_id,
-            encode_command(command).decode(),
+            body.decode(),
             time.time(),
+            *command_bounds(command),
         )
+        if status != "INSERT 0 1":
+            raise refuse_command(run_id, body)
 
     async def take_commands(self, run_ids: Sequence[str]) -> list[tuple[str, Command]]:
         """Removes the commands for these runs and returns them, oldest first."""

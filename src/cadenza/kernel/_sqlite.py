@@ -43,7 +43,15 @@ from ._sqlite_schema import (
     take_lease,
 )
 from ._sqlite_writer import GroupWriter, Statement
-from ._store import ANSWERED, Command, RunRow, encode_command, read_commands
+from ._store import (
+    ANSWERED,
+    Command,
+    RunRow,
+    command_bounds,
+    encode_command,
+    read_commands,
+    refuse_command,
+)
 
 __all__ = ["SCHEMA_VERSION", "SqliteRunStore"]
 
@@ -88,8 +96,13 @@ _DELETE_RUN = [
     Statement(f"DELETE FROM {table} WHERE run_id = ?", table)
     for table in ("events", "steps", "documents", "leases", "commands", "runs")
 ]
+# The bound and the insert in one statement, in the writer's transaction: exact
+# however many processes post at once. length() of a BLOB reads no content.
 _SEND_COMMAND = Statement(
-    "INSERT INTO commands (run_id, body, created_at) VALUES (?, ?, ?)", "commands"
+    "INSERT INTO commands (run_id, body, created_at) SELECT ?1, ?2, ?3 "
+    "FROM (SELECT count(*) AS waiting, total(length(body)) AS size "
+    "FROM commands WHERE run_id = ?1) WHERE waiting < ?4 AND size + length(?2) <= ?5",
+    "commands",
 )
 _TAKE_COMMANDS = Statement(
     "DELETE FROM commands WHERE id IN (SELECT value FROM json_each(?))", "commands"
@@ -275,9 +288,17 @@ class SqliteRunStore:
         return [read_run(r) for r in rows]
 
     async def send_command(self, run_id: str, command: Command) -> None:
-        """Records ``command`` for the run's owner and waits for its commit."""
-        self._writer.put(_SEND_COMMAND, (run_id, encode_command(command), time.time()))
+        """Records ``command`` for the run's owner and waits for its commit.
+
+        Raises:
+            MessageRefused: A message past the run's bound (`WAITING_COMMANDS`).
+        """
+        body = encode_command(command)
+        bounds = command_bounds(command)
+        changed = self._writer.put_counted(_SEND_COMMAND, (run_id, body, time.time(), *bounds))
         await self._writer.flush()
+        if changed != [1]:
+            raise refuse_command(run_id, body)
 
     async def take_commands(self, run_ids: Sequence[str]) -> list[tuple[str, Command]]:
         """Removes the commands for these runs and returns them, oldest first."""

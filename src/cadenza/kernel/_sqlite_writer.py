@@ -29,6 +29,12 @@ writes of a run whose fence changed are left out and its lease is marked lost
 (`LeaseLost` at its next flush); the other runs' writes commit as usual. That
 is one indexed read per run per batch, not one per row.
 
+A write whose effect depends on what the table holds (an ``INSERT ... SELECT
+... WHERE`` under a bound, `GroupWriter.put_counted`) is run by itself, after
+the batch's other writes, and hands back how many rows it changed: the bound
+and the insert are one statement in the batch's transaction, so no other
+writer of the file gets between them.
+
 After a failed commit every later `flush` raises `StoreError`: a run that can no
 longer be recorded must not go on as if it were.
 """
@@ -70,6 +76,14 @@ class Statement(NamedTuple):
     sql: str
     table: str
     key: int = 0
+
+
+class _Counted(NamedTuple):
+    """A write run by itself, whose changed row count is appended to ``changed``."""
+
+    statement: Statement
+    parameters: tuple[Any, ...]
+    changed: list[int]
 
 
 class _Barrier(NamedTuple):
@@ -199,6 +213,19 @@ class GroupWriter:
         if lingering is None or lingering.is_closed():
             self._linger()
 
+    def put_counted(self, statement: Statement, parameters: tuple[Any, ...]) -> list[int]:
+        """Queues one statement; after the flush that commits it, the list holds its row count.
+
+        Until then the list is empty; it stays empty if the commit failed (the
+        flush raises).
+        """
+        changed: list[int] = []
+        self._queue.put(_Counted(statement, parameters, changed))
+        lingering = self._lingering
+        if lingering is None or lingering.is_closed():
+            self._linger()
+        return changed
+
     async def flush(self) -> None:
         """Waits until everything queued before this call is committed.
 
@@ -267,14 +294,17 @@ class GroupWriter:
         barriers: list[_Barrier] = []
         stop = False
         writes: list[_Write] = []
+        counted: list[_Counted] = []
         for item in batch:
             if item is _STOP:
                 stop = True
             elif type(item) is _Barrier:
                 barriers.append(item)
+            elif type(item) is _Counted:
+                counted.append(item)
             else:
                 writes.append(item)
-        if writes:
+        if writes or counted:
             try:
                 cursor.execute("BEGIN IMMEDIATE")
                 tables = _fenced(cursor, writes)
@@ -284,6 +314,7 @@ class GroupWriter:
                             cursor.execute(statement.sql, rows[0])
                         else:
                             cursor.executemany(statement.sql, _latest(statement, rows))
+                changes = [cursor.execute(c.statement.sql, c.parameters).rowcount for c in counted]
                 failpoint("store.before_commit")
                 cursor.execute("COMMIT")
                 failpoint("store.after_commit")
@@ -291,6 +322,9 @@ class GroupWriter:
                 self._failure = error
                 if connection.in_transaction:
                     connection.execute("ROLLBACK")
+            else:
+                for item, change in zip(counted, changes, strict=True):
+                    item.changed.append(change)
         _wake(barriers, self._doorbell)
         return stop
 

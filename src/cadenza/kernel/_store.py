@@ -17,6 +17,12 @@ And a store carries commands to whoever drives a run (`CancelCommand`,
 when it next looks, every `cadenza.Runtime.command_interval` seconds. That is
 how ``cancel`` and ``post_message`` reach a run driven by another replica, and
 why they outlive a takeover: the command waits for the run's next owner.
+
+The messages waiting in a store for a run are bounded (`WAITING_COMMANDS`,
+`WAITING_COMMAND_BYTES`): a run whose owner is stalled or gone, with nobody
+taking it over, must not let posts fill the store. Past the bound
+`RunStore.send_command` refuses a message (`MessageRefused`) and records
+nothing; a cancel is always recorded.
 """
 
 from __future__ import annotations
@@ -28,21 +34,26 @@ from typing import Any, Protocol
 import msgspec
 
 from cadenza._logging import get_logger
+from cadenza.errors import MessageRefused
 from cadenza.protocols import Event, RunResult, RunStatus, SignalReceived, StepRecord
 
 from ._lease import DEFAULT_LEASE_TTL, Lease, LeaseHolder, check_takeover, lease_lost
 
 __all__ = [
     "ANSWERED",
+    "WAITING_COMMANDS",
+    "WAITING_COMMAND_BYTES",
     "CancelCommand",
     "Command",
     "MemoryRunStore",
     "MessageCommand",
     "RunRow",
     "RunStore",
+    "command_bounds",
     "encode_command",
     "is_under",
     "read_commands",
+    "refuse_command",
 ]
 
 
@@ -91,6 +102,21 @@ class MessageCommand(msgspec.Struct, frozen=True, tag_field="command", tag="mess
 Command = CancelCommand | MessageCommand
 """What one process asks of the process driving a run, through the store."""
 
+WAITING_COMMANDS = 20_000
+"""Messages (`MessageCommand`) a store keeps for one run before it refuses more.
+
+As many as a run itself holds waiting for delivery (``RUN_MAIL_SIZE`` in
+``cadenza.actors.run``): the owner takes them every ``command_interval``, so
+only a stalled or dead owner ever lets them pile up to this.
+"""
+
+WAITING_COMMAND_BYTES = 4 << 20
+"""Bytes of commands (their JSON) a store keeps for one run before it refuses a message.
+
+As many as a run holds waiting for delivery (``RUN_MAIL_BYTES``), give or take
+the JSON around each text.
+"""
+
 _log = get_logger("cadenza.kernel")
 
 encode_command = msgspec.json.Encoder().encode
@@ -110,6 +136,26 @@ def read_commands(rows: Sequence[Sequence[Any]]) -> list[tuple[str, Command]]:
         except msgspec.DecodeError as error:
             _log.warning("unreadable command dropped", run_id=run_id, error=str(error))
     return commands
+
+
+def command_bounds(command: Command) -> tuple[int, int]:
+    """The bounds ``command`` is recorded under: commands and bytes already waiting, at most.
+
+    A message meets `WAITING_COMMANDS` and `WAITING_COMMAND_BYTES`; a cancel
+    none (it must reach a stalled owner whatever waits before it).
+    """
+    if isinstance(command, MessageCommand):
+        return WAITING_COMMANDS, WAITING_COMMAND_BYTES
+    return 1 << 62, 1 << 62
+
+
+def refuse_command(run_id: str, body: bytes) -> MessageRefused:
+    """The error for a message ``body`` the store does not keep for ``run_id`` (bound reached)."""
+    return MessageRefused(
+        f"run {run_id!r} refuses the message of {len(body)} bytes: the store already keeps"
+        f" {WAITING_COMMANDS} messages or {WAITING_COMMAND_BYTES} bytes of them for it"
+        " (is the process that drives it stalled?)"
+    )
 
 
 class RunStore(Protocol):
@@ -200,7 +246,13 @@ class RunStore(Protocol):
         """
 
     async def send_command(self, run_id: str, command: Command) -> None:
-        """Records ``command`` for whoever drives the run; durable when it returns."""
+        """Records ``command`` for whoever drives the run; durable when it returns.
+
+        Raises:
+            MessageRefused: ``command`` is a message and the store already keeps
+                `WAITING_COMMANDS` commands, or `WAITING_COMMAND_BYTES` with it,
+                for the run; nothing is recorded.
+        """
 
     async def take_commands(self, run_ids: Sequence[str]) -> list[tuple[str, Command]]:
         """Removes the commands waiting for these runs and returns them, oldest first.
@@ -351,7 +403,15 @@ class MemoryRunStore:
         return sorted(rows, key=lambda r: r.created_at)[:limit]
 
     async def send_command(self, run_id: str, command: Command) -> None:
-        """Keeps ``command`` until the run's owner takes it."""
+        """Keeps ``command`` until the run's owner takes it (a message: within the bounds)."""
+        if isinstance(command, MessageCommand):
+            body = encode_command(command)
+            waiting = [encode_command(c) for r, c in self._commands if r == run_id]
+            if (
+                len(waiting) >= WAITING_COMMANDS
+                or sum(map(len, waiting)) + len(body) > WAITING_COMMAND_BYTES
+            ):
+                raise refuse_command(run_id, body)
         self._commands.append((run_id, command))
 
     async def take_commands(self, run_ids: Sequence[str]) -> list[tuple[str, Command]]:

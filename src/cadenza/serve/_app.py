@@ -28,6 +28,7 @@ from cadenza.errors import (
     CorruptRecord,
     InputError,
     LeaseHeld,
+    MessageRefused,
     RunNotFound,
     SignalRejected,
     StoreError,
@@ -52,6 +53,7 @@ _STATUS: Final[list[tuple[type[CadenzaError], int]]] = [
     (SignalRejected, 422),
     (WorkflowError, 422),
     (InputError, 422),
+    (MessageRefused, 429),
     (CadenzaError, 409),
 ]
 

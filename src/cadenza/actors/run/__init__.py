@@ -30,10 +30,13 @@ from ._messages import COORDINATOR as COORDINATOR
 from ._messages import INBOX_BYTES as INBOX_BYTES
 from ._messages import INBOX_SIZE as INBOX_SIZE
 from ._messages import MSG_TYPES as MSG_TYPES
+from ._messages import RUN_MAIL_BYTES as RUN_MAIL_BYTES
+from ._messages import RUN_MAIL_SIZE as RUN_MAIL_SIZE
 from ._messages import AgentMessage as AgentMessage
+from ._messages import Backlog as Backlog
 from ._messages import Drain as Drain
 from ._messages import Outgoing as Outgoing
-from ._messages import PostMessage as PostMessage
+from ._messages import letter_size as letter_size
 from ._messages import pending_bytes as pending_bytes
 from ._messages import step_name as step_name
 from ._outcome import Report as Report
@@ -69,6 +72,8 @@ __all__ = [
     "MSG_TYPES",
     "NO_BRIEF",
     "READ_ONLY_TOOLS",
+    "RUN_MAIL_BYTES",
+    "RUN_MAIL_SIZE",
     "RUN_RESUMED",
     "STEP_REPLAYED",
     "STEP_WAITING",
@@ -76,6 +81,7 @@ __all__ = [
     "WORKTREE_KEPT",
     "AgentMessage",
     "Asker",
+    "Backlog",
     "Brief",
     "BudgetExceeded",
     "Cancellable",
@@ -92,7 +98,6 @@ __all__ = [
     "PermissionRule",
     "PlacedActor",
     "Placement",
-    "PostMessage",
     "Replay",
     "ReplayedStep",
     "Report",
@@ -109,6 +114,7 @@ __all__ = [
     "decode_document",
     "document_step_ids",
     "encode_document",
+    "letter_size",
     "pending_bytes",
     "step_name",
     "work_error",

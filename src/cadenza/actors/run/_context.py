@@ -24,6 +24,7 @@ from cadenza.workflow import LoadedWorkflow, MemoryWindow, Options, State, Step
 from ._budget import TokenBudget
 from ._journal import RunJournal
 from ._mcp import McpHost
+from ._messages import Backlog
 from ._outcome import Report
 from ._permissions import PermissionPolicy
 from ._worktrees import Worktrees
@@ -110,6 +111,16 @@ def _no_containers(placement: Placement, address: Address) -> Cancellable:
     raise RuntimeError(f"{address}: this run spawns no steps (a worker runs leaf steps only)")
 
 
+class Deliver(Protocol):
+    """Puts a message into a step's inbox, or refuses it (`RunContext.deliver`)."""
+
+    def __call__(self, target: str, text: str, kind: str, *, sender: str) -> None: ...
+
+
+def _no_coordinator(target: str, text: str, kind: str, *, sender: str) -> None:
+    raise RuntimeError(f"{target}: this run carries no messages (a worker runs leaf steps only)")
+
+
 @dataclass(eq=False)
 class RunContext:
     """The state shared by every actor of one run (touched only on the event loop)."""
@@ -133,12 +144,16 @@ class RunContext:
     """Messages forwarded to a step with no live instance, kept for its next one."""
     mail_bytes: dict[str, int] = field(default_factory=dict)
     """Per step name: UTF-8 bytes of message text delivered, not yet drained (INBOX_BYTES)."""
+    backlog: Backlog = field(default_factory=Backlog)
+    """The run's messages waiting for delivery, all steps together (RUN_MAIL_SIZE, _BYTES)."""
     conversations: dict[str, list[list[Any]]] = field(default_factory=dict)
     """Per ``Brief.memory_key``: each earlier visit's turns, for ``memory`` other than fresh."""
     dispatcher: StepDispatcher | None = None
     """Where leaf steps run when the run has remote workers (None: in this process)."""
     spawn_step: SpawnStep = _no_containers
     """Starts the actor of a step; the run wires the one that knows every step kind."""
+    deliver: Deliver = _no_coordinator
+    """Delivers a posted message at once; the run wires its coordinator's."""
     mcp: McpHost | None = None
     """The run's MCP servers (None: the workflow declares none)."""
     permissions: PermissionPolicy = field(default_factory=PermissionPolicy)

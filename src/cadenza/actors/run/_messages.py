@@ -1,18 +1,20 @@
-"""The messages agents exchange through the coordinator, and the bounds of an inbox.
+"""The messages agents exchange through the coordinator, and the bounds of inboxes and runs.
 
 The coordinator actor (``_coordinator``) carries them; agent steps send
-`Outgoing` and drain `AgentMessage`; the embedding service posts `PostMessage`;
-a resumed run rebuilds waiting ones from its journal. They live apart from the
-coordinator so that the agent loop, the step actor and the replay can name them
-without importing the actor that routes them.
+`Outgoing` and drain `AgentMessage`; a resumed run rebuilds waiting ones from
+its journal; `Backlog` counts what a run holds, all its targets together. They
+live apart from the coordinator so that the agent loop, the step actor and the
+replay can name them without importing the actor that routes them.
 """
 
 from __future__ import annotations
 
 from collections import deque
+from dataclasses import dataclass
 
 import msgspec
 
+from cadenza.errors import MessageRefused
 from cadenza.kernel import Address
 
 __all__ = [
@@ -20,10 +22,13 @@ __all__ = [
     "INBOX_BYTES",
     "INBOX_SIZE",
     "MSG_TYPES",
+    "RUN_MAIL_BYTES",
+    "RUN_MAIL_SIZE",
     "AgentMessage",
+    "Backlog",
     "Drain",
     "Outgoing",
-    "PostMessage",
+    "letter_size",
     "pending_bytes",
     "step_name",
 ]
@@ -41,6 +46,23 @@ A drained inbox becomes part of the agent's next prompt, and 1 MiB of text
 (~250,000 tokens) is past most models' context windows already; every accepted
 message is also journaled whole, so this bound is what keeps a flood of large
 messages from filling the store.
+"""
+
+RUN_MAIL_SIZE = 2 * INBOX_SIZE
+"""Messages a run may hold waiting for delivery, across all its targets, before it refuses.
+
+Per-step bounds alone do not bound a run: a flood addressed to a new target
+each time (a step that never starts, or no step at all) found an empty inbox
+every time. Twice one inbox, so that the bounds of one step are what a flood
+of small messages to it meets first (dropped and counted, not refused).
+"""
+
+RUN_MAIL_BYTES = 4 * INBOX_BYTES
+"""UTF-8 bytes of text a run's messages waiting for delivery may hold before it refuses.
+
+Four full inboxes. Every accepted message is journaled whole (a 1 KB message
+costs about 3 KB of store), so this is what bounds a flood's share of the store:
+4,096 messages of 1 KB, 12 MB of store (docs/hardening.md).
 """
 
 MSG_TYPES = {"info": 0, "cancel": 1, "context": 2, "reply": 3}
@@ -61,16 +83,69 @@ class Outgoing(msgspec.Struct, frozen=True):
     text: str
 
 
-class PostMessage(msgspec.Struct, frozen=True):
-    """A message the embedding service posts to a step (``RunHandle.post_message``)."""
-
-    target: str
-    text: str
-    kind: str = "info"
-
-
 class Drain(msgspec.Struct, frozen=True):
     """Asked at the end of a run: answered once every earlier message is handled."""
+
+
+@dataclass(slots=True)
+class Backlog:
+    """A run's messages waiting for delivery, across all its targets: how many, how big.
+
+    A message counts from the moment it is posted (or forwarded) until an agent
+    drains it; one a step's inbox drops is given back. What no instance ever
+    takes counts until the run ends, so junk addressed to no step fills the
+    backlog and then meets the refusal, rather than memory and the store.
+    """
+
+    letters: int = 0
+    size: int = 0
+
+    def take(self, run_id: str, size: int) -> None:
+        """Counts one more message of ``size`` bytes.
+
+        Raises:
+            MessageRefused: The run holds `RUN_MAIL_SIZE` messages or `RUN_MAIL_BYTES`
+                of text with it; nothing is counted.
+        """
+        if self.letters >= RUN_MAIL_SIZE:
+            raise MessageRefused(
+                f"run {run_id!r} refuses the message: {self.letters} messages already wait"
+                f" for delivery, its bound is {RUN_MAIL_SIZE}"
+            )
+        if self.size + size > RUN_MAIL_BYTES:
+            raise MessageRefused(
+                f"run {run_id!r} refuses the message of {size} bytes: {self.size} bytes of"
+                f" messages already wait for delivery, its bound is {RUN_MAIL_BYTES}"
+            )
+        self.letters += 1
+        self.size += size
+
+    def give_back(self, letters: int, size: int) -> None:
+        """Uncounts messages drained, dropped or never sent."""
+        self.letters -= letters
+        self.size -= size
+
+    @classmethod
+    def of(cls, mail: dict[str, deque[AgentMessage]]) -> Backlog:
+        """The backlog of the messages kept in ``mail`` (after a replay)."""
+        sizes = pending_bytes(mail)
+        return cls(sum(len(letters) for letters in mail.values()), sum(sizes.values()))
+
+
+def letter_size(run_id: str, text: str) -> int:
+    """The UTF-8 size of a message for a step of run ``run_id``.
+
+    Raises:
+        MessageRefused: It is larger than a step's inbox holds (`INBOX_BYTES`):
+            no instance could ever take it.
+    """
+    size = len(text.encode())
+    if size > INBOX_BYTES:
+        raise MessageRefused(
+            f"run {run_id!r} refuses the message of {size} bytes: a step's inbox holds"
+            f" {INBOX_BYTES}"
+        )
+    return size
 
 
 def step_name(target: str) -> str:

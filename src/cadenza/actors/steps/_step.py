@@ -287,6 +287,7 @@ class StepActor(PlacedActor):
         if drained:
             pending = self.run.mail_bytes
             pending[self.address.name] = pending.get(self.address.name, 0) - drained
+        self.run.backlog.give_back(len(texts), drained)
         return texts
 
     def _render(self, text: str) -> str:
