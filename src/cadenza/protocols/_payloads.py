@@ -279,13 +279,18 @@ class Decision(Payload, frozen=True, kw_only=True):
 
 
 class AgentTurn(Payload, frozen=True, kw_only=True):
-    """A model call: its ``request`` (with ``turn``), then its ``response`` (``attempts``)."""
+    """A model call: its ``request`` (with ``turn``), then its ``response`` (``attempts``).
+
+    A ``scripted`` model's response also says which reply of the script it was
+    (``script_position``, 0-based): a resumed run gives those replies out once.
+    """
 
     event_type: ClassVar[str] = "agent_turn"
     phase: str
     turn: int | None = None
     model: str
     attempts: int | None = None
+    script_position: int | None = None
 
 
 class ToolCall(Payload, frozen=True, kw_only=True):

@@ -4,8 +4,9 @@ A resumed run re-derives its controllers' state by replay, but some of what its
 journal held never passes through a controller again: the messages agents
 sent (replayed steps do not send them twice), the messages still waiting for a
 step that had not started (``RunContext.mail``), what agents remember across a
-loop's iterations (``memory``), the tokens already spent, and what each
-finished step spent (a control loop's budget counts its replayed steps too).
+loop's iterations (``memory``), the tokens already spent, what each
+finished step spent (a control loop's budget counts its replayed steps too),
+and which replies of their scripts ``scripted`` agents have had.
 `read_log` rebuilds those from the events, in one pass.
 
 Work that was in flight when the process died is re-run, so whatever it did
@@ -43,7 +44,7 @@ from cadenza.protocols import (
 )
 
 from ._journal import AGENT_MEMORY
-from ._messages import MSG_TYPES, AgentMessage
+from ._messages import COORDINATOR, MSG_TYPES, AgentMessage
 
 __all__ = ["RUN_RESUMED", "LogState", "read_log"]
 
@@ -52,6 +53,7 @@ RUN_RESUMED = "run_resumed"
 
 _KINDS = {number: kind for kind, number in MSG_TYPES.items()}
 _COORDINATOR = "coordinator"
+_COORDINATOR_AGENT = str(COORDINATOR)  # where the coordinator agent's model calls are made
 
 
 @dataclass
@@ -80,6 +82,12 @@ class LogState:
             execution that recorded it: its ``agent_turn`` events since the
             previous outcome or restart (what a run cut off by a kill spent on it
             is not counted, as a replay must not count it).
+        script_positions: Per ``scripted`` client (the agent's name, or the
+            address of an agent step without one), the replies of its script
+            already had by work a resume does not do again: the calls of steps
+            whose outcome is recorded, and the coordinator agent's (a wake of it
+            is not repeated). A step in flight gives its replies back; it will
+            ask for them again.
     """
 
     messages: list[MessageRecord] = field(default_factory=list)
@@ -90,6 +98,7 @@ class LogState:
     checkpoints: dict[str, list[Checkpoint]] = field(default_factory=dict)
     conversations: dict[str, list[list[Any]]] = field(default_factory=dict)
     step_tokens: dict[str, Tokens] = field(default_factory=dict)
+    script_positions: dict[str, set[int]] = field(default_factory=dict)
 
 
 class _Reader:
@@ -102,6 +111,7 @@ class _Reader:
         self.letters: list[_Letter] = []
         self.drains: dict[str, list[_Letter]] = {}
         self.spending: dict[str, tuple[int, int]] = {}  # tokens of unconfirmed work
+        self.replies: dict[str, list[tuple[str, int]]] = {}  # (client, position), unconfirmed
 
     def read(self, event: Event) -> None:
         kind, address = event.type, event.step_id or ""
@@ -113,16 +123,8 @@ class _Reader:
             self._drained(address, payload(event, AgentInboxDrain))
         elif kind == EventType.DEAD_LETTER and (event.message or "").startswith("AgentMessage"):
             self._lost(address)
-        elif kind == "agent_turn" and payload(event, AgentTurn).phase == "response":
-            self.state.llm_calls += 1
-            if event.tokens is not None:
-                self.state.prompt_tokens += event.tokens.prompt
-                self.state.completion_tokens += event.tokens.completion
-                prompt, completion = self.spending.get(address, (0, 0))
-                self.spending[address] = (
-                    prompt + event.tokens.prompt,
-                    completion + event.tokens.completion,
-                )
+        elif kind == "agent_turn":
+            self._turn(event, address)
         elif kind == AGENT_MEMORY:
             memory = payload(event, AgentMemory)
             self.memories.append((memory.key, memory.turns))
@@ -137,6 +139,27 @@ class _Reader:
             self._confirm(address)
         elif kind == RUN_RESUMED:
             self._restart()
+
+    def _turn(self, event: Event, address: str) -> None:
+        turn = payload(event, AgentTurn)
+        if turn.phase != "response":
+            return
+        self.state.llm_calls += 1
+        if event.tokens is not None:
+            self.state.prompt_tokens += event.tokens.prompt
+            self.state.completion_tokens += event.tokens.completion
+            prompt, completion = self.spending.get(address, (0, 0))
+            self.spending[address] = (
+                prompt + event.tokens.prompt,
+                completion + event.tokens.completion,
+            )
+        position = turn.script_position
+        if position is not None:
+            client = event.agent or address  # the key `run_agent` gives the registry
+            if address == _COORDINATOR_AGENT:
+                self.state.script_positions.setdefault(client, set()).add(position)
+            else:
+                self.replies.setdefault(address, []).append((client, position))
 
     def _sent(self, address: str, sent: MessageSent) -> None:
         sender, to, text = sent.from_, sent.to, sent.text
@@ -188,6 +211,8 @@ class _Reader:
         spent = self.spending.pop(address, None)
         if spent is not None:
             self.state.step_tokens[address] = Tokens(spent[0], spent[1], spent[0] + spent[1])
+        for client, position in self.replies.pop(address, ()):
+            self.state.script_positions.setdefault(client, set()).add(position)
         self.unconfirmed.pop(address, None)
         self.unconfirmed_memories.pop(address, None)
         for letter in self.drains.pop(address, ()):
@@ -196,6 +221,7 @@ class _Reader:
     def _restart(self) -> None:
         """The process died: what unfinished work did is void, it will be done again."""
         self.spending.clear()
+        self.replies.clear()
         for indexes in self.unconfirmed.values():
             for index in indexes:
                 self.sent[index] = None
@@ -224,7 +250,7 @@ class _Reader:
 
 
 def read_log(events: list[Event]) -> LogState:
-    """Messages, waiting mail, usage and loop checkpoints of a run, from its events in order."""
+    """Messages, waiting mail, usage, checkpoints, script positions of a run, from its events."""
     reader = _Reader()
     for event in events:
         reader.read(event)
