@@ -127,9 +127,11 @@ def _expected(events: list[Event]) -> Counter[str]:
 
 
 def _written(events: list[Event]) -> Counter[str]:
-    """What this version wrote, less what the fixtures predate (`_script_positions`)."""
+    """What this version wrote, less what the fixtures predate (`_script_positions`, `_wakes`)."""
     keys: Counter[str] = Counter()
     for event in events:
+        if event.type == "coordinator_wake":
+            continue
         data = event.data
         if data is not None and "script_position" in data:
             data = {k: v for k, v in data.items() if k != "script_position"}
@@ -151,6 +153,15 @@ def _script_positions(events: list[Event]) -> dict[str, list[int]]:
     return positions
 
 
+def _wakes(events: list[Event]) -> list[tuple[str, str]]:
+    """The coordinator agent's wakes, ``(phase, from)`` in order (marked since issue 26)."""
+    return [
+        (data["phase"], data["from"])
+        for event in events
+        if event.type == "coordinator_wake" and (data := event.data or {})
+    ]
+
+
 def cadenza(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     command = [sys.executable, "-m", "cadenza", *args]
     return subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=120)
@@ -169,6 +180,10 @@ def test_the_same_run_writes_the_same_payloads(name: str, tmp_path: Path) -> Non
     # A scripted agent's calls take its replies in order, each once.
     for positions in _script_positions(now).values():
         assert positions == list(range(len(positions)))
+    # Each of the coordinator agent's wakes starts and ends, one after the other.
+    wakes = _wakes(now)
+    assert wakes[0::2] == [("start", sender) for _, sender in wakes[1::2]]
+    assert [phase for phase, _ in wakes[1::2]] == ["end"] * (len(wakes) // 2)
 
 
 @pytest.fixture

@@ -33,6 +33,7 @@ __all__ = [
     "AgentMemory",
     "AgentTurn",
     "Checkpoint",
+    "CoordinatorWake",
     "Decision",
     "ForEachMessage",
     "GraphEnd",
@@ -351,6 +352,18 @@ class MessageUndelivered(Payload, frozen=True, kw_only=True):
     count: int
 
 
+class CoordinatorWake(Payload, frozen=True, kw_only=True):
+    """The coordinator agent woke for a message (``start``) and has answered it (``end``).
+
+    ``from`` is the step whose message woke it. A resumed run wakes the agent
+    again for a message whose wake did not reach its ``end``.
+    """
+
+    event_type: ClassVar[str] = "coordinator_wake"
+    phase: str
+    from_: str = msgspec.field(name="from")
+
+
 class MaxWakeCyclesWarning(Payload, frozen=True, kw_only=True):
     """The coordinator agent has used most of its wakes."""
 
@@ -478,6 +491,7 @@ PAYLOADS: dict[str, type[Payload]] = {
         MessageDropped,
         AgentInboxDrain,
         MessageUndelivered,
+        CoordinatorWake,
         MaxWakeCyclesWarning,
         McpToolFailed,
         ToolPermission,
