@@ -127,7 +127,39 @@ def _expected(events: list[Event]) -> Counter[str]:
 
 
 def _written(events: list[Event]) -> Counter[str]:
-    return Counter(_key(event, event.data) for event in events)
+    """What this version wrote, less what the fixtures predate (`_script_positions`, `_wakes`)."""
+    keys: Counter[str] = Counter()
+    for event in events:
+        if event.type == "coordinator_wake":
+            continue
+        data = event.data
+        if data is not None and "script_position" in data:
+            data = {k: v for k, v in data.items() if k != "script_position"}
+        keys[_key(event, data)] += 1
+    return keys
+
+
+def _script_positions(events: list[Event]) -> dict[str, list[int]]:
+    """Per scripted agent, the reply each of its model calls had, in call order.
+
+    A ``scripted`` response has said which reply it was since issue 26 (a resumed
+    run goes on from there); the fixtures were written before.
+    """
+    positions: dict[str, list[int]] = {}
+    for event in events:
+        data = event.data or {}
+        if event.type == "agent_turn" and "script_position" in data:
+            positions.setdefault(event.agent or "", []).append(data["script_position"])
+    return positions
+
+
+def _wakes(events: list[Event]) -> list[tuple[str, str]]:
+    """The coordinator agent's wakes, ``(phase, from)`` in order (marked since issue 26)."""
+    return [
+        (data["phase"], data["from"])
+        for event in events
+        if event.type == "coordinator_wake" and (data := event.data or {})
+    ]
 
 
 def cadenza(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -145,6 +177,13 @@ def test_the_same_run_writes_the_same_payloads(name: str, tmp_path: Path) -> Non
     before = read(HERE / f"{name}.ndjson")
     # Steps that run at once interleave differently: the same events, as a multiset.
     assert _written(now) == _expected(before)
+    # A scripted agent's calls take its replies in order, each once.
+    for positions in _script_positions(now).values():
+        assert positions == list(range(len(positions)))
+    # Each of the coordinator agent's wakes starts and ends, one after the other.
+    wakes = _wakes(now)
+    assert wakes[0::2] == [("start", sender) for _, sender in wakes[1::2]]
+    assert [phase for phase, _ in wakes[1::2]] == ["end"] * (len(wakes) // 2)
 
 
 @pytest.fixture

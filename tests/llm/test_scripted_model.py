@@ -19,6 +19,8 @@ from cadenza.llm import (
     ScriptReplyLike,
     ToolCall,
 )
+from cadenza.testing import ServerRule
+from cadenza.testing.pytest_plugin import StartLLMServer
 from cadenza.workflow import ScriptReply, ScriptToolCall
 
 HI = LLMRequest(model="demo", messages=(Message("user", "x" * 40),))
@@ -88,6 +90,32 @@ async def test_each_key_keeps_its_own_position() -> None:
     again = providers.client("scripted", script=["ignored"], key="writer")
     assert again is writer
     assert (await again.complete(HI)).content == "w2"
+
+
+async def test_a_resumed_run_skips_the_replies_its_finished_work_had() -> None:
+    """Each call gets the lowest position not taken, and says which it was."""
+    providers = ProviderRegistry(environ={})
+    # Replies 1, 2 and 4 went to steps that finished; 3 to one that was in flight.
+    providers.resume_scripts({"writer": {0, 1, 3}})
+    script = ["w1", "w2", "w3", "w4", "w5"]
+    writer = providers.client("scripted", script=script, key="writer")
+    answers = await replies(writer, 3)
+    assert [(c.content, c.script_position) for c in answers] == [
+        ("w3", 2),
+        ("w5", 4),
+        ("w5", 5),  # past the end the last reply repeats; the position goes on
+    ]
+    other = providers.client("scripted", script=["c1"], key="critic")
+    assert (await other.complete(HI)).script_position == 0
+
+
+async def test_an_http_model_gives_no_position(llm_server: StartLLMServer) -> None:
+    """A real provider's completion has no script position, in a resumed run too."""
+    server = llm_server([ServerRule(["ok"])])
+    async with ProviderRegistry(environ=server.environ()) as providers:
+        providers.resume_scripts({"": {0}})
+        completion = await providers.client("openai").complete(HI)
+    assert (completion.content, completion.script_position) == ("ok", None)
 
 
 @pytest.mark.parametrize(

@@ -19,6 +19,11 @@ otherwise find room, or a drop counter of its own, every time. Past the run's
 bound `deliver` raises `MessageRefused`: a post (`RunHandle.post_message`,
 which calls it at once, as `RunContext.deliver`, so that the poster hears the
 answer) is refused, a forward fails as a tool error, and nothing is recorded.
+
+Each wake of the coordinator agent is bracketed by ``coordinator_wake`` events
+(``start``, ``end``). A resumed run wakes the agent again, before anything
+else, for each message whose wake the interruption cut off (or never let
+begin), in their order; what the cut-off wake did is void (`read_log`).
 """
 
 from __future__ import annotations
@@ -29,7 +34,13 @@ from typing import Any
 
 from cadenza.errors import ActorStopped, InboxFull, MessageRefused
 from cadenza.kernel import Actor
-from cadenza.protocols import MaxWakeCyclesWarning, MessageDropped, MessageRecord, MessageSent
+from cadenza.protocols import (
+    CoordinatorWake,
+    MaxWakeCyclesWarning,
+    MessageDropped,
+    MessageRecord,
+    MessageSent,
+)
 from cadenza.workflow import LoadedWorkflow
 
 from .run import (
@@ -76,6 +87,15 @@ class Coordinator(Actor):
         self.wakes = 0
         self.dropped: dict[str, _Drops] = {}
 
+    async def on_start(self) -> None:
+        """In a resumed run: wakes the agent for the messages the interruption left unanswered."""
+        replay = self.run.journal.replay
+        if replay is None or self.agent_name is None:
+            return
+        self.wakes = replay.log.coordinator_wakes
+        for message in replay.log.unanswered:
+            await self._wake(message)
+
     async def receive(self, message: Any) -> None:
         """Handles one message: an agent's outgoing message, or a drain."""
         if isinstance(message, Outgoing):
@@ -88,12 +108,18 @@ class Coordinator(Actor):
         journal.record_message(
             MessageRecord(from_=message.sender, to="coordinator", text=message.text)
         )
+        await self._wake(message)
+
+    async def _wake(self, message: Outgoing) -> None:
+        """Wakes the coordinator agent with ``message``, if it has an agent and wakes left."""
+        journal = self.run.journal
         if self.agent_name is None or self.run.cancelled is not None:
             return
+        where = str(COORDINATOR)
         if self.wakes >= self.max_wakes:
             journal.emit(
                 "max_wake_cycles_reached",
-                step_id=str(COORDINATOR),
+                step_id=where,
                 message=f"the coordinator agent woke {self.wakes} times, its cap; not waking it",
             )
             return
@@ -101,14 +127,16 @@ class Coordinator(Actor):
         if self.wakes == max(1, int(self.max_wakes * 0.8)):
             journal.emit(
                 "max_wake_cycles_warning",
-                step_id=str(COORDINATOR),
+                step_id=where,
                 data=MaxWakeCyclesWarning(current_cycle=self.wakes, max_cycles=self.max_wakes),
             )
+        start = CoordinatorWake(phase="start", from_=message.sender)
+        journal.emit("coordinator_wake", step_id=where, agent=self.agent_name, data=start)
         outcome = await run_agent(
             self.run,
             self.document,
             AgentVisit(
-                address=str(COORDINATOR),
+                address=where,
                 agent_name=self.agent_name,
                 instructions=f"Message from {message.sender}:\n{message.text}",
                 scope=Scope(),
@@ -120,10 +148,12 @@ class Coordinator(Actor):
         if outcome.error is not None:
             journal.emit(
                 "error",
-                step_id=str(COORDINATOR),
+                step_id=where,
                 agent=self.agent_name,
                 error=f"{outcome.error.type}: {outcome.error.message}",
             )
+        end = CoordinatorWake(phase="end", from_=message.sender)
+        journal.emit("coordinator_wake", step_id=where, agent=self.agent_name, data=end)
 
     def deliver(self, target: str, text: str, kind: str, *, sender: str) -> None:
         """Puts a message into a step's inbox, or keeps it for the step's next instance.

@@ -180,6 +180,8 @@ async def execute_run(setup: RunSetup) -> RunResult:
         ProviderRegistry(clock=clock, http=setup.http) as providers,
         mcp if mcp is not None else nullcontext(),
     ):
+        if setup.replay is not None:  # scripted agents go on where the run was
+            providers.resume_scripts(setup.replay.log.script_positions)
         ending, context = await _drive(setup, providers, scope, mcp)
     control = setup.control
     status, error = _final_status(ending.outcome, control, ending.timed_out, ending.crashes)

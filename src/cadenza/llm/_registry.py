@@ -6,7 +6,7 @@ import asyncio
 import difflib
 import os
 import random
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from typing import Final, Self
 
 import anyio.to_thread
@@ -168,6 +168,7 @@ class ProviderRegistry:
         self._shared_http = http
         self._closed = False
         self._clients: dict[tuple[str, str], LLMClient] = {}
+        self._taken: Mapping[str, Collection[int]] = {}  # see resume_scripts
         self._checked: dict[str, tuple[str, str]] = {}  # spec -> check(spec), once it passed
         self._caller = HTTPCaller(
             http=self._http_client,
@@ -203,6 +204,16 @@ class ProviderRegistry:
         self._checked[spec] = provider, model
         return provider, model
 
+    def resume_scripts(self, taken: Mapping[str, Collection[int]]) -> None:
+        """Continues a resumed run's scripts: the positions its finished work used, per key.
+
+        A ``scripted`` client made afterwards for a key skips that key's positions,
+        so an agent goes on with the reply the interrupted run would have given
+        next rather than with its first (see `ScriptedClient`). Call it before
+        the run asks for clients.
+        """
+        self._taken = taken
+
     def client(
         self,
         provider: str,
@@ -230,7 +241,7 @@ class ProviderRegistry:
         cached = self._clients.get((provider, key))
         if cached is not None:
             return cached
-        client = self._create(provider, script)
+        client = self._create(provider, script, key)
         self._clients[provider, key] = client
         return client
 
@@ -251,9 +262,11 @@ class ProviderRegistry:
         state = "closed" if self._closed else "open"
         return f"<ProviderRegistry {state} clients={len(self._clients)} policy={self._policy!r}>"
 
-    def _create(self, provider: str, script: Sequence[str | ScriptReplyLike] | None) -> LLMClient:
+    def _create(
+        self, provider: str, script: Sequence[str | ScriptReplyLike] | None, key: str
+    ) -> LLMClient:
         if provider == "scripted":
-            return ScriptedClient(script or ())
+            return ScriptedClient(script or (), taken=self._taken.get(key, ()))
         if provider == "ollama":
             host = self._environ.get("OLLAMA_HOST") or "http://127.0.0.1:11434"
             if "://" not in host:  # ollama itself accepts a bare host:port

@@ -5,12 +5,17 @@ or ``{content, toolCalls: [{name, arguments}]}``, as a mapping or as any
 object with ``content`` and ``tool_calls`` attributes (the workflow's
 ``ScriptReply``). Replies are used in order and the last one repeats. Token
 usage is estimated at about four characters a token, so budgets work in demos.
+
+Each completion says which reply it was (`Completion.script_position`), and the
+run records it with the call; a resumed run hands the client the positions its
+finished work already used (``taken``), so the agent goes on where the
+interrupted run was instead of starting its script again.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any, Final, Protocol, Unpack
 
 import msgspec
@@ -55,26 +60,40 @@ class ScriptedClient:
 
     Args:
         script: The replies, in order; the last repeats once the others are used.
+        taken: Positions (0-based) already used by a resumed run's finished work:
+            each call gets the lowest position not taken yet, so the calls that
+            run again get the replies they had, in the order they make them.
 
     Raises:
         LLMConfigError: The script is empty or a reply has the wrong shape
             (the message says which reply and what is wrong).
     """
 
-    __slots__ = ("_replies", "_turn")
+    __slots__ = ("_ahead", "_next", "_replies", "_turns")
 
-    def __init__(self, script: Sequence[str | ScriptReplyLike]) -> None:
+    def __init__(
+        self, script: Sequence[str | ScriptReplyLike], *, taken: Collection[int] = ()
+    ) -> None:
         if not script:
             raise LLMConfigError(
                 "the scripted model needs a script: list the agent's replies under `script:`"
             )
         self._replies = tuple(_reply(index, item) for index, item in enumerate(script))
-        self._turn = 0
+        self._turns = 0
+        self._ahead = set(taken)  # taken positions not reached yet
+        self._next = 0
+        self._skip_taken()
 
     @property
     def turns(self) -> int:
         """How many completions this client has answered."""
-        return self._turn
+        return self._turns
+
+    def _skip_taken(self) -> None:
+        ahead = self._ahead
+        while self._next in ahead:
+            ahead.discard(self._next)
+            self._next += 1
 
     async def complete(self, request: LLMRequest, **hooks: Unpack[CallHooks]) -> Completion:
         """The next scripted reply; ``on_retry`` is never called (nothing fails).
@@ -83,8 +102,11 @@ class ScriptedClient:
         """
         # A checkpoint, so a scripted agent loop can be cancelled and lets others run.
         await asyncio.sleep(0)
-        turn = self._turn
-        self._turn += 1
+        turn = self._next
+        self._next += 1
+        self._turns += 1
+        if self._ahead:
+            self._skip_taken()
         reply = self._replies[min(turn, len(self._replies) - 1)]
         calls = tuple(
             ToolCall(id=f"call_{turn + 1}_{index + 1}", name=name, arguments=arguments)
@@ -100,10 +122,11 @@ class ScriptedClient:
             usage=LLMUsage(estimate_tokens(request), _tokens(completion_chars)),
             model=request.model,
             finish_reason="tool_calls" if calls else "stop",
+            script_position=turn,
         )
 
     def __repr__(self) -> str:
-        return f"ScriptedClient(replies={len(self._replies)}, turns={self._turn})"
+        return f"ScriptedClient(replies={len(self._replies)}, turns={self._turns})"
 
 
 def estimate_tokens(request: LLMRequest) -> int:

@@ -123,6 +123,8 @@ class Completion(msgspec.Struct, frozen=True):
         finish_reason: Why generation stopped (``stop``, ``tool_calls``,
             ``length``; Anthropic's ``end_turn``, ``tool_use``...), if given.
         attempts: HTTP attempts made, retries included (1 without retries).
+        script_position: The ``scripted`` model's reply this was (0-based, past
+            the script's end when its last reply repeats); None for other models.
     """
 
     content: str | None
@@ -131,6 +133,7 @@ class Completion(msgspec.Struct, frozen=True):
     model: str
     finish_reason: str | None = None
     attempts: int = 1
+    script_position: int | None = None
 
 
 class LLMRequest(msgspec.Struct, frozen=True):

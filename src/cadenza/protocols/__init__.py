@@ -15,6 +15,7 @@ from ._payloads import AgentInboxDrain as AgentInboxDrain
 from ._payloads import AgentMemory as AgentMemory
 from ._payloads import AgentTurn as AgentTurn
 from ._payloads import Checkpoint as Checkpoint
+from ._payloads import CoordinatorWake as CoordinatorWake
 from ._payloads import Decision as Decision
 from ._payloads import ForEachMessage as ForEachMessage
 from ._payloads import GraphEnd as GraphEnd
@@ -103,6 +104,7 @@ __all__ = [
     "Cancel",
     "Checkpoint",
     "CommandOrder",
+    "CoordinatorWake",
     "Decision",
     "Disconnect",
     "Dispatch",

@@ -33,6 +33,7 @@ __all__ = [
     "AgentMemory",
     "AgentTurn",
     "Checkpoint",
+    "CoordinatorWake",
     "Decision",
     "ForEachMessage",
     "GraphEnd",
@@ -279,13 +280,18 @@ class Decision(Payload, frozen=True, kw_only=True):
 
 
 class AgentTurn(Payload, frozen=True, kw_only=True):
-    """A model call: its ``request`` (with ``turn``), then its ``response`` (``attempts``)."""
+    """A model call: its ``request`` (with ``turn``), then its ``response`` (``attempts``).
+
+    A ``scripted`` model's response also says which reply of the script it was
+    (``script_position``, 0-based): a resumed run gives those replies out once.
+    """
 
     event_type: ClassVar[str] = "agent_turn"
     phase: str
     turn: int | None = None
     model: str
     attempts: int | None = None
+    script_position: int | None = None
 
 
 class ToolCall(Payload, frozen=True, kw_only=True):
@@ -344,6 +350,18 @@ class MessageUndelivered(Payload, frozen=True, kw_only=True):
     event_type: ClassVar[str] = "message_undelivered"
     to: str
     count: int
+
+
+class CoordinatorWake(Payload, frozen=True, kw_only=True):
+    """The coordinator agent woke for a message (``start``) and has answered it (``end``).
+
+    ``from`` is the step whose message woke it. A resumed run wakes the agent
+    again for a message whose wake did not reach its ``end``.
+    """
+
+    event_type: ClassVar[str] = "coordinator_wake"
+    phase: str
+    from_: str = msgspec.field(name="from")
 
 
 class MaxWakeCyclesWarning(Payload, frozen=True, kw_only=True):
@@ -473,6 +491,7 @@ PAYLOADS: dict[str, type[Payload]] = {
         MessageDropped,
         AgentInboxDrain,
         MessageUndelivered,
+        CoordinatorWake,
         MaxWakeCyclesWarning,
         McpToolFailed,
         ToolPermission,

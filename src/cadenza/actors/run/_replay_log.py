@@ -4,8 +4,9 @@ A resumed run re-derives its controllers' state by replay, but some of what its
 journal held never passes through a controller again: the messages agents
 sent (replayed steps do not send them twice), the messages still waiting for a
 step that had not started (``RunContext.mail``), what agents remember across a
-loop's iterations (``memory``), the tokens already spent, and what each
-finished step spent (a control loop's budget counts its replayed steps too).
+loop's iterations (``memory``), the tokens already spent, what each
+finished step spent (a control loop's budget counts its replayed steps too),
+and which replies of their scripts ``scripted`` agents have had.
 `read_log` rebuilds those from the events, in one pass.
 
 Work that was in flight when the process died is re-run, so whatever it did
@@ -14,6 +15,13 @@ outcome is recorded (its ``step_end``, ``step_skipped`` or failing ``error``),
 and is forgotten if the log reaches a restart (``run_resumed``, or its end)
 first. Draining a message out of an inbox is undone the same way, so the
 step's new attempt finds the message waiting again.
+
+The coordinator agent's wakes (``coordinator_wake`` start and end) count once
+the wake has ended and the step whose message woke it has its outcome
+recorded. A wake the restart cut off is void — its forwards, its model
+calls — and its message is answered again by the resumed coordinator, like a
+message no wake had begun for yet; a wake for a step still in flight is void
+too, as the step will send its message again.
 """
 
 from __future__ import annotations
@@ -31,6 +39,7 @@ from cadenza.protocols import (
     AgentMemory,
     AgentTurn,
     Checkpoint,
+    CoordinatorWake,
     Event,
     EventType,
     MessageDropped,
@@ -43,7 +52,7 @@ from cadenza.protocols import (
 )
 
 from ._journal import AGENT_MEMORY
-from ._messages import MSG_TYPES, AgentMessage
+from ._messages import COORDINATOR, MSG_TYPES, AgentMessage, Outgoing
 
 __all__ = ["RUN_RESUMED", "LogState", "read_log"]
 
@@ -52,6 +61,7 @@ RUN_RESUMED = "run_resumed"
 
 _KINDS = {number: kind for kind, number in MSG_TYPES.items()}
 _COORDINATOR = "coordinator"
+_COORDINATOR_AGENT = str(COORDINATOR)  # where the coordinator agent's model calls are made
 
 
 @dataclass
@@ -62,6 +72,25 @@ class _Letter:
     letter: AgentMessage
     taken_by: str | None = None  # the drainer, while its drain is not yet confirmed
     gone: bool = False
+
+
+@dataclass
+class _Note:
+    """A message to the coordinator, until a wake of its agent has begun for it."""
+
+    address: str  # of the step that sent it
+    message: Outgoing
+    index: int  # its entry in `_Reader.sent`
+
+
+@dataclass
+class _Wake:
+    """One wake of the coordinator agent: the message it answers, and what it did."""
+
+    note: _Note | None
+    sent: list[int] = field(default_factory=list)  # its forwards' entries in `_Reader.sent`
+    letters: list[_Letter] = field(default_factory=list)
+    positions: list[tuple[str, int]] = field(default_factory=list)  # (client, position)
 
 
 @dataclass
@@ -80,6 +109,17 @@ class LogState:
             execution that recorded it: its ``agent_turn`` events since the
             previous outcome or restart (what a run cut off by a kill spent on it
             is not counted, as a replay must not count it).
+        script_positions: Per ``scripted`` client (the agent's name, or the
+            address of an agent step without one), the replies of its script
+            already had by work a resume does not do again: the calls of steps
+            whose outcome is recorded and of the coordinator agent's wakes that
+            count. Work in flight gives its replies back; it will ask for them
+            again.
+        coordinator_wakes: The coordinator agent's wakes that count: the resumed
+            coordinator goes on counting from there (``maxWakes``).
+        unanswered: Messages to the coordinator agent that no counted wake
+            answered, though their senders' outcomes are recorded: the resumed
+            coordinator answers them first, in order.
     """
 
     messages: list[MessageRecord] = field(default_factory=list)
@@ -90,6 +130,9 @@ class LogState:
     checkpoints: dict[str, list[Checkpoint]] = field(default_factory=dict)
     conversations: dict[str, list[list[Any]]] = field(default_factory=dict)
     step_tokens: dict[str, Tokens] = field(default_factory=dict)
+    script_positions: dict[str, set[int]] = field(default_factory=dict)
+    coordinator_wakes: int = 0
+    unanswered: list[Outgoing] = field(default_factory=list)
 
 
 class _Reader:
@@ -102,6 +145,11 @@ class _Reader:
         self.letters: list[_Letter] = []
         self.drains: dict[str, list[_Letter]] = {}
         self.spending: dict[str, tuple[int, int]] = {}  # tokens of unconfirmed work
+        self.replies: dict[str, list[tuple[str, int]]] = {}  # (client, position), unconfirmed
+        self.waiting: deque[_Note] = deque()  # for the coordinator agent, no wake begun yet
+        self.wake: _Wake | None = None  # the one going on
+        self.answered: dict[str, list[_Wake]] = {}  # ended, by their sender still in flight
+        self.unmarked = False  # the coordinator woke without `coordinator_wake`: an older log
 
     def read(self, event: Event) -> None:
         kind, address = event.type, event.step_id or ""
@@ -113,16 +161,12 @@ class _Reader:
             self._drained(address, payload(event, AgentInboxDrain))
         elif kind == EventType.DEAD_LETTER and (event.message or "").startswith("AgentMessage"):
             self._lost(address)
-        elif kind == "agent_turn" and payload(event, AgentTurn).phase == "response":
-            self.state.llm_calls += 1
-            if event.tokens is not None:
-                self.state.prompt_tokens += event.tokens.prompt
-                self.state.completion_tokens += event.tokens.completion
-                prompt, completion = self.spending.get(address, (0, 0))
-                self.spending[address] = (
-                    prompt + event.tokens.prompt,
-                    completion + event.tokens.completion,
-                )
+        elif kind == "agent_turn":
+            self._turn(event, address)
+        elif kind == "coordinator_wake":
+            self._woke(payload(event, CoordinatorWake))
+        elif kind == "max_wake_cycles_reached" and self.waiting:
+            self.waiting.popleft()  # answered by not waking the agent
         elif kind == AGENT_MEMORY:
             memory = payload(event, AgentMemory)
             self.memories.append((memory.key, memory.turns))
@@ -138,18 +182,77 @@ class _Reader:
         elif kind == RUN_RESUMED:
             self._restart()
 
+    def _turn(self, event: Event, address: str) -> None:
+        turn = payload(event, AgentTurn)
+        if turn.phase != "response":
+            return
+        self.state.llm_calls += 1
+        if event.tokens is not None:
+            self.state.prompt_tokens += event.tokens.prompt
+            self.state.completion_tokens += event.tokens.completion
+            prompt, completion = self.spending.get(address, (0, 0))
+            self.spending[address] = (
+                prompt + event.tokens.prompt,
+                completion + event.tokens.completion,
+            )
+        position = turn.script_position
+        client = event.agent or address  # the key `run_agent` gives the registry
+        if address == _COORDINATOR_AGENT:
+            if self.wake is None:
+                self.unmarked = True  # an older version's log: wakes were not marked
+            elif position is not None:
+                self.wake.positions.append((client, position))
+        elif position is not None:
+            self.replies.setdefault(address, []).append((client, position))
+
+    def _woke(self, wake: CoordinatorWake) -> None:
+        if wake.phase == "start":
+            note = next((n for n in self.waiting if n.message.sender == wake.from_), None)
+            if note is not None:
+                self.waiting.remove(note)
+            self.wake = _Wake(note)
+        elif self.wake is not None:
+            ended, self.wake = self.wake, None
+            sender = ended.note.address if ended.note is not None else None
+            if sender in self.unconfirmed:
+                self.answered.setdefault(sender, []).append(ended)
+            else:
+                self._count(ended)
+
+    def _count(self, wake: _Wake) -> None:
+        """A wake that stands: the replies of the script it had stay had."""
+        self.state.coordinator_wakes += 1
+        for client, position in wake.positions:
+            self.state.script_positions.setdefault(client, set()).add(position)
+
+    def _void(self, wake: _Wake) -> None:
+        """A wake that will happen again: what it did is undone."""
+        for index in wake.sent:
+            self.sent[index] = None
+        for letter in wake.letters:
+            letter.gone = True
+
     def _sent(self, address: str, sent: MessageSent) -> None:
         sender, to, text = sent.from_, sent.to, sent.text
+        wake = self.wake if sender == _COORDINATOR else None  # (a post comes between wakes)
         if to == _COORDINATOR:
             record = MessageRecord(from_=sender, to=to, text=text)
         else:
             kind = _KINDS.get(sent.msg_type, "info")
             record = MessageRecord(from_=sender, to=to, text=text, kind=kind)
             name = to.rsplit(".", 1)[-1].split("[", 1)[0]  # as the coordinator files it
-            self.letters.append(_Letter(name, AgentMessage(sender, text, kind)))
+            letter = _Letter(name, AgentMessage(sender, text, kind))
+            self.letters.append(letter)
+            if wake is not None:
+                wake.letters.append(letter)
         self.sent.append((address, record))
+        index = len(self.sent) - 1
         if sender != _COORDINATOR:
-            self.unconfirmed.setdefault(address, []).append(len(self.sent) - 1)
+            self.unconfirmed.setdefault(address, []).append(index)
+            if to == _COORDINATOR:
+                self.waiting.append(_Note(address, Outgoing(sender, text), index))
+        elif wake is not None:
+            wake.sent.append(index)
 
     def _dropped(self, address: str, dropped: MessageDropped) -> None:
         if dropped.to == _COORDINATOR:  # never reached the coordinator: not a message
@@ -157,6 +260,10 @@ class _Reader:
                 entry = self.sent[index]
                 if entry is not None and entry[1].text == dropped.text:
                     self.sent[index] = None
+                    for note in self.waiting:
+                        if note.index == index:
+                            self.waiting.remove(note)  # it never woke anyone
+                            break
                     break
             return
         for letter in reversed(self.letters):  # recorded, but never delivered
@@ -188,6 +295,10 @@ class _Reader:
         spent = self.spending.pop(address, None)
         if spent is not None:
             self.state.step_tokens[address] = Tokens(spent[0], spent[1], spent[0] + spent[1])
+        for client, position in self.replies.pop(address, ()):
+            self.state.script_positions.setdefault(client, set()).add(position)
+        for wake in self.answered.pop(address, ()):
+            self._count(wake)
         self.unconfirmed.pop(address, None)
         self.unconfirmed_memories.pop(address, None)
         for letter in self.drains.pop(address, ()):
@@ -195,7 +306,9 @@ class _Reader:
 
     def _restart(self) -> None:
         """The process died: what unfinished work did is void, it will be done again."""
+        self._restart_coordinator()
         self.spending.clear()
+        self.replies.clear()
         for indexes in self.unconfirmed.values():
             for index in indexes:
                 self.sent[index] = None
@@ -209,9 +322,27 @@ class _Reader:
                 letter.taken_by = None
         self.drains.clear()
 
+    def _restart_coordinator(self) -> None:
+        """Which messages the next process's coordinator answers first (read before the rest)."""
+        for wakes in self.answered.values():  # their senders will send them again
+            for wake in wakes:
+                self._void(wake)
+        self.answered.clear()
+        if self.wake is not None:  # cut off: answered again
+            self._void(self.wake)
+            if self.wake.note is not None:
+                self.waiting.appendleft(self.wake.note)
+            self.wake = None
+        if self.unmarked:  # an older version's log: its wakes are not known, none is repeated
+            self.waiting.clear()
+        else:  # a step in flight sends its message again
+            self.waiting = deque(n for n in self.waiting if n.address not in self.unconfirmed)
+        self.unmarked = False
+
     def finish(self) -> LogState:
         self._restart()
         self.state.messages = [entry[1] for entry in self.sent if entry is not None]
+        self.state.unanswered = [note.message for note in self.waiting]
         for letter in self.letters:
             if not letter.gone:
                 self.state.mail.setdefault(letter.name, deque()).append(letter.letter)
@@ -224,7 +355,7 @@ class _Reader:
 
 
 def read_log(events: list[Event]) -> LogState:
-    """Messages, waiting mail, usage and loop checkpoints of a run, from its events in order."""
+    """Messages, waiting mail, usage, checkpoints, script positions of a run, from its events."""
     reader = _Reader()
     for event in events:
         reader.read(event)

@@ -403,7 +403,12 @@ async def run_agent(run: RunContext, document: LoadedWorkflow, visit: AgentVisit
                     usage.completion_tokens,
                     usage.prompt_tokens + usage.completion_tokens,
                 ),
-                data=AgentTurn(phase="response", model=spec, attempts=completion.attempts),
+                data=AgentTurn(
+                    phase="response",
+                    model=spec,
+                    attempts=completion.attempts,
+                    script_position=completion.script_position,
+                ),
             )
             if completion.content:
                 contents.append(completion.content)
