@@ -198,6 +198,7 @@ def many_files() -> Iterator[None]:
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
 
 
+@pytest.mark.timeout(180)  # 5,000 connections: about 10 s, 35 s on a loaded machine
 async def test_5000_event_streams_are_capped_at_the_default_and_the_server_answers(
     tmp_path: Path, many_files: None
 ) -> None:
@@ -205,9 +206,13 @@ async def test_5000_event_streams_are_capped_at_the_default_and_the_server_answe
     the first 100 (the default cap) are served, every other one gets 503 and is closed,
     and the server still answers."""
     write_parked(tmp_path)
+    # A new connection per request: one kept alive over the flood would be closed idle.
+    fresh = httpx.Limits(max_keepalive_connections=0)
     with serving("--store", "runs.db", cwd=tmp_path) as served:
         assert served.token is not None
-        async with httpx.AsyncClient(base_url=served.url, headers=served.headers) as owner:
+        async with httpx.AsyncClient(
+            base_url=served.url, headers=served.headers, limits=fresh, timeout=30
+        ) as owner:
             started = await owner.post("/api/runs", json={"path": "park.yaml", "runId": "p"})
             assert started.status_code == 201, started.text
             held, accepted, refused = await _open_streams(served.url, served.token, "p", STREAMS)

@@ -40,8 +40,6 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
-_DISCONNECT: Final = {"type": "http.disconnect"}
-
 
 @dataclass(frozen=True, slots=True)
 class Limits:
@@ -119,14 +117,14 @@ class BodyLimit:
         async def counting_receive() -> Message:
             nonlocal received, over
             if over:
-                return _DISCONNECT
+                return {"type": "http.disconnect"}
             message = await receive()
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
                 if received > self.max_body:
                     # The endpoint sees the client leave; the client is told why below.
                     over = True
-                    return _DISCONNECT
+                    return {"type": "http.disconnect"}
             return message
 
         async def noting_send(message: Message) -> None:
