@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from cadenza import Runtime
-from cadenza.serve import create_app
+from cadenza.serve import Limits, create_app
 from cadenza.testing import RequestMatch, ServerReply, ServerRule
 
 OpenViewer = Callable[..., AbstractAsyncContextManager[tuple[Runtime, httpx.AsyncClient]]]
@@ -101,10 +101,14 @@ def open_viewer() -> OpenViewer:
 
     @asynccontextmanager
     async def open_(
-        root: Path, *, store: Path | None = None, token: str | None = None
+        root: Path,
+        *,
+        store: Path | None = None,
+        token: str | None = None,
+        limits: Limits | None = None,
     ) -> AsyncIterator[tuple[Runtime, httpx.AsyncClient]]:
         async with Runtime(store=store or root / "runs.db") as runtime:
-            app = create_app(runtime, root=root, token=token)
+            app = create_app(runtime, root=root, token=token, limits=limits or Limits())
             transport = httpx.ASGITransport(app=app)
             async with httpx.AsyncClient(
                 transport=transport, base_url="http://127.0.0.1:8321"

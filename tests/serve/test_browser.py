@@ -8,6 +8,7 @@ log are also saved there, as the README shows them.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import threading
 from collections.abc import Iterator
@@ -101,7 +102,11 @@ def test_watch_a_reflection_loop_then_answer_the_human_step(
     write(tmp_path, "reflection.yaml", REFLECTION)
     options = ServeOptions(store=tmp_path / "runs.db", root=tmp_path, port=0)
     with BackgroundServer(options) as server:
-        page.goto(server.url + "/")
+        refused = page.goto(server.url + "/")
+        assert refused is not None
+        assert refused.status == 401  # without the token, not even the page
+        page.goto(server.page_url)  # the address with the token, traded for a cookie
+        expect(page).not_to_have_url(re.compile("token"))  # dropped from the address bar
         page.get_by_label("Workflow file").fill("reflection.yaml")
         page.get_by_role("button", name="Start").click()
         expect(page.locator("h1")).to_have_text("watched-reflection")
@@ -145,7 +150,7 @@ def test_watch_a_reflection_loop_then_answer_the_human_step(
         expect(page.locator('[data-key="approve"]')).to_have_attribute("data-status", "completed")
         shoot(page, tmp_path, "5-finished")
 
-        result = httpx.get(f"{server.url}/api/runs").json()["runs"][0]
+        result = httpx.get(f"{server.url}/api/runs", headers=server.headers).json()["runs"][0]
         assert result["status"] == "completed"
 
 
@@ -153,9 +158,11 @@ def test_a_finished_graph_run_shows_the_path_taken(tmp_path: Path, page: Page) -
     """The tool router: states visited, edges taken, the timeline and the graph's path."""
     options = ServeOptions(store=tmp_path / "runs.db", root=EXAMPLES, port=0)
     with BackgroundServer(options) as server:
-        started = httpx.post(f"{server.url}/api/runs", json={"path": "tool-router.yaml"})
+        started = httpx.post(
+            f"{server.url}/api/runs", json={"path": "tool-router.yaml"}, headers=server.headers
+        )
         run_id = started.json()["runId"]
-        page.goto(f"{server.url}/#/runs/{run_id}")
+        page.goto(f"{server.page_url}#/runs/{run_id}")
         expect(page.locator(".run-status .status")).to_have_text("completed")
         for state in ("analyze", "search", "calc"):
             node = page.locator(f'[data-key="router.{state}"]')
@@ -187,8 +194,10 @@ def test_a_control_loop_decision_log_reads_as_a_table(tmp_path: Path, page: Page
     """control-tagline: the check outranks the judge (retry), then the shorter draft passes."""
     options = ServeOptions(store=tmp_path / "runs.db", root=EXAMPLES, port=0)
     with BackgroundServer(options) as server:
-        started = httpx.post(f"{server.url}/api/runs", json={"path": "control-tagline.yaml"})
-        page.goto(f"{server.url}/#/runs/{started.json()['runId']}")
+        started = httpx.post(
+            f"{server.url}/api/runs", json={"path": "control-tagline.yaml"}, headers=server.headers
+        )
+        page.goto(f"{server.page_url}#/runs/{started.json()['runId']}")
         expect(page.locator(".run-status .status")).to_have_text("completed")
         expect(page.locator('.loop-counter[data-loop="tagline"] .count')).to_have_text("2")
 
@@ -249,8 +258,12 @@ def test_a_running_agents_streamed_text_shows_on_its_panel(
             monkeypatch.setenv(name, value)
         try:
             with BackgroundServer(options) as server:
-                started = httpx.post(f"{server.url}/api/runs", json={"path": "streaming.yaml"})
-                page.goto(f"{server.url}/#/runs/{started.json()['runId']}")
+                started = httpx.post(
+                    f"{server.url}/api/runs",
+                    json={"path": "streaming.yaml"},
+                    headers=server.headers,
+                )
+                page.goto(f"{server.page_url}#/runs/{started.json()['runId']}")
                 draft = page.locator('[data-key="draft"]')
                 expect(draft).to_have_attribute("data-status", "running")
                 draft.click()

@@ -60,7 +60,10 @@ def test_the_stream_follows_a_run_as_it_happens(tmp_path: Path, critic: HeldCrit
     """Events arrive while the critic's answer is held, then the rest, then `end`."""
     write(tmp_path, "flow.yaml", REFLECTION)
     options = ServeOptions(store=tmp_path / "runs.db", root=tmp_path, port=0)
-    with BackgroundServer(options) as server, httpx.Client(base_url=server.url) as client:
+    with (
+        BackgroundServer(options) as server,
+        httpx.Client(base_url=server.url, headers=server.headers) as client,
+    ):
         started = client.post("/api/runs", json={"path": "flow.yaml", "runId": "live"})
         assert started.status_code == 201, started.text
         with client.stream("GET", "/api/runs/live/events/stream", timeout=30) as response:
@@ -110,7 +113,10 @@ def test_a_run_driven_by_another_process_is_followed_through_the_store(
             if event["type"] == "step_start" and event.get("stepId") == "reflection.0.critique":
                 break
         options = ServeOptions(store=store, root=tmp_path, port=0, poll=0.05)
-        with BackgroundServer(options) as server, httpx.Client(base_url=server.url) as client:
+        with (
+            BackgroundServer(options) as server,
+            httpx.Client(base_url=server.url, headers=server.headers) as client,
+        ):
             with client.stream("GET", "/api/runs/elsewhere/events/stream", timeout=30) as response:
                 stream = messages(response)
                 until_step_starts(stream, "reflection.0.critique")
@@ -134,7 +140,7 @@ def test_stopping_the_server_ends_open_streams_and_leaves_its_runs_resumable(
     server = BackgroundServer(ServeOptions(store=store, root=tmp_path, port=0)).start()
     stopper = threading.Thread(target=server.stop)
     try:
-        with httpx.Client(base_url=server.url) as client:
+        with httpx.Client(base_url=server.url, headers=server.headers) as client:
             started = client.post("/api/runs", json={"path": "flow.yaml", "runId": "held"})
             assert started.status_code == 201, started.text
             with client.stream("GET", "/api/runs/held/events/stream", timeout=30) as response:
@@ -149,5 +155,8 @@ def test_stopping_the_server_ends_open_streams_and_leaves_its_runs_resumable(
         else:
             stopper.join()
     options = ServeOptions(store=store, root=tmp_path, port=0)
-    with BackgroundServer(options) as again, httpx.Client(base_url=again.url) as client:
+    with (
+        BackgroundServer(options) as again,
+        httpx.Client(base_url=again.url, headers=again.headers) as client,
+    ):
         assert client.get("/api/runs/held").json()["status"] == "running"  # resumable

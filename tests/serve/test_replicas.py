@@ -39,8 +39,8 @@ def replicas(postgres_url: str, root: Path) -> Iterator[tuple[httpx.Client, http
     with (
         BackgroundServer(options) as a,
         BackgroundServer(options) as b,
-        httpx.Client(base_url=a.url) as first,
-        httpx.Client(base_url=b.url) as second,
+        httpx.Client(base_url=a.url, headers=a.headers) as first,
+        httpx.Client(base_url=b.url, headers=b.headers) as second,
     ):
         yield first, second
 

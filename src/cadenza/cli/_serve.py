@@ -8,6 +8,7 @@ command runs, and their absence is one clear message (exit 2).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 from pathlib import Path
@@ -33,6 +34,20 @@ def _port(text: str) -> int:
     return value
 
 
+def _count(text: str) -> int:
+    with contextlib.suppress(ValueError):
+        if (value := int(text)) >= 1:
+            return value
+    raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of at least 1")
+
+
+def _seconds(text: str) -> float:
+    with contextlib.suppress(ValueError):
+        if 0 < (value := float(text)) < float("inf"):
+            return value
+    raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds above 0")
+
+
 def add_serve_command(commands: Any, store: StoreSpec) -> None:
     """Adds ``cadenza serve`` to the command line's subcommands."""
     serve = commands.add_parser(
@@ -47,10 +62,42 @@ def add_serve_command(commands: Any, store: StoreSpec) -> None:
     )
     serve.add_argument("--host", default="127.0.0.1", help="the address to listen on")
     serve.add_argument("--port", type=_port, default=8321, help="the port (default: 8321)")
-    serve.add_argument(
+    who = serve.add_mutually_exclusive_group()
+    who.add_argument(
         "--token",
-        help=f"a bearer token every request must carry (default: ${TOKEN_VARIABLE}); "
-        "required to listen on anything but loopback",
+        help=f"the bearer token every request must carry (default: ${TOKEN_VARIABLE}, "
+        "else a random one, shown in the address printed at start)",
+    )
+    who.add_argument(
+        "--no-token",
+        action="store_true",
+        help="ask for no token: any process of this machine may start and answer runs "
+        "(loopback addresses only)",
+    )
+    # Defaults are cadenza.serve.Limits' (not imported here: the extra may be missing).
+    serve.add_argument(
+        "--max-body",
+        type=_count,
+        metavar="BYTES",
+        help="largest request body; larger ones get 413 (default: 1048576)",
+    )
+    serve.add_argument(
+        "--max-streams",
+        type=_count,
+        metavar="N",
+        help="event streams open at once; more get 503 (default: 100)",
+    )
+    serve.add_argument(
+        "--max-connections",
+        type=_count,
+        metavar="N",
+        help="connections served at once; requests on more get 503 (default: 256)",
+    )
+    serve.add_argument(
+        "--request-timeout",
+        type=_seconds,
+        metavar="SECONDS",
+        help="time a client has to send a whole request; slower ones get 408 (default: 10)",
     )
     serve.add_argument("--model", help="model for steps without an agent (provider:model)")
     serve.add_argument(
@@ -68,31 +115,42 @@ def serve_command(args: argparse.Namespace) -> int:
         CadenzaError: The serve extra is missing, or the options are unsafe.
     """
     try:
-        from cadenza.serve import ServeOptions, serve
+        from cadenza.serve import Limits, ServeOptions, serve
     except ImportError as error:
         raise CadenzaError(
             f"cadenza serve needs the serve extra: pip install 'cadenza[serve]' ({error})"
         ) from None
-    token = args.token or os.environ.get(TOKEN_VARIABLE) or None
+    given = None if args.no_token else args.token or os.environ.get(TOKEN_VARIABLE) or None
+    chosen = {
+        name: value
+        for name in ("max_body", "max_streams", "max_connections", "request_timeout")
+        if (value := getattr(args, name)) is not None
+    }
     options = ServeOptions(
         store=args.store,
         root=args.root,
         host=args.host,
         port=args.port,
-        token=token,
+        token=given,
+        no_token=args.no_token,
         default_model=args.model,
         recover=args.recover,
+        limits=Limits(**chosen),
     )
     options.check()
-    guard = " (every request needs the token)" if token else ""
-
     store = describe_store(args.store)
 
     def ready(url: str) -> None:
-        sys.stderr.write(
-            f"cadenza serve: listening on {url}/{guard}; store {store}, root {args.root}"
-            f"{'; taking over orphaned runs' if args.recover else ''}; Ctrl-C stops\n"
-        )
+        notes = [f"store {store}", f"root {args.root}"]
+        if given:  # the user's own token is theirs to hand out: never printed
+            url = url.partition("?")[0]
+            notes.insert(0, "every request needs the token you gave")
+        elif args.no_token:
+            notes.insert(0, "no token: any process of this machine may use it")
+        if args.recover:
+            notes.append("taking over orphaned runs")
+        # The address ends at a space, so that a terminal's link takes the token whole.
+        sys.stderr.write(f"cadenza serve: listening on {url} ({'; '.join(notes)}; Ctrl-C stops)\n")
         sys.stderr.flush()
 
     serve(options, on_ready=ready)

@@ -36,6 +36,7 @@ from cadenza.errors import (
 from cadenza.workflow import WorkflowError
 
 from ._guard import Guard
+from ._limits import DEFAULT_LIMITS, BodyLimit, Limits
 from ._models import ApiError, ErrorBody
 from ._openapi import openapi_document
 from ._routes import Api, Problem, json_response
@@ -58,7 +59,7 @@ _STATUS: Final[list[tuple[type[CadenzaError], int]]] = [
 ]
 
 
-def create_app(
+def create_app(  # noqa: PLR0913 -- keyword-only options, each documented in docs/api.md
     runtime: Runtime | None = None,
     *,
     store: str | os.PathLike[str] | None = None,
@@ -68,6 +69,7 @@ def create_app(
     default_model: str | None = None,
     poll: float = 0.5,
     recover: bool = False,
+    limits: Limits = DEFAULT_LIMITS,
 ) -> Starlette:
     """The viewer's ASGI application.
 
@@ -83,12 +85,14 @@ def create_app(
         poll: Seconds between store reads when following a run another process drives.
         recover: With ``runtime`` None: the runtime takes over the store's orphaned
             and answered runs (`cadenza.Runtime`'s ``recover``).
+        limits: The caps on a request's body and on open event streams (the
+            others are the server's: see `Limits`).
 
     Returns:
         The application; ``app.state.api`` holds the endpoints (``api.stopping``
         ends open event streams when set).
     """
-    api = Api(Path(root), poll)
+    api = Api(Path(root), poll, max_streams=limits.max_streams)
     api.runtime = runtime  # None until the lifespan opens one
     document = openapi_document(token=token is not None)
 
@@ -132,7 +136,10 @@ def create_app(
     ]
     app = Starlette(
         routes=routes,
-        middleware=[Middleware(Guard, token=token, loopback=loopback)],
+        middleware=[
+            Middleware(Guard, token=token, loopback=loopback),  # first: strangers learn nothing
+            Middleware(BodyLimit, max_body=limits.max_body),
+        ],
         exception_handlers={
             Problem: _problem,
             CadenzaError: _cadenza_error,
@@ -151,7 +158,10 @@ def _error(status: int, kind: str, message: str, problems: list[str] | None = No
 
 async def _problem(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, Problem)
-    return _error(exc.status, exc.kind, exc.message, exc.problems)
+    response = _error(exc.status, exc.kind, exc.message, exc.problems)
+    if exc.status == 503:  # over a limit: the connection goes too, or it would hold a place
+        response.headers["connection"] = "close"
+    return response
 
 
 async def _cadenza_error(request: Request, exc: Exception) -> Response:

@@ -2,17 +2,21 @@
 
 An ASGI middleware in front of everything the server answers:
 
-* **Token.** With a token configured, every request needs it: an
-  ``Authorization: Bearer TOKEN`` header, or the ``cadenza_token`` cookie. A
-  browser gets the cookie by opening ``/?token=TOKEN`` once (HttpOnly,
-  SameSite=Strict); the page then drops the token from its address bar.
-  Tokens are compared in constant time.
+* **Token.** With a token configured (``cadenza serve`` makes one unless told
+  ``--no-token``), every request needs it: an ``Authorization: Bearer TOKEN``
+  header, or the server's cookie. A browser gets the cookie by opening
+  ``/?token=TOKEN`` once (HttpOnly, SameSite=Strict, holding a digest of the
+  token, named after the token so that servers on other ports of the same host
+  keep theirs); the page then drops the token from its address bar. Tokens are
+  compared in constant time, exactly: another case is another token.
 * **Host names.** A server bound to loopback answers only requests whose
   ``Host`` is a loopback name (``127.0.0.1``, ``localhost``, ``[::1]``), so a web
   page cannot reach it through DNS rebinding.
 * **Writes.** A ``POST`` must send JSON (``Content-Type: application/json``) and,
   when the browser names an ``Origin``, come from the server's own origin: a
   page elsewhere cannot start, answer or cancel runs (no cross-site requests).
+
+A refused request's connection is closed: its body is never read.
 """
 
 from __future__ import annotations
@@ -25,13 +29,10 @@ from http.cookies import CookieError, SimpleCookie
 from typing import Any, Final
 from urllib.parse import parse_qs, urlsplit
 
-import msgspec
+from ._limits import refuse
 
-from ._models import ApiError, ErrorBody
+__all__ = ["Guard", "cookie_name", "is_loopback_host"]
 
-__all__ = ["COOKIE", "Guard", "is_loopback_host"]
-
-COOKIE: Final = "cadenza_token"
 _LOOPBACK_NAMES: Final = frozenset({"localhost", "localhost."})
 
 Scope = MutableMapping[str, Any]
@@ -39,6 +40,11 @@ Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+
+def cookie_name(token: str) -> str:
+    """The name of the cookie that carries ``token``'s digest (cookies ignore ports)."""
+    return "cadenza_token_" + hashlib.sha256(b"cookie name\x00" + token.encode()).hexdigest()[:12]
 
 
 def is_loopback_host(host: str) -> bool:
@@ -67,6 +73,7 @@ class Guard:
         self.token = token.encode() if token else None
         # The cookie holds a digest of the token, never the token itself.
         self.cookie = hashlib.sha256(self.token).hexdigest() if self.token else ""
+        self.cookie_name = cookie_name(token) if token else ""
         self.loopback = loopback
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -76,7 +83,7 @@ class Guard:
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
         host = headers.get("host", "")
         if self.loopback and not is_loopback_host(_host_name(host)):
-            await _refuse(
+            await refuse(
                 send, 403, "Forbidden", f"this server answers loopback names only, not {host!r}"
             )
             return
@@ -84,7 +91,7 @@ class Guard:
         if self.token is not None:
             allowed, set_cookie = self._authorized(scope, headers)
             if not allowed:
-                await _refuse(
+                await refuse(
                     send,
                     401,
                     "Unauthorized",
@@ -96,16 +103,16 @@ class Guard:
         if scope["method"] == "POST":
             kind = headers.get("content-type", "").split(";", 1)[0].strip().lower()
             if kind != "application/json":
-                await _refuse(
+                await refuse(
                     send, 415, "UnsupportedMediaType", "send the request body as application/json"
                 )
                 return
             origin = headers.get("origin")
             if origin is not None and urlsplit(origin).netloc != host:
-                await _refuse(send, 403, "Forbidden", f"cross-origin request from {origin!r}")
+                await refuse(send, 403, "Forbidden", f"cross-origin request from {origin!r}")
                 return
         if set_cookie:
-            send = _with_cookie(send, self.cookie)
+            send = _with_cookie(send, self.cookie_name, self.cookie)
         await self.app(scope, receive, send)
 
     def _authorized(self, scope: Scope, headers: dict[str, str]) -> tuple[bool, bool]:
@@ -119,9 +126,9 @@ class Guard:
             cookies.load(headers.get("cookie", ""))
         except CookieError:  # a malformed Cookie header carries no token
             cookies = SimpleCookie()
-        if COOKIE in cookies:
+        if self.cookie_name in cookies:
             return secrets.compare_digest(
-                cookies[COOKIE].value.encode(), self.cookie.encode()
+                cookies[self.cookie_name].value.encode(), self.cookie.encode()
             ), False
         query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
         if scope["method"] == "GET" and query.get("token"):
@@ -129,8 +136,8 @@ class Guard:
         return False, False
 
 
-def _with_cookie(send: Send, token: str) -> Send:
-    cookie = f"{COOKIE}={token}; HttpOnly; SameSite=Strict; Path=/".encode("latin-1")
+def _with_cookie(send: Send, name: str, digest: str) -> Send:
+    cookie = f"{name}={digest}; HttpOnly; SameSite=Strict; Path=/".encode("latin-1")
 
     async def sending(message: Message) -> None:
         if message["type"] == "http.response.start":
@@ -139,18 +146,3 @@ def _with_cookie(send: Send, token: str) -> Send:
         await send(message)
 
     return sending
-
-
-async def _refuse(
-    send: Send,
-    status: int,
-    kind: str,
-    message: str,
-    extra: list[tuple[bytes, bytes]] | None = None,
-) -> None:
-    body = msgspec.json.encode(ErrorBody(ApiError(type=kind, message=message)))
-    headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
-    await send(
-        {"type": "http.response.start", "status": status, "headers": headers + (extra or [])}
-    )
-    await send({"type": "http.response.body", "body": body})

@@ -152,6 +152,7 @@ def _operation(
         responses = {
             **responses,
             "400": _error("The body is not JSON, or a parameter is malformed."),
+            "413": _error("The body is over the server's limit (`--max-body`)."),
             "415": _error("The body is not sent as application/json."),
             "422": _error("The body does not fit, or the run or workflow refuses it."),
         }
@@ -252,6 +253,7 @@ def openapi_document(*, token: bool = True) -> dict[str, Any]:
                     },
                     "400": _error("A query parameter is malformed."),
                     "404": not_found,
+                    "503": _error("The server has its limit of streams open (`--max-streams`)."),
                 },
                 parameters=[
                     *run,

@@ -35,6 +35,7 @@ from cadenza.protocols import (
 )
 from cadenza.workflow import LoadedWorkflow, load_workflow
 
+from ._limits import StreamSlots
 from ._models import (
     CancelRequest,
     EventPage,
@@ -110,11 +111,13 @@ class Api:
     Args:
         root: Workflow files may be started from this directory and below only.
         poll: Seconds between store reads when following a run another process drives.
+        max_streams: Event streams open at once; one more is answered 503.
     """
 
-    def __init__(self, root: Path, poll: float) -> None:
+    def __init__(self, root: Path, poll: float, *, max_streams: int) -> None:
         self.root = root.resolve()
         self.poll = poll
+        self.streams = StreamSlots(max_streams)
         self._runtime: Runtime | None = None
         self._stopping: anyio.Event | None = None
 
@@ -202,7 +205,14 @@ class Api:
         last_id = request.headers.get("last-event-id", "")
         if last_id.isdigit() and len(last_id) < 19:
             after = max(after, int(last_id))
-        return EventStream(self.runtime, row.run_id, after, self.stopping, self.poll)
+        if not self.streams.take():  # nothing awaited since: the slot is this response's
+            raise Problem(
+                503,
+                "Unavailable",
+                f"this server has {self.streams.cap} event streams open, its limit: "
+                "try again when one ends",
+            )
+        return EventStream(self.runtime, row.run_id, after, self.stopping, self.poll, self.streams)
 
     async def get_workflow(self, request: Request) -> Response:
         """``GET /api/runs/{run_id}/workflow``: the structure the run was started with."""

@@ -25,6 +25,8 @@ from starlette.responses import Response
 from cadenza import Runtime
 from cadenza.protocols import Event, EventType, WorkflowEnd, payload
 
+from ._limits import StreamSlots
+
 __all__ = ["EventStream", "run_events"]
 
 KEEPALIVE: Final = 15.0
@@ -73,10 +75,18 @@ class EventStream(Response):
         after: Send only events with a greater ``seq``.
         stopping: Set when the server shuts down: the stream ends at once.
         poll: Seconds between store reads for runs another process drives.
+        slots: The open streams' count; this stream holds a slot taken for it,
+            and gives it back when it ends.
     """
 
     def __init__(
-        self, runtime: Runtime, run_id: str, after: int, stopping: anyio.Event, poll: float
+        self,
+        runtime: Runtime,
+        run_id: str,
+        after: int,
+        stopping: anyio.Event,
+        poll: float,
+        slots: StreamSlots,
     ) -> None:
         super().__init__(media_type="text/event-stream")
         self.runtime = runtime
@@ -84,8 +94,19 @@ class EventStream(Response):
         self.after = after
         self.stopping = stopping
         self.poll = poll
+        self.slots = slots
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            gone = await self._stream(receive, send)
+        finally:
+            # Before the answer ends: a client that sees the end may open another at once.
+            self.slots.give_back()
+        if not gone:
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    async def _stream(self, receive: Receive, send: Send) -> bool:
+        """Sends the events up to the run's ``end``; whether the client left meanwhile."""
         headers = [
             (b"content-type", b"text/event-stream; charset=utf-8"),
             (b"cache-control", b"no-store"),
@@ -134,5 +155,4 @@ class EventStream(Response):
                 status = (await self.runtime.get_run(self.run_id)).status
             await emit(b"event: end\ndata: %s\n\n" % _encode({"status": status, "seq": last}))
             group.cancel_scope.cancel()
-        if not gone:
-            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        return gone
