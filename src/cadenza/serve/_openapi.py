@@ -331,6 +331,10 @@ def openapi_document(*, token: bool = True) -> dict[str, Any]:
                     "202": _json(_ref(MessageAccepted), "On its way."),
                     "404": not_found,
                     "409": _error("The run is not running (finished, or waiting for a person)."),
+                    "429": _error(
+                        "The run (or the store, for a run another process drives) holds as many"
+                        " messages waiting for delivery as it may: post again later."
+                    ),
                 },
                 parameters=run,
                 body=MessageRequest,
