@@ -3,8 +3,9 @@
 It speaks just enough MCP by hand (no SDK, so it can break the rules) to offer
 one tool, ``wait``. It is stubborn in every mode: it ignores SIGTERM and does
 not end when its stdin closes, and it starts a child of its own that ignores
-SIGTERM too. It writes ``SERVER_PID CHILD_PID`` to the file PIDS (atomically),
-and touches ``PIDS.called`` when a tool call arrives.
+SIGTERM too and holds its stdout and stderr open. It writes ``SERVER_PID
+CHILD_PID PROCESS_GROUP`` to the file PIDS (atomically), and touches
+``PIDS.called`` when a tool call arrives.
 
 MODE:
     garbage        writes a line that is no JSON-RPC, forever, from the start
@@ -27,14 +28,16 @@ import time
 from pathlib import Path
 from typing import Any
 
-STUBBORN_CHILD = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(3600)"
+STUBBORN_CHILD = (
+    "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(3600)"
+)
 
 
 def main() -> None:
     mode, pids = sys.argv[1], Path(sys.argv[2])
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     child = subprocess.Popen([sys.executable, "-c", STUBBORN_CHILD], stdin=subprocess.DEVNULL)
-    Path(f"{pids}.tmp").write_text(f"{os.getpid()} {child.pid}")
+    Path(f"{pids}.tmp").write_text(f"{os.getpid()} {child.pid} {os.getpgrp()}")
     os.replace(f"{pids}.tmp", pids)
     if mode == "garbage":
         _forever(b"this is not JSON-RPC\n")
@@ -52,8 +55,14 @@ def main() -> None:
         method, ident = request.get("method"), request.get("id")
         if method == "initialize" and mode != "hang-init":
             version = request["params"]["protocolVersion"]
-            _answer(ident, {"protocolVersion": version, "capabilities": {"tools": {}},
-                            "serverInfo": {"name": "rogue", "version": "0"}})
+            _answer(
+                ident,
+                {
+                    "protocolVersion": version,
+                    "capabilities": {"tools": {}},
+                    "serverInfo": {"name": "rogue", "version": "0"},
+                },
+            )
         elif method == "tools/list":
             tool = {"name": "wait", "description": "Waits.", "inputSchema": {"type": "object"}}
             _answer(ident, {"tools": [tool]})

@@ -74,7 +74,9 @@ class StdioServer:
         """Set when the session cannot go on: the server exited or broke the protocol."""
         self._tail = bytearray()
         self._tail_complete = anyio.Event()
+        self._stdout_read = anyio.Event()  # to its end: no answer is left unread
         self._stopping = False
+        self._to_session: MemoryObjectSendStream[SessionMessage | Exception] | None = None
 
     @asynccontextmanager
     async def connect(
@@ -109,6 +111,7 @@ class StdioServer:
         self.pid = process.pid
         # Unbuffered both ways: a message waits for its reader, nothing piles up.
         to_session, from_server = anyio.create_memory_object_stream[SessionMessage | Exception](0)
+        self._to_session = to_session
         to_server, from_session = anyio.create_memory_object_stream[SessionMessage](0)
         async with anyio.create_task_group() as group:
             group.start_soon(self._read_stdout, process, to_session)
@@ -132,8 +135,11 @@ class StdioServer:
         return text if len(text) <= _QUOTED else "..." + text[-_QUOTED:]
 
     def _break(self, cause: str) -> None:
+        """Ends the session: its requests waiting for an answer fail at once."""
         if self.failure is None and not self._stopping:
             self.failure = cause
+        if self._to_session is not None:
+            self._to_session.close()  # the session reads the end of its stream
         self.ended.set()
 
     async def _read_stdout(
@@ -162,6 +168,7 @@ class StdioServer:
                 return
             except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
                 return  # the session is gone, or the server is being stopped
+            self._stdout_read.set()
             await self._break_on_exit(process)
 
     async def _watch_exit(self, process: anyio.abc.Process) -> None:
@@ -182,7 +189,9 @@ class StdioServer:
     async def _break_on_exit(self, process: anyio.abc.Process) -> None:
         """The server exited, or closed its stdout: says how, with the end of its stderr."""
         if await _exited(process, GRACE):
+            # Its last words, unless a child of the server holds its pipes open.
             with anyio.move_on_after(GRACE):
+                await self._stdout_read.wait()
                 await self._tail_complete.wait()
         code = process.returncode
         if code is None:
