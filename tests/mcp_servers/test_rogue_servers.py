@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+import cadenza
 from cadenza import Runtime
 from cadenza.testing import ScriptedLLMServer, ServerReply, ServerRule, ServerToolCall
 from tests._processes import running
@@ -252,3 +253,73 @@ async def test_an_unreachable_url_server_is_named_with_its_url_and_cause(
     assert error is not None
     assert error.message == f"MCP server 'github' ({url}): connection refused"
     assert not re.search("TaskGroup|sub-exception", error.message)
+
+
+GUARD = Path(cadenza.__file__).parent / "actors" / "run" / "_mcp_guard.py"
+
+STARTER = """
+import os, subprocess, sys, threading
+guard, stubborn, pids = sys.argv[1:]
+def start():
+    global started
+    started = subprocess.Popen([sys.executable, "-I", "-S", guard, str(os.getpid()),
+                                sys.executable, "-c", stubborn, pids])
+    while not os.path.exists(pids):
+        pass
+thread = threading.Thread(target=start)
+thread.start()
+tid = thread.native_id
+thread.join()
+while os.path.exists(f"/proc/self/task/{tid}"):  # until Linux has let the thread go
+    pass
+print(started.pid, flush=True)
+sys.stdin.read()
+"""
+"""Starts a stubborn server under the guard from a thread, which then ends."""
+
+STUBBORN = (
+    "import os, signal, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+    "open(sys.argv[1] + '.tmp', 'w').write(str(os.getpid()))\n"
+    "os.replace(sys.argv[1] + '.tmp', sys.argv[1]); time.sleep(3600)\n"
+)
+
+
+def settled(pid: int) -> bool:
+    """Whether ``pid`` waits in ``waitpid`` with no signal pending: it has handled every
+    signal sent to it so far."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text().splitlines()
+        waiting = Path(f"/proc/{pid}/wchan").read_text() == "do_wait"
+    except OSError:
+        return False
+    pending = [line.split()[1] for line in status if line.startswith(("SigPnd:", "ShdPnd:"))]
+    return waiting and all(int(mask, 16) == 0 for mask in pending)
+
+
+def test_the_guard_outlives_the_thread_that_started_it_but_not_the_process(
+    tmp_path: Path,
+) -> None:
+    """Linux sends the parent-death signal when the forking *thread* ends: the guard
+    must tell that apart from the death of the run's process."""
+    pids = tmp_path / "pid"
+    with subprocess.Popen(
+        [sys.executable, "-c", STARTER, str(GUARD), STUBBORN, str(pids)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    ) as starter:
+        try:
+            assert starter.stdout is not None
+            guard = int(starter.stdout.readline())  # printed once the thread is gone
+            server = int(pids.read_text())
+            deadline = time.monotonic() + 30
+            while running(guard) and not settled(guard) and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert running(guard), "the guard took the thread's end for the run's"
+            assert running(server)
+        finally:
+            starter.kill()
+    deadline = time.monotonic() + 30
+    while running(server) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not running(server), "the server outlived the process that started it"

@@ -40,6 +40,8 @@ _RESTORED = (signal.SIGTERM, signal.SIGPIPE, signal.SIGXFSZ)
 def main(argv: list[str]) -> None:
     """Arms the parent-death signal, starts the server, waits, and exits as it did."""
     parent, command = int(argv[1]), argv[2:]
+    if os.getpgrp() != os.getpid():  # started without a group of its own: the one killed is ours
+        os.setsid()
 
     def orphaned(signum: int, frame: FrameType | None) -> None:
         if os.getppid() != parent:  # the run is gone (not a stray SIGHUP)

@@ -2,7 +2,7 @@
 
 The SDK's ``stdio_client`` trusts its server: it buffers a line of any length,
 logs every line it cannot parse with a traceback (a server printing garbage
-filled 260 MB of a run's stderr in 33 s, and the session never ended), and has
+filled the run's stderr at 5 MB/s, and the session never ended), and has
 no hook to start the process so that it dies with a run killed by ``kill -9``.
 `StdioServer` speaks the same protocol (one JSON-RPC message per line) to the
 SDK's ``ClientSession`` and holds the server to it:
@@ -51,6 +51,7 @@ _QUOTED = 120
 """Characters of an offending line, or of stderr's tail, an error quotes."""
 
 _GUARD = Path(__file__).with_name("_mcp_guard.py")
+"""The script each server starts under (see it for why)."""
 
 
 class StdioFailure(Exception):
@@ -67,7 +68,6 @@ class StdioServer:
         self.args = list(args)
         self.env = dict(env)
         self.cwd = cwd
-        self.pid: int | None = None
         self.failure: str | None = None
         """Why the server stopped serving, when it did so by itself (None while it serves)."""
         self.ended = anyio.Event()
@@ -106,9 +106,9 @@ class StdioServer:
                 env=self.env,
                 start_new_session=True,  # its own process group, stopped as a whole
             )
-        except OSError as error:
-            raise StdioFailure(f"could not start: {error.strerror or error}") from None
-        self.pid = process.pid
+        except OSError as error:  # a missing cwd, most likely: say which
+            where = f" ({error.filename})" if error.filename else ""
+            raise StdioFailure(f"could not start: {error.strerror or error}{where}") from None
         # Unbuffered both ways: a message waits for its reader, nothing piles up.
         to_session, from_server = anyio.create_memory_object_stream[SessionMessage | Exception](0)
         self._to_session = to_session
