@@ -33,7 +33,7 @@ CALL_WAIT = ServerToolCall("rogue__wait", {})
 NOT_MCP = "wrote a line that is not MCP (JSON-RPC) to stdout: "
 
 
-def rogue_flow(directory: Path, mode: str, *extra: str, timeout: str = "2s") -> Path:
+def rogue_flow(directory: Path, mode: str, *extra: str, timeout: str = "5s") -> Path:
     """A workflow whose agent has the tools of a rogue server in ``mode``.
 
     Its model is an OpenAI-compatible one (point it at a ScriptedLLMServer);
@@ -187,7 +187,7 @@ async def test_a_server_that_never_answers_initialize_fails_the_step_within_its_
     assert error is not None
     assert error.type == "McpUnavailable"
     assert error.message.startswith(f"MCP server 'rogue' ({sys.executable} ")
-    assert error.message.endswith("): no answer to initialize within 2s")
+    assert error.message.endswith("): no answer to initialize within 5s")
     assert_nothing_left(tmp_path)
 
 
@@ -201,7 +201,7 @@ async def test_a_call_that_never_ends_is_answered_within_the_timeout_and_the_ser
             result = await runtime.run(rogue_flow(tmp_path, "hang-call"))
         requests = server.requests
     assert result.status == "completed", result.error
-    assert tool_answer(requests[1].body).endswith(") failed on wait: no answer within 2s")
+    assert tool_answer(requests[1].body).endswith(") failed on wait: no answer within 5s")
     assert_nothing_left(tmp_path)
 
 
