@@ -144,8 +144,9 @@ def test_killing_the_run_leaves_no_mcp_server_behind(tmp_path: Path, mcp_path: s
             assert run.poll() is None, "the run ended early"
             assert time.monotonic() < deadline, "the run never reached its second tool call"
             time.sleep(0.05)
-        servers = _children_named(run.pid, "mcp-server-time")
-        assert servers, "no MCP server process was found under the run"
+        servers = _children_named(run.pid, "mcp-server-time")  # its guard, and below it:
+        servers += [pid for guard in servers for pid in _children_named(guard, "mcp-server-time")]
+        assert len(servers) == 2, "no MCP server process was found under the run"
     finally:
         run.send_signal(signal.SIGKILL)
         run.wait()
