@@ -111,7 +111,8 @@ class McpServer(_Spec, frozen=True):
     url: str | None = None
     headers: dict[str, str] = {}
     timeout: str = "60s"
-    """How long one tool call may take; past it the call fails and the model is told."""
+    """How long the server may take to answer one request (``initialize``, listing its
+    tools, a tool call); past it the step fails, or for a call the model is told."""
 
 
 class Permissions(_Spec, frozen=True):

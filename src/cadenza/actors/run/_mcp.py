@@ -6,17 +6,25 @@ server runs in a task of the host's own task group, which opens the SDK's
 transport and session and then waits; agents call its tools through the session
 from their own tasks (the SDK's sessions are safe to share within one loop).
 
-A stdio server whose run is killed (``kill -9``) sees its stdin close and exits,
-as MCP's stdio transport requires. ``${VAR}`` in ``env`` and ``headers`` reads
-the environment; every value given there is registered as a secret, so the
-journal never records it, and the servers' stderr goes nowhere.
+A stdio server is a process of the run's own (`StdioServer`): held to the
+protocol, its output bounded, and stopped with its whole process group when the
+run ends, even a run killed with ``kill -9``. Every request to a server,
+``initialize`` and ``tools/list`` included, gets the server's ``timeout``.
+
+An error names the server, its command or URL, and the cause, found under the
+SDK's task groups (``connection refused``, ``exited with code 1; its stderr
+ends: ...``), never an ``ExceptionGroup``'s summary. ``${VAR}`` in ``env`` and
+``headers`` reads the environment; every value given there is registered as a
+secret, so neither the journal nor an error holds it.
 """
 
 from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping
+import shlex
+import socket
+from collections.abc import Iterator, Mapping
 from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -24,9 +32,11 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import anyio.abc
 
-from cadenza._redact import register_secret
+from cadenza._redact import redact, register_secret
 from cadenza.errors import CadenzaError
-from cadenza.workflow import McpServer
+from cadenza.workflow import McpServer, parse_duration
+
+from ._mcp_stdio import StdioFailure, StdioServer
 
 if TYPE_CHECKING:
     from mcp import ClientSession
@@ -66,6 +76,8 @@ class McpHost:
         self._sessions: dict[str, ClientSession] = {}
         self._tools: dict[str, list[McpTool]] = {}
         self._locks: dict[str, anyio.Lock] = {}
+        self._processes: dict[str, StdioServer] = {}
+        self._failures: dict[str, str] = {}  # why a server is gone, once it is
         self._group: anyio.abc.TaskGroup | None = None
 
     async def __aenter__(self) -> McpHost:
@@ -79,6 +91,36 @@ class McpHost:
             group.cancel_scope.cancel()
             await group.__aexit__(None, None, None)
 
+    def describe(self, name: str) -> str:
+        """``MCP server 'NAME' (COMMAND or URL)``: how an error names a server."""
+        spec = self.servers[name]
+        where = spec.url or shlex.join([spec.command or "", *spec.args])
+        where = where if len(where) <= _WHERE else where[: _WHERE - 3] + "..."
+        return f"MCP server {name!r} ({where})"
+
+    def timeout(self, name: str) -> float:
+        """Seconds server ``name`` gets to answer one request."""
+        return parse_duration(self.servers[name].timeout)
+
+    def cause(self, name: str, error: BaseException) -> str:
+        """Why a request to server ``name`` failed with ``error``, in a few words.
+
+        What the server's process did (exited, wrote garbage) tells more than
+        the ``Connection closed`` its session reports, so it comes first.
+        """
+        process = self._processes.get(name)
+        if process is not None and process.failure is not None:
+            return redact(process.failure)
+        failure = self._failures.get(name)
+        return failure if failure is not None else redact(_explain(error))
+
+    def _no_answer(self, name: str, request: str, timeout: float) -> str:
+        """``no answer to REQUEST within Ns``, and what the server last said on stderr."""
+        cause = f"no answer to {request} within {timeout:g}s"
+        process = self._processes.get(name)
+        tail = process.stderr_tail() if process is not None else ""
+        return redact(f"{cause}; its stderr ends: {tail!r}" if tail else cause)
+
     async def tools(self, name: str) -> list[McpTool]:
         """The tools server ``name`` offers (asked once per run).
 
@@ -88,12 +130,18 @@ class McpHost:
         tools = self._tools.get(name)
         if tools is None:
             session = await self.session(name)
+            timeout = self.timeout(name)
             try:
-                listed = await session.list_tools()
+                with anyio.fail_after(timeout):
+                    listed = await session.list_tools()
+            except TimeoutError:
+                cause = self._no_answer(name, "tools/list", timeout)
             except Exception as error:
-                message = f"MCP server {name!r} did not list its tools: {error}"
-                raise McpUnavailable(message) from None
-            tools = self._tools[name] = list(listed.tools)
+                cause = self.cause(name, error)
+            else:
+                tools = self._tools[name] = list(listed.tools)
+                return tools
+            raise McpUnavailable(f"{self.describe(name)} did not list its tools: {cause}")
         return tools
 
     async def session(self, name: str) -> ClientSession:
@@ -113,33 +161,53 @@ class McpHost:
         async with lock:
             session = self._sessions.get(name)
             if session is None:
+                if name in self._failures:
+                    raise McpUnavailable(f"{self.describe(name)}: {self._failures[name]}")
                 try:
                     session = await self._group.start(self._serve, name)
-                except McpUnavailable:
-                    raise
-                except Exception as error:
-                    raise McpUnavailable(f"MCP server {name!r} did not start: {error}") from None
+                except Exception as error:  # an ExceptionGroup too: the cause is found inside
+                    cause = self.cause(name, error)
+                    raise McpUnavailable(f"{self.describe(name)}: {cause}") from None
                 self._sessions[name] = session
         return session
 
     async def _serve(self, name: str, *, task_status: anyio.abc.TaskStatus[ClientSession]) -> None:
+        """Holds server ``name``'s session open until the run ends or the server breaks down."""
         try:
             from mcp import ClientSession
         except ImportError:
             raise McpUnavailable(
                 "MCP servers need the mcp package: pip install 'cadenza[mcp]'"
             ) from None
-        spec = self.servers[name]
-        async with AsyncExitStack() as stack:
-            read, write = await self._open(stack, spec)
-            session = await stack.enter_async_context(ClientSession(read, write))
-            with anyio.fail_after(_START_TIMEOUT):
-                await session.initialize()
-            task_status.started(session)
-            await anyio.sleep_forever()
+        timeout = self.timeout(name)
+        started = False
+        try:
+            async with AsyncExitStack() as stack:
+                read, write, ended = await self._open(stack, name)
+                session = await stack.enter_async_context(ClientSession(read, write))
+                try:
+                    with anyio.fail_after(timeout):
+                        await session.initialize()
+                except TimeoutError:
+                    raise _NoAnswer(self._no_answer(name, "initialize", timeout)) from None
+                task_status.started(session)
+                started = True
+                await ended.wait()
+        except Exception as error:
+            if not started:
+                raise
+            # Broken after it started (an HTTP server gone away): its callers are
+            # told why, and the run goes on without it.
+            self._failures[name] = self.cause(name, error)
+        process = self._processes.get(name)
+        if process is not None and process.failure is not None:
+            self._failures.setdefault(name, redact(process.failure))
+        self._sessions.pop(name, None)
 
-    async def _open(self, stack: AsyncExitStack, spec: McpServer) -> tuple[Any, Any]:
-        """The server's two streams: over HTTP, or to a process of its own."""
+    async def _open(self, stack: AsyncExitStack, name: str) -> tuple[Any, Any, anyio.Event]:
+        """The server's two streams, over HTTP or to a process of its own, and an
+        event set if the server breaks down."""
+        spec = self.servers[name]
         environ = os.environ
         if spec.url is not None:
             from mcp.client.streamable_http import streamable_http_client
@@ -150,24 +218,69 @@ class McpHost:
             streams = await stack.enter_async_context(
                 streamable_http_client(spec.url, http_client=client)
             )
-            return streams[0], streams[1]
-        from mcp import StdioServerParameters
-        from mcp.client.stdio import stdio_client
-
+            return streams[0], streams[1], anyio.Event()  # its failures are raised
         assert spec.command is not None
         env = {key: _secret(expand(value, environ)) for key, value in spec.env.items()}
         cwd = self.base_dir / spec.cwd if spec.cwd else self.base_dir
-        parameters = StdioServerParameters(
-            command=spec.command, args=list(spec.args), env={**environ, **env}, cwd=str(cwd)
+        process = self._processes[name] = StdioServer(
+            spec.command, spec.args, {**environ, **env}, cwd
         )
-        # The server's stderr goes nowhere: a server may print what it was given.
-        errlog = stack.enter_context(open(os.devnull, "w"))  # noqa: ASYNC230, SIM115 -- /dev/null
-        read, write = await stack.enter_async_context(stdio_client(parameters, errlog=errlog))
-        return read, write
+        read, write = await stack.enter_async_context(process.connect())
+        return read, write, process.ended
 
 
-_START_TIMEOUT = 30.0
-"""Seconds a server gets to start and answer ``initialize``."""
+_WHERE = 120
+"""Characters of a server's command line or URL an error quotes."""
+
+
+class _NoAnswer(Exception):
+    """The server did not answer in time; the message says to what."""
+
+
+_TOLD = (CadenzaError, StdioFailure, _NoAnswer)
+"""Errors whose message is the whole story (no type name needed)."""
+
+
+def _explain(error: BaseException) -> str:
+    """The cause of ``error`` in a few words, found under task groups and chained errors."""
+    leaf = _leaf(error)
+    if isinstance(leaf, _TOLD):
+        return str(leaf)
+    for link in _links(leaf):
+        if isinstance(link, socket.gaierror):
+            return f"cannot resolve the host ({link.strerror})"
+        if isinstance(link, ConnectionRefusedError):
+            return "connection refused"
+        if isinstance(link, OSError) and link.strerror:
+            return link.strerror[0].lower() + link.strerror[1:]
+    text = str(leaf)
+    if type(leaf).__module__.startswith("mcp"):  # the SDK's own words: "Connection closed"
+        return text or type(leaf).__name__
+    return f"{type(leaf).__name__}: {text}" if text else type(leaf).__name__
+
+
+def _leaf(error: BaseException) -> BaseException:
+    """The first error in ``error`` that is not a group, or a cancellation, if any."""
+    while isinstance(error, BaseExceptionGroup):
+        inner = [e for e in error.exceptions if not isinstance(e, anyio.get_cancelled_exc_class())]
+        error = (inner or list(error.exceptions))[0]
+    return error
+
+
+def _links(error: BaseException) -> Iterator[BaseException]:
+    """``error`` and what caused it, nearest first (causes, contexts, groups' members)."""
+    seen: set[int] = set()
+    queue = [error]
+    while queue:
+        link = queue.pop(0)
+        if id(link) in seen or isinstance(link, anyio.get_cancelled_exc_class()):
+            continue
+        seen.add(id(link))
+        yield link
+        if isinstance(link, BaseExceptionGroup):
+            queue.extend(link.exceptions)
+        # Contexts too, even suppressed ones: httpx hides the refused connection there.
+        queue.extend(e for e in (link.__cause__, link.__context__) if e is not None)
 
 
 def _secret(value: str) -> str:

@@ -3,8 +3,9 @@
 The run's `McpHost` starts the servers; here their tools become `Tool`s the
 model is offered as ``SERVER__TOOL`` (function names cannot hold a dot). A call
 that fails (the server crashed, did not answer within its ``timeout``, or sent
-something unreadable) is answered to the model with what went wrong, and
-recorded as an ``mcp_tool_failed`` event; the step goes on. A server that does
+something unreadable) is answered to the model with what went wrong, naming the
+server, its command or URL, and the cause, and recorded as an
+``mcp_tool_failed`` event; the step goes on. A server that does
 not start fails the step, naming it.
 
 zenflow's rule decides what is offered: only servers named in ``tools`` (a
@@ -23,7 +24,7 @@ import msgspec
 from cadenza.actors.run import RunContext
 from cadenza.llm import ToolSpec
 from cadenza.protocols import McpToolFailed
-from cadenza.workflow import Agent, parse_duration
+from cadenza.workflow import Agent
 
 from ._tools import Tool, ToolError
 
@@ -62,7 +63,6 @@ async def mcp_tools(run: RunContext, agent: Agent | None, address: str) -> list[
     tools = []
     for server, names in wanted.items():
         session = await host.session(server)
-        timeout = parse_duration(host.servers[server].timeout)
         for listed in await host.tools(server):
             if (names is None or listed.name in names) and f"{server}.{listed.name}" not in denied:
                 spec = ToolSpec(
@@ -70,19 +70,16 @@ async def mcp_tools(run: RunContext, agent: Agent | None, address: str) -> list[
                     description=listed.description or f"{listed.name} ({server})",
                     parameters=dict(listed.input_schema or {"type": "object"}),
                 )
-                caller = _caller(run, address, session, server, listed.name, timeout)
+                caller = _caller(run, address, session, server, listed.name)
                 tools.append(Tool(spec, caller, f"{server}.{listed.name}"))
     return tools
 
 
-def _caller(
-    run: RunContext,
-    address: str,
-    session: ClientSession,
-    server: str,
-    tool: str,
-    timeout: float,
-) -> Any:
+def _caller(run: RunContext, address: str, session: ClientSession, server: str, tool: str) -> Any:
+    host = run.mcp
+    assert host is not None
+    timeout = host.timeout(server)
+
     async def call(arguments: dict[str, Any]) -> str:
         try:
             with anyio.fail_after(timeout):
@@ -90,7 +87,7 @@ def _caller(
         except TimeoutError:
             _failed(run, address, server, tool, f"no answer within {timeout:g}s")
         except Exception as error:  # a crashed server, a broken pipe, garbage on the wire
-            _failed(run, address, server, tool, f"{type(error).__name__}: {error}")
+            _failed(run, address, server, tool, host.cause(server, error))
         text = _text(result)
         if getattr(result, "is_error", False):
             raise ToolError(text or f"{server}.{tool} reported an error")
@@ -100,7 +97,8 @@ def _caller(
 
 
 def _failed(run: RunContext, address: str, server: str, tool: str, error: str) -> NoReturn:
-    message = f"MCP server {server!r} failed on {tool}: {error}"
+    assert run.mcp is not None
+    message = f"{run.mcp.describe(server)} failed on {tool}: {error}"
     data = McpToolFailed(server=server, tool=tool, error=error)
     run.journal.emit(MCP_TOOL_FAILED, step_id=address, error=message, data=data)
     raise ToolError(message)
