@@ -25,7 +25,7 @@ from typing import Any
 
 import structlog
 
-from ._redact import redact_processor
+from ._redact import redact, redact_processor
 
 __all__ = ["FIELDS", "configure_logging", "get_logger"]
 
@@ -68,8 +68,8 @@ class _Text(logging.Formatter):
         trace = fields.pop("exception", None)  # a traceback (exc_info): its own lines
         pairs = " ".join(f"{key}={value!r}" for key, value in fields.items())
         line = f"{stamp} [{record.levelname.lower():<8}] {record.getMessage()} {pairs}".rstrip()
-        if trace is None and record.exc_info:  # another library's record
-            trace = self.formatException(record.exc_info)
+        if trace is None and record.exc_info:  # another library's record: not redacted yet
+            trace = redact(self.formatException(record.exc_info))
         return line if trace is None else f"{line}\n{trace}"
 
 

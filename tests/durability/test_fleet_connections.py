@@ -295,7 +295,8 @@ async def test_a_supervisor_that_cannot_write_says_so_backs_off_and_finishes_lat
 
 async def _completed(url: str, run_id: str) -> bool:
     rows = await query(url, f"SELECT status FROM cadenza_runs WHERE run_id = '{run_id}'")
-    return rows[0]["status"] == "completed"
+    status: str = rows[0]["status"]
+    return status == "completed"
 
 
 def test_takeover_waits_double_up_to_the_cap_jittered_and_reset() -> None:

@@ -23,6 +23,7 @@ import msgspec
 
 from cadenza import __version__
 from cadenza._logging import configure_logging
+from cadenza._redact import redact
 from cadenza.errors import CadenzaError, InputError, StoreFailed
 from cadenza.workflow import (
     WorkflowError,
@@ -275,13 +276,15 @@ def _store_failed(error: StoreFailed, args: argparse.Namespace) -> str:
     from ._output import command_hint  # loads the runtime, which this error came from
 
     resume = command_hint("resume", error.run_id, store=args.store)
-    return f"cadenza: error: {error}; it is resumable once the store answers: {resume}"
+    return (
+        f"cadenza: error: {error}; the run is resumable once the store is writable again: {resume}"
+    )
 
 
 def _say(args: argparse.Namespace, error: BaseException, *lines: str) -> None:
     """Writes ``lines`` to stderr; with ``--debug``, the error's traceback first."""
-    if args.debug:
-        traceback.print_exception(error, file=sys.stderr)
+    if args.debug:  # redacted like a log: a driver's words may hold a secret
+        sys.stderr.write(redact("".join(traceback.format_exception(error))))
     sys.stderr.write("".join(f"{line}\n" for line in lines))
 
 

@@ -1,4 +1,4 @@
-"""The PostgreSQL store's writer: one task, one connection, group commit, a failure that sticks.
+"""The PostgreSQL store's writer: one task, group commit; a failed batch fails only its runs.
 
 Writes are queued as (`Statement`, parameters) and never wait. The writer task,
 on the event loop the store was opened on, takes everything queued so far,
