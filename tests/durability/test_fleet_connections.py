@@ -291,6 +291,7 @@ async def test_a_supervisor_that_cannot_write_says_so_backs_off_and_finishes_lat
     holder = json.loads((await query(postgres_url, "SELECT holder FROM cadenza_leases"))[0][0])
     assert holder["pid"] == processes[0][0].pid  # taken up again by the same process
     assert fence >= 1 + len(refusals) + 1  # the starter's, each refused one's, the last
+    print(f"\n{len(refusals)} refused takeovers, waits {waits} s; fence {fence}")  # pytest -s
 
 
 async def _completed(url: str, run_id: str) -> bool:

@@ -165,6 +165,7 @@ class PostgresWriter:
             raise StoreError(f"the run store failed: {self._failure}") from self._failure
 
     async def _loop(self) -> None:
+        barriers: list[_Barrier] = []
         try:
             while True:
                 await self._wake.wait()
@@ -179,7 +180,7 @@ class PostgresWriter:
         except BaseException as error:  # cancelled with the loop, or a bug: nobody may hang
             if self._failure is None:
                 self._failure = error
-            _resolve(self._barriers, None)
+            _resolve(barriers + self._barriers, None)  # they raise the failure
             raise
         finally:
             self._task = None
