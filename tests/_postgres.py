@@ -69,6 +69,7 @@ class Cluster:
         user: The superuser's name.
         password: The superuser's password (host connections need it).
         directory: The temporary directory holding the data and the socket.
+        options: The server's command-line options (``pg_ctl -o``).
     """
 
     host: str
@@ -76,10 +77,20 @@ class Cluster:
     user: str
     password: str
     directory: Path
+    options: str = ""
 
     def url(self, database: str = "postgres") -> str:
         """A ``postgresql://`` URL for ``database``, password included."""
         return f"postgresql://{self.user}:{self.password}@{self.host}:{self.port}/{database}"
+
+    def stop(self) -> None:
+        """Stops the server (``fast``: sessions are ended, as in a real restart)."""
+        _pg_ctl("-D", str(self.directory / "data"), "-m", "fast", "-w", "stop")
+
+    def start(self) -> None:
+        """Starts the stopped server again, on the same port, with the same options."""
+        data, log = self.directory / "data", self.directory / "server.log"
+        _pg_ctl("-D", str(data), "-l", str(log), "-o", self.options, "-w", "-t", "60", "start")
 
 
 def _free_port() -> int:
@@ -94,6 +105,30 @@ def _as_owner(argv: list[str]) -> list[str]:
     return ["runuser", "-u", "postgres", "--", *argv] if os.geteuid() == 0 else argv
 
 
+def _run(program: str, *argv: str) -> None:
+    """Runs one of the server's programs as the cluster's owner.
+
+    Raises:
+        RuntimeError: It failed (its output is in the message).
+    """
+    binaries = find_binaries()
+    if binaries is None:
+        raise RuntimeError(unavailable() or "PostgreSQL is not installed")
+    done = subprocess.run(
+        _as_owner([str(binaries / program), *argv]),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"{program} failed: {done.stdout}{done.stderr}")
+
+
+def _pg_ctl(*argv: str) -> None:
+    _run("pg_ctl", *argv)
+
+
 @contextlib.contextmanager
 def started_cluster(*, fsync: bool = True) -> Iterator[Cluster]:
     """Creates and starts a cluster in a temporary directory; stops and removes it after.
@@ -101,8 +136,7 @@ def started_cluster(*, fsync: bool = True) -> Iterator[Cluster]:
     Raises:
         RuntimeError: initdb or pg_ctl failed (their output is in the message).
     """
-    binaries = find_binaries()
-    if binaries is None:
+    if find_binaries() is None:
         raise RuntimeError(unavailable() or "PostgreSQL is not installed")
     # Not under pytest's basetemp: its parents are root's and closed to others.
     directory = Path(tempfile.mkdtemp(prefix="cadenza-pg-"))
@@ -114,20 +148,8 @@ def started_cluster(*, fsync: bool = True) -> Iterator[Cluster]:
         for path in (directory, directory / "pwfile"):
             os.chown(path, owner.pw_uid, owner.pw_gid)
     port = _free_port()
-
-    def run(*argv: str) -> None:
-        done = subprocess.run(
-            _as_owner([str(binaries / argv[0]), *argv[1:]]),
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
-        if done.returncode != 0:
-            raise RuntimeError(f"{argv[0]} failed: {done.stdout}{done.stderr}")
-
     try:
-        run(
+        _run(
             "initdb", "-D", str(data), "-U", "postgres", "-E", "UTF8", "--no-sync",
             "--auth-local=trust", "--auth-host=scram-sha-256",
             f"--pwfile={directory / 'pwfile'}",
@@ -137,10 +159,11 @@ def started_cluster(*, fsync: bool = True) -> Iterator[Cluster]:
             f"-c unix_socket_directories={directory} -c fsync={'on' if fsync else 'off'} "
             "-c max_connections=200"
         )
-        run("pg_ctl", "-D", str(data), "-l", str(log), "-o", options, "-w", "-t", "60", "start")
+        _pg_ctl("-D", str(data), "-l", str(log), "-o", options, "-w", "-t", "60", "start")
         try:
-            yield Cluster("127.0.0.1", port, "postgres", password, directory)
+            yield Cluster("127.0.0.1", port, "postgres", password, directory, options)
         finally:
-            run("pg_ctl", "-D", str(data), "-m", "immediate", "-w", "stop")
+            with contextlib.suppress(RuntimeError):  # a test may have stopped it already
+                _pg_ctl("-D", str(data), "-m", "immediate", "-w", "stop")
     finally:
         shutil.rmtree(directory, ignore_errors=True)

@@ -25,7 +25,7 @@ from typing import Any
 
 import structlog
 
-from ._redact import redact_processor
+from ._redact import redact, redact_processor
 
 __all__ = ["FIELDS", "configure_logging", "get_logger"]
 
@@ -64,10 +64,13 @@ class _Text(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(record.created))
-        fields = getattr(record, FIELDS, {})
+        fields = dict(getattr(record, FIELDS, {}))
+        trace = fields.pop("exception", None)  # a traceback (exc_info): its own lines
         pairs = " ".join(f"{key}={value!r}" for key, value in fields.items())
-        line = f"{stamp} [{record.levelname.lower():<8}] {record.getMessage()} {pairs}"
-        return line.rstrip()
+        line = f"{stamp} [{record.levelname.lower():<8}] {record.getMessage()} {pairs}".rstrip()
+        if trace is None and record.exc_info:  # another library's record: not redacted yet
+            trace = redact(self.formatException(record.exc_info))
+        return line if trace is None else f"{line}\n{trace}"
 
 
 class _Json(logging.Formatter):
@@ -100,3 +103,11 @@ def configure_logging(level: str | None = None, *, json_lines: bool = False) -> 
     root.addHandler(handler)
     root.setLevel(numeric)
     root.propagate = False
+    # The PostgreSQL driver's pool retries a lost connection by itself and says so
+    # with a traceback at warning level; Cadenza says what it costs a run. Shown
+    # when debugging only (else Python's last-resort handler would print it).
+    driver = logging.getLogger("asyncpg")
+    for old in list(driver.handlers):
+        driver.removeHandler(old)
+    driver.addHandler(handler if numeric <= logging.DEBUG else logging.NullHandler())
+    driver.propagate = False

@@ -22,7 +22,8 @@
     ├── StoreError               the run store cannot be opened or is inconsistent
     │   ├── CorruptRecord        a stored record is unreadable or contradicts the others
     │   ├── LeaseHeld            another process is running (or resuming) that run
-    │   └── LeaseLost            this process lost a run's lease; its writes are refused
+    │   ├── LeaseLost            this process lost a run's lease; its writes are refused
+    │   └── StoreFailed          the store failed a run's writes; the run stopped, resumable
     ├── RunNotFound              no run with that id in the store
     ├── SignalRejected           a human answer that cannot be recorded (no such wait, bad shape)
     ├── MessageRefused           a posted message that a run cannot take (too many wait, too big)
@@ -74,6 +75,7 @@ __all__ = [
     "RuntimeFailure",
     "SignalRejected",
     "StoreError",
+    "StoreFailed",
     "SupervisorEscalation",
     "TemplateSyntaxError",
 ]
@@ -122,6 +124,27 @@ class LeaseLost(StoreError):
     its runtime stops driving the run. The run goes on in the process that took
     it (docs/durability.md, "Ownership and takeover").
     """
+
+
+class StoreFailed(StoreError):
+    """The run store failed a run's writes: the server went away, the disk filled up.
+
+    The runtime stops driving the run at once (nothing unrecorded may go on) and
+    gives its lease back, so the run is left as after a crash: `resumable`
+    unless its start was never recorded. ``cadenza resume RUN_ID`` (or
+    `cadenza.Runtime.resume`) continues it once the store answers again; a
+    supervisor with takeover on does so by itself.
+
+    Attributes:
+        run_id: The run.
+        resumable: Whether the store holds the run, to resume (False: its start
+            could not be recorded; run it again).
+    """
+
+    def __init__(self, message: str, *, run_id: str, resumable: bool) -> None:
+        super().__init__(message)
+        self.run_id = run_id
+        self.resumable = resumable
 
 
 class RunNotFound(CadenzaError):

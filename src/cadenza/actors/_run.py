@@ -190,7 +190,7 @@ async def execute_run(setup: RunSetup) -> RunResult:
     if status == "cancelled" and control.cancel_reason is None and control.interrupt_reason:
         # Cut short by a shutdown, not ended: left as after a crash, for a resume.
         journal.emit(RUN_INTERRUPTED, message=control.interrupt_reason)
-        await setup.store.flush()
+        await setup.store.flush(setup.run_id)
         return interrupted_result(journal, control.interrupt_reason)
     output: Any = ending.outcome.content if status != "waiting" else None
     if status == "completed" and setup.document.workflow.output is not None:
@@ -215,7 +215,7 @@ async def execute_run(setup: RunSetup) -> RunResult:
         error=f"{error.type}: {error.message}" if error else None,
         data=WorkflowEnd(status=status),
     )
-    await setup.store.flush()
+    await setup.store.flush(setup.run_id)
     return result
 
 
@@ -247,7 +247,7 @@ async def _record_start(setup: RunSetup) -> None:
         journal.resume_from(replay)
         data = RunResumed(replayable=replay.replayable, after_seq=replay.last_seq)
         journal.emit(RUN_RESUMED, message=workflow.name, data=data)
-    await store.flush()
+    await store.flush(setup.run_id)
     if setup.lease is not None:
         await store.acquire_lease(setup.run_id, setup.lease)
     if setup.recorded is not None:

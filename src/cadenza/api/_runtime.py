@@ -20,15 +20,21 @@ A run is driven under its lease (``cadenza.kernel._lease``): taken before the
 run is recorded, renewed every third of ``lease_ttl`` by a task beside the run,
 released when it ends. If the store finds the lease lost (another process took
 the run over while this one was paused or cut off), the run is stopped at once,
-writes nothing more, and its handle's result raises `LeaseLost`. A runtime made
-with ``recover=True`` also takes over, every ``recovery_interval`` seconds, the
-runs of the store whose owner stopped renewing its lease, and resumes them.
+writes nothing more, and its handle's result raises `LeaseLost`. If the store
+fails the run's writes (the server restarted, the disk filled up), the run is
+stopped at once too and its lease given back; its handle's result raises
+`StoreFailed`, and the run is resumable. A runtime made with ``recover=True``
+also takes over, every ``recovery_interval`` seconds, the runs of the store
+whose owner stopped renewing its lease or gave it back, and resumes them; a run
+it took over that the store then failed is taken again only after a pause that
+doubles at each failure (``_backoff.py``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 import secrets
 import time
@@ -66,6 +72,7 @@ from cadenza.errors import (
     LeaseLost,
     MessageRefused,
     StoreError,
+    StoreFailed,
 )
 from cadenza.kernel import (
     DEFAULT_LEASE_TTL,
@@ -105,6 +112,7 @@ from cadenza.workflow import (
 )
 from cadenza.workflow import WorkflowError as WorkflowError
 
+from ._backoff import Backoff
 from ._resume import (
     finished_result,
     get_row,
@@ -139,6 +147,11 @@ another process waits before the run's owner acts (plus one store round trip).""
 
 RECOVERY_INTERVAL = 5.0
 """Most seconds between two looks for orphaned runs by a runtime with ``recover=True``."""
+
+TAKEOVER_BACKOFF_CAP = 60.0
+"""Most seconds a runtime with ``recover=True`` waits before taking over again a run
+that the store failed each time it took it (the wait starts at one look's interval
+and doubles at each failure, jittered)."""
 
 _log = get_logger("cadenza.runtime")
 
@@ -182,6 +195,7 @@ class RunHandle:
         self._scope: anyio.CancelScope | None = None
         self._deadlines: list[Cancellable] = []
         self._ended = False  # this drive emitted its workflow_end (or run_interrupted)
+        self._stored = False  # the store holds the run: its start (or resumption) committed
         self._lease: Lease | None = None  # the lease the run is driven under
         journal.subscribe(self._watch)
 
@@ -301,7 +315,7 @@ class RunHandle:
     async def _stopped_outright(self) -> RunResult:
         """Records the end of a run its deadline stopped outright (see `cancel`)."""
         journal, control, store = self._journal, self._control, self._store
-        await store.flush()
+        await store.flush(self.run_id)
         if self._ended:  # it had recorded its end already, only not returned yet
             row = await get_row(store, self.run_id)
             if row.status in FINISHED or row.status == "waiting":
@@ -310,7 +324,7 @@ class RunHandle:
         if control.cancel_reason is None:  # interrupted: left as after a crash
             reason = control.interrupt_reason or SHUTTING_DOWN
             journal.emit(RUN_INTERRUPTED, message=reason)
-            await store.flush()
+            await store.flush(self.run_id)
             return interrupted_result(journal, reason)
         reason = control.cancel_reason
         for address, record in list(journal.records.items()):
@@ -330,7 +344,7 @@ class RunHandle:
             error=f"Cancelled: {reason}",
             data=WorkflowEnd(status="cancelled"),
         )
-        await store.flush()
+        await store.flush(self.run_id)
         return result
 
     def _abandoned(self, error: BaseException) -> RunResult | BaseException:
@@ -431,6 +445,8 @@ class Runtime:
         """Seconds between two looks for commands (`cancel`, `post_message`) that
         other processes sent to the runs this runtime drives."""
         self._unrecoverable: set[str] = set()  # orphans whose resume failed: not retried
+        # Runs the store failed when this runtime took them over: when to try again.
+        self._backoff = Backoff(self.recovery_interval, TAKEOVER_BACKOFF_CAP)
         self.clock: Clock = clock or SystemClock()
         self.max_concurrency = max_concurrency
         self.shutdown_deadline = shutdown_deadline
@@ -612,10 +628,14 @@ class Runtime:
                     told = True
                     task_status.started()
 
+            def stored() -> None:  # the run's start is committed: the store holds it
+                handle._stored = True
+                recorded()
+
             # Spans from the run's events (start and resume both come here).
             detach = None if self.telemetry is None else self.telemetry.attach(handle._journal)
             try:
-                held = lease or await self.store.acquire_lease(run_id, holder, ttl=self.lease_ttl)
+                held = lease or await self._first_lease(run_id, holder)
                 result = await self._drive(
                     handle,
                     held,
@@ -632,7 +652,7 @@ class Runtime:
                         http=self._shared_http,
                         dispatcher=self.workers,
                         replay=replay,
-                        recorded=recorded,
+                        recorded=stored,
                         tool_policy=self.tool_policy,
                     ),
                 )
@@ -658,27 +678,46 @@ class Runtime:
 
         await self._group.start(run, name=f"cadenza run {run_id}")
 
+    async def _first_lease(self, run_id: str, holder: LeaseHolder) -> Lease:
+        """A new run's lease, taken before anything of the run is recorded.
+
+        Raises:
+            StoreFailed: The store could not be reached: nothing of the run is stored.
+        """
+        try:
+            return await self.store.acquire_lease(run_id, holder, ttl=self.lease_ttl)
+        except LeaseHeld:
+            raise
+        except StoreError as error:
+            raise _unrecorded(run_id, str(error), resumable=False) from error
+
     async def _drive(self, handle: RunHandle, lease: Lease, setup: RunSetup) -> RunResult:
         """Runs ``setup`` to its end while a task beside it renews ``lease``.
 
         Raises:
             LeaseLost: The lease was lost: the run was stopped where it stood.
+            StoreFailed: The store failed the run's writes: the run was stopped
+                where it stood, and its lease is given back by the caller.
         """
         loop = asyncio.get_running_loop()
         handle._lease = lease
 
-        def lost() -> None:  # any thread: the SQLite store finds it in its writer thread
+        def stop() -> None:  # any thread: the SQLite store finds it in its writer thread
             with contextlib.suppress(RuntimeError):  # a closed loop: nothing left to stop
                 loop.call_soon_threadsafe(handle._lose)
 
-        lease.on_lost = lost
+        lease.on_stop = stop
         result: RunResult | None = None
+        failure: Exception | None = None
         async with anyio.create_task_group() as renewal:
             renewal.start_soon(_renew, self.store, lease, name=f"cadenza lease {setup.run_id}")
-            with anyio.CancelScope() as scope:  # cancelled by a deadline, or a lost lease
+            with anyio.CancelScope() as scope:  # cancelled by a deadline, or a stopped lease
                 handle._scope = scope
-                if lease.lost is None:
-                    result = await execute_run(setup)
+                if not lease.stopped:
+                    try:
+                        result = await execute_run(setup)
+                    except Exception as raised:  # raised below as itself, not in a task group's
+                        failure = raised
             renewal.cancel_scope.cancel()
         if lease.lost is not None:
             error = lease_lost(lease, lease.lost)
@@ -686,6 +725,12 @@ class Runtime:
                 "lease lost: stopped driving the run", run_id=setup.run_id, error=str(error)
             )
             raise error
+        if lease.failed is not None or isinstance(failure, StoreError):
+            resumable = setup.replay is not None or handle._stored
+            why = lease.failed or str(failure)
+            raise _unrecorded(setup.run_id, why, resumable=resumable) from failure
+        if failure is not None:
+            raise failure
         if result is None:  # its deadline passed: stopped outright
             result = await handle._stopped_outright()
         return result
@@ -700,9 +745,10 @@ class Runtime:
     async def _take_over(self) -> None:
         """Resumes each run of the store that nobody drives and that can go on.
 
-        Those are orphaned runs (their owner stopped renewing its lease) and
-        waiting runs a person answered since they stopped (`signal`, through
-        any replica).
+        Those are orphaned runs (their owner stopped renewing its lease, or gave
+        it back) and waiting runs a person answered since they stopped
+        (`signal`, through any replica). A run that the store failed when this
+        runtime last took it waits out its backoff first.
         """
         try:
             rows = await self.store.orphaned_runs(limit=1000)
@@ -710,25 +756,48 @@ class Runtime:
         except Exception as error:
             _log.warning("cannot look for runs to take over", error=redact(str(error)))
             return
+        now = time.monotonic()
+        self._backoff.forget_stale(now)
         for row in rows:
-            if row.run_id in self._runs or row.run_id in self._unrecoverable:
+            run_id = row.run_id
+            if run_id in self._runs or run_id in self._unrecoverable:
+                continue
+            if not self._backoff.ready(run_id, now):
                 continue
             try:
-                handle = await self.resume(row.run_id)
+                handle = await self.resume(run_id)
             except LeaseHeld:
                 continue  # another supervisor won the race (or its owner came back)
             except Exception as error:
-                if _passing(error):  # busy, or away for a moment: look again next time
+                if _passing(error):  # busy, or away for a moment: look again later
+                    wait = self._backoff.failed(run_id, time.monotonic())
                     _log.warning(
-                        "cannot take the run over yet", run_id=row.run_id, error=redact(str(error))
+                        "cannot take the run over yet",
+                        run_id=run_id,
+                        error=redact(str(error)),
+                        retry_in=round(wait, 1),
                     )
                 else:  # a corrupt record, an invalid workflow: resuming again will not help
-                    self._unrecoverable.add(row.run_id)
-                    _log.error("cannot take the run over", run_id=row.run_id, error=str(error))
+                    self._unrecoverable.add(run_id)
+                    _log.error("cannot take the run over", run_id=run_id, error=str(error))
                 continue
-            # Nobody awaits a run taken over: its end (a LeaseLost too) is in the store and logs.
-            handle._result.add_done_callback(_retrieved)
-            _log.info("took the run over", run_id=row.run_id)
+            # Nobody awaits a run taken over: its end is in the store, and in the log.
+            handle._result.add_done_callback(functools.partial(self._taken_run_ended, run_id))
+            _log.info("took the run over", run_id=run_id)
+
+    def _taken_run_ended(self, run_id: str, result: asyncio.Future[RunResult]) -> None:
+        """Notes how a run this runtime took over ended: a store failure backs off."""
+        error = None if result.cancelled() else result.exception()
+        if not isinstance(error, StoreFailed):
+            self._backoff.succeeded(run_id)
+            return
+        wait = self._backoff.failed(run_id, time.monotonic())
+        _log.warning(
+            "cannot record the run: stopped driving it and gave it back",
+            run_id=run_id,
+            error=redact(str(error)),
+            retry_in=round(wait, 1),
+        )
 
     async def run(
         self,
@@ -899,8 +968,9 @@ class Runtime:
                     continue
                 try:
                     commands = await self.store.take_commands(ready)
-                except Exception as error:
-                    _log.warning("cannot look for commands", error=redact(str(error)))
+                except Exception as error:  # the store away for a moment: the runs' writes
+                    # fail too if it stays away, and say so; this look is tried again
+                    _log.info("cannot look for commands", error=redact(str(error)))
                     continue
                 refused: dict[str, int] = {}
                 for run_id, command in commands:
@@ -993,28 +1063,33 @@ class Runtime:
         return await self.store.events(run_id)
 
 
-def _retrieved(result: asyncio.Future[RunResult]) -> None:
-    """Marks a result nobody awaits as seen, so that asyncio does not report it."""
-    if not result.cancelled():
-        result.exception()
+def _unrecorded(run_id: str, why: str, *, resumable: bool) -> StoreFailed:
+    """The error of a run that the store failed: ``why``, and whether it can be resumed."""
+    if resumable:
+        return StoreFailed(f"run {run_id!r} stopped: {why}", run_id=run_id, resumable=True)
+    return StoreFailed(
+        f"run {run_id!r} could not be recorded: {why}", run_id=run_id, resumable=False
+    )
 
 
 async def _renew(store: RunStore, lease: Lease) -> None:
-    """Renews ``lease`` every third of its ttl until cancelled or lost.
+    """Renews ``lease`` every third of its ttl until cancelled, lost or failed.
 
     A renewal that fails for another reason (the database unreachable for a
     moment) is tried again at the next third: two misses in a row still leave
     the lease a third of its ttl. If it does expire meanwhile and another
     process takes the run, the fence refuses this one's writes all the same.
+    The miss is logged at info only: if the store stays away, the run's next
+    write fails and says so (`StoreFailed`).
     """
-    while lease.lost is None:
+    while not lease.stopped:
         await anyio.sleep(lease.ttl / 3)
         try:
             await store.renew_lease(lease)
         except LeaseLost:
             return  # the store marked it lost: the run is being stopped
         except StoreError as error:
-            _log.warning("cannot renew a lease", run_id=lease.run_id, error=str(error))
+            _log.info("cannot renew a lease", run_id=lease.run_id, error=redact(str(error)))
 
 
 def _new_http_client() -> httpx.AsyncClient:

@@ -1,8 +1,9 @@
 """The ``cadenza`` command: a thin layer over the Python API (SPEC section 7).
 
-Exit codes: 0 the run completed; 1 it failed or was cancelled; 2 the workflow,
-an input or the command line is invalid (one clear message, never a
-traceback); 3 the run waits for a person.
+Exit codes: 0 the run completed; 1 it failed or was cancelled, or the run
+store failed it (one line naming what failed and the command that resumes the
+run); 2 the workflow, an input or the command line is invalid (one clear
+message); 3 the run waits for a person. Never a traceback, unless ``--debug``.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import importlib
 import json
 import os
 import sys
+import traceback
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -21,7 +23,8 @@ import msgspec
 
 from cadenza import __version__
 from cadenza._logging import configure_logging
-from cadenza.errors import CadenzaError, InputError
+from cadenza._redact import redact
+from cadenza.errors import CadenzaError, InputError, StoreFailed
 from cadenza.workflow import (
     WorkflowError,
     describe_workflow,
@@ -64,6 +67,9 @@ class _Parser(argparse.ArgumentParser):
 def _parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="cadenza", description="Run agent workflows that loop.")
     parser.add_argument("--version", action="version", version=f"cadenza {__version__}")
+    parser.add_argument(
+        "--debug", action="store_true", help="log at debug level; an error shows its traceback"
+    )
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     run = commands.add_parser("run", help="run a workflow file")
@@ -263,11 +269,32 @@ def _check_failpoints() -> None:
         raise UsageError(str(error)) from None
 
 
+def _store_failed(error: StoreFailed, args: argparse.Namespace) -> str:
+    """The one line for a run the store failed: what failed, and what to do next."""
+    if not error.resumable:
+        return f"cadenza: error: {error}; nothing of it is stored: run it again"
+    from ._output import command_hint  # loads the runtime, which this error came from
+
+    resume = command_hint("resume", error.run_id, store=args.store)
+    return (
+        f"cadenza: error: {error}; the run is resumable once the store is writable again: {resume}"
+    )
+
+
+def _say(args: argparse.Namespace, error: BaseException, *lines: str) -> None:
+    """Writes ``lines`` to stderr; with ``--debug``, the error's traceback first."""
+    if args.debug:  # redacted like a log: a driver's words may hold a secret
+        sys.stderr.write(redact("".join(traceback.format_exception(error))))
+    sys.stderr.write("".join(f"{line}\n" for line in lines))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Runs the command line; returns the process exit code."""
     args = _parser().parse_args(argv)
     # With --events, stderr is an NDJSON stream: log records join it as JSON lines.
-    configure_logging(json_lines=bool(getattr(args, "events", False)))
+    configure_logging(
+        "debug" if args.debug else None, json_lines=bool(getattr(args, "events", False))
+    )
     try:
         _check_failpoints()
         if args.command == "run":
@@ -292,11 +319,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             return anyio.run(supervise_command, args)
         return anyio.run(_runs, args)
     except WorkflowError as error:
-        for problem in error.problems:
-            sys.stderr.write(f"{problem}\n")
+        _say(args, error, *(str(problem) for problem in error.problems))
         return 2
+    except StoreFailed as error:  # the run stopped where it stood, resumable
+        _say(args, error, _store_failed(error, args))
+        return 1
     except CadenzaError as error:
-        sys.stderr.write(f"cadenza: error: {error}\n")
+        _say(args, error, f"cadenza: error: {error}")
         return 2
     except KeyboardInterrupt:
         sys.stderr.write("cadenza: interrupted\n")

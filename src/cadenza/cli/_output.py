@@ -13,6 +13,7 @@ Imported by the commands that run or read runs only: it loads the runtime.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shlex
@@ -433,8 +434,13 @@ async def follow(handle: RunHandle, args: argparse.Namespace) -> int:
                     grace = 0.0
 
             group.start_soon(cancel_on_signal)
-            result = await handle.result()
+            # Awaited here only to know when to stop watching: the run's error
+            # (the store failed it, say) is raised below as itself, not wrapped
+            # in the task group's.
+            with contextlib.suppress(Exception):
+                await handle.result()
             group.cancel_scope.cancel()
+    result = await handle.result()
     if args.json:
         sys.stdout.write(_encode_json(result).decode() + "\n")
     else:

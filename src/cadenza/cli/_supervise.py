@@ -54,7 +54,8 @@ async def supervise_command(args: argparse.Namespace) -> int:
     from cadenza.api import Runtime
 
     # Takeovers are what a supervisor is for: shown unless the user chose a level.
-    configure_logging(None if "CADENZA_LOG_LEVEL" in os.environ else "info")
+    if not args.debug:
+        configure_logging(None if "CADENZA_LOG_LEVEL" in os.environ else "info")
     async with Runtime(
         store=args.store, lease_ttl=args.lease_ttl, recover=True, default_model=args.model
     ) as runtime:

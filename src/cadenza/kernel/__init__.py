@@ -24,6 +24,7 @@ from ._inbox import Inbox as Inbox
 from ._lease import DEFAULT_LEASE_TTL as DEFAULT_LEASE_TTL
 from ._lease import Lease as Lease
 from ._lease import LeaseHolder as LeaseHolder
+from ._lease import lease_failed as lease_failed
 from ._lease import lease_lost as lease_lost
 from ._postgres import PostgresRunStore as PostgresRunStore
 from ._postgres_schema import SCHEMA_VERSION as POSTGRES_SCHEMA_VERSION
@@ -89,6 +90,7 @@ __all__ = [
     "describe_store",
     "is_postgres_url",
     "is_under",
+    "lease_failed",
     "lease_lost",
     "make_store",
 ]

@@ -18,6 +18,13 @@ new holder raises its fencing token (`Lease.fence`) by one, and every write
 batch of a run is committed only if the lease row still carries its writer's
 fence: a former holder that wakes up after losing the lease finds its writes
 refused (`LeaseLost`), however late they arrive.
+
+A holder whose writes of a run the store failed (the server went away in the
+middle of a commit, the disk filled up) stops too (`Lease.failed`): what it
+did since its last commit may or may not be stored, so it must not go on
+writing as if it were. Unlike a lost lease, a failed one is still this
+holder's, and it gives it back, so that the run is taken up again (by this
+process or another) once the store answers.
 """
 
 from __future__ import annotations
@@ -29,7 +36,7 @@ from collections.abc import Callable
 
 import msgspec
 
-from cadenza.errors import LeaseHeld, LeaseLost
+from cadenza.errors import LeaseHeld, LeaseLost, StoreFailed
 
 __all__ = [
     "DEFAULT_LEASE_TTL",
@@ -37,6 +44,7 @@ __all__ = [
     "Lease",
     "LeaseHolder",
     "check_takeover",
+    "lease_failed",
     "lease_lost",
 ]
 
@@ -109,12 +117,14 @@ class Lease:
         ttl: Seconds the lease lasts after each renewal.
         lost: Why the holder no longer holds it (None while it does): set by
             the store when a renewal or a write finds another fence.
-        on_lost: Called once when the lease is found lost, from whatever thread
-            found it (the SQLite store's writer thread, say): it must only hand
-            the news over (``loop.call_soon_threadsafe``).
+        failed: Why the store could not record the holder's writes of the run
+            (None while it can): set by the store's writer when a commit fails.
+        on_stop: Called once, when the lease is found lost or failed, from
+            whatever thread found it (the SQLite store's writer thread, say):
+            it must only hand the news over (``loop.call_soon_threadsafe``).
     """
 
-    __slots__ = ("fence", "holder", "lost", "on_lost", "run_id", "ttl")
+    __slots__ = ("failed", "fence", "holder", "lost", "on_stop", "run_id", "ttl")
 
     def __init__(self, run_id: str, holder: LeaseHolder, fence: int, ttl: float) -> None:
         self.run_id = run_id
@@ -122,7 +132,13 @@ class Lease:
         self.fence = fence
         self.ttl = ttl
         self.lost: str | None = None
-        self.on_lost: Callable[[], None] | None = None
+        self.failed: str | None = None
+        self.on_stop: Callable[[], None] | None = None
+
+    @property
+    def stopped(self) -> bool:
+        """Whether the holder's writes of the run are over: the lease was lost, or failed."""
+        return self.lost is not None or self.failed is not None
 
     def __repr__(self) -> str:
         return f"Lease({self.run_id!r}, fence={self.fence}, {self.holder.describe()})"
@@ -155,22 +171,48 @@ class HeldLeases:
         del self._held[run_id]
         return lease
 
-    def raise_if_lost(self, run_id: str | None) -> None:
-        """Raises `LeaseLost` if the lease held for ``run_id`` has been lost."""
+    def raise_if_stopped(self, run_id: str | None) -> None:
+        """Raises if the lease held for ``run_id`` has been lost (`LeaseLost`) or its
+        writes failed (`StoreFailed`)."""
         lease = None if run_id is None else self._held.get(run_id)
-        if lease is not None and lease.lost is not None:
+        if lease is None:
+            return
+        if lease.lost is not None:
             raise lease_lost(lease, lease.lost)
+        if lease.failed is not None:
+            raise lease_failed(lease, lease.failed)
+
+
+def _stop(lease: Lease) -> None:
+    if lease.on_stop is not None:
+        lease.on_stop()
 
 
 def lease_lost(lease: Lease, why: str) -> LeaseLost:
     """Marks ``lease`` lost (``why``); returns the error its holder's writes raise from now on."""
     if lease.lost is None:
         lease.lost = why
-        if lease.on_lost is not None:
-            lease.on_lost()
+        if lease.failed is None:
+            _stop(lease)
     return LeaseLost(
         f"this process ({lease.holder.describe()}) no longer holds the lease of run "
         f"{lease.run_id!r}: {lease.lost}; its writes are refused, and it stops driving the run"
+    )
+
+
+def lease_failed(lease: Lease, why: str) -> StoreFailed:
+    """Marks ``lease`` failed: the store could not record its holder's writes (``why``).
+
+    Returns the error the run's writes raise from now on.
+    """
+    if lease.failed is None:
+        lease.failed = why
+        if lease.lost is None:
+            _stop(lease)
+    return StoreFailed(
+        f"run {lease.run_id!r} stopped: {lease.failed}",
+        run_id=lease.run_id,
+        resumable=True,
     )
 
 

@@ -17,13 +17,25 @@ A URL's password never appears in an error or a log: the store is named by
 its URL with the password masked, and the password is registered as a secret
 (`cadenza._redact.register_secret`). Better still, leave it out of the URL
 and give it in ``PGPASSWORD`` or ``~/.pgpass``, which the driver reads.
+
+Connections come and go: a server restart, a failover, an idle-connection
+killer or a network blip ends them. The pool replaces a dead connection when
+it is next asked for one, and the writer opens a new one for the batch after
+a failed one; what failed in between is a `StoreError` naming the store (the
+driver's own errors never leave this module), and a failed batch stops the
+runs whose writes were in it (``_postgres_writer``). Every session is named
+``cadenza`` (``application_name``) unless the URL or ``PGAPPNAME`` names it:
+what ``pg_stat_activity`` shows, and what an operator selects on.
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
+import os
 import time
-from collections.abc import Sequence
+import urllib.parse
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import msgspec
@@ -117,6 +129,13 @@ _RUN_COLUMNS = "run_id, workflow, path, status, inputs, created_at, updated_at, 
 # Reads, leases and maintenance share this many connections; the writer has its own.
 POOL_SIZE = 4
 
+CONNECT_TIMEOUT = 10.0
+"""Seconds a new connection may take (the driver's default is 60): a writer
+reconnecting to a server that does not answer holds every flush meanwhile."""
+
+APPLICATION_NAME = "cadenza"
+"""The sessions' ``application_name`` unless the URL or ``PGAPPNAME`` gives one."""
+
 IDLE_IN_TRANSACTION = DEFAULT_LEASE_TTL / 3
 """Seconds the server lets one of our sessions sit idle inside a transaction
 before it ends the session. Ours never wait between the statements of a
@@ -139,6 +158,15 @@ async def _released(connection: Any) -> None:
     read, and would undo `_session`'s setting. Our reads and lease transactions
     leave nothing behind on a session (no cursor, LISTEN or session lock).
     """
+
+
+def _server_settings(url: str) -> dict[str, str]:
+    """What the store's sessions tell the server: its ``application_name``, unless the
+    URL's own (which the driver sends) or ``PGAPPNAME`` (which it does not read) names it."""
+    with contextlib.suppress(ValueError):
+        if "application_name" in urllib.parse.parse_qs(urllib.parse.urlsplit(url).query):
+            return {}
+    return {"application_name": os.environ.get("PGAPPNAME") or APPLICATION_NAME}
 
 
 def _driver() -> Any:
@@ -166,10 +194,22 @@ class PostgresRunStore:
             register_secret(password)
         self.where = repr(redacted_url(url))
         """The store as messages name it: its URL, the password masked."""
-        self._writer = PostgresWriter(self.where)
+        self._writer = PostgresWriter(self.where, self._connect)
         self._pool: Any = None
-        self._connection: Any = None  # the writer's
         self._leases = HeldLeases()
+        self._unreachable: tuple[type[BaseException], ...] = ()  # the driver's failures
+
+    async def _connect(self) -> Any:
+        """A new connection for the writer, set up like the pool's."""
+        connection = await _driver().connect(
+            self.url, timeout=CONNECT_TIMEOUT, server_settings=_server_settings(self.url)
+        )
+        try:
+            await _session(connection)
+        except BaseException:
+            connection.terminate()
+            raise
+        return connection
 
     async def open(self) -> None:
         """Connects, creates or upgrades the schema, and starts the writer task.
@@ -179,23 +219,26 @@ class PostgresRunStore:
                 refuses us, or the database was written by a newer Cadenza.
         """
         asyncpg = _driver()
+        self._unreachable = (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError)
         writer: Any = None
         try:
             self._pool = await asyncpg.create_pool(
-                self.url, min_size=1, max_size=POOL_SIZE, init=_session, reset=_released
+                self.url,
+                min_size=1,
+                max_size=POOL_SIZE,
+                init=_session,
+                reset=_released,
+                timeout=CONNECT_TIMEOUT,
+                server_settings=_server_settings(self.url),
             )
-            writer = await asyncpg.connect(self.url)
-            await _session(writer)
+            writer = await self._connect()
             await migrate(writer, self.where)
         except StoreError:
             await self._abandon(writer)
             raise
-        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, ValueError) as error:
+        except (*self._unreachable, ValueError) as error:
             await self._abandon(writer)
-            # The password is a registered secret: redact keeps it out of the driver's words.
-            reason = redact(str(error)) or type(error).__name__
-            raise StoreError(f"cannot open the run store {self.where}: {reason}") from None
-        self._connection = writer
+            raise StoreError(f"cannot open the run store {self.where}: {_reason(error)}") from None
         self._writer.start(writer)
 
     async def _abandon(self, writer: Any) -> None:
@@ -208,12 +251,12 @@ class PostgresRunStore:
     async def close(self) -> None:
         """Commits what is queued, stops the writer and closes the connections."""
         await self._writer.stop()
-        connection, self._connection = self._connection, None
-        if connection is not None:
-            await connection.close()
-        if self._pool is not None:
-            await self._pool.close()
-            self._pool = None
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            try:
+                await pool.close()
+            except self._unreachable:  # the server is gone: leave without its goodbye
+                pool.terminate()
 
     # -- writes: queued, ordered, committed in batches by the writer task ----------------
 
@@ -251,48 +294,68 @@ class PostgresRunStore:
         """Returns once the writer task has committed all that was queued before.
 
         Raises:
-            StoreError: The task failed: nothing more can be recorded.
+            StoreError: What was queued could not be committed, or the writer failed.
+            StoreFailed: ``run_id``'s writes could not be committed: the run must stop.
             LeaseLost: ``run_id``'s lease went to another owner; its writes were refused.
         """
-        self._leases.raise_if_lost(run_id)
-        await self._writer.flush()
-        self._leases.raise_if_lost(run_id)
+        self._leases.raise_if_stopped(run_id)
+        try:
+            await self._writer.flush(None if run_id is None else self._leases.get(run_id))
+        except StoreError:
+            self._leases.raise_if_stopped(run_id)  # the run's own writes failed: say whose
+            raise
+        self._leases.raise_if_stopped(run_id)
 
     # -- reads: the pool, never the writer's connection -----------------------------------
 
-    def _open_pool(self) -> Any:
+    @contextlib.asynccontextmanager
+    async def _reaching(self) -> AsyncIterator[Any]:
+        """The pool, for one operation; a failure to reach the server is a `StoreError`.
+
+        The pool gives a dead connection back closed and opens a new one when it
+        is next asked, so the operation after the failed one goes to the server anew.
+        """
         if self._pool is None:
             raise StoreError(f"the run store {self.where} is not open")
-        return self._pool
+        try:
+            yield self._pool
+        except self._unreachable as error:
+            raise StoreError(f"the run store {self.where} failed: {_reason(error)}") from error
 
     async def get_run(self, run_id: str) -> RunRow | None:
         """The run row, or None."""
-        found = await self._open_pool().fetchrow(
-            f"SELECT {_RUN_COLUMNS} FROM cadenza_runs WHERE run_id = $1", run_id
-        )
+        async with self._reaching() as pool:
+            found = await pool.fetchrow(
+                f"SELECT {_RUN_COLUMNS} FROM cadenza_runs WHERE run_id = $1", run_id
+            )
         return None if found is None else read_run(found)
 
     async def list_runs(self, *, limit: int = 100) -> list[RunRow]:
         """Most recent first."""
-        rows = await self._open_pool().fetch(
-            f"SELECT {_RUN_COLUMNS} FROM cadenza_runs ORDER BY created_at DESC LIMIT $1", limit
-        )
+        async with self._reaching() as pool:
+            rows = await pool.fetch(
+                f"SELECT {_RUN_COLUMNS} FROM cadenza_runs ORDER BY created_at DESC LIMIT $1",
+                limit,
+            )
         return [read_run(r) for r in rows]
 
     async def events(self, run_id: str, *, after_seq: int = 0) -> list[Event]:
         """The run's events after ``after_seq``, in order."""
-        rows = await self._open_pool().fetch(
-            "SELECT seq, body, crc FROM cadenza_events WHERE run_id = $1 AND seq > $2 ORDER BY seq",
-            run_id,
-            after_seq,
-        )
+        async with self._reaching() as pool:
+            rows = await pool.fetch(
+                "SELECT seq, body, crc FROM cadenza_events "
+                "WHERE run_id = $1 AND seq > $2 ORDER BY seq",
+                run_id,
+                after_seq,
+            )
         return read_events(run_id, rows)
 
     async def steps(self, run_id: str) -> dict[str, StepRecord]:
         """The latest record of every address of the run."""
-        rows = await self._open_pool().fetch(
-            "SELECT address, status, record, crc FROM cadenza_steps WHERE run_id = $1", run_id
-        )
+        async with self._reaching() as pool:
+            rows = await pool.fetch(
+                "SELECT address, status, record, crc FROM cadenza_steps WHERE run_id = $1", run_id
+            )
         return read_steps(run_id, rows)
 
     # -- resuming, retention and maintenance ---------------------------------------------
@@ -303,9 +366,10 @@ class PostgresRunStore:
 
     async def document(self, run_id: str) -> bytes | None:
         """The run's document, checked against its CRC, or None."""
-        found = await self._open_pool().fetchrow(
-            "SELECT body, crc FROM cadenza_documents WHERE run_id = $1", run_id
-        )
+        async with self._reaching() as pool:
+            found = await pool.fetchrow(
+                "SELECT body, crc FROM cadenza_documents WHERE run_id = $1", run_id
+            )
         return read_document(run_id, found)
 
     async def acquire_lease(
@@ -316,7 +380,7 @@ class PostgresRunStore:
         Raises:
             LeaseHeld: Another live process holds it, unexpired.
         """
-        async with self._open_pool().acquire() as connection:
+        async with self._reaching() as pool, pool.acquire() as connection:
             lease = await take_lease(connection, run_id, holder, ttl)
         return self._leases.hold(lease)
 
@@ -325,14 +389,16 @@ class PostgresRunStore:
 
         Raises:
             LeaseLost: Another holder took it.
+            StoreError: The server could not be reached.
         """
         if lease.lost is not None:
             raise lease_lost(lease, lease.lost)
-        async with self._open_pool().acquire() as connection:
+        async with self._reaching() as pool, pool.acquire() as connection:
             await renew_lease(connection, lease)
 
     def release_lease(self, run_id: str, holder: LeaseHolder) -> None:
-        """Queues the release of ``holder``'s lease (nothing if it was lost)."""
+        """Queues the release of ``holder``'s lease (nothing if it was lost; a lease whose
+        writes failed is given back, so that the run can be taken up again)."""
         lease = self._leases.drop(run_id, holder)
         if lease is not None and lease.lost is None:
             self._writer.put(_RELEASE_LEASE, (run_id, lease.fence))
@@ -340,23 +406,25 @@ class PostgresRunStore:
     async def orphaned_runs(self, *, limit: int = 100) -> list[RunRow]:
         """Running runs whose lease is free or expired (on the server's clock), oldest first."""
         columns = ", ".join(f"r.{name}" for name in _RUN_COLUMNS.split(", "))
-        rows = await self._open_pool().fetch(
-            f"SELECT {columns} FROM cadenza_runs r LEFT JOIN cadenza_leases l USING (run_id) "
-            f"WHERE r.status = 'running' AND (l.run_id IS NULL OR l.expires_at <= {NOW}) "
-            "ORDER BY r.created_at LIMIT $1",
-            limit,
-        )
+        async with self._reaching() as pool:
+            rows = await pool.fetch(
+                f"SELECT {columns} FROM cadenza_runs r LEFT JOIN cadenza_leases l USING (run_id) "
+                f"WHERE r.status = 'running' AND (l.run_id IS NULL OR l.expires_at <= {NOW}) "
+                "ORDER BY r.created_at LIMIT $1",
+                limit,
+            )
         return [read_run(r) for r in rows]
 
     async def answered_runs(self, *, limit: int = 100) -> list[RunRow]:
         """Waiting runs whose newest event is an answer, oldest first."""
-        rows = await self._open_pool().fetch(
-            f"SELECT {_RUN_COLUMNS} FROM cadenza_runs r WHERE status = 'waiting' AND "
-            "(SELECT type FROM cadenza_events e WHERE e.run_id = r.run_id "
-            "ORDER BY seq DESC LIMIT 1) = $1 ORDER BY created_at LIMIT $2",
-            ANSWERED,
-            limit,
-        )
+        async with self._reaching() as pool:
+            rows = await pool.fetch(
+                f"SELECT {_RUN_COLUMNS} FROM cadenza_runs r WHERE status = 'waiting' AND "
+                "(SELECT type FROM cadenza_events e WHERE e.run_id = r.run_id "
+                "ORDER BY seq DESC LIMIT 1) = $1 ORDER BY created_at LIMIT $2",
+                ANSWERED,
+                limit,
+            )
         return [read_run(r) for r in rows]
 
     async def send_command(self, run_id: str, command: Command) -> None:
@@ -369,16 +437,17 @@ class PostgresRunStore:
             MessageRefused: A message past the run's bound (`WAITING_COMMANDS`).
         """
         body = encode_command(command)
-        status = await self._open_pool().execute(
-            "INSERT INTO cadenza_commands (run_id, body, created_at) SELECT $1, $2, $3 "
-            "FROM (SELECT count(*) AS waiting, coalesce(sum(octet_length(body)), 0) AS size "
-            "FROM cadenza_commands WHERE run_id = $1) AS w "
-            "WHERE waiting < $4 AND size + octet_length($2) <= $5",
-            run_id,
-            body.decode(),
-            time.time(),
-            *command_bounds(command),
-        )
+        async with self._reaching() as pool:
+            status = await pool.execute(
+                "INSERT INTO cadenza_commands (run_id, body, created_at) SELECT $1, $2, $3 "
+                "FROM (SELECT count(*) AS waiting, coalesce(sum(octet_length(body)), 0) AS size "
+                "FROM cadenza_commands WHERE run_id = $1) AS w "
+                "WHERE waiting < $4 AND size + octet_length($2) <= $5",
+                run_id,
+                body.decode(),
+                time.time(),
+                *command_bounds(command),
+            )
         if status != "INSERT 0 1":
             raise refuse_command(run_id, body)
 
@@ -386,16 +455,16 @@ class PostgresRunStore:
         """Removes the commands for these runs and returns them, oldest first."""
         if not run_ids:
             return []
-        pool = self._open_pool()
-        # Commands are rare: a look that finds none costs one plain round trip, not
-        # the encoding of every driven run's id (measured: 0.13 against 0.28 ms).
-        if not await pool.fetchval("SELECT EXISTS (SELECT 1 FROM cadenza_commands)"):
-            return []
-        rows = await pool.fetch(
-            "DELETE FROM cadenza_commands WHERE run_id = ANY($1::text[]) "
-            "RETURNING id, run_id, body",
-            list(run_ids),
-        )
+        async with self._reaching() as pool:
+            # Commands are rare: a look that finds none costs one plain round trip, not
+            # the encoding of every driven run's id (measured: 0.13 against 0.28 ms).
+            if not await pool.fetchval("SELECT EXISTS (SELECT 1 FROM cadenza_commands)"):
+                return []
+            rows = await pool.fetch(
+                "DELETE FROM cadenza_commands WHERE run_id = ANY($1::text[]) "
+                "RETURNING id, run_id, body",
+                list(run_ids),
+            )
         return read_commands(sorted(rows, key=lambda row: row[0]))
 
     def forget_steps(self, run_id: str, prefix: str) -> None:
@@ -412,7 +481,11 @@ class PostgresRunStore:
 
     async def check(self) -> list[str]:
         """Every stored event, record and document read back and checked, in one snapshot."""
-        pool = self._open_pool()
         await self.flush()
-        async with pool.acquire() as connection:
+        async with self._reaching() as pool, pool.acquire() as connection:
             return await integrity_problems(connection)
+
+
+def _reason(error: BaseException) -> str:
+    """The driver's words for ``error`` (the password, a registered secret, redacted)."""
+    return redact(str(error)) or type(error).__name__

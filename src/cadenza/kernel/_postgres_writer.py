@@ -1,4 +1,4 @@
-"""The PostgreSQL store's writer: one task, one connection, group commit, a failure that sticks.
+"""The PostgreSQL store's writer: one task, group commit; a failed batch fails only its runs.
 
 Writes are queued as (`Statement`, parameters) and never wait. The writer task,
 on the event loop the store was opened on, takes everything queued so far,
@@ -27,20 +27,28 @@ batch written in a transaction that first reads the fences the same way and
 leaves out the writes of each run whose fence changed; that run's lease is
 marked lost (`LeaseLost` at its next flush), and the other runs' writes commit.
 
-After a failed commit (the server went away, a disk filled up) every later
-`flush` raises `StoreError`: a run that can no longer be recorded must not go
-on as if it were.
+A failed commit (the server restarted, a connection killer ended the session,
+the network broke) fails its batch, not the store. Each run with writes in it
+has its lease marked failed (`cadenza.kernel.lease_failed`): that run cannot
+know what of it is stored, so it stops and gives its lease back, and its
+flushes raise `StoreFailed`; a flush of no run in that batch raises
+`StoreError`. The connection is dropped, and the next batch opens a new one:
+the other runs, and the failed ones once they are taken up again, go on as
+soon as the server answers.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from typing import Any, NamedTuple
 
+from cadenza._logging import get_logger
+from cadenza._redact import redact
 from cadenza.errors import StoreError
 
 from ._failpoints import failpoint
-from ._lease import Lease, lease_lost
+from ._lease import Lease, lease_failed, lease_lost
 from ._sqlite_writer import queue_run
 
 __all__ = ["PostgresWriter", "Statement"]
@@ -68,8 +76,13 @@ class Statement(NamedTuple):
 
 
 _Write = tuple[Statement, tuple[Any, ...], Lease | None]
+_Barrier = tuple["asyncio.Future[str | None]", Lease | None]
+"""A flush waiting for its batch: resolved with why the batch failed (None: committed)."""
 _FEW = 4  # rows of one table that go as a VALUES list rather than as arrays
 _FENCE_FAILED = "22012"  # division_by_zero: how a fenced statement says a fence changed
+_CLOSE_TIMEOUT = 5.0  # seconds a goodbye to the server may take before the socket is cut
+
+_log = get_logger("cadenza.kernel")
 
 
 class PostgresWriter:
@@ -77,63 +90,82 @@ class PostgresWriter:
 
     Args:
         where: The store as errors name it (its URL without the password).
+        connect: Opens a new connection, set up like the first one: the writer
+            calls it for the batch after a failed one.
     """
 
-    def __init__(self, where: str) -> None:
+    def __init__(self, where: str, connect: Callable[[], Awaitable[Any]]) -> None:
         self.where = where
+        self._connect = connect
+        self._connection: Any = None
         self._queue: list[_Write] = []
-        self._barriers: list[asyncio.Future[None]] = []
+        self._barriers: list[_Barrier] = []
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._stopping = False
         self._failure: BaseException | None = None
 
     def start(self, connection: Any) -> None:
-        """Starts the task on the running event loop; it owns ``connection``."""
+        """Starts the task on the running event loop; it owns ``connection`` (and the
+        connections that replace it)."""
         self._stopping = False
-        self._task = asyncio.get_running_loop().create_task(
-            self._loop(connection), name="cadenza-store"
-        )
+        self._connection = connection
+        self._task = asyncio.get_running_loop().create_task(self._loop(), name="cadenza-store")
 
     async def stop(self) -> None:
-        """Commits what is queued and ends the task."""
+        """Commits what is queued, ends the task and closes its connection."""
         task, self._task = self._task, None
         if task is not None:
             self._stopping = True
             self._wake.set()
             await task
+        connection, self._connection = self._connection, None
+        if connection is not None:
+            try:
+                await connection.close(timeout=_CLOSE_TIMEOUT)
+            except Exception:  # gone already, or no answer: nothing is owed to it
+                connection.terminate()
 
     def put(
         self, statement: Statement, parameters: tuple[Any, ...], lease: Lease | None = None
     ) -> None:
         """Queues one statement, fenced by ``lease`` when its run's lease is held;
         the task writes it with whatever else is queued."""
-        if lease is not None and lease.lost is not None:
-            return  # refused already: the run is someone else's now
+        if lease is not None and lease.stopped:
+            return  # refused already, or failed: the run no longer goes on here
         self._queue.append((statement, parameters, lease))
         self._wake.set()
 
-    async def flush(self) -> None:
+    async def flush(self, lease: Lease | None = None) -> None:
         """Returns once the task has committed everything queued before this call.
 
+        Args:
+            lease: The lease of the run the caller drives: if a batch fails, only
+                a failure of that run's writes matters (the lease tells, and
+                the caller asks it), not the other runs'.
+
         Raises:
-            StoreError: The task failed (the run cannot be recorded any further),
-                or the store is closed: nothing would commit what waits.
+            StoreError: What was queued before could not be committed (asked
+                without a ``lease``), the task failed, or the store is closed:
+                nothing would commit what waits.
         """
         self._raise_failure()
         if self._task is None:
             raise StoreError(f"the run store {self.where} is closed")
-        done = asyncio.get_running_loop().create_future()
-        self._barriers.append(done)
+        done: asyncio.Future[str | None] = asyncio.get_running_loop().create_future()
+        self._barriers.append((done, lease))
         self._wake.set()
-        await done
+        failed = await done
         self._raise_failure()
+        if failed is not None:
+            raise StoreError(failed)
 
     def _raise_failure(self) -> None:
         if self._failure is not None:
             raise StoreError(f"the run store failed: {self._failure}") from self._failure
 
-    async def _loop(self, connection: Any) -> None:
+    async def _loop(self) -> None:
+        barriers: list[_Barrier] = []
         try:
             while True:
                 await self._wake.wait()
@@ -141,24 +173,25 @@ class PostgresWriter:
                 # Group commit: whatever piled up while we were committing goes in one go.
                 batch, self._queue = self._queue, []
                 barriers, self._barriers = self._barriers, []
-                if batch and self._failure is None:
-                    await self._commit(connection, batch)
-                _resolve(barriers)
+                failed = await self._commit(batch) if batch else None
+                _resolve(barriers, failed)
                 if self._stopping and not self._queue and not self._barriers:
                     return
         except BaseException as error:  # cancelled with the loop, or a bug: nobody may hang
             if self._failure is None:
                 self._failure = error
-            _resolve(self._barriers)
+            _resolve(barriers + self._barriers, None)  # they raise the failure
             raise
         finally:
             self._task = None
 
-    async def _commit(self, connection: Any, batch: list[_Write]) -> None:
+    async def _commit(self, batch: list[_Write]) -> str | None:
+        """Writes and commits ``batch``; why it failed, or None once it is committed."""
         leases = list({id(lease): lease for _, _, lease in batch if lease is not None}.values())
         try:
+            connection = await self._connected()
             plan = _plan(batch)
-            fenced = None if any(lease.lost for lease in leases) else leases
+            fenced = None if any(lease.stopped for lease in leases) else leases
             single = None if fenced is None else _single_statement(plan, fenced)
             if single is not None:
                 failpoint("store.before_commit")  # nothing is sent yet: nothing commits
@@ -173,8 +206,33 @@ class PostgresWriter:
             else:
                 await self._commit_fenced(connection, batch, leases)
             failpoint("store.after_commit")
-        except Exception as error:  # the driver's, the server's, the network's: all final
-            self._failure = error
+        except Exception as error:  # the driver's, the server's, the network's
+            return self._failed(leases, error)
+        return None
+
+    async def _connected(self) -> Any:
+        """The writer's connection: a new one after a failed batch (or a closed one)."""
+        if self._connection is None or self._connection.is_closed():
+            self._drop_connection()
+            self._connection = await self._connect()
+        return self._connection
+
+    def _drop_connection(self) -> None:
+        connection, self._connection = self._connection, None
+        if connection is not None:
+            connection.terminate()  # no goodbye: it may be half-way through a broken batch
+
+    def _failed(self, leases: list[Lease], error: Exception) -> str:
+        """Fails the batch: its runs' leases, and the connection it was written on."""
+        self._drop_connection()
+        reason = redact(str(error)) or type(error).__name__
+        why = f"the run store {self.where} could not commit its writes: {reason}"
+        _log.info("a write batch failed", store=self.where, error=reason, runs=len(leases))
+        _log.debug("the failed batch's traceback", exc_info=error)
+        for lease in leases:
+            if lease.lost is None:  # a lost one is another process's run: nothing to stop
+                lease_failed(lease, why)
+        return why
 
     async def _commit_fenced(
         self, connection: Any, batch: list[_Write], leases: list[Lease]
@@ -189,8 +247,8 @@ class PostgresWriter:
 
 async def _refused(connection: Any, leases: list[Lease]) -> set[int]:
     """The ids of the leases whose fence changed, marked lost; their rows stay locked."""
-    lost = {id(lease) for lease in leases if lease.lost is not None}
-    asked = [lease for lease in leases if lease.lost is None]
+    lost = {id(lease) for lease in leases if lease.stopped}
+    asked = [lease for lease in leases if not lease.stopped]
     if not asked:
         return lost
     rows = await connection.fetch(
@@ -292,7 +350,10 @@ def _latest(statement: Statement, rows: list[tuple[Any, ...]]) -> list[tuple[Any
     return rows if len(latest) == len(rows) else list(latest.values())
 
 
-def _resolve(futures: list[asyncio.Future[None]]) -> None:
-    for future in futures:
+def _resolve(barriers: list[_Barrier], failed: str | None) -> None:
+    """Wakes the flushes of a batch: with why it ``failed``, except those of a run whose
+    writes in it were not the ones that failed (its lease was not marked)."""
+    for future, lease in barriers:
         if not future.done():  # a flush cancelled while it waited
-            future.set_result(None)
+            fine = lease is not None and lease.failed is None
+            future.set_result(None if fine else failed)

@@ -183,12 +183,17 @@ class SqliteRunStore:
         """Waits until everything queued before this call is committed.
 
         Raises:
-            StoreError: The writer failed; the run cannot be recorded any further.
+            StoreError: What was queued could not be committed.
+            StoreFailed: ``run_id``'s writes could not be committed: the run must stop.
             LeaseLost: ``run_id``'s lease was lost: its writes were refused.
         """
-        self._leases.raise_if_lost(run_id)
-        await self._writer.flush()
-        self._leases.raise_if_lost(run_id)
+        self._leases.raise_if_stopped(run_id)
+        try:
+            await self._writer.flush(None if run_id is None else self._leases.get(run_id))
+        except StoreError:
+            self._leases.raise_if_stopped(run_id)  # the run's own writes failed: say whose
+            raise
+        self._leases.raise_if_stopped(run_id)
 
     # -- reads: a separate connection, off the event loop --------------------------------
 
@@ -200,7 +205,10 @@ class SqliteRunStore:
         def query() -> list[tuple[Any, ...]]:
             return reader.execute(sql, params).fetchall()
 
-        return await anyio.to_thread.run_sync(query)
+        try:
+            return await anyio.to_thread.run_sync(query)
+        except sqlite3.Error as error:  # locked past the busy timeout, an I/O error
+            raise StoreError(f"the run store {str(self.path)!r} failed: {error}") from error
 
     async def get_run(self, run_id: str) -> RunRow | None:
         """The run row, or None."""
@@ -262,7 +270,8 @@ class SqliteRunStore:
         await anyio.to_thread.run_sync(renew_lease, self.path, lease, time.time())
 
     def release_lease(self, run_id: str, holder: LeaseHolder) -> None:
-        """Queues the release of ``holder``'s lease (nothing if it was lost)."""
+        """Queues the release of ``holder``'s lease (nothing if it was lost; a lease whose
+        writes failed is given back, so that the run can be taken up again)."""
         lease = self._leases.drop(run_id, holder)
         if lease is not None and lease.lost is None:
             self._writer.put(_RELEASE_LEASE, (run_id, lease.fence))

@@ -1,4 +1,4 @@
-"""The SQLite store's writer: one thread, group commit, a failure that sticks.
+"""The SQLite store's writer: one thread, group commit, a failed batch fails its runs.
 
 Writes are queued as (`Statement`, parameters) and never wait. The writer
 thread sleeps until a `GroupWriter.flush` wakes it, then takes everything queued
@@ -35,8 +35,13 @@ the batch's other writes, and hands back how many rows it changed: the bound
 and the insert are one statement in the batch's transaction, so no other
 writer of the file gets between them.
 
-After a failed commit every later `flush` raises `StoreError`: a run that can no
-longer be recorded must not go on as if it were.
+A failed commit (the disk is full, the file locked past the busy timeout)
+fails its batch, not the store: each run with writes in it has its lease
+marked failed (`cadenza.kernel.lease_failed`), so it stops and gives its lease
+back (its flushes raise `StoreFailed`), and a flush of no run in that batch
+raises `StoreError`. Nothing of the batch is stored, and the next batch is
+tried anew: a run that can no longer be recorded must not go on as if it
+were, and the others need not stop with it.
 """
 
 from __future__ import annotations
@@ -57,7 +62,7 @@ import anyio
 from cadenza.errors import StoreError
 
 from ._failpoints import failpoint
-from ._lease import Lease, lease_lost
+from ._lease import Lease, lease_failed, lease_lost
 from ._sqlite_schema import connect
 
 __all__ = ["GroupWriter", "Statement"]
@@ -88,7 +93,11 @@ class _Counted(NamedTuple):
 
 class _Barrier(NamedTuple):
     loop: asyncio.AbstractEventLoop
-    future: asyncio.Future[None]
+    future: asyncio.Future[str | None]  # resolved with why its batch failed (None: committed)
+    lease: Lease | None  # the lease of the run whose flush this is
+
+
+_Woken = list[tuple["asyncio.Future[str | None]", str | None]]
 
 
 class _Doorbell:
@@ -103,7 +112,7 @@ class _Doorbell:
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
-        self._rung: collections.deque[list[asyncio.Future[None]]] = collections.deque()
+        self._rung: collections.deque[_Woken] = collections.deque()
         if hasattr(os, "eventfd"):
             self._read = self._write = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
             self._token = (1).to_bytes(8, sys.byteorder)  # an eventfd adds 8-byte counts
@@ -118,7 +127,7 @@ class _Doorbell:
             self._close_files()
             raise
 
-    def ring(self, futures: list[asyncio.Future[None]]) -> None:
+    def ring(self, futures: _Woken) -> None:
         """Has the loop resolve ``futures`` (on the writer thread)."""
         self._rung.append(futures)
         with contextlib.suppress(BlockingIOError):  # full: the loop has a wake-up coming
@@ -164,7 +173,6 @@ class GroupWriter:
         # What the writer blocks on: one token per flush, stop or linger (below).
         self._wakeups: queue.SimpleQueue[None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
-        self._failure: BaseException | None = None
         self._flushes = 0  # flushes asked for: a flush makes a linger timer moot
         self._lingering: asyncio.AbstractEventLoop | None = None  # the loop of the timer
         self._timer: asyncio.TimerHandle | None = None
@@ -206,8 +214,8 @@ class GroupWriter:
         no flush follows within `LINGER` seconds is committed then, so that other
         processes reading the file see a long step's events as it goes.
         """
-        if lease is not None and lease.lost is not None:
-            return  # refused already: the run is someone else's now
+        if lease is not None and lease.stopped:
+            return  # refused already, or failed: the run no longer goes on here
         self._queue.put((statement, parameters, lease))
         lingering = self._lingering
         if lingering is None or lingering.is_closed():
@@ -226,23 +234,29 @@ class GroupWriter:
             self._linger()
         return changed
 
-    async def flush(self) -> None:
+    async def flush(self, lease: Lease | None = None) -> None:
         """Waits until everything queued before this call is committed.
 
+        Args:
+            lease: The lease of the run the caller drives: if a batch fails, only
+                a failure of that run's writes matters (the lease tells, and
+                the caller asks it), not the other runs'.
+
         Raises:
-            StoreError: The writer failed; the run cannot be recorded any further;
-                or the store is closed (nobody would ever commit what waits).
+            StoreError: What was queued before could not be committed (asked
+                without a ``lease``), or the store is closed (nobody would ever
+                commit what waits).
         """
-        self._raise_failure()
         if self._thread is None:
             raise StoreError(f"the run store {str(self.path)!r} is closed")
         loop = asyncio.get_running_loop()
-        done = loop.create_future()
+        done: asyncio.Future[str | None] = loop.create_future()
         self._flushes += 1
-        self._queue.put(_Barrier(loop, done))
+        self._queue.put(_Barrier(loop, done, lease))
         self._wakeups.put(None)
-        await done
-        self._raise_failure()
+        failed = await done
+        if failed is not None:
+            raise StoreError(failed)
 
     def _linger(self) -> None:
         """Has the writer commit what is queued `LINGER` seconds from now, unless a flush does.
@@ -264,10 +278,6 @@ class GroupWriter:
             self._wakeups.put(None)
         elif not self._queue.empty():  # what came after the flush waits its turn
             self._linger()
-
-    def _raise_failure(self) -> None:
-        if self._failure is not None:
-            raise StoreError(f"the run store failed: {self._failure}") from self._failure
 
     def _loop(self) -> None:
         connection = connect(self.path)
@@ -291,7 +301,9 @@ class GroupWriter:
     def _commit(
         self, connection: sqlite3.Connection, cursor: sqlite3.Cursor, batch: list[Any]
     ) -> bool:
+        """Writes and commits ``batch``; whether it asked the writer to stop."""
         barriers: list[_Barrier] = []
+        failed: str | None = None
         stop = False
         writes: list[_Write] = []
         counted: list[_Counted] = []
@@ -319,13 +331,17 @@ class GroupWriter:
                 cursor.execute("COMMIT")
                 failpoint("store.after_commit")
             except sqlite3.Error as error:
-                self._failure = error
                 if connection.in_transaction:
-                    connection.execute("ROLLBACK")
+                    with contextlib.suppress(sqlite3.Error):
+                        connection.execute("ROLLBACK")
+                failed = f"the run store {str(self.path)!r} could not commit its writes: {error}"
+                for lease in {id(w[2]): w[2] for w in writes if w[2] is not None}.values():
+                    if lease.lost is None:  # a lost one is another process's run
+                        lease_failed(lease, failed)
             else:
                 for item, change in zip(counted, changes, strict=True):
                     item.changed.append(change)
-        _wake(barriers, self._doorbell)
+        _wake(barriers, self._doorbell, failed)
         return stop
 
 
@@ -352,7 +368,7 @@ def _fenced(
 
 def _holds(cursor: sqlite3.Cursor, lease: Lease) -> bool:
     """Whether the lease row still carries ``lease``'s fence; marks the lease lost if not."""
-    if lease.lost is not None:
+    if lease.stopped:
         return False
     row = cursor.execute("SELECT fence FROM leases WHERE run_id = ?", (lease.run_id,)).fetchone()
     if row is not None and row[0] == lease.fence:
@@ -371,13 +387,18 @@ def _latest(statement: Statement, rows: list[tuple[Any, ...]]) -> list[tuple[Any
     return rows if len(latest) == len(rows) else list(latest.values())
 
 
-def _wake(barriers: list[_Barrier], doorbell: _Doorbell | None) -> None:
-    """Resolves the barriers' futures: one hand-off to each event loop, not one per flush."""
+def _wake(barriers: list[_Barrier], doorbell: _Doorbell | None, failed: str | None) -> None:
+    """Resolves the barriers' futures: one hand-off to each event loop, not one per flush.
+
+    After a ``failed`` batch, a flush learns why, except one of a run whose writes
+    were not the ones that failed (its lease was not marked).
+    """
     if not barriers:
         return
-    by_loop: dict[asyncio.AbstractEventLoop, list[asyncio.Future[None]]] = {}
-    for loop, future in barriers:
-        by_loop.setdefault(loop, []).append(future)
+    by_loop: dict[asyncio.AbstractEventLoop, _Woken] = {}
+    for loop, future, lease in barriers:
+        fine = lease is not None and lease.failed is None
+        by_loop.setdefault(loop, []).append((future, None if fine else failed))
     for loop, futures in by_loop.items():
         if doorbell is not None and loop is doorbell.loop:
             doorbell.ring(futures)
@@ -386,10 +407,10 @@ def _wake(barriers: list[_Barrier], doorbell: _Doorbell | None) -> None:
             loop.call_soon_threadsafe(_resolve, futures)
 
 
-def _resolve(futures: list[asyncio.Future[None]]) -> None:
-    for future in futures:
+def _resolve(futures: _Woken) -> None:
+    for future, failed in futures:
         if not future.done():
-            future.set_result(None)
+            future.set_result(failed)
 
 
 def queue_run(
