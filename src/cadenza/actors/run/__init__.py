@@ -53,6 +53,9 @@ from ._replay import CHECKPOINT as CHECKPOINT
 from ._replay import Replay as Replay
 from ._replay import ReplayedStep as ReplayedStep
 from ._replay_log import RUN_RESUMED as RUN_RESUMED
+from ._shell import Command as Command
+from ._shell import Reading as Reading
+from ._shell import read_command as read_command
 from ._worktrees import WORKTREE_DONE as WORKTREE_DONE
 from ._worktrees import WORKTREE_KEPT as WORKTREE_KEPT
 from ._worktrees import IsolationError as IsolationError
@@ -79,6 +82,7 @@ __all__ = [
     "Brief",
     "BudgetExceeded",
     "Cancellable",
+    "Command",
     "Decision",
     "Drain",
     "EventSink",
@@ -93,6 +97,7 @@ __all__ = [
     "PlacedActor",
     "Placement",
     "PostMessage",
+    "Reading",
     "Replay",
     "ReplayedStep",
     "Report",
@@ -110,6 +115,7 @@ __all__ = [
     "document_step_ids",
     "encode_document",
     "pending_bytes",
+    "read_command",
     "step_name",
     "work_error",
 ]
