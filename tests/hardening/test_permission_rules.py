@@ -17,6 +17,7 @@ survive, through ``cadenza run --allow/--deny`` and through a workflow's rules.
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import os
 import shutil
@@ -54,7 +55,10 @@ class Case:
 
     def __str__(self) -> str:
         rules = [f"allow {r}" for r in self.allow] + [f"deny {r}" for r in self.deny]
-        return f"{'; '.join(rules)} | {self.tool} {json.dumps(self.arguments)}"
+        shown = json.dumps(self.arguments)
+        if len(shown) > 120:
+            shown = f"{shown[:100]}...({len(shown)} characters)"
+        return f"{'; '.join(rules)} | {self.tool} {shown}"
 
 
 def bash(rule: str, kind: str, expect: Expect, *commands: str) -> list[Case]:
@@ -251,6 +255,13 @@ CASES: list[Case] = [
     *bash("bash(git push*)", "deny", "run", "git status", "git pull", "echo git push"),
     *bash("bash(rm -rf /*)", "deny", "ask", "rm $FLAGS /", "rm -rf $DIR"),
     *bash("bash(rm -rf /*)", "deny", "run", "rm -i x"),
+    *bash("bash(cat notes.txt)", "allow", "run", "cat notes.txt", "cat  'notes.txt'"),
+    *bash("bash(cat notes.txt)", "allow", "ask", "cat notes.txt$X", "cat notes.txt*"),
+    # a line of thousands of commands is read whole (in a worker thread); past the
+    # limit it cannot be read
+    *bash("bash(rm *)", "deny", "deny", "echo x; " * 4000 + "rm CANARY"),
+    *bash("bash(rm *)", "deny", "ask", "echo x; " * 20000 + "rm CANARY"),
+    *bash("bash(echo *)", "allow", "run", "echo x; " * 4000),
     # deny write(.git/*): the path however it is spelt, or reached through a link
     *path(
         "write(.git/*)",
@@ -721,7 +732,9 @@ def bash_calls(commands: list[str]) -> list[dict[str, Any]]:
 
 
 DENIED_RM = [
-    c.arguments["command"] for c in CASES if c.deny == ("bash(rm *)",) and c.expect != "run"
+    c.arguments["command"]
+    for c in CASES
+    if c.deny == ("bash(rm *)",) and c.expect != "run" and len(c.arguments["command"]) < 1000
 ]
 
 
@@ -854,3 +867,30 @@ def test_a_run_with_no_policy_never_reads_a_command(write_flow: WriteFlow, tmp_p
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip().splitlines()[-1] == "False True"
     assert (tmp_path / "two.txt").read_text() == "two\n"
+
+
+# The glob over a known start agrees with fnmatch ------------------------------------
+
+GLOB_ALPHABET = "ab/ *?[]!-"
+
+
+@FUZZ
+@given(
+    st.text(GLOB_ALPHABET, max_size=8),
+    st.text("ab/ -!]", max_size=6),
+    st.lists(st.text("ab/ -!]", max_size=4), min_size=1, max_size=6),
+)
+def test_what_may_or_must_follow_agrees_with_fnmatch(
+    pattern: str, start: str, ends: list[str]
+) -> None:
+    """ "takes all" means every ending matches, "takes none" that none does, as fnmatch says."""
+    from cadenza.actors.run._permissions import _glob
+
+    glob = _glob(pattern)
+    matched = [fnmatch.fnmatchcase(start + end, pattern) for end in ends]
+    if glob.takes_all(start):
+        assert all(matched)
+    if not glob.takes_some(start):
+        assert not any(matched)
+    whole = len(glob.tokens) in glob._states(start)
+    assert whole is fnmatch.fnmatchcase(start, pattern)

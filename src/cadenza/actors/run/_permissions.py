@@ -47,6 +47,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, Literal, NamedTuple, TypeAlias
 
+import anyio.to_thread
 import msgspec
 
 from cadenza.workflow import AGENT_BUILTINS, normal_pattern, rule_problem, split_rule
@@ -67,6 +68,9 @@ __all__ = [
 
 READ_ONLY_TOOLS: Final = frozenset(("read", "glob", "grep"))
 """The built-ins the sandbox lets run: they read files and change nothing."""
+
+_READ_IN_THREAD: Final = 4096
+"""Characters of a command line above which it is read in a worker thread."""
 
 _SUBJECTS: Final = {
     "bash": "command",
@@ -140,16 +144,40 @@ class _Subject(NamedTuple):
     why: str = ""
 
 
+_Reading: TypeAlias = tuple[tuple[_Subject, ...], tuple[str, ...]]
+
+
 class _Call:
     """A request as the rules see it: its subjects, read once and only if a rule asks."""
 
     def __init__(self, request: ToolRequest, directory: Path | None) -> None:
         self.request = request
         self.directory = directory
+        self._reading: _Reading | None = None
 
-    @functools.cached_property
-    def reading(self) -> tuple[tuple[_Subject, ...], tuple[str, ...]]:
+    @property
+    def reading(self) -> _Reading:
         """The subjects, and why part of the call cannot be read (a bash command's)."""
+        if self._reading is None:
+            self._reading = self._read()
+        return self._reading
+
+    async def read_ahead(self, rules: Iterable[PermissionRule]) -> None:
+        """Reads a long command line in a worker thread, if a rule will need it.
+
+        A line of thousands of commands takes tens of milliseconds to read:
+        not on the event loop.
+        """
+        command = self.request.arguments.get("command")
+        if (
+            self.request.tool == "bash"
+            and isinstance(command, str)
+            and len(command) > _READ_IN_THREAD
+            and any(rule.pattern is not None and rule.names("bash") for rule in rules)
+        ):
+            self._reading = await anyio.to_thread.run_sync(self._read)
+
+    def _read(self) -> _Reading:
         tool, arguments = self.request.tool, self.request.arguments
         command = arguments.get("command")
         if tool == "bash" and isinstance(command, str):
@@ -257,12 +285,19 @@ class PermissionRule:
         return cls(name, None if pattern is None else normal_pattern(name, pattern))
 
     def names(self, tool: str) -> bool:
-        """Whether the rule is about ``tool`` (whatever its arguments)."""
-        if self.name in AGENT_BUILTINS or self.name == tool:
-            return self.name == tool
+        """Whether the rule is about ``tool`` (whatever its arguments).
+
+        A built-in by its name; a Python tool (``module:function``) or an MCP
+        server's (``SERVER.TOOL``) by a glob over names of its own kind; a bare
+        ``SERVER``, every tool of the server.
+        """
+        if self.name in AGENT_BUILTINS:
+            return tool == self.name
+        if (":" in self.name) != (":" in tool):
+            return False
         if ":" in self.name or "." in self.name:
             return fnmatch.fnmatchcase(tool, self.name)
-        return tool.startswith(self.name + ".")  # a bare MCP server: all of its tools
+        return tool.startswith(self.name + ".")
 
     def matches(self, request: ToolRequest) -> bool:
         """Whether the rule alone, as an allow rule, covers ``request`` (paths as written)."""
@@ -366,7 +401,7 @@ class _Glob:
                 token = self.tokens[state]
                 if token == "*":
                     following.add(state)
-                elif token == "?" or fnmatch.fnmatchcase(char, token):
+                elif token in ("?", char) or (len(token) > 1 and fnmatch.fnmatchcase(char, token)):
                     following.add(state + 1)
             states = self._closure(following)
             if not states:
@@ -382,7 +417,8 @@ class _Glob:
 
     def takes_all(self, start: str) -> bool:
         """Every text that begins with ``start`` matches."""
-        return any(all(t == "*" for t in self.tokens[s:]) for s in self._states(start))
+        stars = [s for s in self._states(start) if s < len(self.tokens)]
+        return any(all(t == "*" for t in self.tokens[s:]) for s in stars)
 
     def takes_some(self, start: str) -> bool:
         """Some text that begins with ``start`` matches."""
@@ -478,6 +514,7 @@ class PermissionPolicy:
             reason = "the run is sandboxed: only read, glob and grep may run"
             return Decision(False, "sandbox", reason)
         call = _Call(request, directory)
+        await call.read_ahead((*self.deny, *deny, *self.allow, *allow))
         denied = _deny(call, (*self.deny, *deny))
         if denied is not None and denied.certain:
             what = f": {denied.reason}" if denied.reason else ""

@@ -38,11 +38,11 @@ from typing import TYPE_CHECKING, Final
 from cadenza.workflow import WRAPPERS
 
 if TYPE_CHECKING:
-    from tree_sitter import Node, Parser
+    from tree_sitter import Language, Node, Parser
 
 __all__ = ["Command", "Reading", "read_command"]
 
-MAX_COMMAND: Final = 256 * 1024
+MAX_COMMAND: Final = 128 * 1024
 """Characters of a command line read at most; a longer one is unclear."""
 
 _MAX_INLINE_DEPTH: Final = 3  # sh -c 'sh -c "..."': inner scripts read this deep
@@ -77,7 +77,6 @@ class Reading:
     unclear: tuple[str, ...]
 
 
-@functools.lru_cache(maxsize=256)
 def read_command(line: str) -> Reading:
     """The simple commands of ``line``, and what could not be read (see the module's notes)."""
     reader = _Reader()
@@ -85,12 +84,19 @@ def read_command(line: str) -> Reading:
     return Reading(tuple(reader.commands), tuple(dict.fromkeys(reader.unclear)))
 
 
-@functools.cache
 def _parser() -> Parser:
+    """A parser of its own for each reading (0.3 us): a line may be read in a worker thread."""
+    import tree_sitter
+
+    return tree_sitter.Parser(_bash())
+
+
+@functools.cache
+def _bash() -> Language:
     import tree_sitter
     import tree_sitter_bash
 
-    return tree_sitter.Parser(tree_sitter.Language(tree_sitter_bash.language()))
+    return tree_sitter.Language(tree_sitter_bash.language())
 
 
 # Where bash and /bin/sh part ways, or text runs as code ----------------------------
@@ -619,11 +625,14 @@ def _string(node: Node, source: bytes) -> _Word:
 
 
 _EXPANDED: Final = frozenset("*?[$`'\"")
+_PLAIN: Final = re.compile(r"[^\\*?\[$`'\"~]*\Z")
 _BRACES: Final = re.compile(r"\{[^{}]*(,|\.\.)[^{}]*\}")
 
 
 def _unescape(text: str) -> _Word:
     """An unquoted word with its backslashes applied, up to anything sh would expand."""
+    if _PLAIN.match(text):  # most words: nothing to remove, nothing expanded
+        return text, True
     out: list[str] = []
     index = 0
     while index < len(text):
