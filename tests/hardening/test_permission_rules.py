@@ -231,6 +231,11 @@ CASES: list[Case] = [
         "export PATH=.:$PATH",
         "echo 'unterminated",
         "find . -name $X",
+        ". /dev/stdin <<EOF\nrm CANARY\nEOF",
+        "sh /dev/stdin <<EOF\nrm CANARY\nEOF",
+        "python /proc/self/fd/0 <<EOF\nimport os\nEOF",
+        "gawk -f p.awk -e 'BEGIN{system(\"rm CANARY\")}'",
+        "source $SCRIPT",
     ),
     # deny bash(rm *): other commands, and rm as an argument, still run.
     *bash(
@@ -248,6 +253,8 @@ CASES: list[Case] = [
         "python script.py",
         "python -m pytest",
         "awk -f p.awk f",
+        "source ./env.sh",
+        "sh ./build.sh",
     ),
     # a deny rule with a narrower pattern: an expanded word may be anything
     *bash("bash(git push*)", "deny", "deny", "git push", "git  push --force", 'git "push"'),
@@ -255,6 +262,11 @@ CASES: list[Case] = [
     *bash("bash(git push*)", "deny", "run", "git status", "git pull", "echo git push"),
     *bash("bash(rm -rf /*)", "deny", "ask", "rm $FLAGS /", "rm -rf $DIR"),
     *bash("bash(rm -rf /*)", "deny", "run", "rm -i x"),
+    # sudo and doas are matched as written and by what they run
+    *bash("bash(sudo *)", "deny", "deny", "sudo ls", "sudo -u root env A=1 ls", "x | sudo ls"),
+    *bash("bash(sudo *)", "deny", "deny", "/usr/bin/sudo ls", "ls | sudo xargs ls"),
+    *bash("bash(ls *)", "allow", "ask", "sudo ls", "doas -u x ls /root"),
+    *bash("bash(sudo *)", "deny", "run", "ls", "echo sudo"),
     *bash("bash(cat notes.txt)", "allow", "run", "cat notes.txt", "cat  'notes.txt'"),
     *bash("bash(cat notes.txt)", "allow", "ask", "cat notes.txt$X", "cat notes.txt*"),
     # a line of thousands of commands is read whole (in a worker thread); past the
@@ -446,7 +458,8 @@ BAD_RULES = [
     ("bash(echo $HOME)", "one simple command", ""),
     ("bash('rm' *)", "quotes and backslashes are removed", ""),
     ("bash(/bin/rm *)", "matched by its file name", ""),
-    ("bash(sudo *)", "sudo is looked through", ""),
+    ("bash(env *)", "env is looked through", ""),
+    ("bash(xargs rm *)", "xargs is looked through", ""),
     ("send_message", "never checked", ""),
     ("mytools:", "module:function", ""),
     ("nosuch.tool", "'nosuch' is no MCP server of this workflow", ""),
@@ -486,6 +499,7 @@ def test_validate_refuses_a_rule_that_names_nothing_at_its_line(
         "github.*",
         "github.get_*",
         "mytools:lookup",
+        "bash(sudo *)",
     ],
 )
 def test_validate_accepts_the_rules_the_docs_show(

@@ -56,7 +56,6 @@ WRAPPERS: Final = frozenset(
         "builtin",
         "busybox",
         "command",
-        "doas",
         "env",
         "exec",
         "ionice",
@@ -64,14 +63,16 @@ WRAPPERS: Final = frozenset(
         "nohup",
         "setsid",
         "stdbuf",
-        "sudo",
         "time",
         "timeout",
         "unbuffer",
         "xargs",
     )
 )
-"""Commands that run the command after them: a bash rule matches the one they run."""
+"""Commands that run the command after them: a bash rule matches the one they run.
+
+``sudo`` and ``doas`` are not among them: they change who runs it, so a rule may
+name them (``bash(sudo *)``) as well as the command they run."""
 
 _PYTHON_TOOL: Final = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[\w.*?\[\]!]+$")
 _GLOB: Final = re.compile(r"[*?\[]")

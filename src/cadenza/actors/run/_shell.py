@@ -152,7 +152,7 @@ class _Interpreter:
 
 _PYTHON: Final = _Interpreter("c", valued="WXQ", stop="m")
 _NODE: Final = _Interpreter("ep", frozenset(("--eval", "--print")), valued="r")
-_AWK: Final = _Interpreter("", valued="Fvf", program_first=True)
+_AWK: Final = _Interpreter("e", valued="Fvf", program_first=True)
 _INTERPRETERS: Final = {
     "python": _PYTHON,
     "pypy": _PYTHON,
@@ -310,7 +310,9 @@ _WRAPPER_SPECS: Final = {
         more=True,
     ),
 }
-assert frozenset(_WRAPPER_SPECS) == WRAPPERS, "the wrappers a rule may not name are these"
+_PRIVILEGED: Final = frozenset(("sudo", "doas"))
+"""Wrappers matched both as written and by the command they run (they change who runs it)."""
+assert frozenset(_WRAPPER_SPECS) == WRAPPERS | _PRIVILEGED, "rules may not name the others"
 
 _ASSIGNMENT: Final = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 
@@ -405,6 +407,10 @@ class _Reader:
                 return
             if start is None:
                 break
+            if _file_name(text) in _PRIVILEGED:
+                self.commands.append(
+                    _command(_file_name(text), words[1:], more=more, replaced=False)
+                )
             more, replaced = more or wrapper.more, replaced or fills
             words = words[start:]
         else:
@@ -470,7 +476,11 @@ def _runs_code(name: str, arguments: Sequence[_Word]) -> tuple[str | None, str |
             raise _Unclear(f"{name} runs text as commands")
         if name in _RUNNERS:
             raise _Unclear(f"{name} runs a command given in its arguments")
-        if name == "find":
+        if name in (".", "source"):
+            script = arguments[0] if arguments else ("", False)
+            if not script[1] or script[0].startswith(_INPUT_FILES):
+                raise _Unclear(f"{name} reads commands from its input or an expansion")
+        elif name == "find":
             _check_find(arguments)
         elif name in _SHELLS:
             return _shell_script(name, arguments)
@@ -518,6 +528,8 @@ def _shell_script(name: str, arguments: Sequence[_Word]) -> tuple[str | None, st
         index += 1
     operand = arguments[index] if index < len(arguments) else None
     if not inline and operand is not None and operand[0] != "-":
+        if operand[0].startswith(_INPUT_FILES):
+            return f"{name} {operand[0]} runs code the rules cannot see", None
         return None, None  # a script file: it runs as a command of its own name
     if not inline:
         return f"{name} reading its input runs code the rules cannot see", None
@@ -526,7 +538,8 @@ def _shell_script(name: str, arguments: Sequence[_Word]) -> tuple[str | None, st
 
 
 def _check_interpreter(name: str, interpreter: _Interpreter, arguments: Sequence[_Word]) -> None:
-    operand_seen = False
+    program_given = False  # awk -f FILE: the program is a file, not the first operand
+    operand: str | None = None
     index = 0
     while index < len(arguments):
         text, known = arguments[index]
@@ -535,7 +548,9 @@ def _check_interpreter(name: str, interpreter: _Interpreter, arguments: Sequence
         if text in interpreter.long or text.split("=", 1)[0] in interpreter.long:
             raise _Unclear(f"{name} {text} runs code given inline")
         if text == "--" or text == "-" or not text.startswith("-") or len(text) < 2:
-            operand_seen = text not in ("--", "-")
+            operand = None if text == "--" else text
+            if text == "--" and index + 1 < len(arguments):
+                operand = arguments[index + 1][0]
             break
         if text.startswith("--"):
             index += 1
@@ -543,18 +558,21 @@ def _check_interpreter(name: str, interpreter: _Interpreter, arguments: Sequence
         letter = text[1]
         if letter in interpreter.stop:
             return  # python -m module: the module runs, by name
+        if any(c in interpreter.letters for c in text[1:]) and letter not in interpreter.valued:
+            raise _Unclear(f"{name} {text} runs code given inline")
         if letter in interpreter.valued:
-            if letter == "f" and interpreter.program_first:
-                return  # awk -f FILE: the program is a file
+            program_given = program_given or (letter == "f" and interpreter.program_first)
             index += 1 if len(text) > 2 else 2
             continue
-        if any(c in interpreter.letters for c in text[1:]):
-            raise _Unclear(f"{name} {text} runs code given inline")
         index += 1
-    if interpreter.program_first and operand_seen:
+    if operand is None or operand == "-" or operand.startswith(_INPUT_FILES):
+        raise _Unclear(f"{name} reads code from its input")
+    if interpreter.program_first and not program_given:
         raise _Unclear(f"{name}'s program is given inline")
-    if not operand_seen:
-        raise _Unclear(f"{name} without a file reads code from its input")
+
+
+_INPUT_FILES: Final = ("/dev/", "/proc/")
+"""Where a "file" of code is the command's input (``sh /dev/stdin <<EOF``)."""
 
 
 # Words ---------------------------------------------------------------------------
