@@ -9,8 +9,9 @@ subshell, a loop, a function's body or a substitution, is read into its words:
 
 - quotes and backslashes removed (``r''m`` and ``\\rm`` are ``rm``), and the
   command named by its file name (``/bin/rm`` is ``rm``);
-- wrappers looked through (``sudo``, ``env A=1``, ``nice``, ``timeout 5``,
-  ``xargs``, ``command``...): the command they run is the one matched;
+- wrappers looked through (``env A=1``, ``nice``, ``timeout 5``, ``xargs``,
+  ``command``...): the command they run is the one matched; ``sudo`` and
+  ``doas``, which change who runs it, are matched as written as well;
 - a word the shell would expand (``$X``, ``*``, ``~``, ``{a,b}``) ends what is
   known: the command is matched as "these words, then anything".
 
@@ -312,7 +313,8 @@ _WRAPPER_SPECS: Final = {
 }
 _PRIVILEGED: Final = frozenset(("sudo", "doas"))
 """Wrappers matched both as written and by the command they run (they change who runs it)."""
-assert frozenset(_WRAPPER_SPECS) == WRAPPERS | _PRIVILEGED, "rules may not name the others"
+# A rule may not name a wrapper it could never match (workflow._rules refuses it).
+assert frozenset(_WRAPPER_SPECS) == WRAPPERS | _PRIVILEGED
 
 _ASSIGNMENT: Final = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 
