@@ -360,8 +360,8 @@ class Validator:
                     self.add((*path, kind, index), problem)
 
     def _mcp_server(self, path: DocPath, name: str, server: McpServer) -> None:
-        if not _MCP_NAME.match(name):
-            self.add(path, f"MCP server name {name!r} must match {_MCP_NAME.pattern}")
+        if not MCP_SERVER_NAME.match(name):
+            self.add(path, f"MCP server name {name!r} must match {MCP_SERVER_NAME.pattern}")
         try:
             parse_duration(server.timeout)
         except ValueError as error:
@@ -429,7 +429,6 @@ class Validator:
         return content
 
 
-_MCP_NAME = MCP_SERVER_NAME
 _MESSAGE_TOOLS = frozenset(("send_message", "submit_result"))
 
 
