@@ -659,48 +659,46 @@ LINES = [
 ]
 
 
+@pytest.fixture(scope="module")
+def stubs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A directory whose ``s/`` holds the stubs (and env, nice, xargs): the whole PATH."""
+    root = tmp_path_factory.mktemp("stubs")
+    bin_dir = root / "s"
+    bin_dir.mkdir()
+    for name in STUBS:
+        stub = bin_dir / name
+        stub.write_text(f'#!/bin/sh\necho {name} >> "$STUB_LOG"\n')
+        stub.chmod(0o755)
+    for real in ("env", "nice", "xargs"):
+        found = shutil.which(real)
+        assert found is not None
+        (bin_dir / real).symlink_to(found)
+    return root
+
+
 @pytest.mark.parametrize("line", LINES)
-def test_every_command_sh_runs_is_one_the_rules_saw(line: str) -> None:
+def test_every_command_sh_runs_is_one_the_rules_saw(line: str, stubs: Path) -> None:
     """Run by the real /bin/sh: each command it starts was read, or the line was unclear
     (so no patterned rule lets it through)."""
-    _assert_read_as_sh_runs(line)
+    _assert_read_as_sh_runs(line, stubs)
 
 
 @FUZZ
-@given(st.lists(st.sampled_from(PIECES), min_size=1, max_size=12).map("".join))
-def test_fuzzed_lines_read_as_sh_runs_them(line: str) -> None:
-    _assert_read_as_sh_runs(line)
+@given(line=st.lists(st.sampled_from(PIECES), min_size=1, max_size=12).map("".join))
+def test_fuzzed_lines_read_as_sh_runs_them(line: str, stubs: Path) -> None:
+    _assert_read_as_sh_runs(line, stubs)
 
 
-def _assert_read_as_sh_runs(line: str) -> None:
+def _assert_read_as_sh_runs(line: str, stubs: Path) -> None:
     reading = read_command(line)
     seen = {command.text.split(" ")[0] for command in reading.commands}
-    ran = _run_with_stubs(line)
+    ran = _run_with_stubs(line, stubs)
     missed = ran - seen
     assert not missed or reading.unclear, f"{line!r}: sh ran {missed}, the rules saw {seen}"
 
 
-_STUB_DIR: list[Path] = []
-
-
-def _run_with_stubs(line: str) -> set[str]:
+def _run_with_stubs(line: str, root: Path) -> set[str]:
     """The commands ``/bin/sh -c line`` runs, from stubs that log their names."""
-    if not _STUB_DIR:
-        import tempfile
-
-        root = Path(tempfile.mkdtemp(prefix="cadenza-stubs-"))
-        bin_dir = root / "s"
-        bin_dir.mkdir()
-        for name in STUBS:
-            stub = bin_dir / name
-            stub.write_text(f'#!/bin/sh\necho {name} >> "$STUB_LOG"\n')
-            stub.chmod(0o755)
-        for real in ("env", "nice", "xargs"):
-            found = shutil.which(real)
-            assert found is not None
-            (bin_dir / real).symlink_to(found)
-        _STUB_DIR.append(root)
-    root = _STUB_DIR[0]
     log = root / "log"
     log.write_text("")
     env = {"PATH": str(root / "s"), "STUB_LOG": str(log), "X": "rm"}
