@@ -208,3 +208,12 @@ def test_resume_takes_the_same_permission_flags(write_flow: WriteFlow, tmp_path:
     assert [(d["tool_name"], d["allowed"], d["by"]) for d in decisions] == [
         ("bash", False, "sandbox")
     ]
+
+
+def test_resume_checks_the_rule_flags_too(tmp_path: Path) -> None:
+    """``resume --deny Bash`` is refused before any run is looked up, naming the flag."""
+    proc = cadenza("resume", "r-9", "--deny", "Bash", "--store", "runs.db", cwd=tmp_path)
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("cadenza: error: --deny 'Bash': permission rule 'Bash': ")
+    assert "did you mean 'bash'?" in proc.stderr
+    assert "Traceback" not in proc.stderr

@@ -181,7 +181,7 @@ async def _run(args: argparse.Namespace) -> int:
             workers=args.workers,
             curve_keys=args.curve_keys,
             insecure=args.insecure,
-            permissions=tool_policy(args, asker),
+            permissions=tool_policy(args, asker, document.workflow.mcp_servers),
         ) as runtime,
         watch_run(events=args.events, json_only=args.json) as on_event,
     ):

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Collection
 from typing import TYPE_CHECKING, Literal, Protocol
 
 import anyio
 import anyio.to_thread
 
 from cadenza.errors import CadenzaError
+from cadenza.workflow import rule_problem
 
 if TYPE_CHECKING:  # the runtime loads only for the commands that run
     from cadenza.actors import ToolPolicy, ToolRequest
@@ -55,8 +57,24 @@ def add_permission_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def tool_policy(args: argparse.Namespace, asker: TerminalAsker | None) -> ToolPolicy | None:
-    """The runtime's policy the flags ask for (None: none given)."""
+def tool_policy(
+    args: argparse.Namespace,
+    asker: TerminalAsker | None,
+    servers: Collection[str] | None = None,
+) -> ToolPolicy | None:
+    """The runtime's policy the flags ask for (None: none given).
+
+    ``servers``: the MCP servers of the workflow the flags are for (None: not
+    known, as for ``resume --all``), which a ``SERVER.*`` rule must name.
+
+    Raises:
+        CadenzaError: A rule is malformed or names no tool; the message names the flag.
+    """
+    for flag in ("allow", "deny"):
+        for rule in getattr(args, flag):
+            problem = rule_problem(rule, servers, in_workflow=False)
+            if problem is not None:
+                raise CadenzaError(f"--{flag} {rule!r}: {problem}")
     if not (args.sandbox or args.allow or args.deny or asker is not None):
         return None
     from cadenza.actors import ToolPolicy

@@ -33,6 +33,11 @@ from ._problems import WorkflowError as WorkflowError
 from ._python import AsyncPythonExpression as AsyncPythonExpression
 from ._python import python_expression as python_expression
 from ._python import register_python as register_python
+from ._rules import PATH_TOOLS as PATH_TOOLS
+from ._rules import WRAPPERS as WRAPPERS
+from ._rules import normal_pattern as normal_pattern
+from ._rules import rule_problem as rule_problem
+from ._rules import split_rule as split_rule
 from ._spec import AGENT_BUILTINS as AGENT_BUILTINS
 from ._spec import DEFAULT_MAX_CONCURRENCY as DEFAULT_MAX_CONCURRENCY
 from ._spec import DEFAULT_MAX_TURNS as DEFAULT_MAX_TURNS
@@ -66,7 +71,9 @@ __all__ = [
     "AGENT_BUILTINS",
     "DEFAULT_MAX_CONCURRENCY",
     "DEFAULT_MAX_TURNS",
+    "PATH_TOOLS",
     "WORKTREE_PER_STEP",
+    "WRAPPERS",
     "Agent",
     "AsyncPythonExpression",
     "Check",
@@ -100,6 +107,7 @@ __all__ = [
     "has_template",
     "load_workflow",
     "load_workflow_text",
+    "normal_pattern",
     "parse_duration",
     "parse_template",
     "preview",
@@ -108,6 +116,8 @@ __all__ = [
     "register_python",
     "resolve_inputs",
     "resolve_inside",
+    "rule_problem",
+    "split_rule",
     "to_mermaid",
     "type_name",
     "validate_file",

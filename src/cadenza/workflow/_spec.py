@@ -118,9 +118,11 @@ class McpServer(_Spec, frozen=True):
 class Permissions(_Spec, frozen=True):
     """``permissions:`` of a workflow or an agent: which tool calls may run.
 
-    Each rule is ``NAME`` or ``NAME(PATTERN)``, shell-style globs: ``bash(git *)``,
-    ``write(docs/*)``, ``github.*``. A deny rule always wins; once any allow rule
-    is given, a call no allow rule matches is denied (docs/tools.md).
+    Each rule is ``NAME`` or ``NAME(PATTERN)``: a tool's exact name, and a glob
+    matched against what the call acts on (``bash(git *)``, ``write(docs/*)``,
+    ``github.*``; ``_rules.py`` checks them). A deny rule always wins; once any
+    allow rule is given, a call the allow rules do not cover is denied
+    (docs/tools.md).
     """
 
     allow: list[str] = []

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import importlib.machinery
 import importlib.util
-import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -32,6 +31,7 @@ from ._references import (
     judge_problem,
     read_reference,
 )
+from ._rules import MCP_SERVER_NAME, rule_problem
 from ._scopes import check_scope, declared_ids
 from ._spec import (
     AGENT_BUILTINS,
@@ -352,18 +352,16 @@ class Validator:
         return False
 
     def _permissions(self, path: DocPath, permissions: Permissions) -> None:
+        servers = frozenset(self.workflow.mcp_servers)
         for kind, rules in (("allow", permissions.allow), ("deny", permissions.deny)):
             for index, rule in enumerate(rules):
-                if not _PERMISSION_RULE.match(rule):
-                    self.add(
-                        (*path, kind, index),
-                        f"permission rule {rule!r}: write NAME or NAME(PATTERN), "
-                        "e.g. bash, bash(git *), github.*",
-                    )
+                problem = rule_problem(rule, servers)
+                if problem is not None:
+                    self.add((*path, kind, index), problem)
 
     def _mcp_server(self, path: DocPath, name: str, server: McpServer) -> None:
-        if not _MCP_NAME.match(name):
-            self.add(path, f"MCP server name {name!r} must match {_MCP_NAME.pattern}")
+        if not MCP_SERVER_NAME.match(name):
+            self.add(path, f"MCP server name {name!r} must match {MCP_SERVER_NAME.pattern}")
         try:
             parse_duration(server.timeout)
         except ValueError as error:
@@ -431,9 +429,6 @@ class Validator:
         return content
 
 
-_MCP_NAME = re.compile(r"^[a-z][a-z0-9_-]{0,63}$")
-_PERMISSION_RULE = re.compile(r"^\s*[^()\s][^()]*(\(.*\))?\s*$")
-"""``NAME`` or ``NAME(PATTERN)`` (``actors.run.PermissionRule`` reads them)."""
 _MESSAGE_TOOLS = frozenset(("send_message", "submit_result"))
 
 

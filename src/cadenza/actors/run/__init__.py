@@ -56,6 +56,9 @@ from ._replay import CHECKPOINT as CHECKPOINT
 from ._replay import Replay as Replay
 from ._replay import ReplayedStep as ReplayedStep
 from ._replay_log import RUN_RESUMED as RUN_RESUMED
+from ._shell import Command as Command
+from ._shell import Reading as Reading
+from ._shell import read_command as read_command
 from ._worktrees import WORKTREE_DONE as WORKTREE_DONE
 from ._worktrees import WORKTREE_KEPT as WORKTREE_KEPT
 from ._worktrees import IsolationError as IsolationError
@@ -85,6 +88,7 @@ __all__ = [
     "Brief",
     "BudgetExceeded",
     "Cancellable",
+    "Command",
     "Decision",
     "Drain",
     "EventSink",
@@ -98,6 +102,7 @@ __all__ = [
     "PermissionRule",
     "PlacedActor",
     "Placement",
+    "Reading",
     "Replay",
     "ReplayedStep",
     "Report",
@@ -116,6 +121,7 @@ __all__ = [
     "encode_document",
     "letter_size",
     "pending_bytes",
+    "read_command",
     "step_name",
     "work_error",
 ]

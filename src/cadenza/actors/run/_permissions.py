@@ -4,21 +4,30 @@ Who decides, in order (the first that decides wins):
 
 1. the **sandbox** (``cadenza run --sandbox``, ``ToolPolicy(sandbox=True)``):
    only the read-only built-ins ``read``, ``glob`` and ``grep`` run;
-2. **deny rules**, the workflow's ``permissions.deny`` and the agent's;
+2. **deny rules**, the workflow's ``permissions.deny`` and the agent's: a call
+   one of them certainly covers is denied; one it may cover (below) is asked
+   about, and refused when nobody can answer;
 3. the **hook** (``Runtime(permissions=hook)``): it sees the call's tool
    name and arguments and answers True (allow), False or a reason (deny), or
    None (no opinion);
 4. **allow rules**, the workflow's and the agent's: once either lists any, a
-   call they do not match is denied, or asked about;
+   call they do not certainly cover is denied, or asked about;
 5. the **person** at the terminal (``cadenza run --ask``): every call still
    undecided is asked about; "always" allows that tool for the rest of the run;
 6. otherwise the call runs.
 
-A rule is ``NAME`` or ``NAME(PATTERN)``, both shell-style globs: NAME is the
-tool as ``tools:`` names it (``bash``, ``github.create_issue``, ``github.*``,
-``mytools:lookup``); PATTERN is matched against the call's main argument (the
-command of ``bash``, the path of ``read`` and ``write``, the pattern of
-``glob`` and ``grep``; for any other tool its arguments as compact JSON).
+A rule is ``NAME`` or ``NAME(PATTERN)`` (``workflow._rules`` checks them at
+load). PATTERN is a glob matched against what the call will act on, not its
+text: each simple command of a ``bash`` command line (``_shell``), the
+normalised path of ``read`` and ``write``, the tree a ``glob`` or ``grep``
+reaches, and for any other tool its arguments as compact JSON.
+
+"Certainly" and "may" come from what is not known before a call runs: an
+expanded word in a command (``rm $X``), arguments ``xargs`` reads, a directory
+``grep`` walks. A rule certainly covers a call when it matches whatever those
+turn out to be, and may cover it when it matches some of them. A command line
+with a part that cannot be read at all (a substitution, ``sh -c``...) is one
+no patterned ``bash`` rule can vouch for either way.
 
 What the run itself offers (``submit_result``, ``send_message``,
 ``forward_to_agent``) acts only inside the run and is never asked about. A
@@ -29,12 +38,21 @@ policy takes (all but the default) is recorded as a ``tool_permission`` event.
 from __future__ import annotations
 
 import fnmatch
+import functools
 import inspect
+import os
+import posixpath
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Final, Literal, NamedTuple, TypeAlias
 
+import anyio.to_thread
 import msgspec
+
+from cadenza.workflow import AGENT_BUILTINS, normal_pattern, rule_problem, split_rule
+
+from ._shell import read_command
 
 __all__ = [
     "READ_ONLY_TOOLS",
@@ -50,6 +68,9 @@ __all__ = [
 
 READ_ONLY_TOOLS: Final = frozenset(("read", "glob", "grep"))
 """The built-ins the sandbox lets run: they read files and change nothing."""
+
+_READ_IN_THREAD: Final = 4096
+"""Characters of a command line above which it is read in a worker thread."""
 
 _SUBJECTS: Final = {
     "bash": "command",
@@ -79,7 +100,7 @@ class ToolRequest(msgspec.Struct, frozen=True):
 
     @property
     def subject(self) -> str:
-        """What a rule's ``(PATTERN)`` is matched against (see the module's notes)."""
+        """The call's main argument, as shown to a person asked about it."""
         key = _SUBJECTS.get(self.tool)
         value = self.arguments.get(key) if key is not None else None
         if isinstance(value, str):
@@ -105,6 +126,147 @@ class Decision(NamedTuple):
     reason: str
 
 
+# What a call acts on -------------------------------------------------------------
+
+
+class _Subject(NamedTuple):
+    """One thing a call acts on, in the forms a rule may name it by.
+
+    ``forms`` are spellings of the same thing (a path relative to the
+    workflow's directory, and absolute): a rule matching any one matches it.
+    ``open`` is None when a form is all of it; otherwise each form is how it
+    starts and more follows, unknown before the call runs: ``""`` anything,
+    ``" "`` (a command's) further arguments. ``why`` says what that is.
+    """
+
+    forms: tuple[str, ...]
+    open: str | None = None
+    why: str = ""
+
+
+_Reading: TypeAlias = tuple[tuple[_Subject, ...], tuple[str, ...]]
+
+
+class _Call:
+    """A request as the rules see it: its subjects, read once and only if a rule asks."""
+
+    def __init__(self, request: ToolRequest, directory: Path | None) -> None:
+        self.request = request
+        self.directory = directory
+        self._reading: _Reading | None = None
+
+    @property
+    def reading(self) -> _Reading:
+        """The subjects, and why part of the call cannot be read (a bash command's)."""
+        if self._reading is None:
+            self._reading = self._read()
+        return self._reading
+
+    async def read_ahead(self, rules: Iterable[PermissionRule]) -> None:
+        """Reads a long command line in a worker thread, if a rule will need it.
+
+        A line of thousands of commands takes tens of milliseconds to read:
+        not on the event loop.
+        """
+        command = self.request.arguments.get("command")
+        if (
+            self.request.tool == "bash"
+            and isinstance(command, str)
+            and len(command) > _READ_IN_THREAD
+            and any(rule.pattern is not None and rule.names("bash") for rule in rules)
+        ):
+            self._reading = await anyio.to_thread.run_sync(self._read)
+
+    def _read(self) -> _Reading:
+        tool, arguments = self.request.tool, self.request.arguments
+        command = arguments.get("command")
+        if tool == "bash" and isinstance(command, str):
+            reading = read_command(command)
+            subjects = tuple(_Subject((c.text,), c.open, c.why) for c in reading.commands if c.text)
+            return subjects, reading.unclear
+        if tool in ("read", "write") and isinstance(arguments.get("path"), str):
+            return _path_subjects(arguments["path"], self.directory, tree=False), ()
+        if tool == "grep" and isinstance(arguments.get("path", "."), str):
+            return _path_subjects(arguments.get("path", "."), self.directory, tree=None), ()
+        if tool == "glob" and isinstance(arguments.get("pattern"), str):
+            return _glob_subjects(arguments, self.directory), ()
+        return (_Subject((msgspec.json.encode(arguments).decode(),)),), ()
+
+
+def _path_subjects(
+    given: str, directory: Path | None, *, tree: bool | None
+) -> tuple[_Subject, ...]:
+    """A path argument as rules see it: as written and with its links resolved.
+
+    Both are normalised (``./a//b/../.env`` is ``.env``) and relative to the
+    workflow's directory when inside it, absolute otherwise; the two are
+    separate subjects, since a link can lead somewhere a rule covers.
+    ``tree``: the call reaches everything under the path (True), the path
+    itself (False), or whichever it is, asked of the file system (None: grep).
+    """
+    given = given.strip()
+    places: list[tuple[str, ...]]
+    if directory is None:
+        places = [(posixpath.normpath(given or "."),)]
+        is_tree = bool(tree)
+    else:
+        base = os.path.abspath(directory)
+        joined = os.path.join(base, given)
+        lexical = os.path.normpath(joined)
+        try:  # as the tool resolves it: links first, then what .. leads to
+            real_base = os.path.realpath(base)
+            resolved = os.path.realpath(joined)
+        except (OSError, ValueError):  # a NUL byte: the tool refuses it anyway
+            real_base, resolved = base, lexical
+        places = [_place(lexical, (base, real_base)), _place(resolved, (real_base,))]
+        is_tree = os.path.isdir(resolved) if tree is None else tree
+    subjects: dict[tuple[str, ...], None] = {}
+    for forms in places:
+        if is_tree:
+            forms = tuple("" if form == "." else form.rstrip("/") + "/" for form in forms)
+        subjects[forms] = None
+    why = "it reaches every file under the directory"
+    return tuple(_Subject(forms, "" if is_tree else None, why) for forms in subjects)
+
+
+def _place(path: str, bases: Iterable[str]) -> tuple[str, ...]:
+    """``path`` relative to the first of ``bases`` it is inside, then absolute; or absolute."""
+    for base in bases:
+        if path == base:
+            return ".", path
+        if path.startswith(base.rstrip(os.sep) + os.sep):
+            return path[len(base.rstrip(os.sep)) + 1 :], path
+    return (path,)
+
+
+_GLOB_CHARS: Final = frozenset("*?[")
+
+
+def _glob_subjects(arguments: dict[str, Any], directory: Path | None) -> tuple[_Subject, ...]:
+    """What a ``glob`` call lists: the directory its pattern's fixed part names, or one path."""
+    root = arguments.get("path", ".")
+    pattern: str = arguments["pattern"]
+    full = posixpath.join(root if isinstance(root, str) else ".", pattern)
+    parts = full.split("/")
+    fixed = next((i for i, part in enumerate(parts) if _GLOB_CHARS & set(part)), None)
+    if fixed is None:
+        return _path_subjects(full, directory, tree=False)
+    return _path_subjects(
+        "/".join(parts[:fixed]) or ("/" if full.startswith("/") else "."), directory, tree=True
+    )
+
+
+# Rules ---------------------------------------------------------------------------
+
+
+class _Verdict(NamedTuple):
+    """What a deny rule says of a call: it covers it (``certain``), or it may."""
+
+    rule: PermissionRule
+    certain: bool
+    reason: str  # certain: what it covers (a command of the line); else why it cannot tell
+
+
 @dataclass(frozen=True, slots=True)
 class PermissionRule:
     """``NAME`` or ``NAME(PATTERN)``: which calls a rule covers."""
@@ -114,32 +276,169 @@ class PermissionRule:
 
     @classmethod
     def parse(cls, text: str) -> PermissionRule:
-        """The rule ``text`` spells.
+        """The rule ``text`` spells, its PATTERN in the form it is matched in.
 
         Raises:
-            ValueError: It is empty, or its parentheses do not close at its end.
+            ValueError: It is not ``NAME`` or ``NAME(PATTERN)``.
         """
-        text = text.strip()
-        name, paren, rest = text.partition("(")
-        if paren and not rest.endswith(")"):
-            raise ValueError(f"rule {text!r}: write NAME or NAME(PATTERN)")
-        if not name.strip():
-            raise ValueError(f"rule {text!r} names no tool")
-        return cls(name.strip(), rest[:-1] if paren else None)
+        name, pattern = split_rule(text)
+        return cls(name, None if pattern is None else normal_pattern(name, pattern))
+
+    def names(self, tool: str) -> bool:
+        """Whether the rule is about ``tool`` (whatever its arguments).
+
+        A built-in by its name; a Python tool (``module:function``) or an MCP
+        server's (``SERVER.TOOL``) by a glob over names of its own kind; a bare
+        ``SERVER``, every tool of the server.
+        """
+        if self.name in AGENT_BUILTINS:
+            return tool == self.name
+        if (":" in self.name) != (":" in tool):
+            return False
+        if ":" in self.name or "." in self.name:
+            return fnmatch.fnmatchcase(tool, self.name)
+        return tool.startswith(self.name + ".")
 
     def matches(self, request: ToolRequest) -> bool:
-        """Whether the rule covers ``request``."""
-        if not fnmatch.fnmatchcase(request.tool, self.name):
-            return False
-        return self.pattern is None or fnmatch.fnmatchcase(request.subject, self.pattern)
+        """Whether the rule alone, as an allow rule, covers ``request`` (paths as written)."""
+        return _uncovered(_Call(request, None), (self,)) is None
+
+    def denies(self, call: _Call) -> _Verdict | None:
+        """As a deny rule: whether it covers ``call``, or may (None: it does not).
+
+        One subject it covers is enough. A call with a part that cannot be read
+        is a "maybe" for every patterned rule about its tool.
+        """
+        if not self.names(call.request.tool):
+            return None
+        if self.pattern is None:
+            return _Verdict(self, True, "")
+        subjects, unclear = call.reading
+        maybe: _Verdict | None = None
+        for subject in subjects:
+            if self.covers(subject):
+                return _Verdict(self, True, _shown(subject))
+            if maybe is None and self._reaches(subject):
+                maybe = _Verdict(self, False, f"{_shown(subject)}: {subject.why}")
+        return _Verdict(self, False, unclear[0]) if unclear else maybe
+
+    def covers(self, subject: _Subject) -> bool:
+        """Whether the PATTERN matches ``subject`` whatever its unknown part turns out to be."""
+        return self.pattern is None or any(
+            self._covers(form, subject.open) for form in subject.forms
+        )
+
+    def _covers(self, text: str, open: str | None) -> bool:
+        assert self.pattern is not None
+        if open is None:
+            return self._whole(text)
+        if open == " ":
+            return self._whole(text) and _glob(self.pattern).takes_all(text + " ")
+        return _glob(self.pattern).takes_all(text)
+
+    def _reaches(self, subject: _Subject) -> bool:
+        """Whether the PATTERN matches some of what ``subject`` may turn out to be."""
+        assert self.pattern is not None
+        glob = _glob(self.pattern)
+        for text in subject.forms:
+            if subject.open is None and self._whole(text):
+                return True
+            if subject.open == " " and (self._whole(text) or glob.takes_some(text + " ")):
+                return True
+            if subject.open == "" and glob.takes_some(text):
+                return True
+        return False
+
+    def _whole(self, text: str) -> bool:
+        """The PATTERN matches ``text``; for bash, ``rm *`` matches ``rm`` alone too."""
+        assert self.pattern is not None
+        if fnmatch.fnmatchcase(text, self.pattern):
+            return True
+        return self.name == "bash" and fnmatch.fnmatchcase(text + " ", self.pattern)
 
     def __str__(self) -> str:
         return self.name if self.pattern is None else f"{self.name}({self.pattern})"
 
 
+class _Glob:
+    """A shell-style glob run over a text's start: what may, or must, follow it.
+
+    fnmatch answers "does this whole text match"; a subject with an unknown
+    end asks "does every text starting so match" and "does some". The pattern
+    is run as a small automaton over the known start, one position per token
+    (``*``, ``?``, a ``[...]`` class, a character), classes read as fnmatch
+    reads them.
+    """
+
+    def __init__(self, pattern: str) -> None:
+        self.tokens: list[str] = []
+        index = 0
+        while index < len(pattern):
+            char = pattern[index]
+            if char == "[":
+                end = index + 1
+                if end < len(pattern) and pattern[end] == "!":
+                    end += 1
+                if end < len(pattern) and pattern[end] == "]":
+                    end += 1
+                while end < len(pattern) and pattern[end] != "]":
+                    end += 1
+                if end < len(pattern):
+                    self.tokens.append(pattern[index : end + 1])
+                    index = end + 1
+                    continue
+                char = "[[]"  # no closing bracket: a literal [, as fnmatch takes it
+            self.tokens.append(char)
+            index += 1
+
+    def _states(self, text: str) -> set[int]:
+        states = self._closure({0})
+        for char in text:
+            following = set()
+            for state in states:
+                if state == len(self.tokens):
+                    continue
+                token = self.tokens[state]
+                if token == "*":
+                    following.add(state)
+                elif token in ("?", char) or (len(token) > 1 and fnmatch.fnmatchcase(char, token)):
+                    following.add(state + 1)
+            states = self._closure(following)
+            if not states:
+                break
+        return states
+
+    def _closure(self, states: set[int]) -> set[int]:
+        for state in sorted(states):
+            while state < len(self.tokens) and self.tokens[state] == "*":
+                state += 1
+                states.add(state)
+        return states
+
+    def takes_all(self, start: str) -> bool:
+        """Every text that begins with ``start`` matches."""
+        stars = [s for s in self._states(start) if s < len(self.tokens)]
+        return any(all(t == "*" for t in self.tokens[s:]) for s in stars)
+
+    def takes_some(self, start: str) -> bool:
+        """Some text that begins with ``start`` matches."""
+        return bool(self._states(start))
+
+
+@functools.lru_cache(maxsize=512)
+def _glob(pattern: str) -> _Glob:
+    return _Glob(pattern)
+
+
+# Policies ------------------------------------------------------------------------
+
+
 @dataclass(frozen=True, slots=True)
 class ToolPolicy:
     """What a `Runtime` (or ``cadenza run``) adds to every run's permission policy.
+
+    Rules are checked when the policy is made: outside a workflow a bare NAME
+    must be a built-in, and an MCP server's tools are written ``SERVER.*``.
 
     Attributes:
         hook: Asked about each call the sandbox and deny rules let through.
@@ -147,6 +446,9 @@ class ToolPolicy:
         allow: Allow rules for every run, besides the workflow's own.
         deny: Deny rules for every run, besides the workflow's own.
         ask: Asks a person about each call nothing else decided.
+
+    Raises:
+        ValueError: A rule is malformed or names no tool.
     """
 
     hook: PermissionHook | None = None
@@ -154,6 +456,16 @@ class ToolPolicy:
     allow: Sequence[str] = ()
     deny: Sequence[str] = ()
     ask: Asker | None = None
+
+    def __post_init__(self) -> None:
+        for kind in ("allow", "deny"):
+            rules = getattr(self, kind)
+            if isinstance(rules, str):
+                raise ValueError(f"ToolPolicy({kind}=...) takes a list of rules, not one string")
+            for index, rule in enumerate(rules):
+                problem = rule_problem(rule, None, in_workflow=False)
+                if problem is not None:
+                    raise ValueError(f"ToolPolicy({kind}[{index}]): {problem}")
 
 
 @dataclass(slots=True)
@@ -191,17 +503,27 @@ class PermissionPolicy:
         request: ToolRequest,
         allow: Sequence[PermissionRule] = (),
         deny: Sequence[PermissionRule] = (),
+        directory: Path | None = None,
     ) -> Decision | None:
         """The decision about ``request`` (None: nothing decided, it runs).
 
-        ``allow`` and ``deny`` are the agent's own rules, added to the run's.
+        ``allow`` and ``deny`` are the agent's own rules, added to the run's;
+        ``directory`` is where the call's relative paths lead (the workflow's).
         """
         if self.sandbox and request.tool not in READ_ONLY_TOOLS:
             reason = "the run is sandboxed: only read, glob and grep may run"
             return Decision(False, "sandbox", reason)
-        for rule in (*self.deny, *deny):
-            if rule.matches(request):
-                return Decision(False, "rule", f"denied by the rule {rule}")
+        call = _Call(request, directory)
+        await call.read_ahead((*self.deny, *deny, *self.allow, *allow))
+        denied = _deny(call, (*self.deny, *deny))
+        if denied is not None and denied.certain:
+            what = f": {denied.reason}" if denied.reason else ""
+            return Decision(False, "rule", f"denied by the rule {denied.rule}{what}")
+        if denied is not None:
+            if self.ask is not None:
+                return await self._ask(request, sticky=False)
+            reason = f"the rule {denied.rule} may cover this call ({denied.reason})"
+            return Decision(False, "rule", f"{reason}; nobody was there to ask (--ask)")
         if self.hook is not None:
             answer = self.hook(request)
             if inspect.isawaitable(answer):
@@ -212,24 +534,86 @@ class PermissionPolicy:
                 reason = answer if isinstance(answer, str) and answer else ""
                 return Decision(False, "hook", reason or "denied by the permission hook")
         rules = (*self.allow, *allow)
-        for rule in rules:
-            if rule.matches(request):
-                return Decision(True, "rule", f"allowed by the rule {rule}")
+        refusal = _uncovered(call, rules) if rules else None
+        if rules and refusal is None:
+            return Decision(True, "rule", _allowed_by(call, rules))
         if self.ask is not None:
-            return await self._ask(request)
-        if rules:
-            names = ", ".join(str(rule) for rule in rules)
-            return Decision(False, "rule", f"not allowed: the allow rules are {names}")
+            return await self._ask(request, sticky=True)
+        if refusal is not None:
+            return Decision(False, "rule", refusal)
         return None
 
-    async def _ask(self, request: ToolRequest) -> Decision:
-        if request.tool in self.always:
-            return Decision(True, "ask", f"allowed: {request.tool} always, said at the terminal")
+    async def _ask(self, request: ToolRequest, *, sticky: bool) -> Decision:
+        """Puts the call to the person. ``sticky``: "always" holds for the tool from now on.
+
+        A call a deny rule may cover is asked about every time: an "always"
+        said about another call of the tool does not answer for it.
+        """
+        said = f"allowed: {request.tool} always, said at the terminal"
+        if sticky and request.tool in self.always:
+            return Decision(True, "ask", said)
         assert self.ask is not None
         answer = await self.ask(request)
-        if answer == "always":
+        if answer == "always" and sticky:
             self.always.add(request.tool)
-            return Decision(True, "ask", f"allowed: {request.tool} always, said at the terminal")
-        if answer == "yes":
+            return Decision(True, "ask", said)
+        if answer in ("yes", "always"):
             return Decision(True, "ask", "allowed at the terminal")
         return Decision(False, "ask", "denied at the terminal")
+
+
+def _deny(call: _Call, rules: Sequence[PermissionRule]) -> _Verdict | None:
+    """The first deny rule that covers the call; else the first that may; else None."""
+    maybe: _Verdict | None = None
+    for rule in rules:
+        verdict = rule.denies(call)
+        if verdict is not None and verdict.certain:
+            return verdict
+        maybe = maybe or verdict
+    return maybe
+
+
+def _uncovered(call: _Call, rules: Sequence[PermissionRule]) -> str | None:
+    """Why the allow ``rules`` together do not cover the call, or None: they do.
+
+    Every subject must be covered by some rule; a patterned rule cannot vouch
+    for a call with a part that cannot be read.
+    """
+    named = [rule for rule in rules if rule.names(call.request.tool)]
+    listed = ", ".join(str(rule) for rule in rules)
+    if any(rule.pattern is None for rule in named):
+        return None
+    if not named:
+        return f"not allowed: the allow rules are {listed}"
+    subjects, unclear = call.reading
+    if unclear:
+        return f"not allowed: {unclear[0]}, so no allow rule ({listed}) can vouch for it"
+    for subject in subjects:
+        if not any(rule.covers(subject) for rule in named):
+            return (
+                f"not allowed: {_shown(subject)} is covered by none of the allow rules ({listed})"
+            )
+    return None
+
+
+def _allowed_by(call: _Call, rules: Sequence[PermissionRule]) -> str:
+    """Which allow rules let the call through (those covering one of its subjects)."""
+    named = [rule for rule in rules if rule.names(call.request.tool)]
+    used = [rule for rule in named if rule.pattern is None][:1]
+    if not used:
+        subjects, _ = call.reading
+        covering = (next(r for r in named if r.covers(s)) for s in subjects)
+        used = list(dict.fromkeys(covering)) or named[:1]
+    plural = "s" if len(used) > 1 else ""
+    return f"allowed by the rule{plural} " + ", ".join(map(str, used))
+
+
+def _shown(subject: _Subject) -> str:
+    """A subject as a reason names it; an open one ends with what may follow."""
+    text = subject.forms[0] or "."
+    if len(text) > _SHOWN:
+        text = text[: _SHOWN - 1] + "…"
+    return {None: text, "": f"{text}…", " ": f"{text} …"}[subject.open]
+
+
+_SHOWN: Final = 200  # characters of a command or path a reason quotes

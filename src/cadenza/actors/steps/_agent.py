@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -88,9 +89,15 @@ class _Conversation:
     """One agent visit: the messages so far and the tools on offer."""
 
     def __init__(
-        self, run: RunContext, address: str, agent_name: str | None, agent: Agent | None
+        self,
+        run: RunContext,
+        address: str,
+        agent_name: str | None,
+        agent: Agent | None,
+        directory: Path,
     ) -> None:
         self.run = run
+        self.directory = directory  # where the built-ins' relative paths lead
         self.address = address
         self.agent_name = agent_name
         self.agent = agent
@@ -118,7 +125,7 @@ class _Conversation:
             return
         name = tool.name or tool.spec.name
         request = ToolRequest(self.run.run_id, self.address, self.agent_name, name, arguments)
-        decision = await policy.decide(request, self.allow, self.deny)
+        decision = await policy.decide(request, self.allow, self.deny, self.directory)
         if decision is None:
             return
         allowed, by, reason = decision
@@ -338,7 +345,7 @@ async def run_agent(run: RunContext, document: LoadedWorkflow, visit: AgentVisit
         if visit.max_retries is not None
         else document.workflow.options.max_retries
     )
-    conversation = _Conversation(run, visit.address, visit.agent_name, agent)
+    conversation = _Conversation(run, visit.address, visit.agent_name, agent, document.base_dir)
     contents: list[str] = []
     try:
         spec = model_spec(run, agent, visit.agent_name, visit.step_model)
