@@ -121,6 +121,25 @@ def test_a_large_foreach_on_a_terminal_counts_its_items_instead_of_listing_them(
     assert summary.count("failed, the run went on") == 11
 
 
+def test_a_resumed_foreach_counts_the_items_that_ended_before_it_stopped(
+    write_flow: WriteFlow, tmp_path: Path
+) -> None:
+    """Two items end, the third waits for a person; resumed on a terminal, the forEach's
+    end line counts all three, though only the third ends in the resumed process."""
+    flow = write_flow(
+        "name: asks\nsteps:\n  - id: fan\n    loop:\n      forEach: '[0, 1, 2]'\n"
+        "      steps:\n        - {id: work, command: 'echo work'}\n"
+        "        - {id: ask, dependsOn: [work], condition: 'index == 2', human: {prompt: 'ok?'}}\n"
+    )
+    waiting = cadenza("run", str(flow), "--store", "runs.db", "--run-id", "r", cwd=tmp_path)
+    assert waiting.returncode == 3, waiting.stderr
+    answer = ("signal", "r", "fan[2].ask", "--data", "{}", "--store", "runs.db")
+    assert cadenza(*answer, cwd=tmp_path).returncode == 0
+    with Terminal("resume", "r", "--store", "runs.db", cwd=tmp_path) as tty:
+        assert tty.wait() == 0
+    assert re.search(r"✓ fan  \S+  3 done\n", tty.text.replace("\r\n", "\n")), tty.text
+
+
 def test_hints_carry_a_non_default_store_and_work_when_pasted(
     write_flow: WriteFlow, tmp_path: Path
 ) -> None:

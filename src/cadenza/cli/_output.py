@@ -242,12 +242,14 @@ class LiveProgress:
         if event.type == EventType.STEP_START and address is not None:
             self.running[address] = self.clock.now()
             return True
-        if event.type in self._ENDINGS and address in self.running:
-            del self.running[address]
-            self.writing.pop(address, None)
-            self.fans.pop(address, None)  # its end line gave the final count
-            return True
-        if event.type in (EventType.WORKFLOW_END, RUN_INTERRUPTED) and self.running:
+        if event.type in self._ENDINGS and address is not None:
+            ended = self.fans.pop(address, None) is not None  # its end line gave the count
+            if address in self.running:
+                del self.running[address]
+                self.writing.pop(address, None)
+                ended = True
+            return ended or counted
+        if event.type in (EventType.WORKFLOW_END, RUN_INTERRUPTED) and (self.running or self.fans):
             self.running.clear()
             self.writing.clear()
             self.fans.clear()
