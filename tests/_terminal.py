@@ -72,9 +72,9 @@ class Terminal:
         """Types ``text`` at the terminal, as a person at the keyboard would."""
         os.write(self.leader, text.encode())
 
-    def wait(self) -> int:
-        """Reads everything until the process ends; its exit code."""
-        deadline = time.monotonic() + DEADLINE
+    def wait(self, seconds: float = DEADLINE) -> int:
+        """Reads everything until the process ends, within ``seconds``; its exit code."""
+        deadline = time.monotonic() + seconds
         while not self.ended and time.monotonic() < deadline:
             self._read(deadline - time.monotonic())
         return self.process.wait(timeout=DEADLINE)

@@ -11,6 +11,8 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
 from ._terminal import Terminal
 from .test_cli import EXAMPLES, cadenza
 
@@ -61,6 +63,81 @@ def test_a_terminal_shows_the_run_id_then_running_steps_with_their_time(
         tty.read_until(r"✓ slow")
         assert tty.wait() == 0
     assert "run r-live (live): completed" in tty.lines()
+
+
+FAN = """
+name: fan
+inputs:
+  items: {type: array}
+steps:
+  - id: fan
+    loop:
+      forEach: "inputs.items"
+      maxConcurrency: 2
+      steps:
+        - id: work
+          handler: "HANDLERS:work"
+          onError: continue
+output: "'fanned out'"
+"""
+
+FAN_HANDLERS = """
+def work(context):
+    if context.index % 997 == 3:  # 11 of 10,000 fail
+        raise ValueError(f"bad item {context.index}")
+    return "done"
+"""
+
+
+@pytest.mark.timeout(300)  # two runs of 10,000 items, on a machine that may be busy
+def test_a_large_foreach_on_a_terminal_counts_its_items_instead_of_listing_them(
+    write_flow: WriteFlow, tmp_path: Path
+) -> None:
+    """10,000 items on a real terminal: the finished items are counted on the forEach's
+    line, not printed one by one, so the terminal gets a few hundred lines (not one or
+    more per item); the first failures are shown; the summary is the one a pipe gets."""
+    flow = str(write_flow(FAN, handlers=FAN_HANDLERS))
+    (tmp_path / "items.json").write_text(json.dumps({"items": list(range(10_000))}))
+    run = ("run", flow, "--inputs-file", "items.json", "--run-id", "r-fan")
+    command = [sys.executable, "-m", "cadenza", *run, "--store", "piped.db"]
+    with (
+        subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE, text=True) as piped,
+        Terminal(*run, "--store", "tty.db", cwd=tmp_path) as tty,
+    ):  # side by side: the machine's cores are shared
+        assert tty.wait(seconds=240) == 0
+        piped_summary, _ = piped.communicate(timeout=240)
+    assert piped.returncode == 0
+
+    screen = tty.text.replace("\r\n", "\n")
+    assert screen.count("\n") <= 300, f"{screen.count(chr(10))} lines"
+    assert len(screen.encode()) <= 64_000
+    progress, summary = screen.split("run r-fan (fan): completed\n")
+    assert "run r-fan (fan): completed\n" + summary == piped_summary
+    assert re.search(r"⋯ fan\[…\]  [\d,]+/10,000 done, [1-9]\d* failed", progress), progress
+    assert re.search(r"✓ fan  \S+  10,000/10,000 done, 11 failed\n", progress), progress
+    assert "✓ fan[" not in progress  # no item's end has a line of its own
+    told = re.findall(r"✗ fan\[(\d+)\]\.work  \S+ ValueError: bad item \d+", progress)
+    assert told == ["3", "1000", "1997", "2994", "3991"]  # the first five; the summary has all
+    assert summary.count("failed, the run went on") == 11
+
+
+def test_a_resumed_foreach_counts_the_items_that_ended_before_it_stopped(
+    write_flow: WriteFlow, tmp_path: Path
+) -> None:
+    """Two items end, the third waits for a person; resumed on a terminal, the forEach's
+    end line counts all three, though only the third ends in the resumed process."""
+    flow = write_flow(
+        "name: asks\nsteps:\n  - id: fan\n    loop:\n      forEach: '[0, 1, 2]'\n"
+        "      steps:\n        - {id: work, command: 'echo work'}\n"
+        "        - {id: ask, dependsOn: [work], condition: 'index == 2', human: {prompt: 'ok?'}}\n"
+    )
+    waiting = cadenza("run", str(flow), "--store", "runs.db", "--run-id", "r", cwd=tmp_path)
+    assert waiting.returncode == 3, waiting.stderr
+    answer = ("signal", "r", "fan[2].ask", "--data", "{}", "--store", "runs.db")
+    assert cadenza(*answer, cwd=tmp_path).returncode == 0
+    with Terminal("resume", "r", "--store", "runs.db", cwd=tmp_path) as tty:
+        assert tty.wait() == 0
+    assert re.search(r"✓ fan  \S+  3 done\n", tty.text.replace("\r\n", "\n")), tty.text
 
 
 def test_hints_carry_a_non_default_store_and_work_when_pasted(

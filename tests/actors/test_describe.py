@@ -114,3 +114,12 @@ def test_a_workflow_level_loop_is_one_box_around_the_whole_dag(
     )
     assert 'subgraph n_workflow_loop["again (repeat ≤2)"]' in chart
     assert 'n_b -.->|"next iteration"| n_a' in chart
+
+
+def test_mermaid_counts_a_single_item_in_the_singular(write_flow: WriteFlow) -> None:
+    """A literal forEach of one item is "1 item", not "1 items"."""
+    flow = write_flow(
+        "name: one\nsteps:\n  - id: fan\n    command: 'echo hi'\n    loop: {forEach: [a]}\n"
+    )
+    lines = [line.strip() for line in to_mermaid(load_workflow(flow)).splitlines()]
+    assert 'subgraph n_fan["fan (forEach 1 item)"]' in lines

@@ -220,6 +220,44 @@ def test_a_control_loop_decision_log_reads_as_a_table(tmp_path: Path, page: Page
         shoot(page, tmp_path, "decision-log", docs="viewer-decision-log.png")
 
 
+QUICKSTART = EXAMPLES.parent / "docs" / "quickstart.md"
+
+
+def test_a_judged_loop_on_one_step_counts_its_iterations(tmp_path: Path, page: Page) -> None:
+    """The quick start's judged loop (an agent step repeated until a judge says done):
+    its iterations are addressed `draft.0`, `draft.1`, the step itself, with the judge
+    at `draft.0.untilAgent`. The counter and the chip say 2 iterations, there is no chip
+    per iteration, and the timeline's rows for `draft.0` and `draft.1` read as iterations."""
+    judged = re.search(r"```yaml\n(# file: judged\.yaml\n.*?)```", QUICKSTART.read_text(), re.S)
+    assert judged is not None
+    write(tmp_path, "judged.yaml", judged.group(1))
+    options = ServeOptions(store=tmp_path / "runs.db", root=tmp_path, port=0)
+    with BackgroundServer(options) as server:
+        started = httpx.post(f"{server.url}/api/runs", json={"path": "judged.yaml"})
+        page.goto(f"{server.url}/#/runs/{started.json()['runId']}")
+        expect(page.locator(".run-status .status")).to_have_text("completed")
+
+        chips = page.locator(".loop-counter")
+        expect(chips).to_have_count(1)
+        expect(chips).to_have_attribute("data-loop", "draft")
+        expect(chips.locator(".count")).to_have_text("2")
+        expect(chips).to_contain_text("done: judge")
+        counter = page.locator('svg.diagram [data-loop="draft"]')
+        expect(counter).to_have_text("✓ 2 iterations (judge)")
+
+        rows = page.locator("table.timeline tbody tr")
+        expect(rows).to_have_count(5)
+        labels = ["draft", "↻ iteration 1", "untilAgent", "↻ iteration 2", "untilAgent"]
+        expect(rows.locator("td.addr")).to_have_text(labels)
+        expect(rows.locator("td:nth-child(2)")).to_have_text(
+            ["loop", "agent", "judge", "agent", "judge"]
+        )
+        for n in (0, 1):
+            row = page.locator(f'table.timeline tr[data-address="draft.{n}"]')
+            expect(row).to_have_attribute("data-kind", "iteration")
+        shoot(page, tmp_path, "judged-loop")
+
+
 STREAMING = """\
 name: streaming-writer
 agents:

@@ -22,6 +22,7 @@ import sys
 import time
 from collections.abc import AsyncIterator, Iterable, Mapping
 from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TextIO
 
 import anyio
@@ -29,15 +30,18 @@ import msgspec
 
 from cadenza.actors import RUN_INTERRUPTED, EventSink
 from cadenza.actors.run import RUN_RESUMED, STEP_REPLAYED, STEP_WAITING
-from cadenza.kernel import RunRow, describe_store
+from cadenza.kernel import Clock, RunRow, SystemClock, describe_store
 from cadenza.protocols import (
     Event,
     EventType,
     GraphTransition,
+    ItemEnd,
+    ItemStart,
     IterationStart,
     JudgeVerdict,
     RunResult,
     StepRecord,
+    StepReplayed,
     payload,
 )
 
@@ -109,14 +113,52 @@ def _containers(addresses: Iterable[str]) -> set[str]:
     }
 
 
+def _items_holding(address: str) -> list[str]:
+    """The forEach items ``address`` is inside, outermost first: ``a[1]``, ``a[1].b[2]``
+    for ``a[1].b[2].c``."""
+    return [address[: end + 1] for end, char in enumerate(address) if char == "]"]
+
+
+def _fan_of(item: str) -> str:
+    """The forEach an item belongs to: ``a[1].b`` for ``a[1].b[2]``."""
+    return item[: item.rindex("[")]
+
+
+@dataclass
+class _Fan:
+    """A forEach under way: its items are counted as they end, not listed one by one.
+
+    Sets of item addresses, not counters, so that an item is counted once however its
+    end is told: its ``item_end``, or (on resume, where the ``item_end`` recorded before
+    the interruption is not told again) a step of it replayed.
+    """
+
+    total: int | None = None  # from item_start; unknown until one is told
+    ended: set[str] = field(default_factory=set)
+    failed: set[str] = field(default_factory=set)  # a failure inside, or ended failed
+
+    def counts(self) -> str:
+        """``7,312/10,000 done, 2 failed``."""
+        total = f"/{self.total:,}" if self.total is not None else ""
+        failed = f", {len(self.failed):,} failed" if self.failed else ""
+        return f"{len(self.ended):,}{total} done{failed}"
+
+
 class LiveProgress:
     """Live progress on a terminal: what ended scrolls up; below it, what runs now.
 
     Each line of the running list says how long the step has been running and,
-    for an agent whose model streams, the end of what it is writing now; the
-    list is redrawn on every event and by `keep_time`, and erased when the run
-    ends, before the summary is printed. Only the innermost running addresses
-    are listed (a loop's iteration step, not the loop and the iteration too).
+    for an agent whose model streams, the end of what it is writing now. Only the
+    innermost running addresses are listed (a loop's iteration step, not the loop
+    and the iteration too). A forEach's items are not listed one by one as they
+    end: the forEach's line in the running list counts them (``fan[…]  7,312/10,000
+    done, 2 failed``), its end line gives the final count, and only the first
+    `ITEM_FAILURES` failures inside items scroll up (the summary names them all).
+
+    The running list is redrawn once a second by `keep_time`, and when a line scrolls
+    up above it; a change to it alone (a step started or ended) waits for the next
+    second, so a run writes a bounded number of lines a second however many steps it
+    has. It is erased when the run ends, before the summary is printed.
     """
 
     MARKS: Mapping[str, str] = {
@@ -127,15 +169,21 @@ class LiveProgress:
         EventType.STEP_RETRY: "↻",
     }
     SHOWN = 6
-    """Running steps listed at most; the rest are counted."""
+    """Running steps (and forEach loops) listed at most; the rest are counted."""
+    ITEM_FAILURES = 5
+    """Failures inside forEach items printed as they happen; later ones are counted."""
     _ENDINGS = frozenset((*MARKS, STEP_REPLAYED))
     _UP_AND_CLEAR = "\x1b[1A\x1b[2K"
 
-    def __init__(self, stream: TextIO) -> None:
+    def __init__(self, stream: TextIO, clock: Clock | None = None) -> None:
         self.stream = stream
-        self.running: dict[str, float] = {}  # address -> when it started (monotonic)
+        self.clock = clock or SystemClock()
+        self.running: dict[str, float] = {}  # address -> when it started (clock time)
         self.writing: dict[str, str] = {}  # address -> the end of its agent's streamed text
+        self.fans: dict[str, _Fan] = {}  # forEach address -> its items so far
+        self.item_failures = 0  # failures inside items printed so far
         self.drawn = 0  # lines of the running list on the screen now
+        self.stale = False  # the running list changed since it was drawn
         self.held: list[str] | None = None  # lines kept back while a question is shown
 
     def hold(self) -> None:
@@ -155,23 +203,27 @@ class LiveProgress:
             self._streamed(event)
             return
         line = self._line(event)
-        if self._track(event) or line is not None:
-            self._draw([] if line is None else [line])
+        changed = self._track(event)
+        if line is not None:
+            self._draw([line])
+        elif changed:
+            self.stale = True  # drawn by the next tick of keep_time
 
     def redraw(self) -> None:
-        """Brings the elapsed times up to date."""
-        if self.running:
+        """Brings the running list and its elapsed times up to date."""
+        if self.running or self.stale:
             self._draw([])
 
     async def keep_time(self) -> None:
         """Redraws once a second, until cancelled."""
         while True:
-            await anyio.sleep(1)
+            await self.clock.sleep(1)
             self.redraw()
 
     def close(self) -> None:
         """Erases the running list (the run is over)."""
         self.running.clear()
+        self.fans.clear()
         self._draw([])
 
     def _streamed(self, event: Event) -> None:
@@ -185,25 +237,68 @@ class LiveProgress:
     _TAIL = 240  # characters of streamed text kept per step; a line shows what fits
 
     def _track(self, event: Event) -> bool:
-        """Keeps the running list; whether it changed."""
+        """Keeps the running list and the forEach counts; whether they changed."""
         address = event.step_id
+        counted = address is not None and "[" in address and self._count(event, address)
         if event.type == EventType.STEP_START and address is not None:
-            self.running[address] = time.monotonic()
+            self.running[address] = self.clock.now()
             return True
-        if event.type in self._ENDINGS and address in self.running:
-            del self.running[address]
-            self.writing.pop(address, None)
-            return True
-        if event.type in (EventType.WORKFLOW_END, RUN_INTERRUPTED) and self.running:
+        if event.type in self._ENDINGS and address is not None:
+            ended = self.fans.pop(address, None) is not None  # its end line gave the count
+            if address in self.running:
+                del self.running[address]
+                self.writing.pop(address, None)
+                ended = True
+            return ended or counted
+        if event.type in (EventType.WORKFLOW_END, RUN_INTERRUPTED) and (self.running or self.fans):
             self.running.clear()
             self.writing.clear()
+            self.fans.clear()
+            return True
+        return counted
+
+    def _count(self, event: Event, address: str) -> bool:
+        """Counts an event inside a forEach item; whether a count changed."""
+        if event.type == EventType.ITEM_START:
+            self._fan(_fan_of(address)).total = payload(event, ItemStart).total
+            return True
+        if event.type == EventType.ITEM_END:
+            status = payload(event, ItemEnd).status
+            if status == "waiting":  # not ended: it goes on when the run is resumed
+                return False
+            self._ended([address], failed=status in ("failed", "cancelled"))
+            return True
+        if event.type == EventType.ERROR:
+            for item in _items_holding(address):
+                self._fan(_fan_of(item)).failed.add(item)
+            return True
+        if event.type == STEP_REPLAYED:  # ended before the interruption, told once then
+            self._ended(
+                _items_holding(address), failed=payload(event, StepReplayed).status == "failed"
+            )
             return True
         return False
 
+    def _ended(self, items: list[str], *, failed: bool) -> None:
+        for item in items:
+            fan = self._fan(_fan_of(item))
+            fan.ended.add(item)
+            if failed:
+                fan.failed.add(item)
+
+    def _fan(self, address: str) -> _Fan:
+        fan = self.fans.get(address)
+        if fan is None:
+            fan = self.fans[address] = _Fan()
+        return fan
+
     def _line(self, event: Event) -> str | None:
+        """The line that scrolls up for ``event``, if any."""
         if event.type in (EventType.WORKFLOW_START, RUN_RESUMED):
             verb = "started" if event.type == EventType.WORKFLOW_START else "resumed"
             return f"run {event.run_id} ({event.message}) {verb}"
+        if event.step_id is not None and "[" in event.step_id and not self._tells_item(event):
+            return None  # inside a forEach item: counted on the forEach's line
         if event.type == EventType.ITERATION_START:
             iteration = payload(event, IterationStart).iteration
             return f"  ⟳ {event.step_id}  iteration {iteration}"
@@ -219,11 +314,24 @@ class LiveProgress:
         if mark is None or event.step_id is None:
             return None
         detail = event.duration or ""
+        fan = self.fans.get(event.step_id)
+        if fan is not None:  # a forEach's end: how its items went
+            detail = f"{detail}  {fan.counts()}".strip()
         if event.error:
             detail = f"{detail} {event.error}".strip()
         if event.type in (EventType.STEP_SKIPPED, STEP_WAITING) and event.message:
             detail = event.message.splitlines()[0]
         return f"  {mark} {event.step_id}  {detail}"
+
+    def _tells_item(self, event: Event) -> bool:
+        """Whether an event inside a forEach item gets its own line: a question, always
+        (a person must answer it); a failure, while fewer than ITEM_FAILURES were told."""
+        if event.type == STEP_WAITING:
+            return True
+        if event.type == EventType.ERROR and self.item_failures < self.ITEM_FAILURES:
+            self.item_failures += 1
+            return True
+        return False
 
     def _draw(self, lines: list[str]) -> None:
         if self.held is not None:
@@ -232,6 +340,7 @@ class LiveProgress:
         footer = self._running_lines()
         text = self._UP_AND_CLEAR * self.drawn + "".join(f"{line}\n" for line in lines + footer)
         self.drawn = len(footer)
+        self.stale = False
         self.stream.write(text)
         self.stream.flush()
 
@@ -243,10 +352,10 @@ class LiveProgress:
         except (OSError, ValueError):
             columns = 0
         width = (columns or 80) - 1  # a terminal that tells no size (0) is taken as 80 wide
+        now = self.clock.now()
+        lines = self._fan_lines(now)
         holding = _containers(self.running)
-        innermost = [address for address in self.running if address not in holding]
-        now = time.monotonic()
-        lines = []
+        innermost = [a for a in self.running if a not in holding and a not in self.fans]
         for address in innermost[: self.SHOWN]:
             line = (
                 f"  {_MARKS['running']} {address}  running {elapsed(now - self.running[address])}"
@@ -257,8 +366,19 @@ class LiveProgress:
                 line += f"  │ {writing[-room:]}" if room > 10 else ""
             lines.append(line)
         if len(innermost) > self.SHOWN:
-            lines.append(f"  … and {len(innermost) - self.SHOWN} more running")
+            lines.append(f"  … and {len(innermost) - self.SHOWN:,} more running")
         return [line[:width] for line in lines]
+
+    def _fan_lines(self, now: float) -> list[str]:
+        """A line per forEach under way (its finished items counted), at most SHOWN."""
+        lines = []
+        for address, fan in list(self.fans.items())[: self.SHOWN]:
+            since = elapsed(now - self.running[address]) if address in self.running else ""
+            running = f"  running {since}" if since else ""
+            lines.append(f"  {_MARKS['running']} {address}[…]  {fan.counts()}{running}")
+        if len(self.fans) > self.SHOWN:
+            lines.append(f"  … and {len(self.fans) - self.SHOWN:,} more forEach loops")
+        return lines
 
 
 @asynccontextmanager

@@ -159,7 +159,11 @@ def _short(text: str, limit: int = 60) -> str:
 def _loop_title(loop: Loop) -> str:
     if loop.is_for_each:
         source = loop.for_each
-        over = source if isinstance(source, str) else f"{len(source or [])} items"
+        if isinstance(source, str):
+            over = source
+        else:
+            count = len(source or [])
+            over = f"{count} item" if count == 1 else f"{count} items"
         cap = f", ≤{loop.max_concurrency} at once" if loop.max_concurrency else ""
         return f"forEach {_short(str(over))}{cap}"
     return f"repeat ≤{loop.max_iterations or 100}"

@@ -40,7 +40,8 @@ function leafSub(node) {
 function loopTitle(node) {
   const loop = node.loop || {};
   if (loop.mode === "forEach") {
-    const over = Array.isArray(loop.forEach) ? `${loop.forEach.length} items` : loop.forEach;
+    const count = Array.isArray(loop.forEach) ? loop.forEach.length : null;
+    const over = count === null ? loop.forEach : `${count} item${count === 1 ? "" : "s"}`;
     return `${node.id} · forEach ${short(over, 30)}`;
   }
   const stop = loop.until ? ` until ${short(loop.until, 44)}` : loop.untilAgent ? ` judged by ${loop.untilAgent}` : "";

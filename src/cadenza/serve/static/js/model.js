@@ -20,6 +20,11 @@ function loopOf(address) {
   return dot < 0 ? address : address.slice(0, dot);
 }
 
+/** The loop a judge's verdict is about: `draft` for its judge at `draft.0.untilAgent`. */
+function judgedLoopOf(address) {
+  return loopOf(address.replace(/\.untilAgent$/, ""));
+}
+
 export class RunModel {
   constructor(runId) {
     this.runId = runId;
@@ -44,7 +49,7 @@ export class RunModel {
       step = {
         address, key: keyOf(address), kind: null, agent: null, status: "pending", start: at,
         end: null, durationMs: null, attempts: 0, turns: [], tools: [], error: null,
-        message: null, tokens: { prompt: 0, completion: 0 }, replayed: false,
+        message: null, tokens: { prompt: 0, completion: 0 }, replayed: false, iteration: null,
       };
       this.steps.set(address, step);
       this.order.push(address);
@@ -181,6 +186,9 @@ export class RunModel {
         const loop = this.loop(loopOf(address));
         loop.started = Math.max(loop.started, (data.iteration ?? loop.started) + 1);
         loop.max = data.maxIterations ?? loop.max;
+        // The iteration's address is a container (kind "iteration") when the loop has a
+        // body, and the repeated step's own run when it has none: `draft.0` is an agent.
+        this.step(address, at).iteration = data.iteration ?? null;
         break;
       }
       case "item_start": {
@@ -191,7 +199,7 @@ export class RunModel {
         break;
       }
       case "judge_verdict":
-        this.loop(loopOf(address)).verdicts.push(data);
+        this.loop(judgedLoopOf(address)).verdicts.push(data);
         break;
       case "loop_end": {
         const loop = this.loop(address);

@@ -9,11 +9,17 @@ function depthOf(address) {
   return address.split(/\.|(?=\[)/).length - 1;
 }
 
+/** The iteration number of a loop's iteration (its container, or the step a loop without
+ * a body repeats), else null. */
+function iterationOf(step) {
+  if (step.iteration !== null && step.iteration !== undefined) return step.iteration;
+  if (step.kind !== "iteration") return null;
+  return Number(step.address.slice(step.address.lastIndexOf(".") + 1));
+}
+
 function stepLabel(step) {
-  if (step.kind === "iteration") {
-    const n = step.address.slice(step.address.lastIndexOf(".") + 1);
-    return `↻ iteration ${Number(n) + 1}`;
-  }
+  const iteration = iterationOf(step);
+  if (iteration !== null) return `↻ iteration ${iteration + 1}`;
   const dot = step.address.lastIndexOf(".");
   return dot < 0 ? step.address : step.address.slice(dot + 1);
 }
@@ -35,7 +41,11 @@ export function renderTimeline(el, model, selected, onSelect, now) {
     const width = ms !== null ? (ms / span) * 100 : 0;
     return h(
       "tr",
-      { class: address === selected ? "selected" : "", "data-address": address },
+      {
+        class: address === selected ? "selected" : "",
+        "data-address": address,
+        "data-kind": iterationOf(step) !== null ? "iteration" : step.kind || "",
+      },
       h(
         "td",
         { class: "addr" },
