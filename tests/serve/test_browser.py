@@ -233,8 +233,10 @@ def test_a_judged_loop_on_one_step_counts_its_iterations(tmp_path: Path, page: P
     write(tmp_path, "judged.yaml", judged.group(1))
     options = ServeOptions(store=tmp_path / "runs.db", root=tmp_path, port=0)
     with BackgroundServer(options) as server:
-        started = httpx.post(f"{server.url}/api/runs", json={"path": "judged.yaml"})
-        page.goto(f"{server.url}/#/runs/{started.json()['runId']}")
+        started = httpx.post(
+            f"{server.url}/api/runs", json={"path": "judged.yaml"}, headers=server.headers
+        )
+        page.goto(f"{server.page_url}#/runs/{started.json()['runId']}")
         expect(page.locator(".run-status .status")).to_have_text("completed")
 
         chips = page.locator(".loop-counter")
