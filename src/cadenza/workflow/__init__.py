@@ -28,6 +28,7 @@ from ._loader import load_workflow as load_workflow
 from ._loader import load_workflow_text as load_workflow_text
 from ._loader import validate_file as validate_file
 from ._loader import validate_workflow as validate_workflow
+from ._models import ModelRules as ModelRules
 from ._problems import Problem as Problem
 from ._problems import WorkflowError as WorkflowError
 from ._python import AsyncPythonExpression as AsyncPythonExpression
@@ -83,6 +84,7 @@ __all__ = [
     "Loop",
     "McpServer",
     "MemoryWindow",
+    "ModelRules",
     "Options",
     "Permissions",
     "Problem",
