@@ -57,6 +57,7 @@ from ._spec import ScriptToolCall as ScriptToolCall
 from ._spec import State as State
 from ._spec import Step as Step
 from ._spec import StepKind as StepKind
+from ._spec import Supervision as Supervision
 from ._spec import Workflow as Workflow
 from ._spec import parse_duration as parse_duration
 from ._template import Template as Template
@@ -93,6 +94,7 @@ __all__ = [
     "State",
     "Step",
     "StepKind",
+    "Supervision",
     "Template",
     "Workflow",
     "WorkflowError",

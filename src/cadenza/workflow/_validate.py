@@ -44,6 +44,7 @@ from ._spec import (
     Permissions,
     State,
     Step,
+    Supervision,
     Workflow,
     parse_duration,
 )
@@ -126,6 +127,8 @@ class Validator:
         wf = self.workflow
         if wf.version != 1:
             self.add(("version",), f"unsupported version {wf.version}; only version 1 is defined")
+        if wf.options.supervisor is not None:
+            self._supervision(wf.options.supervisor)
         for name, spec in wf.inputs.items():
             if not spec.required:
                 try:
@@ -402,6 +405,18 @@ class Validator:
         if known and self.models is not None:
             self.models.runs_agent(path, name, step=False)
         return known
+
+    def _supervision(self, supervision: Supervision) -> None:
+        try:
+            seconds = parse_duration(supervision.within) if supervision.within else None
+        except ValueError:
+            return  # the schema layer reported it
+        if seconds == 0:
+            self.add(
+                ("options", "supervisor", "within"),
+                "within must be longer than 0s; leave it out to count restarts over the "
+                "whole life of each list of steps",
+            )
 
     def _permissions(self, path: DocPath, permissions: Permissions) -> None:
         for kind, rules in (("allow", permissions.allow), ("deny", permissions.deny)):
