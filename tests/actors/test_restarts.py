@@ -261,6 +261,29 @@ async def test_each_loop_iteration_supervises_its_own_steps(
     assert [step for step, _ in restarts(events)] == ["outer.0.flaky"]
 
 
+async def test_a_container_is_restarted_whole_its_attempts_counted_on(
+    write_flow: WriteFlow, run_with_events: RunWithEvents
+) -> None:
+    """A looped step whose iteration fails runs again from iteration 0, as attempt 2."""
+    path = write_flow(
+        f"""
+        name: container
+        options: {{supervisor: {{strategy: one_for_one}}}}
+        steps:
+          - id: flaky
+            command: '{FLAKY_COMMAND}'
+            cwd: .
+            loop: {{maxIterations: 1}}
+        """
+    )
+    result, events = await run_with_events(path)
+    assert result.status == "completed", result.error
+    assert result.steps["flaky"].attempts == 2
+    assert result.steps["flaky.0"].content == "ran 2 times\n"
+    starts = [e.data for e in events if e.type == "step_start" and e.step_id == "flaky"]
+    assert [start["attempt"] for start in starts if start] == [1, 2]
+
+
 async def test_without_a_supervisor_a_failure_is_final(
     write_flow: WriteFlow, run_with_events: RunWithEvents
 ) -> None:
