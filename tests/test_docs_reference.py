@@ -391,6 +391,13 @@ BROKEN: list[tuple[str, str]] = [
         "is declared in steps[0].loop.steps, another scope",
     ),
     (
+        _doc(
+            f"[{{id: outer, loop: {{maxIterations: 2, steps: [{{id: inner, {ECHO}}}]}}}},"
+            f" {{id: b, {ECHO}, dependsOn: [outer], condition: 'steps.inner.status != \"\"'}}]"
+        ),
+        "reads steps.inner, but 'inner' is a step of steps[0].loop.steps, a loop body",
+    ),
+    (
         _doc(f"[{{id: a, {ECHO}, dependsOn: [b]}}, {{id: b, {ECHO}, dependsOn: [a]}}]"),
         "dependency cycle: a -> b -> a",
     ),

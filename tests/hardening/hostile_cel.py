@@ -66,6 +66,21 @@ HOSTILE = [
     "b'\\xff'.size()",
     "has(inputs.a.b.c)",
     "dyn(inputs).topic.size()",
+    # cel-cpp's lists and math extensions: ranges as long as the data says, sorts, shifts.
+    "lists.range(9223372036854775807)",
+    "size(lists.range(inputs.huge)) > 0",
+    "lists.range(inputs.n * inputs.huge)",
+    "lists.range(-1)",
+    "lists.range(100).map(a, lists.range(100).map(b, lists.range(100)))",
+    "inputs.list.map(x, lists.range(x))",
+    "inputs.list.sort().distinct().reverse()",
+    "inputs.list.sortBy(x, -x)",
+    "inputs.list.map(x, [x, [x]]).flatten(1000000)",
+    "[1, 2].slice(2, 1)",
+    "math.greatest(inputs.list) + math.least(inputs.list)",
+    "math.bitShiftLeft(1, 64)",
+    "math.abs(-9223372036854775808)",
+    "math.greatest([])",
 ]
 """Exponential macros, regex bombs, overflow, giant literals (``test_fuzz_cel.py``)."""
 
@@ -187,7 +202,13 @@ def data_activation() -> dict[str, Any]:
 def fuzz_activation() -> dict[str, Any]:
     """The context ``test_fuzz_cel.py`` evaluates its hostile expressions over."""
     return {
-        "inputs": {"topic": "loops", "n": 3, "list": list(range(100)), "config": {"a": {"b": [1]}}},
+        "inputs": {
+            "topic": "loops",
+            "n": 3,
+            "huge": 10**12,
+            "list": list(range(100)),
+            "config": {"a": {"b": [1]}},
+        },
         "steps": {"build": {"content": "APPROVED", "result": {"exitCode": 0}}},
         "content": "x" * 1000,
     }

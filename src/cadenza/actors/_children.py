@@ -51,7 +51,7 @@ def spawn_step(placement: Placement, address: Address) -> Cancellable:
         return human
     child = StepActor(placement)
     if replay is not None:
-        child.first_attempt = replay.next_attempt(str(address))
+        child.first_attempt = max(child.first_attempt, replay.next_attempt(str(address)))
     # An agent's inbox is where the coordinator delivers: it gets the larger bound.
     inbox = INBOX_SIZE if child.kind == "agent" else None
     run.supervisor.spawn(address, lambda: child, inbox_size=inbox)

@@ -63,6 +63,7 @@ from cadenza.workflow import McpServer as McpServer
 from cadenza.workflow import Permissions as Permissions
 from cadenza.workflow import Options as Options
 from cadenza.workflow import ScriptReply as ScriptReply
+from cadenza.workflow import Supervision as Supervision
 
 __all__ = [
     "END",
@@ -76,6 +77,7 @@ __all__ = [
     "PredicateContext",
     "PredicateNotRegistered",
     "ScriptReply",
+    "Supervision",
     "agent",
     "check",
     "command",

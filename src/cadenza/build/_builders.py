@@ -54,6 +54,7 @@ from cadenza.workflow import (
     ScriptReply,
     State,
     Step,
+    Supervision,
     Workflow,
 )
 from cadenza.workflow import build_loaded
@@ -66,6 +67,7 @@ END = "END"
 InputType = Literal["string", "integer", "number", "boolean", "object", "array", "any"]
 OnError = Literal["fail", "continue"]
 OnLimit = Literal["returnLast", "fail", "returnWithFlag"]
+RestartStrategy = Literal["one_for_one", "one_for_all", "rest_for_one"]
 Memory = Literal["fresh", "accumulate"] | MemoryWindow | int
 WorkflowRef = str | Workflow | LoadedWorkflow
 
@@ -914,6 +916,7 @@ def workflow(
     timeout: str | None = None,
     step_timeout: str | None = None,
     max_tokens: int | None = None,
+    supervisor: RestartStrategy | Supervision | None = None,
     options: Options | None = None,
     base_dir: str | os.PathLike[str] | None = None,
     mcp_servers: Mapping[str, McpServer] | None = None,
@@ -934,6 +937,8 @@ def workflow(
         coordinator: The agent that wakes on each message, or a `Coordinator`.
         max_concurrency, on_step_failure, timeout, step_timeout, max_tokens:
             The run's options (or all of them as ``options``).
+        supervisor: Restarts of failed steps (``options.supervisor``): a strategy
+            (``"one_for_all"``, with 3 restarts at most) or a `Supervision`.
         base_dir: Where relative paths (includes, ``@file``, ``cwd``) resolve;
             default: the current directory.
         mcp_servers: MCP tool servers its agents may name in ``tools``
@@ -945,7 +950,7 @@ def workflow(
         ValueError: Two different agents or included workflows share a name, or
             both ``options`` and option arguments were given.
     """
-    given = (max_concurrency, on_step_failure, timeout, step_timeout, max_tokens)
+    given = (max_concurrency, on_step_failure, timeout, step_timeout, max_tokens, supervisor)
     if options is None:
         options = Options(
             max_concurrency=max_concurrency,
@@ -953,8 +958,11 @@ def workflow(
             timeout=timeout,
             step_timeout=step_timeout,
             max_tokens=max_tokens,
+            supervisor=Supervision(strategy=supervisor)
+            if isinstance(supervisor, str)
+            else supervisor,
         )
-    elif given != (0, "cascade", None, None, None):
+    elif given != (0, "cascade", None, None, None, None):
         raise ValueError("give options=Options(...) or the option arguments, not both")
     found_agents, found_includes = _gather(steps)
     declared = dict(agents or {})

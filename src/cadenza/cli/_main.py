@@ -26,6 +26,7 @@ from cadenza._logging import configure_logging
 from cadenza._redact import redact
 from cadenza.errors import CadenzaError, InputError, StoreFailed
 from cadenza.workflow import (
+    ModelRules,
     WorkflowError,
     describe_workflow,
     load_workflow,
@@ -93,6 +94,9 @@ def _parser() -> argparse.ArgumentParser:
 
     validate = commands.add_parser("validate", help="check workflow files")
     validate.add_argument("files", nargs="+", type=Path)
+    validate.add_argument(
+        "--model", help="the model a run would give steps without one (as run --model)"
+    )
 
     graph = commands.add_parser("graph", help="print a workflow's structure")
     graph.add_argument("file", type=Path)
@@ -200,16 +204,57 @@ async def _run(args: argparse.Namespace) -> int:
 
 
 def _validate(args: argparse.Namespace) -> int:
+    models = _model_rules(args.model)
     bad = 0
     for path in args.files:
-        problems = validate_file(path)
+        problems = validate_file(path, models=models)
         for problem in problems:
             sys.stderr.write(f"{problem}\n")
-        if problems:
+        if any(problem.severity == "error" for problem in problems):
             bad += 1
         else:
             sys.stdout.write(f"{path}: ok\n")
     return 2 if bad else 0
+
+
+def _model_rules(flag: str | None) -> ModelRules:
+    """What a run started here would do with models, from the provider table of ``llm``.
+
+    A spec no provider serves is a problem; an unset API key only a warning, since
+    the run may go where the key is set (a service, a worker's environment).
+
+    Raises:
+        UsageError: The default model (``--model``, ``CADENZA_MODEL``) cannot run.
+    """
+    from cadenza.llm import DEFAULT_PROVIDER_VARIABLE, LLMConfigError, key_variable, parse_model
+
+    environ = os.environ
+    bare_to = environ.get(DEFAULT_PROVIDER_VARIABLE) or None
+
+    def problem(spec: str) -> str | None:
+        try:
+            parse_model(spec, default_provider=bare_to)
+        except LLMConfigError as error:
+            return str(error)
+        return None
+
+    def warning(spec: str) -> str | None:
+        provider, model = parse_model(spec, default_provider=bare_to)
+        variable = key_variable(provider)
+        if variable is None or environ.get(variable):
+            return None
+        return f"{variable} is not set: a run here fails when it calls {provider}:{model}"
+
+    default = flag or environ.get("CADENZA_MODEL") or None
+    if default is not None:
+        source = "--model" if flag else "CADENZA_MODEL"
+        why = problem(default)
+        if why is not None:
+            raise UsageError(f"{source} {default!r}: {why}")
+        missing = warning(default)
+        if missing is not None:
+            sys.stderr.write(f"cadenza: warning: {source} {default!r}: {missing}\n")
+    return ModelRules(problem, warning, default)
 
 
 def _graph(args: argparse.Namespace) -> int:

@@ -30,6 +30,7 @@ from ._postgres import PostgresRunStore as PostgresRunStore
 from ._postgres_schema import SCHEMA_VERSION as POSTGRES_SCHEMA_VERSION
 from ._ref import ActorRef as ActorRef
 from ._restart import DeadLetter as DeadLetter
+from ._restart import Intensity as Intensity
 from ._restart import Restart as Restart
 from ._restart import RestartStrategy as RestartStrategy
 from ._restart import SupervisorStatistics as SupervisorStatistics
@@ -70,6 +71,7 @@ __all__ = [
     "DeadLetter",
     "FakeClock",
     "Inbox",
+    "Intensity",
     "Lease",
     "LeaseHolder",
     "LoopBlocked",

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DeadLetter",
+    "Intensity",
     "Restart",
     "RestartStrategy",
     "SupervisorStatistics",
@@ -92,7 +93,12 @@ class SupervisorStatistics:
 
 
 class Intensity:
-    """OTP's restart intensity: at most ``max_restarts`` restarts in any ``within`` seconds."""
+    """OTP's restart intensity: at most ``max_restarts`` restarts in any ``within`` seconds.
+
+    ``within`` may be ``math.inf``: then at most ``max_restarts`` restarts ever.
+    A workflow's ``options.supervisor`` counts its steps' restarts with one per
+    list of steps (``actors.containers``).
+    """
 
     __slots__ = ("_max_restarts", "_times", "_within")
 

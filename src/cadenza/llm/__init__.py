@@ -14,7 +14,13 @@ HTTP providers retry 429, 5xx, connection errors and timeouts with jittered
 exponential backoff (honouring ``Retry-After``), bound every attempt by a
 deadline on the run's clock, and cap response bodies. API keys never appear
 in errors, reprs or logs.
+
+The registry (and httpx with it) loads on first use: ``parse_model`` and the
+provider table cost ``cadenza validate`` no HTTP client.
 """
+
+import importlib as _importlib
+import typing as _typing
 
 from ._errors import LLMConfigError as LLMConfigError
 from ._errors import LLMConnectionError as LLMConnectionError
@@ -22,11 +28,12 @@ from ._errors import LLMError as LLMError
 from ._errors import LLMHTTPError as LLMHTTPError
 from ._errors import LLMResponseError as LLMResponseError
 from ._errors import LLMTimeout as LLMTimeout
-from ._registry import PROVIDERS as PROVIDERS
-from ._registry import ProviderRegistry as ProviderRegistry
-from ._registry import parse_model as parse_model
 from ._retry import RetryPolicy as RetryPolicy
 from ._scripted import ScriptReplyLike as ScriptReplyLike
+from ._specs import DEFAULT_PROVIDER_VARIABLE as DEFAULT_PROVIDER_VARIABLE
+from ._specs import PROVIDERS as PROVIDERS
+from ._specs import key_variable as key_variable
+from ._specs import parse_model as parse_model
 from ._types import CallHooks as CallHooks
 from ._types import Completion as Completion
 from ._types import DeltaHook as DeltaHook
@@ -39,7 +46,20 @@ from ._types import Role as Role
 from ._types import ToolCall as ToolCall
 from ._types import ToolSpec as ToolSpec
 
+if _typing.TYPE_CHECKING:
+    from ._registry import ProviderRegistry as ProviderRegistry
+
+
+def __getattr__(name: str) -> _typing.Any:
+    if name != "ProviderRegistry":
+        raise AttributeError(f"module 'cadenza.llm' has no attribute {name!r}")
+    value = _importlib.import_module("._registry", __name__).ProviderRegistry
+    globals()[name] = value
+    return value
+
+
 __all__ = [
+    "DEFAULT_PROVIDER_VARIABLE",
     "PROVIDERS",
     "CallHooks",
     "Completion",
@@ -61,5 +81,6 @@ __all__ = [
     "ScriptReplyLike",
     "ToolCall",
     "ToolSpec",
+    "key_variable",
     "parse_model",
 ]

@@ -1,9 +1,8 @@
-"""Model specs (``provider:model``) and the per-run registry that hands out clients."""
+"""The per-run registry that hands out model clients (specs are read by ``_specs``)."""
 
 from __future__ import annotations
 
 import asyncio
-import difflib
 import os
 import random
 from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
@@ -21,15 +20,12 @@ from ._http import DEFAULT_MAX_BODY, HTTPCaller
 from ._openai import OPENAI_WIRE
 from ._retry import RetryPolicy
 from ._scripted import ScriptedClient, ScriptReplyLike
+from ._specs import DEFAULT_PROVIDER_VARIABLE, hint, key_variable, parse_model
 from ._types import LLMClient
 from ._wire import HTTPModelClient
 
-__all__ = ["PROVIDERS", "ProviderRegistry", "parse_model"]
+__all__ = ["ProviderRegistry"]
 
-PROVIDERS: Final = ("anthropic", "ollama", "openai", "scripted")
-"""The providers a model spec may name."""
-
-_KEY_VARIABLES: Final = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY"}
 _VARIABLES: Final = (
     "ANTHROPIC_API_KEY",
     "ANTHROPIC_BASE_URL",
@@ -39,79 +35,6 @@ _VARIABLES: Final = (
     "OPENAI_BASE_URL",
 )
 _CONNECT_TIMEOUT: Final = 10.0
-
-
-DEFAULT_PROVIDER_VARIABLE: Final = "CADENZA_DEFAULT_PROVIDER"
-"""Names the provider of bare model names no well-known prefix places (e.g. ``ollama``)."""
-
-# zenflow's provider prefixes that Cadenza has no client for (they need their own
-# cloud credentials there too): served through CADENZA_DEFAULT_PROVIDER's gateway.
-_GATEWAY_PROVIDERS: Final = frozenset({
-    "azure", "azure-deployment", "bedrock", "cerebras", "cloudflare", "cohere", "compat",
-    "deepinfra", "deepseek", "fireworks", "fptcloud", "google", "groq", "minimax", "mistral",
-    "nvidia", "openrouter", "perplexity", "runpod", "together", "vertex", "vertex-anthropic",
-    "vllm", "xai",
-})  # fmt: skip
-
-# zenflow's bare model names: the families whose maker serves them natively.
-_BARE_PREFIXES: Final = (
-    ("gpt-", "openai"),
-    ("chatgpt-", "openai"),
-    ("o1", "openai"),
-    ("o3", "openai"),
-    ("o4", "openai"),
-    ("claude-", "anthropic"),
-)
-
-
-def parse_model(spec: str, *, default_provider: str | None = None) -> tuple[str, str]:
-    """Split a model spec into ``(provider, model)``.
-
-    ``openai:gpt-4o-mini`` and zenflow's ``openai/gpt-4o-mini`` both give
-    ``("openai", "gpt-4o-mini")``; the first ``:`` or ``/`` separates, so
-    ``ollama:llama3.1:8b`` keeps its tag. A bare ``scripted`` is allowed and
-    gives ``("scripted", "scripted")``: a script has no model to name.
-
-    A bare model name, as zenflow's documents write them, is placed as zenflow
-    places it: ``gpt-*``, ``o1``/``o3``/``o4*`` go to ``openai`` and ``claude-*``
-    to ``anthropic``; any other bare name goes to ``default_provider`` (the
-    ``CADENZA_DEFAULT_PROVIDER`` variable), and without one it is an error:
-    names like ``llama3`` are served by many providers, and guessing would be
-    wrong as often as right. zenflow's other provider prefixes (``bedrock/``,
-    ``google/``, ``groq/``...), for which Cadenza has no client, go to
-    ``default_provider`` too (an OpenAI-compatible gateway, typically), with the
-    whole name as the model; without one they are an error that says so.
-
-    Raises:
-        LLMConfigError: No provider, no model, or a provider that is not one of
-            ``PROVIDERS`` (the message lists them and suggests a close match).
-    """
-    text = spec.strip()
-    if text.lower() == "scripted":
-        return "scripted", "scripted"
-    cuts = [i for i in (text.find(":"), text.find("/")) if i >= 0]
-    cut = min(cuts, default=-1)
-    if cut < 0 and text:
-        return _bare(spec, text, default_provider), text
-    if cut <= 0:
-        raise LLMConfigError(
-            f"model {spec!r} names no provider; write provider:model, e.g. openai:gpt-4o-mini "
-            f"({_known()})"
-        )
-    provider, model = text[:cut].lower(), text[cut + 1 :]
-    if provider in _GATEWAY_PROVIDERS and provider not in PROVIDERS:
-        if not default_provider:
-            raise LLMConfigError(
-                f"model {spec!r}: Cadenza has no {provider!r} client; set "
-                f"{DEFAULT_PROVIDER_VARIABLE} (e.g. openai, with OPENAI_BASE_URL at a "
-                f"gateway that serves {provider} models) or write provider:model ({_known()})"
-            )
-        return _default(default_provider), text
-    if provider not in PROVIDERS:
-        raise LLMConfigError(f"unknown provider {provider!r} in model {spec!r}{_hint(provider)}")
-    if not model:
-        raise LLMConfigError(f"model {spec!r} names no model after the provider {provider!r}")
-    return provider, model
 
 
 class ProviderRegistry:
@@ -280,10 +203,10 @@ class ProviderRegistry:
             base = self._environ.get("ANTHROPIC_BASE_URL") or "https://api.anthropic.com"
             base = _http_url("ANTHROPIC_BASE_URL", base, self._secrets)
             return self._http_model("anthropic", base)
-        raise LLMConfigError(f"unknown provider {provider!r}{_hint(provider)}")
+        raise LLMConfigError(f"unknown provider {provider!r}{hint(provider)}")
 
     def _http_model(self, provider: str, base_url: str) -> LLMClient:
-        variable = _KEY_VARIABLES.get(provider)  # ollama needs none
+        variable = key_variable(provider)  # ollama needs none
         api_key = self._environ.get(variable) if variable is not None else None
         return HTTPModelClient(
             provider=provider,
@@ -296,7 +219,7 @@ class ProviderRegistry:
         )
 
     def _missing_key(self, provider: str) -> str | None:
-        variable = _KEY_VARIABLES.get(provider)
+        variable = key_variable(provider)
         if variable is None or self._environ.get(variable):
             return None
         return variable
@@ -330,41 +253,8 @@ class ProviderRegistry:
         )
 
 
-def _bare(spec: str, name: str, default_provider: str | None) -> str:
-    """The provider of a bare model name (see `parse_model`)."""
-    for prefix, provider in _BARE_PREFIXES:
-        if name.lower().startswith(prefix):
-            return provider
-    if default_provider:
-        return _default(default_provider)
-    raise LLMConfigError(
-        f"model {spec!r} names no provider; write provider:model, e.g. openai:{name}, or set "
-        f"{DEFAULT_PROVIDER_VARIABLE} for bare names ({_known()})"
-    )
-
-
-def _default(default_provider: str) -> str:
-    """``CADENZA_DEFAULT_PROVIDER``'s provider, checked."""
-    provider = default_provider.strip().lower()
-    if provider not in PROVIDERS:
-        raise LLMConfigError(
-            f"unknown provider {provider!r} in {DEFAULT_PROVIDER_VARIABLE}{_hint(provider)}"
-        )
-    return provider
-
-
 def _http_url(variable: str, value: str, secrets: frozenset[str]) -> str:
     if not value.startswith(("http://", "https://")):
         shown = redact(value, secrets)
         raise LLMConfigError(f"{variable} must be an http:// or https:// URL, got {shown!r}")
     return value.rstrip("/")
-
-
-def _known() -> str:
-    return "known providers: " + ", ".join(PROVIDERS)
-
-
-def _hint(provider: str) -> str:
-    close = difflib.get_close_matches(provider, PROVIDERS, n=1)
-    suggestion = f"; did you mean {close[0]!r}?" if close else ""
-    return f"{suggestion} ({_known()})"

@@ -42,6 +42,7 @@ from ._payloads import StepError as StepError
 from ._payloads import StepQueued as StepQueued
 from ._payloads import StepReplayed as StepReplayed
 from ._payloads import StepRequeued as StepRequeued
+from ._payloads import StepRestart as StepRestart
 from ._payloads import StepRetry as StepRetry
 from ._payloads import StepStart as StepStart
 from ._payloads import StepWaiting as StepWaiting
@@ -149,6 +150,7 @@ __all__ = [
     "StepRecord",
     "StepReplayed",
     "StepRequeued",
+    "StepRestart",
     "StepRetry",
     "StepStart",
     "StepStatus",

@@ -25,6 +25,9 @@ class EventType:
     STEP_END = "step_end"
     STEP_SKIPPED = "step_skipped"
     STEP_RETRY = "step_retry"
+    STEP_RESTART = "step_restart"
+    """Its list's supervisor runs a step again (``options.supervisor``, an extension);
+    data ``{strategy, cause, restart, maxRestarts}``."""
     ERROR = "error"
     MESSAGE = "message"
     DEAD_LETTER = "dead_letter"

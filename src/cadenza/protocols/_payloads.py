@@ -60,6 +60,7 @@ __all__ = [
     "StepQueued",
     "StepReplayed",
     "StepRequeued",
+    "StepRestart",
     "StepRetry",
     "StepStart",
     "StepWaiting",
@@ -158,6 +159,20 @@ class StepRetry(Payload, frozen=True, kw_only=True):
     event_type: ClassVar[str] = EventType.STEP_RETRY
     attempt: int
     of: int
+
+
+class StepRestart(Payload, frozen=True, kw_only=True):
+    """The supervisor of a list of steps runs this one again (``options.supervisor``).
+
+    ``cause`` is the step whose failure led to it: this one, or under ``one_for_all``
+    and ``rest_for_one`` a sibling; ``restart`` counts the list's restarts so far.
+    """
+
+    event_type: ClassVar[str] = EventType.STEP_RESTART
+    strategy: str
+    cause: str
+    restart: int
+    max_restarts: int = msgspec.field(name="maxRestarts")
 
 
 class StepReplayed(Payload, frozen=True, kw_only=True):
@@ -471,6 +486,7 @@ PAYLOADS: dict[str, type[Payload]] = {
         StepEnd,
         StepError,
         StepRetry,
+        StepRestart,
         StepReplayed,
         StepWaiting,
         ForEachMessage,

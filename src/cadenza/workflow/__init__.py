@@ -28,6 +28,7 @@ from ._loader import load_workflow as load_workflow
 from ._loader import load_workflow_text as load_workflow_text
 from ._loader import validate_file as validate_file
 from ._loader import validate_workflow as validate_workflow
+from ._models import ModelRules as ModelRules
 from ._problems import Problem as Problem
 from ._problems import WorkflowError as WorkflowError
 from ._python import AsyncPythonExpression as AsyncPythonExpression
@@ -61,6 +62,7 @@ from ._spec import ScriptToolCall as ScriptToolCall
 from ._spec import State as State
 from ._spec import Step as Step
 from ._spec import StepKind as StepKind
+from ._spec import Supervision as Supervision
 from ._spec import Workflow as Workflow
 from ._spec import parse_duration as parse_duration
 from ._template import Template as Template
@@ -90,6 +92,7 @@ __all__ = [
     "Loop",
     "McpServer",
     "MemoryWindow",
+    "ModelRules",
     "Options",
     "Permissions",
     "Problem",
@@ -98,6 +101,7 @@ __all__ = [
     "State",
     "Step",
     "StepKind",
+    "Supervision",
     "Template",
     "Workflow",
     "WorkflowError",

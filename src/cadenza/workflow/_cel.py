@@ -224,7 +224,7 @@ class Expression:
         if work > WORK_LIMIT:
             raise ExpressionEvaluationError(
                 f"{quote(self.source)}: refused before evaluating: on these values it could"
-                f" take about {_units(work)} units of work, over the limit of"
+                f" take {_about(work)} units of work, over the limit of"
                 f" {_units(WORK_LIMIT)} per evaluation (a unit is about a byte built or scanned;"
                 f" a search counts text x needle / {1 / SEARCH_WEIGHT:.0f}, a regular"
                 " expression from data its program x text)",
@@ -348,9 +348,23 @@ def compile_cel(source: str, step_ids: frozenset[str], names: frozenset[str]) ->
         cost = bound_of(decode_checked(program.checked_tree()))
     except TooCostly as exc:
         raise ExpressionTooComplex(str(exc), source=source, column=1) from None
+    fixed = cost.fixed if cost is not None else None
+    if fixed is not None and fixed > WORK_LIMIT:  # literals only: refused on any values
+        raise ExpressionTooComplex(
+            f"it would take {_about(fixed)} units of work on any values, over the"
+            f" limit of {_units(WORK_LIMIT)} per evaluation",
+            source=source,
+            column=1,
+        )
     paths = access_paths(tokens, names)
     is_path = is_one_path(tokens, names)
     return Expression(source, program, paths, plan_of(paths), is_path=is_path, cost=cost)
+
+
+def _about(amount: float) -> str:
+    """``about 1.2 Gi`` (or ``more than 1e18``) units."""
+    units = _units(amount)
+    return units if units.startswith("more") else f"about {units}"
 
 
 def _units(amount: float) -> str:

@@ -12,6 +12,7 @@ Field numbers are those of cel-spec's ``proto/cel/expr/checked.proto`` and
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -161,12 +162,19 @@ def _loop(data: bytes) -> Loop:
 
 
 def _constant(data: bytes) -> object:
+    """Text, bytes and numbers (the length of a range is one); None for null and bools."""
     for number, value in _fields(data):
         if number == 6 and isinstance(value, bytes):
             return value.decode()
         if number == 7:
             return value
-    return None  # null, bool and numbers: their size is what matters, and it is fixed
+        if number == 3 and isinstance(value, int):  # int64, two's complement in a varint
+            return value - (1 << 64) if value >= 1 << 63 else value
+        if number == 4 and isinstance(value, int):  # uint64
+            return value
+        if number == 5 and isinstance(value, int):  # double, as fixed64
+            return float(struct.unpack("<d", value.to_bytes(8, "little"))[0])
+    return None
 
 
 def _type_name(data: bytes | int | None) -> str:

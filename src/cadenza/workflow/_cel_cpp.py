@@ -5,6 +5,8 @@ workflows use, heterogeneous numeric comparison, type-checked compilation
 (a misspelt variable fails at load), located syntax errors, a built-in
 comprehension budget (10,000 iterations per evaluation), wheels for Linux and
 macOS on x86-64 and arm64, and it leaves ``sys.getrecursionlimit()`` alone.
+Expressions get cel-cpp's strings, math and lists extensions (``_cel_cost``
+charges what each of their functions builds).
 
 This module is the only one that imports the engine. It speaks in engine
 terms (line and column, the engine's own error text) and turns results into
@@ -24,6 +26,13 @@ from cel_expr_python.ext import ext_strings
 
 __all__ = ["CompileFailure", "EvalFailure", "Program", "compile_program"]
 
+LISTS_VERSION = 2
+"""cel-cpp's lists extension: ``lists.range``, ``distinct``, ``flatten``, ``reverse``,
+``slice``, ``sort`` and ``sortBy``."""
+MATH_VERSION = 2
+"""cel-cpp's math extension: ``math.greatest``/``least``, rounding, ``abs``, ``sign``,
+``sqrt``, the ``isInf``/``isNaN``/``isFinite`` tests and the bit operations."""
+
 ITERATION_BUDGET = 10_000
 """cel-cpp's default ``comprehension_max_iterations``: all loops of one evaluation together."""
 
@@ -35,6 +44,7 @@ _OPERATORS = {
     "_+_": "+", "_-_": "-", "_*_": "*", "_/_": "/", "_%_": "%", "_<_": "<", "_<=_": "<=",
     "_>_": ">", "_>=_": ">=", "_==_": "==", "_!=_": "!=", "!_": "!", "-_": "unary -",
     "_[_]": "[]", "@in": "in", "_&&_": "&&", "_||_": "||", "_?_:_": "?:",
+    "math.@max": "math.greatest", "math.@min": "math.least",
 }  # fmt: skip
 
 
@@ -103,6 +113,8 @@ class Program:
             raise _eval_failure(str(exc)) from None
         except MemoryError:  # std::bad_alloc: refused by the cost bound first, but never raw
             raise EvalFailure("memory", "the CEL engine ran out of memory") from None
+        except ValueError as exc:  # std::length_error: lists.range(-1) asks for a negative size
+            raise EvalFailure("other", _length_error(str(exc))) from None
         plain = value.value()
         kind = type(plain)
         if kind is bool or kind is int or kind is float or plain is None:
@@ -135,7 +147,23 @@ def _plain(value: object) -> object:
 def _env(names: frozenset[str]) -> cel.Env:
     # Every name is dyn: a declared int would make ``iteration > 2.5`` a type error.
     variables = dict.fromkeys(sorted(names), cel.Type.DYN)
-    return cel.NewEnv(variables=variables, extensions=[ext_strings.ExtStrings()])
+    return cel.NewEnv(
+        config=_extensions(), variables=variables, extensions=[ext_strings.ExtStrings()]
+    )
+
+
+@functools.cache
+def _extensions() -> cel.EnvConfig:
+    """cel-cpp's math and lists extensions, at the versions `_cel_cost` charges.
+
+    The bindings wrap math (``ext_math``) but not lists, which cel-cpp has all the
+    same; an environment configuration names both, versions pinned, so that a
+    newer engine cannot add functions the cost bound has never heard of.
+    """
+    return cel.NewEnvConfigFromYaml(
+        f"extensions:\n  - name: lists\n    version: {LISTS_VERSION}\n"
+        f"  - name: math\n    version: {MATH_VERSION}\n"
+    )
 
 
 def compile_program(text: str, names: Iterable[str]) -> Program:
@@ -227,6 +255,13 @@ def _eval_failure(message: str) -> EvalFailure:
             return EvalFailure("other", f"wrong type for '{operator}'")
         return EvalFailure("other", f"wrong type: '{operator}' cannot be applied to {types}")
     return EvalFailure("other", detail)
+
+
+def _length_error(message: str) -> str:
+    """cel-cpp's ``lists.range`` reserves its list before checking the count it was given."""
+    if "reserve" in message:
+        return "lists.range(n) needs n >= 0: a negative count was given"
+    return _clean(message)
 
 
 def _clean(message: str) -> str:

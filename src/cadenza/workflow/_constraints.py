@@ -22,6 +22,7 @@ from ._spec import (
     Options,
     State,
     Step,
+    Supervision,
     Workflow,
     parse_duration,
 )
@@ -90,6 +91,8 @@ _RULES: dict[tuple[type, str], Rule] = {
     (Options, "stepTimeout"): _DURATION,
     (Options, "maxTokens"): _AT_LEAST_1,
     (Options, "maxRetries"): _AT_LEAST_0,
+    (Supervision, "maxRestarts"): _AT_LEAST_0,
+    (Supervision, "within"): _DURATION,
     (Coordinator, "maxWakes"): _AT_LEAST_1,
 }
 for _key in ("instructions", "timeout", "retries", "maxRetries", "tool", "handler"):

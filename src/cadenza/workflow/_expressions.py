@@ -12,8 +12,9 @@ What an expression reads is checked against the document too (`_check_reads`):
 a step id that no step declares (with "did you mean"), a field a step result
 cannot have (only ``content``, ``result`` and ``status``), an input the
 workflow does not declare, ``step.x`` written for ``steps.x``, a top-level
-step that is not among the reading step's (transitive) dependencies, and a
-comparison of a step's text with a number. Only constant keys are checked:
+step that is not among the reading step's (transitive) dependencies, a step
+declared in a loop body the expression is outside of (its scope cannot see it),
+and a comparison of a step's text with a number. Only constant keys are checked:
 ``steps[name]`` with a variable key is left to run time.
 """
 
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Mapping
 from typing import Literal
 
 from cadenza.errors import ExpressionSyntaxError, ExpressionTooComplex, PredicateNotRegistered
@@ -103,6 +105,8 @@ class ExpressionChecker:
         *,
         inputs: frozenset[str] | None = None,
         top_level: frozenset[str] = frozenset(),
+        declared: Mapping[str, list[str]] | None = None,
+        loops: Mapping[str, str] | None = None,
     ) -> None:
         self.reporter = reporter
         self.step_ids = step_ids
@@ -112,6 +116,14 @@ class ExpressionChecker:
         self.visible: frozenset[str] | None = None
         """While a top-level step is checked: the top-level ids it may read (itself and its
         transitive dependencies). None elsewhere: nested scopes are not checked for it."""
+        self.scope: frozenset[str] | None = None
+        """The step ids the expressions being checked can see at run time: their own list of
+        steps and every list enclosing it, not the bodies of the loops in them. None where
+        that is not worked out (a loop's own expressions, graphs): nothing is checked."""
+        self.declared = declared or {}
+        """Each step id with the lists (as paths) that declare it, for the messages."""
+        self.loops = loops or {}
+        """A loop body step's id -> the id of the loop step that runs it."""
 
     def expression(
         self, path: DocPath, source: str, *, field: str, want: Want, shift: int = 0
@@ -204,6 +216,8 @@ class ExpressionChecker:
                         f"dependencies: add it to dependsOn (dependsOn: [{first}])",
                         offset=offset,
                     )
+                elif self.scope is not None and first not in self.scope:
+                    add(path, self._hidden(field, first), offset=offset)
                 if len(keys) > 1 and keys[1] not in _STEP_FIELDS:
                     add(
                         path,
@@ -229,6 +243,20 @@ class ExpressionChecker:
         if not expression.is_async and type(expression) is Expression:
             for words in _text_compared_with_numbers(decode_checked(expression.checked_tree())):
                 add(path, f"{field}: {words}", offset=offset)
+
+    def _hidden(self, field: str, step_id: str) -> str:
+        """Why ``steps.<step_id>`` cannot be read here, and what can be read instead."""
+        where = self.declared.get(step_id, ["a loop body"])[0]
+        found = (
+            f"{field} reads steps.{step_id}, but {step_id!r} is a step of {where}, a loop "
+            "body: its steps are visible only inside the loop"
+        )
+        owner = self.loops.get(step_id)
+        while owner is not None and self.scope is not None and owner not in self.scope:
+            owner = self.loops.get(owner)
+        if owner is None:
+            return found
+        return f"{found}; read the loop step instead (steps.{owner}.content is the loop's output)"
 
 
 def _text_compared_with_numbers(root: Node) -> list[str]:

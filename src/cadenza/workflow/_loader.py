@@ -20,6 +20,7 @@ from typing import Any
 import msgspec
 
 from ._files import FileRefused, read_capped, resolve_inside
+from ._models import ModelRules
 from ._problems import (
     DocPath,
     Problem,
@@ -96,11 +97,18 @@ def load_workflow_text(
     return session.result(loaded)
 
 
-def validate_file(path: str | os.PathLike[str]) -> list[Problem]:
-    """Every problem of a workflow file and its includes; empty when it is valid."""
-    session = _Session()
+def validate_file(
+    path: str | os.PathLike[str], *, models: ModelRules | None = None
+) -> list[Problem]:
+    """Every problem of a workflow file and its includes; empty when it is valid.
+
+    With ``models`` (the caller's rules for model specs, see `ModelRules`) the
+    models are checked too, and what a run would lack here comes back as problems
+    of ``severity == "warning"``, which do not make the file invalid.
+    """
+    session = _Session(models=models)
     session.load_file(Path(path), os.fspath(path), ())
-    return session.sorted_problems()
+    return session.sorted_problems(warnings=True)
 
 
 def validate_workflow(
@@ -146,6 +154,8 @@ class _Session:
     done: dict[Path, tuple[LoadedWorkflow | None, int]] = field(default_factory=dict)
     root: Path | None = None
     """Where included and @ files must live: the first workflow's directory (``_files``)."""
+    models: ModelRules | None = None
+    warnings: list[Problem] = field(default_factory=list)
 
     def root_of(self, base_dir: Path) -> Path:
         if self.root is None:
@@ -157,8 +167,9 @@ class _Session:
             raise WorkflowError(self.sorted_problems())
         return loaded[0]
 
-    def sorted_problems(self) -> list[Problem]:
-        return sorted(self.problems, key=lambda p: (self.order.get(p.file, 0), p.line, p.column))
+    def sorted_problems(self, *, warnings: bool = False) -> list[Problem]:
+        found = [*self.problems, *self.warnings] if warnings else self.problems
+        return sorted(found, key=lambda p: (self.order.get(p.file, 0), p.line, p.column))
 
     def build(
         self,
@@ -287,9 +298,11 @@ class _Session:
             root=self.root_of(base_dir),
             agent_names=names,
             include=include,
+            models=self.models,
         )
         validator.run()
         self.problems.extend(reporter.problems)
+        self.warnings.extend(reporter.warnings)
         if reporter.problems or failed:
             return None, height
         if validator.replacements:

@@ -14,7 +14,7 @@ import re
 from collections.abc import Iterable, Iterator, Sequence, Sized
 from contextlib import contextmanager
 from contextvars import ContextVar
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 import msgspec
 
@@ -72,6 +72,9 @@ class Problem(msgspec.Struct, frozen=True):
         column: 1-based column, or 0 like ``line``.
         path: Where in the document, as ``steps[2].loop.until``; empty for the whole file.
         message: What is wrong, in words, and how to fix it when that is not obvious.
+        severity: ``error`` makes the document invalid; a ``warning`` names what a run
+            would lack where the document is checked (an unset API key) but may have
+            where it runs. Only checks given a caller's `ModelRules` warn.
     """
 
     file: str
@@ -79,10 +82,12 @@ class Problem(msgspec.Struct, frozen=True):
     column: int
     path: str
     message: str
+    severity: Literal["error", "warning"] = "error"
 
     def __str__(self) -> str:
         where = f"{self.file}:{self.line}:{self.column}:"
-        return f"{where} {self.path}: {self.message}" if self.path else f"{where} {self.message}"
+        message = self.message if self.severity == "error" else f"warning: {self.message}"
+        return f"{where} {self.path}: {message}" if self.path else f"{where} {message}"
 
 
 class WorkflowError(CadenzaError):
@@ -148,6 +153,7 @@ class Reporter:
         self.file = file
         self.source = source
         self.problems: list[Problem] = []
+        self.warnings: list[Problem] = []
         # Objects whose schema problems were already reported (every prefix of their
         # paths, so the check is one lookup): later rules stay quiet about them, so a
         # typo'd key yields one message, not a cascade of follow-ups.
@@ -164,6 +170,13 @@ class Reporter:
             message = f"more than {MAX_PROBLEMS} problems; the rest are not reported"
         line, column = self._locate(path, offset)
         self.problems.append(Problem(self.file, line, column, format_path(path), message))
+
+    def warn(self, path: DocPath, message: str) -> None:
+        """Note what a run would lack at ``path``; it does not make the document invalid."""
+        if len(self.warnings) < MAX_PROBLEMS:
+            line, column = self._locate(path, None)
+            where = format_path(path)
+            self.warnings.append(Problem(self.file, line, column, where, message, "warning"))
 
     def add_rule(self, path: DocPath, message: str, *, offset: int | None = None) -> None:
         """Like :meth:`add`, unless a schema problem was reported inside ``path``."""

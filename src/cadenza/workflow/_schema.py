@@ -31,6 +31,7 @@ from ._spec import (
     Options,
     State,
     Step,
+    Supervision,
     Workflow,
 )
 
@@ -50,6 +51,7 @@ _NAMES: dict[type, str] = {
     ControlLimits: "control limits",
     Human: "a human step",
     Options: "options",
+    Supervision: "options.supervisor",
     Coordinator: "the coordinator",
 }
 # zenflow's own valid fixtures spell `toolInput` as `tool_input`; accept both.

@@ -13,7 +13,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from ._problems import DocPath, Reporter, did_you_mean, format_path
 from ._spec import State, Step, Workflow
 
-__all__ = ["check_scope", "declared_ids"]
+__all__ = ["check_scope", "declared_ids", "loop_owners"]
 
 
 def declared_ids(workflow: Workflow) -> dict[str, list[str]]:
@@ -24,6 +24,34 @@ def declared_ids(workflow: Workflow) -> dict[str, list[str]]:
         for step in steps:
             ids.setdefault(step.id, []).append(scope)
     return ids
+
+
+def loop_owners(workflow: Workflow) -> dict[str, str]:
+    """Each id declared in a loop body -> the id of the step whose loop runs it (first found)."""
+    owners: dict[str, str] = {}
+    for path, steps in _scopes(workflow):
+        if path == ("steps",):
+            continue
+        owner = _step_at(workflow, path[:-2])
+        if owner is None:  # a loop of a graph state: the state has no id
+            continue
+        for step in steps:
+            owners.setdefault(step.id, owner)
+    return owners
+
+
+def _step_at(workflow: Workflow, path: DocPath) -> str | None:
+    """The id of the step at ``path`` (``("steps", 0, "loop", "steps", 2)``), if one is."""
+    body: Step | State | None = None
+    steps: Sequence[Step] = workflow.steps
+    for part in path[1:]:
+        if isinstance(part, int):
+            body = steps[part]
+        elif part == "steps" and body is not None and body.loop is not None:
+            steps = body.loop.steps or ()
+        elif part != "loop":
+            return None  # inside a graph
+    return body.id if isinstance(body, Step) else None
 
 
 def _scopes(workflow: Workflow) -> Iterator[tuple[DocPath, Sequence[Step]]]:

@@ -40,6 +40,7 @@ __all__ = [
     "State",
     "Step",
     "StepKind",
+    "Supervision",
     "Workflow",
     "parse_duration",
 ]
@@ -54,6 +55,7 @@ InputType = Literal["string", "integer", "number", "boolean", "object", "array",
 OnStepFailure = Literal["cascade", "skip-dependents", "abort"]
 OutputMode = Literal["", "last", "cumulative"]
 OnLimit = Literal["returnLast", "fail", "returnWithFlag"]
+RestartStrategy = Literal["one_for_one", "one_for_all", "rest_for_one"]
 StepKind = Literal[
     "agent", "command", "handler", "include", "graph", "control", "human", "tool", "loop"
 ]
@@ -314,6 +316,21 @@ WORKTREE_PER_STEP: Final = "worktree-per-step"
 """``options.isolation`` that gives each writing step a git worktree of its own."""
 
 
+class Supervision(_Spec, frozen=True):
+    """``options.supervisor``: what a list of steps does when one of them fails (OTP's rules).
+
+    A step that fails for good (its ``retries`` spent, no ``onError: continue``) is
+    run again from its start; ``one_for_all`` also stops and re-runs every other
+    step of its list that is running, ``rest_for_one`` those started after it.
+    More than ``max_restarts`` restarts within ``within`` (absent: ever) and the
+    supervisor gives up: the list stops, failed (``SupervisorEscalation``).
+    """
+
+    strategy: RestartStrategy = "one_for_one"
+    max_restarts: int = 3
+    within: str | None = None
+
+
 class Options(_Spec, frozen=True):
     """Run-wide execution options (zenflow section 8, plus ``maxTokens``)."""
 
@@ -326,6 +343,8 @@ class Options(_Spec, frozen=True):
     """``worktree-per-step``: each command, tool and agent step in a git worktree of its own."""
     scheduler: Literal["dependency-first", "round-robin", "least-busy"] = "dependency-first"
     max_retries: int | None = None
+    supervisor: Supervision | None = None
+    """Restarts of failed steps, per list of steps (extension; absent: none)."""
 
 
 class Coordinator(_Spec, frozen=True):

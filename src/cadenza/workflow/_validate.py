@@ -24,6 +24,7 @@ from cadenza.errors import InputError
 from ._containers import check_graph, check_loop
 from ._expressions import ExpressionChecker
 from ._inputs import resolve_inputs
+from ._models import ModelCheck, ModelRules
 from ._problems import DocPath, Reporter, did_you_mean
 from ._references import (
     check_include_contract,
@@ -32,7 +33,7 @@ from ._references import (
     read_reference,
 )
 from ._rules import MCP_SERVER_NAME, rule_problem
-from ._scopes import check_scope, declared_ids
+from ._scopes import check_scope, declared_ids, loop_owners
 from ._spec import (
     AGENT_BUILTINS,
     Control,
@@ -43,6 +44,7 @@ from ._spec import (
     Permissions,
     State,
     Step,
+    Supervision,
     Workflow,
     parse_duration,
 )
@@ -82,6 +84,8 @@ class Validator:
         agent_names: Agent names the document declares (including any whose
             definition had schema problems, so references to them stay quiet).
         include: Loads an included or control workflow.
+        models: The caller's rules for model specs (``cadenza validate``); None: the
+            models are not checked here (a run checks them when an agent starts).
 
     Attributes:
         replacements: Text read in for ``@file`` values, by document path.
@@ -96,6 +100,7 @@ class Validator:
         agent_names: frozenset[str],
         include: IncludeLoader,
         root: Path | None = None,
+        models: ModelRules | None = None,
     ) -> None:
         self.workflow = workflow
         self.reporter = reporter
@@ -110,15 +115,20 @@ class Validator:
             frozenset(self.ids),
             inputs=frozenset(workflow.inputs) if workflow.inputs else None,
             top_level=frozenset(step.id for step in workflow.steps),
+            declared=self.ids,
+            loops=loop_owners(workflow),
         )
         self.add = reporter.add_rule
         self._defined_agents: str | None = None
+        self.models = ModelCheck(models, reporter, workflow.agents) if models else None
 
     def run(self) -> None:
         """Apply every rule to the whole document."""
         wf = self.workflow
         if wf.version != 1:
             self.add(("version",), f"unsupported version {wf.version}; only version 1 is defined")
+        if wf.options.supervisor is not None:
+            self._supervision(wf.options.supervisor)
         for name, spec in wf.inputs.items():
             if not spec.required:
                 try:
@@ -139,30 +149,50 @@ class Validator:
                 check_json_schema(
                     self.reporter, ("agents", name, "resultSchema"), agent.result_schema
                 )
+            if agent.model is not None and self.models is not None:
+                self.models.spec(("agents", name, "model"), agent.model)
         if wf.coordinator is not None:
-            self._agent(("coordinator", "agent"), wf.coordinator.agent)
+            self._runs_agent(("coordinator", "agent"), wf.coordinator.agent)
         if wf.loop is not None:
             self._loop(wf.loop, ("loop",), 1, root=True)
-        self._scope(wf.steps, ("steps",), 1 if wf.loop is not None else 0)
+        self._scope(wf.steps, ("steps",), 1 if wf.loop is not None else 0, frozenset())
         if wf.output is not None:
+            self.exprs.scope = frozenset(step.id for step in wf.steps)
             self.exprs.expression(("output",), wf.output, field="output", want="any")
+            self.exprs.scope = None
 
     # Steps and what they run -------------------------------------------------
 
-    def _scope(self, steps: list[Step], path: DocPath, depth: int) -> None:
+    def _scope(
+        self, steps: list[Step], path: DocPath, depth: int, outer: frozenset[str] | None
+    ) -> None:
+        """One list of steps; ``outer``: the ids the lists around it show (None: unknown)."""
         check_scope(steps, path, self.reporter, self.ids)
         readable = _dependencies(steps) if path == ("steps",) else {}
+        # At run time a list's steps see their own list and the lists around it, never
+        # the bodies of loops (each iteration's steps live in a scope of their own).
+        here = None if outer is None else outer | {step.id for step in steps}
         for index, step in enumerate(steps):
             where = (*path, index)
             self.exprs.visible = readable.get(step.id)
+            self.exprs.scope = here
             if step.condition is not None:
                 self.exprs.expression(
                     (*where, "condition"), step.condition, field="condition", want="bool"
                 )
-            self._body(step, where, depth, "step")
+            self._body(step, where, depth, "step", here)
         self.exprs.visible = None
+        self.exprs.scope = None
 
-    def _body(self, body: Body, path: DocPath, depth: int, noun: str) -> None:
+    def _body(
+        self,
+        body: Body,
+        path: DocPath,
+        depth: int,
+        noun: str,
+        here: frozenset[str] | None = None,
+    ) -> None:
+        """What a step or graph state does; ``here``: the step ids its own fields can read."""
         kinds = [key for key in _KIND_KEYS if getattr(body, key) is not None]
         if body.agent is not None or body.instructions is not None:
             kinds.append("agent" if body.agent is not None else "instructions")
@@ -190,20 +220,30 @@ class Validator:
                 self.add(
                     (*path, "loop"), f"a loop cannot repeat a {kinds[0]} step; put it in loop.steps"
                 )
-            self._loop(loop, (*path, "loop"), depth + 1)
+            self.exprs.scope = None  # until, forEach: not worked out (their body's scope)
+            self._loop(loop, (*path, "loop"), depth + 1, outer=here)
         elif not kinds:
             self.add(path, f"this {noun} has nothing to do: {_NOTHING_TO_DO}")
+        self.exprs.scope = here  # a leaf's fields (and a looped one's) read the list's scope
         self._fields(body, path)
+        if body.human is not None:
+            self._human(body.human, (*path, "human"))
+        self.exprs.scope = None
         if body.graph is not None:
             self._graph(body.graph, (*path, "graph"), depth + 1)
         if body.control is not None:
             self._control(body.control, (*path, "control"), depth + 1)
-        if body.human is not None:
-            self._human(body.human, (*path, "human"))
 
     def _fields(self, body: Body, path: DocPath) -> None:
         if body.agent is not None:
             self._agent((*path, "agent"), body.agent)
+        if self.models is not None and (body.agent is not None or body.instructions is not None):
+            if body.model is not None:
+                self.models.spec((*path, "model"), body.model)
+            elif body.agent is not None and body.agent in self.agent_names:
+                self.models.runs_agent((*path, "agent"), body.agent)
+            elif body.agent is None:
+                self.models.runs_agent((*path, "instructions"), None)
         if body.handler is not None:
             self._handler((*path, "handler"), body.handler)
         if body.instructions is not None:
@@ -292,25 +332,33 @@ class Validator:
                 f"this one is at depth {depth}",
             )
 
-    def _loop(self, loop: Loop, path: DocPath, depth: int, *, root: bool = False) -> None:
+    def _loop(
+        self,
+        loop: Loop,
+        path: DocPath,
+        depth: int,
+        *,
+        root: bool = False,
+        outer: frozenset[str] | None = None,
+    ) -> None:
         self._nesting(path, depth)
         check_loop(loop, path, self.reporter, self.exprs, root=root)
         if loop.for_each is None and loop.until_agent is not None:
             where = (*path, "untilAgent")
             judge = self.workflow.agents.get(loop.until_agent)
             why = judge_problem(judge) if judge is not None else None
-            if self._agent(where, loop.until_agent) and why is not None:
+            if self._runs_agent(where, loop.until_agent) and why is not None:
                 self.add(
                     where,
                     f"judge agent {loop.until_agent!r} must submit {{done: boolean}}, but {why}",
                 )
         if loop.steps is not None and not root:
-            self._scope(loop.steps, (*path, "steps"), depth)
+            self._scope(loop.steps, (*path, "steps"), depth, outer)
 
     def _graph(self, graph: Graph, path: DocPath, depth: int) -> None:
         self._nesting(path, depth)
         check_graph(graph, path, self.reporter, self.exprs)
-        for name, state in graph.states.items():
+        for name, state in graph.states.items():  # scopes inside a graph are not worked out
             self._body(state, (*path, "states", name), depth, "graph state")
 
     def _control(self, control: Control, path: DocPath, depth: int) -> None:
@@ -350,6 +398,25 @@ class Validator:
             f"unknown agent {name!r} (defined: {defined})" + did_you_mean(name, self.agent_names),
         )
         return False
+
+    def _runs_agent(self, path: DocPath, name: str) -> bool:
+        """`_agent`, for an agent run with its own model (a judge, the coordinator)."""
+        known = self._agent(path, name)
+        if known and self.models is not None:
+            self.models.runs_agent(path, name, step=False)
+        return known
+
+    def _supervision(self, supervision: Supervision) -> None:
+        try:
+            seconds = parse_duration(supervision.within) if supervision.within else None
+        except ValueError:
+            return  # the schema layer reported it
+        if seconds == 0:
+            self.add(
+                ("options", "supervisor", "within"),
+                "within must be longer than 0s; leave it out to count restarts over the "
+                "whole life of each list of steps",
+            )
 
     def _permissions(self, path: DocPath, permissions: Permissions) -> None:
         servers = frozenset(self.workflow.mcp_servers)

@@ -99,7 +99,8 @@ class Container(PlacedActor):
     def __init__(self, placement: Placement) -> None:
         super().__init__(placement)
         self.children: dict[int, Cancellable] = {}
-        self.attempt = 0
+        self.attempt = placement.first_attempt - 1
+        self._last_attempt = self.attempt + 1 + self.step.retries  # a restart counts on
         self.done = False
         self.here = ""
         self._started = 0.0
@@ -203,12 +204,12 @@ class Container(PlacedActor):
         elif status == "cancelled" and error is None:
             error = ErrorInfo("Cancelled", self.stopping or "cancelled", self.here)
         retry = self._cancel_reason is None and self.run.cancelled is None
-        if status == "failed" and retry and self.attempt <= self.step.retries:
+        if status == "failed" and retry and self.attempt < self._last_attempt:
             self.run.journal.emit(
                 EventType.STEP_RETRY,
                 step_id=self.here,
                 error=f"{error.type}: {error.message}" if error is not None else None,
-                data=StepRetry(attempt=self.attempt, of=self.step.retries + 1),
+                data=StepRetry(attempt=self.attempt, of=self._last_attempt),
             )
             await self._next_attempt()
             return

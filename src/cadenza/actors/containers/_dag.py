@@ -12,6 +12,9 @@ Failure propagation follows ``options.onStepFailure``:
 * ``abort``: running steps are cancelled and nothing new starts.
 
 A step with ``onError: continue`` is recorded as failed but its dependents run.
+Under ``options.supervisor`` a step's failure is not final at once: the DAG is
+the supervisor of its steps and runs it again, with its running siblings by the
+strategy (``_restarts``), until the restart intensity is spent.
 A skipped step (false ``condition``) counts as finished for its dependents, who
 can test ``steps.<id>.status``. A step ``waiting`` for a person holds its
 dependents back; once nothing else can run, the DAG ends as ``waiting``.
@@ -35,8 +38,10 @@ from cadenza.actors.run import (
     work_error,
 )
 from cadenza.kernel import Actor, Address
-from cadenza.protocols import ErrorInfo, StepRecord
+from cadenza.protocols import ErrorInfo, EventType, StepRecord
 from cadenza.workflow import LoadedWorkflow, Step, compile_expression
+
+from ._restarts import Restarts
 
 if TYPE_CHECKING:  # annotations only
     from cadenza.actors.run import RunContext
@@ -91,6 +96,8 @@ class DagController(Actor):
         self.addresses: dict[str, Address] = {}
         self.waiting = 0  # steps waiting for a person: their dependents wait with them
         self.pending: asyncio.Future[bool] | None = None  # an async condition being awaited
+        supervision = run.options.supervisor
+        self.restarts = Restarts(supervision) if supervision is not None else None
 
     def _address(self, step_id: str) -> Address:
         address = self.addresses.get(step_id)
@@ -116,6 +123,8 @@ class DagController(Actor):
         """Takes a child's `StepFinished` and starts what it unblocked."""
         if isinstance(message, StepFinished):
             self.running.pop(message.step_id, None)
+            if self.restarts is not None and await self._restarted(message):
+                return  # the step runs again: its record is not final
             await self._advance([(message.step_id, message.record)])
             await self._maybe_done()
 
@@ -166,7 +175,66 @@ class DagController(Actor):
             self.run, self.document, step_id, step, self.scope, self.ref.send, brief
         )
         self.running[step_id] = self.run.spawn_step(placement, address)
+        if self.restarts is not None:
+            self.restarts.started(step_id)
         return None
+
+    async def _restarted(self, finished: StepFinished) -> bool:
+        """Whether the supervisor runs the step again rather than take its record as final.
+
+        A step stopped to run again (a sibling's restart) comes back ``cancelled``
+        and goes again; one that finished first keeps its record. A failure that
+        counts is restarted, with the siblings the strategy takes along, unless
+        the intensity is spent: then the list gives up, as ``abort`` would.
+        """
+        restarts = self.restarts
+        assert restarts is not None
+        step_id, record = finished.step_id, finished.record
+        cause = restarts.stopping.pop(step_id, None)
+        if self._halted():
+            return False
+        if cause is not None and record.status == "cancelled":
+            await self._relaunch(step_id, record, cause)
+            return True
+        if record.status != "failed" or self.steps[step_id].on_error == "continue":
+            return False
+        refused = restarts.admit(self.run.clock.now())
+        if refused is not None:
+            address = str(self._address(step_id))
+            self.first_error = restarts.escalation(step_id, address, record, refused)
+            self.cancel(f"the supervisor gave up after step {step_id!r} failed")
+            return False
+        reason = f"restarted with {step_id!r} ({restarts.spec.strategy})"
+        for sibling in restarts.taken_along(step_id, self.running):
+            restarts.stopping[sibling] = step_id
+            self.running[sibling].cancel(reason)
+        await self._relaunch(step_id, record, step_id)
+        return True
+
+    async def _relaunch(self, step_id: str, record: StepRecord, cause: str) -> None:
+        """Runs ``step_id`` again at its address, its attempts counted on from ``record``'s."""
+        assert self.restarts is not None
+        address = self._address(step_id)
+        self.run.journal.emit(
+            EventType.STEP_RESTART, step_id=str(address), data=self.restarts.event(cause)
+        )
+        # The instance that reported may still be ending its turn (a report that had to
+        # wait for room in this inbox): its address is free once it has.
+        for _ in range(_ADDRESS_WAITS):
+            if self.run.supervisor.lookup(address) is None:
+                break
+            await asyncio.sleep(0)
+        placement = Placement(
+            self.run,
+            self.document,
+            step_id,
+            self.steps[step_id],
+            self.scope,
+            self.ref.send,
+            self.briefs.get(step_id, NO_BRIEF),
+            first_attempt=record.attempts + 1,
+        )
+        self.running[step_id] = self.run.spawn_step(placement, address)
 
     def _halted(self) -> bool:
         return self.aborting or self.run.cancelled is not None
@@ -270,6 +338,9 @@ class DagController(Actor):
             error = first.error if first is not None else None
         return DagOutcome(status=status, content=content, error=error)
 
+
+_ADDRESS_WAITS = 100
+"""Event-loop passes a restart waits for the reporting instance to end (it needs one)."""
 
 _CASCADED = StepRecord(status="cancelled")
 """A dependent of a failed step under ``cascade``: never started, no error of its own."""

@@ -305,6 +305,9 @@ class Placement:
     report: Report
     """How the step's actor reaches its controller when it has a final record."""
     brief: Brief = NO_BRIEF
+    first_attempt: int = 1
+    """The number of a leaf's first attempt: past its earlier attempts when its list's
+    supervisor restarts it (``options.supervisor``), so every execution has its own."""
 
 
 class PlacedActor(Actor):

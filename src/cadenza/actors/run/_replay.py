@@ -49,6 +49,7 @@ _DECISIONS = frozenset(
         EventType.STEP_END,
         EventType.STEP_SKIPPED,
         EventType.STEP_RETRY,
+        EventType.STEP_RESTART,
         EventType.ERROR,
         EventType.MESSAGE,
         EventType.ITERATION_START,

@@ -67,9 +67,10 @@ class StepActor(PlacedActor):
         self._cancel_reason: str | None = None
         self.worker: str | None = None
         """The remote worker that ran the latest attempt (None: this process)."""
-        self.first_attempt = 1
+        self.first_attempt = placement.first_attempt
         """The number of the first attempt: higher when a resumed run re-runs a step
-        that was in flight, so every execution has its own idempotency key."""
+        that was in flight, or a supervisor restarts it, so every execution has its
+        own idempotency key."""
 
     async def receive(self, message: Any) -> None:
         """A step actor takes no messages while it runs its one piece of work."""

@@ -1,0 +1,137 @@
+"""Model specs: the providers Cadenza knows and how a spec names one (``provider:model``).
+
+This is the one table of providers (the registry builds clients for them, and
+``cadenza validate`` checks documents against it); it imports no HTTP client, so
+checking a spec costs no more than reading this module.
+"""
+
+from __future__ import annotations
+
+import difflib
+from typing import Final
+
+from ._errors import LLMConfigError
+
+__all__ = [
+    "DEFAULT_PROVIDER_VARIABLE",
+    "PROVIDERS",
+    "hint",
+    "key_variable",
+    "parse_model",
+]
+
+PROVIDERS: Final = ("anthropic", "ollama", "openai", "scripted")
+"""The providers a model spec may name."""
+
+_KEY_VARIABLES: Final = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY"}
+
+DEFAULT_PROVIDER_VARIABLE: Final = "CADENZA_DEFAULT_PROVIDER"
+"""Names the provider of bare model names no well-known prefix places (e.g. ``ollama``)."""
+
+# zenflow's provider prefixes that Cadenza has no client for (they need their own
+# cloud credentials there too): served through CADENZA_DEFAULT_PROVIDER's gateway.
+_GATEWAY_PROVIDERS: Final = frozenset({
+    "azure", "azure-deployment", "bedrock", "cerebras", "cloudflare", "cohere", "compat",
+    "deepinfra", "deepseek", "fireworks", "fptcloud", "google", "groq", "minimax", "mistral",
+    "nvidia", "openrouter", "perplexity", "runpod", "together", "vertex", "vertex-anthropic",
+    "vllm", "xai",
+})  # fmt: skip
+
+# zenflow's bare model names: the families whose maker serves them natively.
+_BARE_PREFIXES: Final = (
+    ("gpt-", "openai"),
+    ("chatgpt-", "openai"),
+    ("o1", "openai"),
+    ("o3", "openai"),
+    ("o4", "openai"),
+    ("claude-", "anthropic"),
+)
+
+
+def parse_model(spec: str, *, default_provider: str | None = None) -> tuple[str, str]:
+    """Split a model spec into ``(provider, model)``.
+
+    ``openai:gpt-4o-mini`` and zenflow's ``openai/gpt-4o-mini`` both give
+    ``("openai", "gpt-4o-mini")``; the first ``:`` or ``/`` separates, so
+    ``ollama:llama3.1:8b`` keeps its tag. A bare ``scripted`` is allowed and
+    gives ``("scripted", "scripted")``: a script has no model to name.
+
+    A bare model name, as zenflow's documents write them, is placed as zenflow
+    places it: ``gpt-*``, ``o1``/``o3``/``o4*`` go to ``openai`` and ``claude-*``
+    to ``anthropic``; any other bare name goes to ``default_provider`` (the
+    ``CADENZA_DEFAULT_PROVIDER`` variable), and without one it is an error:
+    names like ``llama3`` are served by many providers, and guessing would be
+    wrong as often as right. zenflow's other provider prefixes (``bedrock/``,
+    ``google/``, ``groq/``...), for which Cadenza has no client, go to
+    ``default_provider`` too (an OpenAI-compatible gateway, typically), with the
+    whole name as the model; without one they are an error that says so.
+
+    Raises:
+        LLMConfigError: No provider, no model, or a provider that is not one of
+            ``PROVIDERS`` (the message lists them and suggests a close match).
+    """
+    text = spec.strip()
+    if text.lower() == "scripted":
+        return "scripted", "scripted"
+    cuts = [i for i in (text.find(":"), text.find("/")) if i >= 0]
+    cut = min(cuts, default=-1)
+    if cut < 0 and text:
+        return _bare(spec, text, default_provider), text
+    if cut <= 0:
+        raise LLMConfigError(
+            f"model {spec!r} names no provider; write provider:model, e.g. openai:gpt-4o-mini "
+            f"({_known()})"
+        )
+    provider, model = text[:cut].lower(), text[cut + 1 :]
+    if provider in _GATEWAY_PROVIDERS and provider not in PROVIDERS:
+        if not default_provider:
+            raise LLMConfigError(
+                f"model {spec!r}: Cadenza has no {provider!r} client; set "
+                f"{DEFAULT_PROVIDER_VARIABLE} (e.g. openai, with OPENAI_BASE_URL at a "
+                f"gateway that serves {provider} models) or write provider:model ({_known()})"
+            )
+        return _default(default_provider), text
+    if provider not in PROVIDERS:
+        raise LLMConfigError(f"unknown provider {provider!r} in model {spec!r}{hint(provider)}")
+    if not model:
+        raise LLMConfigError(f"model {spec!r} names no model after the provider {provider!r}")
+    return provider, model
+
+
+def key_variable(provider: str) -> str | None:
+    """The environment variable that holds ``provider``'s API key; None if it needs none."""
+    return _KEY_VARIABLES.get(provider)
+
+
+def _bare(spec: str, name: str, default_provider: str | None) -> str:
+    """The provider of a bare model name (see `parse_model`)."""
+    for prefix, provider in _BARE_PREFIXES:
+        if name.lower().startswith(prefix):
+            return provider
+    if default_provider:
+        return _default(default_provider)
+    raise LLMConfigError(
+        f"model {spec!r} names no provider; write provider:model, e.g. openai:{name}, or set "
+        f"{DEFAULT_PROVIDER_VARIABLE} for bare names ({_known()})"
+    )
+
+
+def _default(default_provider: str) -> str:
+    """``CADENZA_DEFAULT_PROVIDER``'s provider, checked."""
+    provider = default_provider.strip().lower()
+    if provider not in PROVIDERS:
+        raise LLMConfigError(
+            f"unknown provider {provider!r} in {DEFAULT_PROVIDER_VARIABLE}{hint(provider)}"
+        )
+    return provider
+
+
+def _known() -> str:
+    return "known providers: " + ", ".join(PROVIDERS)
+
+
+def hint(provider: str) -> str:
+    """``; did you mean 'openai'? (known providers: ...)`` for an unknown provider."""
+    close = difflib.get_close_matches(provider, PROVIDERS, n=1)
+    suggestion = f"; did you mean {close[0]!r}?" if close else ""
+    return f"{suggestion} ({_known()})"
