@@ -12,11 +12,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import msgspec
 
-from cadenza._redact import redact
+from cadenza._redact import redact, scrub
 from cadenza.actors.run import (
     AGENT_MEMORY,
     COORDINATOR,
@@ -132,7 +132,11 @@ class _Conversation:
             raise ToolError(f"permission denied: {decision.reason}")
 
     async def call(self, call: ToolCall) -> str:
-        """Runs one tool call; any failure becomes an error message for the model."""
+        """Runs one tool call; any failure becomes an error message for the model.
+
+        Returns:
+            The answer for the model, known secrets scrubbed (``_redact.scrub``).
+        """
         journal = self.run.journal
         redacted = redact(call.arguments)[:_OUTPUT_PREVIEW]
         journal.emit(
@@ -167,6 +171,9 @@ class _Conversation:
             if error is None
             else msgspec.json.encode({"status": "error", "message": error}).decode()
         )
+        # What a tool hands back goes to the model provider: no known secret, in any form,
+        # leaves with it (a command that prints the environment, a file holding a key).
+        text = cast(str, scrub(text))
         journal.emit(
             "tool_call",
             step_id=self.address,
@@ -364,16 +371,15 @@ async def run_agent(run: RunContext, document: LoadedWorkflow, visit: AgentVisit
         history = _remembered(run, visit.brief)
         messages: list[Message] = [Message("system", system_prompt), *history]
         first_own = len(messages)
-        messages.append(Message("user", prompt))
+        messages.append(Message("user", scrub(prompt)))
         specs = tuple(tool.spec for tool in conversation.tools.values())
         turns = agent.turns if agent is not None else 50
         for turn in range(1, turns + 1):
             if turn > 1:
                 waiting = visit.drain_inbox()
                 if waiting:
-                    messages.append(
-                        Message("user", "## Inbox\n" + "\n".join(f"- {m}" for m in waiting))
-                    )
+                    inbox = "## Inbox\n" + "\n".join(f"- {m}" for m in waiting)
+                    messages.append(Message("user", scrub(inbox)))
             run.journal.emit(
                 "agent_turn",
                 step_id=visit.address,
