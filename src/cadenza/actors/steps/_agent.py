@@ -48,6 +48,7 @@ from ._agent_tools import agent_builtins, builtin_names
 from ._deltas import Deltas
 from ._mcp_tools import mcp_tools
 from ._prompt import build_prompt, cap, read_context_files
+from ._tool_step import TOOL_PERMISSION
 from ._tools import Tool, ToolError, python_tool, schema_errors
 
 __all__ = ["AgentOutcome", "AgentVisit", "BudgetExceeded", "model_spec", "run_agent"]
@@ -55,8 +56,6 @@ __all__ = ["AgentOutcome", "AgentVisit", "BudgetExceeded", "model_spec", "run_ag
 
 DEFAULT_SYSTEM = "You are a helpful assistant. Do the task you are given."
 NEVER_SUBMITTED = "resultSchema defined but submit_result never called"
-TOOL_PERMISSION = "tool_permission"
-"""The permission policy decided about a tool call (`ToolPermission`)."""
 _OUTPUT_PREVIEW = 2000
 
 
