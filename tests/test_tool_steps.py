@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from cadenza import RunResult, Runtime
+from cadenza import RunResult, Runtime, ToolPolicy
 from cadenza.testing import ScriptedLLMServer, ServerRule
 from cadenza.workflow import WorkflowError, load_workflow
 from tests._processes import running
@@ -113,7 +113,7 @@ async def test_write_then_read_round_trips_and_stays_inside_the_workflow_dir(
     assert result.steps["escape"].status == "failed"
     kind, message = error_of(result, "escape")
     assert kind == "ToolError"
-    assert message.startswith("write: '../escaped.txt' is outside the workflow's directory")
+    assert message.startswith("write: '../escaped.txt' leads outside the workflow's directory")
     assert not (tmp_path.parent / "escaped.txt").exists()
 
 
@@ -440,6 +440,93 @@ def test_a_bash_command_from_an_expression_is_rejected(write_flow: WriteFlow) ->
     assert (problem.line, problem.path) == (10, "steps[1].toolInput.command")
     assert problem.message.startswith("the command of a bash tool step cannot be a $ expression")
     assert "Use a command step and pass the value through env" in problem.message
+
+
+# Confinement: what stays possible, and the policy for arguments the run chose ------------
+
+
+async def test_links_inside_the_tree_work_and_links_out_are_skipped_with_a_note(
+    write_flow: WriteFlow, tmp_path: Path
+) -> None:
+    """Real paths decide: a link to a file or folder of the tree is followed by read, listed
+    by glob and searched by grep; one leading out is named in a note, never opened."""
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "main.py").write_text("TODO: ship\n")
+    (tmp_path / "current").symlink_to("src")
+    (tmp_path / "readme.py").symlink_to(tmp_path / "src" / "main.py")  # absolute, inside
+    (tmp_path.parent / f"{tmp_path.name}-outside.py").write_text("TODO: leaked\n")
+    (tmp_path / "leak.py").symlink_to(tmp_path.parent / f"{tmp_path.name}-outside.py")
+    path = write_flow(
+        """
+        name: links
+        steps:
+          - {id: via-folder, tool: read, toolInput: {path: current/main.py}}
+          - {id: via-file, tool: read, toolInput: {path: readme.py}}
+          - {id: absolute, tool: read, toolInput: {path: TREE/src/main.py}}
+          - {id: listed, tool: glob, toolInput: {pattern: "*.py"}}
+          - {id: through, tool: glob, toolInput: {pattern: "*/*.py"}}
+          - {id: found, tool: grep, toolInput: {pattern: TODO, glob: "*.py"}}
+        """.replace("TREE", str(tmp_path))
+    )
+    result = await run(path)
+    assert result.status == "completed", result.error
+    for address in ("via-folder", "via-file", "absolute"):
+        assert result.steps[address].content == "TODO: ship\n"
+    note = "[skipped, never opened: leak.py (leads outside the workflow's directory)]"
+    assert result.steps["listed"].content == f"readme.py\n{note}"
+    # `*` may have named a folder through the link: it is not followed, and said so
+    assert result.steps["through"].content == f"current/main.py\nsrc/main.py\n{note}"
+    found = result.steps["found"].content
+    assert found == f"readme.py:1:TODO: ship\nsrc/main.py:1:TODO: ship\n{note}"
+
+
+async def test_a_tool_step_with_a_dollar_value_asks_the_policy_as_a_model_call_does(
+    write_flow: WriteFlow, tmp_path: Path
+) -> None:
+    """Under the sandbox a `$` write is refused (recorded); a literal one is the author's."""
+    path = write_flow(
+        """
+        name: chosen
+        steps:
+          - {id: pick, command: "printf picked.txt"}
+          - id: chosen
+            dependsOn: [pick]
+            tool: write
+            toolInput: {path: $steps.pick.content, content: "x"}
+          - id: written
+            tool: write
+            toolInput: {path: literal.txt, content: "y"}
+          - id: looked
+            dependsOn: [pick]
+            tool: read
+            toolInput: {path: $steps.pick.content}
+            onError: continue
+        """
+    )
+    async with Runtime(permissions=ToolPolicy(sandbox=True)) as runtime:
+        handle = await runtime.start(path)
+        events = [event async for event in handle.events()]
+        result = await handle.result()
+    assert error_of(result, "chosen") == (
+        "PermissionDenied",
+        "write: permission denied: the run is sandboxed: only read, glob and grep may run",
+    )
+    assert not (tmp_path / "picked.txt").exists()
+    assert (tmp_path / "literal.txt").read_text() == "y"
+    assert error_of(result, "looked")[0] == "ToolError"  # allowed; there is no such file
+    decisions = [(e.step_id, e.data) for e in events if e.type == "tool_permission"]
+    assert decisions == [
+        (
+            "chosen",
+            {
+                "tool_name": "write",
+                "tool_call_id": "chosen:1",
+                "allowed": False,
+                "by": "sandbox",
+                "reason": "the run is sandboxed: only read, glob and grep may run",
+            },
+        )
+    ]
 
 
 # Common step keys, events, the CLI ---------------------------------------------------------

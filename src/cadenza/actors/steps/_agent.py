@@ -13,11 +13,11 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import msgspec
 
-from cadenza._redact import redact
+from cadenza._redact import redact, scrub
 from cadenza.actors.run import (
     AGENT_MEMORY,
     COORDINATOR,
@@ -49,6 +49,7 @@ from ._agent_tools import agent_builtins, builtin_names
 from ._deltas import Deltas
 from ._mcp_tools import mcp_tools
 from ._prompt import build_prompt, cap, read_context_files
+from ._tool_step import TOOL_PERMISSION
 from ._tools import Tool, ToolError, python_tool, schema_errors
 
 __all__ = ["AgentOutcome", "AgentVisit", "BudgetExceeded", "model_spec", "run_agent"]
@@ -56,8 +57,6 @@ __all__ = ["AgentOutcome", "AgentVisit", "BudgetExceeded", "model_spec", "run_ag
 
 DEFAULT_SYSTEM = "You are a helpful assistant. Do the task you are given."
 NEVER_SUBMITTED = "resultSchema defined but submit_result never called"
-TOOL_PERMISSION = "tool_permission"
-"""The permission policy decided about a tool call (`ToolPermission`)."""
 _OUTPUT_PREVIEW = 2000
 
 
@@ -139,7 +138,11 @@ class _Conversation:
             raise ToolError(f"permission denied: {decision.reason}")
 
     async def call(self, call: ToolCall) -> str:
-        """Runs one tool call; any failure becomes an error message for the model."""
+        """Runs one tool call; any failure becomes an error message for the model.
+
+        Returns:
+            The answer for the model, known secrets scrubbed (``_redact.scrub``).
+        """
         journal = self.run.journal
         redacted = redact(call.arguments)[:_OUTPUT_PREVIEW]
         journal.emit(
@@ -174,6 +177,9 @@ class _Conversation:
             if error is None
             else msgspec.json.encode({"status": "error", "message": error}).decode()
         )
+        # What a tool hands back goes to the model provider: no known secret, in any form,
+        # leaves with it (a command that prints the environment, a file holding a key).
+        text = cast(str, scrub(text))
         journal.emit(
             "tool_call",
             step_id=self.address,
@@ -371,16 +377,15 @@ async def run_agent(run: RunContext, document: LoadedWorkflow, visit: AgentVisit
         history = _remembered(run, visit.brief)
         messages: list[Message] = [Message("system", system_prompt), *history]
         first_own = len(messages)
-        messages.append(Message("user", prompt))
+        messages.append(Message("user", scrub(prompt)))
         specs = tuple(tool.spec for tool in conversation.tools.values())
         turns = agent.turns if agent is not None else 50
         for turn in range(1, turns + 1):
             if turn > 1:
                 waiting = visit.drain_inbox()
                 if waiting:
-                    messages.append(
-                        Message("user", "## Inbox\n" + "\n".join(f"- {m}" for m in waiting))
-                    )
+                    inbox = "## Inbox\n" + "\n".join(f"- {m}" for m in waiting)
+                    messages.append(Message("user", scrub(inbox)))
             run.journal.emit(
                 "agent_turn",
                 step_id=visit.address,

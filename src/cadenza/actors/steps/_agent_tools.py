@@ -1,10 +1,9 @@
 """zenflow's built-in tools offered to agents: ``bash``, ``read``, ``write``, ``glob``, ``grep``.
 
-The same implementations as ``tool`` steps (``_tool_step``), with two things an
-agent needs that a step does not: every path argument is confined to the
-workflow's directory tree before the tool runs (a model chooses the paths),
-and a failure is an answer to the model, not the end of the step: a refused
-path, a non-zero exit (with its output), a timeout.
+The same implementations as ``tool`` steps (``_tool_step``), which confine
+every path to the workflow's directory tree by real path (``_confined``); what
+an agent needs besides is that a failure is an answer to the model, not the
+end of the step: a refused path, a non-zero exit (with its output), a timeout.
 
 zenflow's rule decides which are offered: an agent without ``tools`` gets them
 all; one with ``tools`` gets those it names; ``disallowedTools`` takes away.
@@ -22,7 +21,7 @@ from typing import Any
 from cadenza.actors.run import StepFailure
 from cadenza.kernel import Clock
 from cadenza.llm import ToolSpec
-from cadenza.workflow import Agent, FileRefused, resolve_inside
+from cadenza.workflow import Agent
 
 from ._tool_step import BUILTIN_TOOLS, CallSite, builtin
 from ._tools import Tool, ToolError
@@ -58,7 +57,6 @@ _SPECS: dict[str, tuple[str, dict[str, Any], list[str]]] = {
         ["command"],
     ),
 }
-_PATH_ARGUMENTS = ("path", "working_directory")
 
 
 def builtin_names(agent: Agent | None) -> list[str]:
@@ -84,16 +82,6 @@ def _tool(name: str, site: CallSite) -> Tool:
     implementation = builtin(name)
 
     async def run(arguments: dict[str, Any]) -> str:
-        for key in _PATH_ARGUMENTS:
-            value = arguments.get(key)
-            if isinstance(value, str) and value.strip():
-                try:
-                    resolve_inside(site.base_dir, site.base_dir, value.strip())
-                except FileRefused as refused:
-                    raise ToolError(
-                        f"{key} {value.strip()[:200]!r} is refused: {refused}"
-                    ) from None
-
         try:
             return await implementation(site, arguments)
         except StepFailure as failure:  # bash's non-zero exit or timeout: the model hears it

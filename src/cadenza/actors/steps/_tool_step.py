@@ -11,9 +11,12 @@ templated: ``{{`` in it is literal text (a file's content may well hold some).
 Arguments are checked before the call, as a model's are: a Python tool's by
 `python_tool` (from the function's signature), a built-in's by its input
 Struct below. Paths are relative to the workflow's directory, like every path
-in a workflow. ``bash`` runs like a ``command`` step (``/bin/sh -c`` in its own
-process group, stdout as content, a non-zero exit fails the step); ``write``
-stays inside the workflow's directory, because its path may come from a model.
+in a workflow, and the built-ins reach nothing outside it, by real path
+(``_confined``): a ``$`` value may be a model's answer, and an agent's calls
+run these same functions. ``bash`` runs like a ``command`` step (``/bin/sh
+-c`` in its own process group, stdout as content, a non-zero exit fails the
+step). A step with a ``$`` value passes the run's permission policy first, as
+a model's call does: its arguments are chosen at run time, maybe by a model.
 The step's content is the tool's return string and its result is null; each
 call is announced by a pair of ``tool_call`` events, as an agent's calls are.
 """
@@ -22,9 +25,9 @@ from __future__ import annotations
 
 import asyncio
 import fnmatch
-import glob as globbing
 import os
 import re
+import stat
 import threading
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -35,17 +38,18 @@ import anyio
 import msgspec
 
 from cadenza._redact import redact
-from cadenza.actors.run import StepFailure
+from cadenza.actors.run import StepFailure, ToolRequest
 from cadenza.errors import ExpressionEvaluationError
 from cadenza.kernel import Clock
-from cadenza.protocols import ErrorInfo, ToolCall
+from cadenza.protocols import ErrorInfo, ToolCall, ToolPermission
 from cadenza.workflow import compile_expression, preview, quote, type_name
 
 from ._command import run_command
+from ._confined import DIRECTORY, NotAFile, Place, Skips, Tree, quoted
 from ._tools import ToolError, python_tool
 
 if TYPE_CHECKING:
-    from cadenza.actors.run import RunJournal
+    from cadenza.actors.run import RunContext, RunJournal
 
     from ._step import StepActor
 
@@ -55,6 +59,7 @@ __all__ = [
     "GREP_CAP",
     "GREP_LINE_CAP",
     "READ_CAP",
+    "TOOL_PERMISSION",
     "BashInput",
     "CallSite",
     "GlobInput",
@@ -78,6 +83,9 @@ GREP_CAP = 1000
 
 GREP_LINE_CAP = 500
 """Characters of one matching line that ``grep`` shows; a longer line is cut, marked."""
+
+TOOL_PERMISSION = "tool_permission"
+"""The permission policy decided about a tool call (`ToolPermission`)."""
 
 _PREVIEW = 2000
 """Characters of a call's input and output shown in its ``tool_call`` events."""
@@ -206,8 +214,37 @@ async def run_tool_step(actor: StepActor, address: str, attempt: int) -> tuple[s
     run = actor.run
     assert step.tool is not None
     arguments = tool_arguments(step.tool_input, actor.scope.activation(run.inputs), run.step_ids)
+    if any(isinstance(v, str) and v.startswith("$") for v in (step.tool_input or {}).values()):
+        request = ToolRequest(run.run_id, address, None, step.tool, arguments)
+        await _permitted(run, request, actor.document.base_dir, f"{address}:{attempt}")
     site = CallSite(actor.document.base_dir, run.run_id, address, attempt, run.clock)
     return await call_tool(step.tool, arguments, site, run.journal)
+
+
+async def _permitted(run: RunContext, request: ToolRequest, directory: Path, call_id: str) -> None:
+    """Asks the run's permission policy about a call whose arguments the run chose.
+
+    Raises:
+        StepFailure: The policy refused the call (``PermissionDenied``).
+    """
+    policy = run.permissions
+    if not policy.active:
+        return
+    decision = await policy.decide(request, directory=directory)
+    if decision is None:
+        return
+    tool, address = request.tool, request.step
+    data = ToolPermission(
+        tool_name=tool,
+        tool_call_id=call_id,
+        allowed=decision.allowed,
+        by=decision.by,
+        reason=decision.reason,
+    )
+    run.journal.emit(TOOL_PERMISSION, step_id=address, data=data)
+    if not decision.allowed:
+        message = f"{tool}: permission denied: {decision.reason}"
+        raise StepFailure(ErrorInfo(type="PermissionDenied", message=message, address=address))
 
 
 async def call_tool(
@@ -270,17 +307,6 @@ def _runner(name: str, call: CallSite) -> Runner | None:
 # The built-ins -----------------------------------------------------------------------
 
 
-def _path(call: CallSite, given: str) -> tuple[Path, str]:
-    """The file a path argument names, and the path as shown in messages and output.
-
-    Surrounding whitespace is dropped: a path often comes from a model's answer.
-    """
-    shown = given.strip()
-    if not shown:
-        raise ToolError("the path is empty")
-    return call.base_dir / shown, shown
-
-
 async def _in_thread(function: Callable[[threading.Event], str]) -> str:
     """Runs blocking file work in a worker thread; a timeout or cancel abandons it.
 
@@ -294,21 +320,26 @@ async def _in_thread(function: Callable[[threading.Event], str]) -> str:
 
 
 async def _read(call: CallSite, arguments: dict[str, Any]) -> str:
-    target, shown = _path(call, _convert(arguments, ReadInput).path)
+    given = _convert(arguments, ReadInput)
+    tree = Tree(call.base_dir)
 
     def read(stop: threading.Event) -> str:
+        place = tree.locate(given.path)
+        shown = quoted(place.shown)
         try:
-            with target.open("rb") as handle:
+            with tree.reading(place) as handle:
                 data = handle.read(READ_CAP + 1)
         except FileNotFoundError:
-            raise ToolError(f"no file {shown!r} (looked for {target})") from None
-        except IsADirectoryError:
-            raise ToolError(f"{shown!r} is a directory; glob lists what is in it") from None
+            raise ToolError(f"no file {shown} (looked for {tree.path(place)})") from None
+        except NotAFile as refused:
+            if refused.kind == DIRECTORY:
+                raise ToolError(f"{shown} is a directory; glob lists what is in it") from None
+            raise ToolError(f"{shown} is {refused.kind}: read opens only regular files") from None
         except OSError as error:
-            raise ToolError(f"cannot read {shown!r}: {error.strerror}") from None
+            raise ToolError(f"cannot read {shown}: {error.strerror}") from None
         if len(data) > READ_CAP:
             raise ToolError(
-                f"{shown!r} is larger than read's limit of {READ_CAP} bytes (1 MiB); "
+                f"{shown} is larger than read's limit of {READ_CAP} bytes (1 MiB); "
                 "read a part of it with a command step (head -c, sed -n)"
             )
         return data.decode(errors="replace")
@@ -318,28 +349,19 @@ async def _read(call: CallSite, arguments: dict[str, Any]) -> str:
 
 async def _write(call: CallSite, arguments: dict[str, Any]) -> str:
     given = _convert(arguments, WriteInput)
-    target, shown = _path(call, given.path)
+    tree = Tree(call.base_dir)
     content = given.content.encode()
 
     def write(stop: threading.Event) -> str:
-        root = call.base_dir.resolve()
-        resolved = target.resolve()
-        if resolved == root:
-            raise ToolError(f"{shown!r} is a directory")
-        if root not in resolved.parents:
-            raise ToolError(
-                f"{shown!r} is outside the workflow's directory ({root}): write only "
-                "writes inside it, since its path may come from a model; use a command "
-                "step to write elsewhere"
-            )
+        place = tree.locate(given.path)
+        shown = quoted(place.shown)
         try:
-            resolved.parent.mkdir(parents=True, exist_ok=True)
-            resolved.write_bytes(content)
-        except IsADirectoryError:
-            raise ToolError(f"{shown!r} is a directory") from None
+            tree.write(place, content)
+        except NotAFile as refused:
+            raise ToolError(f"{shown} is {refused.kind}: write writes only regular files") from None
         except OSError as error:
-            raise ToolError(f"cannot write {shown!r}: {error.strerror}") from None
-        return f"wrote {len(content)} bytes to {shown}"
+            raise ToolError(f"cannot write {shown}: {error.strerror}") from None
+        return f"wrote {len(content)} bytes to {place.shown}"
 
     return await _in_thread(write)
 
@@ -349,33 +371,62 @@ def _shown_under(root: str, relative: str) -> str:
     return relative if root in (".", "./") else os.path.join(root, relative)
 
 
+def _with_note(lines: list[str], skips: Skips) -> str:
+    note = skips.note()
+    return "\n".join(lines if note is None else [*lines, note])
+
+
+def _directory(tree: Tree, given: str) -> Place:
+    """The directory ``given`` names (a ``path`` argument of glob).
+
+    Raises:
+        ToolError: It leads outside the tree, or is no directory.
+    """
+    place = tree.locate(given)
+    try:
+        is_directory = stat.S_ISDIR(tree.mode(place))
+    except OSError:
+        is_directory = False
+    if not is_directory:
+        raise ToolError(f"no directory {quoted(place.shown)} (looked for {tree.path(place)})")
+    return place
+
+
+def _pattern_problem(pattern: str) -> str | None:
+    """Why glob refuses ``pattern``, or None: it must stay below its ``path``."""
+    if not pattern:
+        return "the pattern is empty"
+    if "\0" in pattern:
+        return "the pattern holds a NUL byte"
+    if pattern.startswith("/"):
+        return (
+            f"the pattern {quoted(pattern)} is absolute; it is matched below `path` "
+            "(give the directory as `path`)"
+        )
+    if os.pardir in pattern.split("/"):
+        return f"the pattern {quoted(pattern)} climbs out with '..'; give the directory as `path`"
+    return None
+
+
 async def _glob(call: CallSite, arguments: dict[str, Any]) -> str:
     given = _convert(arguments, GlobInput)
-    if not given.pattern:
-        raise ToolError("the pattern is empty")
-    root, shown = _path(call, given.path)
-    if not root.is_dir():
-        raise ToolError(f"no directory {shown!r} (looked for {root})")
+    problem = _pattern_problem(given.pattern)
+    if problem is not None:
+        raise ToolError(problem)
+    tree = Tree(call.base_dir)
 
     def match(stop: threading.Event) -> str:
-        found: list[str] = []
-        for path in globbing.iglob(given.pattern, root_dir=root, recursive=True):
-            if stop.is_set():
-                break
-            if len(found) == GLOB_CAP:
-                raise ToolError(
-                    f"{given.pattern!r} matches more than {GLOB_CAP} paths; narrow the "
-                    "pattern or the path"
-                )
-            found.append(_shown_under(shown, path))
-        return "\n".join(sorted(found))
+        start = _directory(tree, given.path)
+        skips = Skips()
+        found = tree.glob(start, given.pattern, GLOB_CAP, stop, skips)
+        return _with_note(sorted(_shown_under(start.shown, path) for path in found), skips)
 
     return await _in_thread(match)
 
 
 async def _grep(call: CallSite, arguments: dict[str, Any]) -> str:
     given = _convert(arguments, GrepInput)
-    root, shown = _path(call, given.path)
+    tree = Tree(call.base_dir)
     matches: Callable[[str], bool]
     if given.regex:
         try:
@@ -386,53 +437,78 @@ async def _grep(call: CallSite, arguments: dict[str, Any]) -> str:
     else:
         pattern = given.pattern
         matches = lambda line: pattern in line  # noqa: E731
-    if not root.exists():
-        raise ToolError(f"no file or directory {shown!r} (looked for {root})")
+    name_glob = given.glob
+
+    def wanted(name: str) -> bool:
+        return name_glob is None or fnmatch.fnmatchcase(name, name_glob)
 
     def search(stop: threading.Event) -> str:
+        start = tree.locate(given.path)
+        try:
+            mode = tree.mode(start)
+        except OSError:
+            raise ToolError(
+                f"no file or directory {quoted(start.shown)} (looked for {tree.path(start)})"
+            ) from None
         lines: list[str] = []
-
-        def scan(file: Path, name: str) -> bool:
-            """Adds the file's matching lines; False once the cap is reached."""
+        skips = Skips()
+        if not stat.S_ISDIR(mode):
             try:
-                with file.open("rb") as handle:
-                    if b"\0" in handle.read(_BINARY_PROBE):
-                        return True
-                    handle.seek(0)
-                    for number, raw in enumerate(handle, 1):
-                        line = raw.decode(errors="replace").rstrip("\r\n")
-                        if not matches(line):
-                            continue
-                        if len(lines) == GREP_CAP:
-                            lines.append(
-                                f"[... stopped after {GREP_CAP} matching lines; narrow the "
-                                "pattern, path or glob]"
-                            )
-                            return False
-                        if len(line) > GREP_LINE_CAP:
-                            line = f"{line[:GREP_LINE_CAP]} [... {len(line) - GREP_LINE_CAP} more]"
-                        lines.append(f"{name}:{number}:{line}")
-            except OSError:  # unreadable, or gone since the walk saw it: as grep -s
-                pass
-            return True
-
-        if not root.is_dir():
-            scan(root, shown)
+                _scan(tree, start, start.shown, matches, lines, stop)
+            except NotAFile as refused:
+                raise ToolError(
+                    f"{quoted(start.shown)} is {refused.kind}: grep opens only regular files "
+                    "and directories"
+                ) from None
             return "\n".join(lines)
-        for directory, subdirectories, files in os.walk(root):
-            if stop.is_set():
-                break
-            subdirectories.sort()  # the walk, and so the output, in sorted order
-            inside = os.path.relpath(directory, root)
-            for file in sorted(files):
-                if given.glob is not None and not fnmatch.fnmatchcase(file, given.glob):
-                    continue
-                relative = file if inside == "." else os.path.join(inside, file)
-                if not scan(Path(directory, file), _shown_under(shown, relative)):
-                    return "\n".join(lines)
-        return "\n".join(lines)
+        for file in tree.files(start, wanted, stop, skips):
+            shown = _shown_under(start.shown, file.shown)
+            try:
+                if not _scan(tree, file, shown, matches, lines, stop):
+                    break
+            except NotAFile as refused:  # swapped for a FIFO since it was listed
+                skips.add(shown, refused.kind)
+        return _with_note(lines, skips)
 
     return await _in_thread(search)
+
+
+def _scan(
+    tree: Tree,
+    file: Place,
+    shown: str,
+    matches: Callable[[str], bool],
+    lines: list[str],
+    stop: threading.Event,
+) -> bool:
+    """Adds the file's matching lines to ``lines``; False once the cap is reached.
+
+    Raises:
+        NotAFile: It is not a regular file (never opened).
+    """
+    try:
+        with tree.reading(file) as handle:
+            if b"\0" in handle.read(_BINARY_PROBE):
+                return True
+            handle.seek(0)
+            for number, raw in enumerate(handle, 1):
+                if stop.is_set():
+                    return False
+                line = raw.decode(errors="replace").rstrip("\r\n")
+                if not matches(line):
+                    continue
+                if len(lines) == GREP_CAP:
+                    lines.append(
+                        f"[... stopped after {GREP_CAP} matching lines; narrow the "
+                        "pattern, path or glob]"
+                    )
+                    return False
+                if len(line) > GREP_LINE_CAP:
+                    line = f"{line[:GREP_LINE_CAP]} [... {len(line) - GREP_LINE_CAP} more]"
+                lines.append(f"{shown}:{number}:{line}")
+    except OSError:  # unreadable, or gone since the walk saw it: as grep -s
+        pass
+    return True
 
 
 async def _bash(call: CallSite, arguments: dict[str, Any]) -> str:
@@ -440,7 +516,9 @@ async def _bash(call: CallSite, arguments: dict[str, Any]) -> str:
     given = _convert(arguments, BashInput)
     cwd = call.base_dir
     if given.working_directory is not None:
-        cwd = _path(call, given.working_directory)[0]
+        tree = Tree(call.base_dir)
+        where = given.working_directory
+        cwd = tree.path(await anyio.to_thread.run_sync(lambda: tree.locate(where)))
     env = dict(os.environ)
     env["CADENZA_RUN_ID"] = call.run_id
     env["CADENZA_STEP_ADDRESS"] = call.address
