@@ -25,6 +25,7 @@
     │   ├── LeaseLost            this process lost a run's lease; its writes are refused
     │   └── StoreFailed          the store failed a run's writes; the run stopped, resumable
     ├── RunNotFound              no run with that id in the store
+    ├── RunNeedsCode             a run names Python functions this process does not have
     ├── SignalRejected           a human answer that cannot be recorded (no such wait, bad shape)
     ├── MessageRefused           a posted message that a run cannot take (too many wait, too big)
     │
@@ -71,6 +72,7 @@ __all__ = [
     "MessageRefused",
     "PredicateNotRegistered",
     "RemoteError",
+    "RunNeedsCode",
     "RunNotFound",
     "RuntimeFailure",
     "SignalRejected",
@@ -149,6 +151,41 @@ class StoreFailed(StoreError):
 
 class RunNotFound(CadenzaError):
     """No run with the given id exists in the store."""
+
+
+class RunNeedsCode(CadenzaError):
+    """A run cannot be resumed here: its workflow names Python code this process lacks.
+
+    A workflow built in Python (``cadenza.build``, ``cadenza.loops``) may hold
+    predicates and handlers that live only in the process that built it: its
+    stored document names them, it cannot carry them. Raised by `Runtime.resume`
+    (and so ``cadenza resume``) before anything runs: the run is left as it was
+    (no event written, its lease released, its status unchanged), for the
+    application that built it to resume, after building the workflow again.
+
+    Attributes:
+        run_id: The run.
+        missing: What is missing, each as ``predicate 'my_app.checks:<lambda>'``,
+            ``handler of step 'spin.work'``...
+    """
+
+    SHOWN = 5
+    """How many of the missing pieces the message names; the rest are counted."""
+
+    def __init__(self, run_id: str, missing: list[str]) -> None:
+        if len(missing) == 1:
+            what = f"the Python {missing[0]} that this process does not have"
+        else:
+            named = [f"the {piece}" for piece in missing[: self.SHOWN]]
+            if len(missing) > self.SHOWN:
+                named.append(f"{len(missing) - self.SHOWN} more")
+            what = "Python code this process does not have: " + ", ".join(named)
+        super().__init__(
+            f"run {run_id!r} needs {what}; resume it from the application that built it "
+            "(Runtime.resume)"
+        )
+        self.run_id = run_id
+        self.missing = missing
 
 
 class SignalRejected(CadenzaError):
@@ -246,9 +283,10 @@ class PredicateNotRegistered(ExpressionError):
 
     Predicates given as Python callables (``cadenza.build``) live in the process
     that built the workflow; the document holds only a ``@python:`` marker. A
-    run resumed in another process, or a document loaded from text, meets the
-    marker without its function: build the workflow again in this process (the
-    same code registers the same markers) before running or resuming it.
+    document loaded from text, or run in another process, meets the marker
+    without its function: build the workflow again in this process (the same
+    code registers the same markers) before running it. (A resume checks first
+    and refuses with `RunNeedsCode`, leaving the run as it was.)
     """
 
 

@@ -876,13 +876,16 @@ if how == "build":
     resumable_flow.build(base)
 async def main():
     async with cadenza.Runtime(store=store) as runtime:
-        result = await (await runtime.resume(run_id)).result()
+        try:
+            result = await (await runtime.resume(run_id)).result()
+        except cadenza.CadenzaError as error:
+            print(json.dumps({"raised": type(error).__name__, "message": str(error)}))
+            return
     spin = result.steps["spin"]
     loop = result.loops.get("spin")
     print(json.dumps({
         "status": result.status,
         "error": spin.error.type if spin.error else None,
-        "message": spin.error.message if spin.error else None,
         "iterations": loop.iterations if loop else None,
     }))
 asyncio.run(main())
@@ -902,7 +905,7 @@ def load_module(path: Path, name: str) -> ModuleType:
 async def test_a_run_resumes_in_a_new_process_once_the_workflow_is_built_there(
     tmp_path: Path,
 ) -> None:
-    """Resumed elsewhere: without the build, a clear failure; after it, the run goes on."""
+    """Resumed elsewhere: without the build, refused and left as it was; after it, it goes on."""
     (tmp_path / "resumable_flow.py").write_text(RESUMABLE)
     store = tmp_path / "runs.db"
     module = load_module(tmp_path / "resumable_flow.py", "resumable_flow")
@@ -911,16 +914,17 @@ async def test_a_run_resumes_in_a_new_process_once_the_workflow_is_built_there(
     finally:
         del sys.modules["resumable_flow"]
     async with Runtime(store=store) as runtime:
-        for run_id in ("plain", "built"):
-            result = await runtime.run(flow, run_id=run_id)
-            assert result.status == "waiting"
-            await runtime.signal(run_id, "approve", {"ok": True})
+        result = await runtime.run(flow, run_id="r")
+        assert result.status == "waiting"
+        await runtime.signal("r", "approve", {"ok": True})
+        events = len(await runtime.stored_events("r"))
 
-    def resume(run_id: str, how: str) -> dict[str, Any]:
+    def resume(how: str) -> dict[str, Any]:
+        path = os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")]))
         done = subprocess.run(
-            [sys.executable, "-c", RESUME, str(store), run_id, how, str(tmp_path)],
+            [sys.executable, "-c", RESUME, str(store), "r", how, str(tmp_path)],
             cwd=tmp_path,
-            env={**os.environ, "PYTHONPATH": str(tmp_path)},
+            env={**os.environ, "PYTHONPATH": path},
             capture_output=True,
             text=True,
             timeout=60,
@@ -931,11 +935,13 @@ async def test_a_run_resumes_in_a_new_process_once_the_workflow_is_built_there(
         return answer
 
     # The handler is found by its name (module:function); the predicate is not.
-    plain = resume("plain", "plain")
-    assert (plain["status"], plain["error"]) == ("failed", "PredicateNotRegistered")
-    assert "@python:resumable_flow:done" in plain["message"]
-    assert "Build the workflow again in this process" in plain["message"]
-    built = resume("built", "build")
+    plain = resume("plain")
+    assert plain["raised"] == "RunNeedsCode"
+    assert "needs the Python predicate 'resumable_flow:done'" in plain["message"]
+    async with Runtime(store=store) as runtime:
+        row = await runtime.get_run("r")
+        assert (row.status, len(await runtime.stored_events("r"))) == ("waiting", events)
+    built = resume("build")
     assert (built["status"], built["error"], built["iterations"]) == ("completed", None, 2)
 
 

@@ -18,9 +18,10 @@ in every mode of `MODES`; afterwards:
 Confinement holds in every mode; ``bash`` is not confined (it is the user's
 shell), so an attack that needs it to escape runs only where bash is refused.
 A mode is a row of `MODES` (plain, ``--sandbox``, and deny rules that name
-``bash`` and ``write``) with the built-ins it refuses. The FIFO and loop attacks also run through the
-``cadenza`` command in a child process, which must exit: an open blocked on a
-FIFO in an abandoned thread once kept the process alive after its run ended.
+``bash`` and ``write``) with the built-ins it refuses. The FIFO and loop
+attacks also run through the ``cadenza`` command in a child process, which
+must exit: an open blocked on a FIFO in an abandoned thread once kept the
+process alive after its run ended.
 """
 
 from __future__ import annotations

@@ -71,6 +71,7 @@ from cadenza.errors import (
     LeaseHeld,
     LeaseLost,
     MessageRefused,
+    RunNeedsCode,
     StoreError,
     StoreFailed,
 )
@@ -113,6 +114,7 @@ from cadenza.workflow import (
 from cadenza.workflow import WorkflowError as WorkflowError
 
 from ._backoff import Backoff
+from ._rebuild import check_rebuildable
 from ._resume import (
     finished_result,
     get_row,
@@ -768,6 +770,10 @@ class Runtime:
                 handle = await self.resume(run_id)
             except LeaseHeld:
                 continue  # another supervisor won the race (or its owner came back)
+            except RunNeedsCode as error:  # left as it was, for the application that built it
+                self._unrecoverable.add(row.run_id)
+                _log.warning("cannot take the run over here", run_id=row.run_id, error=str(error))
+                continue
             except Exception as error:
                 if _passing(error):  # busy, or away for a moment: look again later
                     wait = self._backoff.failed(run_id, time.monotonic())
@@ -830,6 +836,9 @@ class Runtime:
             RunNotFound: The store has no such run.
             LeaseHeld: Another live process (or this runtime) is driving the run.
             CorruptRecord: A stored record is unreadable or inconsistent; nothing runs.
+            RunNeedsCode: The run's workflow names Python code (a predicate, a
+                handler) this process does not have: build the workflow here
+                first. Nothing runs and nothing is written.
         """
         return await self._resume(run_id, max_concurrency=max_concurrency, on_event=on_event)
 
@@ -861,6 +870,8 @@ class Runtime:
         lease = await self.store.acquire_lease(run_id, holder, ttl=self.lease_ttl)
         try:
             prepared = await prepare_resume(self.store, row)
+            if cancel is None:  # a run cancelled before any step starts needs none of its code
+                check_rebuildable(run_id, prepared.document)
         except BaseException:
             self.store.release_lease(run_id, holder)
             await self.store.flush()

@@ -34,7 +34,8 @@ or ``async``, given a `PredicateContext`; handlers are plain Python functions::
 A Python predicate lives in the process that built the workflow: the stored
 document holds a ``@python:module:name`` marker for it. To resume such a run in a
 new process, build the workflow there again first (the same code registers the
-same markers); otherwise the run fails with `PredicateNotRegistered`.
+same markers); otherwise `Runtime.resume` refuses it with `RunNeedsCode`, and
+leaves it as it was (``cadenza resume`` and ``cadenza supervise`` do the same).
 """
 
 from ._builders import END as END
@@ -56,6 +57,7 @@ from ._builders import tool as tool
 from ._builders import workflow as workflow
 from ._builders import workflow_loop as workflow_loop
 from cadenza.errors import PredicateNotRegistered as PredicateNotRegistered
+from cadenza.errors import RunNeedsCode as RunNeedsCode
 from cadenza.workflow import Agent as Agent
 from cadenza.workflow import ControlLimits as ControlLimits
 from cadenza.workflow import LoadedWorkflow as LoadedWorkflow
@@ -76,6 +78,7 @@ __all__ = [
     "Options",
     "PredicateContext",
     "PredicateNotRegistered",
+    "RunNeedsCode",
     "ScriptReply",
     "Supervision",
     "agent",

@@ -2,11 +2,14 @@
 
 ``cadenza resume RUN_ID`` reports like ``cadenza run`` (same output, same exit
 codes); ``--all`` resumes every interrupted run in the store, and every
-waiting run whose question has been answered since. ``cadenza signal RUN_ID
-ADDRESS --data JSON`` records a person's answer (exit 2, nothing recorded, when
-it does not fit the step's schema). ``cadenza runs prune`` deletes finished runs
-(``--older-than 7d`` and/or ``--keep N``); ``cadenza runs check`` checks the
-store's integrity (exit 1 when it finds a problem).
+waiting run whose question has been answered since. A run whose workflow
+names Python code this process lacks (built with ``cadenza.build``) is left
+untouched: exit 2 for ``resume RUN_ID``; a warning, then the next run, for
+``--all``. ``cadenza signal RUN_ID ADDRESS --data JSON`` records a person's
+answer (exit 2, nothing recorded, when it does not fit the step's schema).
+``cadenza runs prune`` deletes finished runs (``--older-than 7d`` and/or
+``--keep N``); ``cadenza runs check`` checks the store's integrity (exit 1 when
+it finds a problem).
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ import re
 import sys
 from typing import TYPE_CHECKING, Any
 
-from cadenza.errors import CadenzaError, InputError
+from cadenza.errors import CadenzaError, InputError, RunNeedsCode
 from cadenza.kernel import describe_store
 from cadenza.workflow import parse_duration
 
@@ -98,13 +101,16 @@ async def resume_command(args: argparse.Namespace) -> int:
         if not args.all:
             return await _resume_one(runtime, args.run_id, args, asker)
         codes = []
-        for row in await runtime.resumable():
+        rows = await runtime.resumable()
+        for row in rows:
             try:
                 codes.append(await _resume_one(runtime, row.run_id, args, asker))
+            except RunNeedsCode as error:  # untouched: its application resumes it, not an error
+                sys.stderr.write(f"cadenza: skipped: {error}\n")
             except CadenzaError as error:  # one run that cannot go on does not stop the rest
                 sys.stderr.write(f"cadenza: {row.run_id}: {error}\n")
                 codes.append(2)
-        if not codes:
+        if not rows:
             sys.stderr.write("cadenza: no run to resume\n")
         # Worst first: a failed run, then one that could not resume, then one still waiting.
         return next((code for code in (1, 2, 3) if code in codes), 0)

@@ -49,6 +49,7 @@ from ._store import is_under as is_under
 from ._stores import describe_store as describe_store
 from ._stores import make_store as make_store
 from ._supervisor import Supervisor as Supervisor
+from ._threads import call_in_thread as call_in_thread
 from ._urls import is_postgres_url as is_postgres_url
 from ._watchdog import LoopBlocked as LoopBlocked
 from ._watchdog import LoopGuard as LoopGuard
@@ -89,6 +90,7 @@ __all__ = [
     "Supervisor",
     "SupervisorStatistics",
     "SystemClock",
+    "call_in_thread",
     "describe_store",
     "is_postgres_url",
     "is_under",

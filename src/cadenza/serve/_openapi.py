@@ -349,7 +349,10 @@ def openapi_document(*, token: bool = True) -> dict[str, Any]:
                 {
                     "202": _json(_ref(RunSummary), "The run goes on in this server."),
                     "404": not_found,
-                    "409": _error("The run has finished, or another process drives it."),
+                    "409": _error(
+                        "The run has finished, another process drives it, or it was built in"
+                        " Python with code this server does not have (RunNeedsCode)."
+                    ),
                 },
                 parameters=run,
                 body=ResumeRequest,

@@ -21,7 +21,7 @@ from starlette.responses import Response
 
 from cadenza import Runtime
 from cadenza.actors.run import decode_document
-from cadenza.errors import CadenzaError, LeaseHeld
+from cadenza.errors import CadenzaError, LeaseHeld, RunNeedsCode
 from cadenza.kernel import RunRow
 from cadenza.protocols import (
     FINISHED,
@@ -323,6 +323,8 @@ class Api:
                 await self.runtime.resume(row.run_id)
                 resumed = True
             except LeaseHeld:  # a replica with takeover was quicker: the run goes on there
+                pass
+            except RunNeedsCode:  # built in Python: the application that built it goes on
                 pass
         return json_response(
             SignalAccepted(run_id=row.run_id, address=body.address, resumed=resumed), 202

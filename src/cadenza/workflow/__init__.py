@@ -29,9 +29,14 @@ from ._loader import load_workflow_text as load_workflow_text
 from ._loader import validate_file as validate_file
 from ._loader import validate_workflow as validate_workflow
 from ._models import ModelRules as ModelRules
+from ._needs import CodeReference as CodeReference
+from ._needs import code_references as code_references
+from ._needs import module_exists as module_exists
 from ._problems import Problem as Problem
 from ._problems import WorkflowError as WorkflowError
+from ._python import PREFIX as PYTHON_PREFIX
 from ._python import AsyncPythonExpression as AsyncPythonExpression
+from ._python import is_registered as is_registered
 from ._python import python_expression as python_expression
 from ._python import register_python as register_python
 from ._rules import PATH_TOOLS as PATH_TOOLS
@@ -74,11 +79,13 @@ __all__ = [
     "DEFAULT_MAX_CONCURRENCY",
     "DEFAULT_MAX_TURNS",
     "PATH_TOOLS",
+    "PYTHON_PREFIX",
     "WORKTREE_PER_STEP",
     "WRAPPERS",
     "Agent",
     "AsyncPythonExpression",
     "Check",
+    "CodeReference",
     "Control",
     "ControlLimits",
     "Coordinator",
@@ -106,11 +113,14 @@ __all__ = [
     "Workflow",
     "WorkflowError",
     "build_loaded",
+    "code_references",
     "compile_expression",
     "describe_workflow",
     "has_template",
+    "is_registered",
     "load_workflow",
     "load_workflow_text",
+    "module_exists",
     "normal_pattern",
     "parse_duration",
     "parse_template",

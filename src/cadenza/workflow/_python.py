@@ -37,6 +37,7 @@ __all__ = [
     "AsyncPythonExpression",
     "PythonExpression",
     "is_python",
+    "is_registered",
     "not_registered",
     "python_expression",
     "register_python",
@@ -98,6 +99,11 @@ def _is_async(function: Callable[[Any], Any]) -> bool:
 def is_python(source: str) -> bool:
     """True when ``source`` is a Python predicate's marker rather than CEL."""
     return source.startswith(PREFIX)
+
+
+def is_registered(source: str) -> bool:
+    """True when this process has the function the marker ``source`` stands for."""
+    return source in _entries
 
 
 def not_registered(source: str) -> str:

@@ -12,9 +12,6 @@ workflows (a callback from the loader, which owns include cycles and depth).
 
 from __future__ import annotations
 
-import importlib.machinery
-import importlib.util
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -25,6 +22,7 @@ from ._containers import check_graph, check_loop
 from ._expressions import ExpressionChecker
 from ._inputs import resolve_inputs
 from ._models import ModelCheck, ModelRules
+from ._needs import module_exists
 from ._problems import DocPath, Reporter, did_you_mean
 from ._references import (
     check_include_contract,
@@ -473,7 +471,7 @@ class Validator:
         """
         module, colon, _ = reference.partition(":")
         top = module.split(".", 1)[0]
-        if not colon or not top.isidentifier() or _module_exists(top, self.base_dir):
+        if not colon or not top.isidentifier() or module_exists(top, self.base_dir):
             return  # a malformed reference is the schema's to report
         self.add(
             path,
@@ -514,15 +512,3 @@ def _dependencies(steps: list[Step]) -> dict[str, frozenset[str]]:
             todo.extend(direct[current])
         closed[start] = frozenset(seen)
     return closed
-
-
-def _module_exists(name: str, base_dir: Path) -> bool:
-    """Whether a top-level module ``name`` can be imported, beside the workflow or on the path."""
-    if name in sys.modules:
-        return True
-    if importlib.machinery.PathFinder.find_spec(name, [str(base_dir)]) is not None:
-        return True
-    try:
-        return importlib.util.find_spec(name) is not None
-    except (ImportError, ValueError):
-        return False

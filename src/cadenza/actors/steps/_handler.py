@@ -1,7 +1,8 @@
 """Running a ``handler`` step: a Python callable named ``pkg.module:function``.
 
-Async functions are awaited on the event loop; plain functions run in a worker
-thread so a slow one cannot stall every other actor. The callable receives one
+Async functions are awaited on the event loop; plain functions run in a daemon
+worker thread (``kernel/_threads.py``) so a slow one cannot stall every other
+actor, and one that never returns cannot keep the process alive. The callable receives one
 argument, a `StepContext`, and may return a string (the step's content), a dict
 (content is its JSON, result is the dict), None (empty content) or any other
 JSON-encodable value (content is its JSON).
@@ -17,11 +18,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import anyio
 import msgspec
 
 from cadenza.actors.run import NO_BRIEF, Brief
 from cadenza.errors import CadenzaError
+from cadenza.kernel import call_in_thread
 
 __all__ = [
     "HandlerError",
@@ -172,8 +173,9 @@ async def call_handler(handler: Handler, context: StepContext) -> tuple[str, Any
         value = await handler(context)
     else:
         # Abandoned on cancellation: a step timeout ends the step even if the function
-        # never returns (a thread cannot be killed; it runs on, its result discarded).
-        value = await anyio.to_thread.run_sync(handler, context, abandon_on_cancel=True)
+        # never returns (a thread cannot be killed; it runs on, its result discarded),
+        # and, a daemon thread, it keeps neither the run nor the process waiting.
+        value = await call_in_thread(handler, context)
         if inspect.isawaitable(value):
             value = await value
     if value is None:
