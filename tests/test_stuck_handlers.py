@@ -60,6 +60,48 @@ def test_the_process_ends_when_the_run_is_recorded_failed(
     assert proc.stderr == "parked\n"
 
 
+STUCK_TOOL = """
+import sys
+import threading
+
+NEVER = threading.Event()
+
+
+def forever(note: str) -> str:
+    \"\"\"Never answers.\"\"\"
+    sys.stderr.write("parked\\n")
+    sys.stderr.flush()
+    NEVER.wait()  # nothing ever sets it
+    return note
+"""
+
+
+def test_the_process_ends_when_a_stuck_python_tool_times_out(
+    write_flow: WriteFlow, tmp_path: Path
+) -> None:
+    """A plain ``def`` Python tool is abandoned like a handler: its thread cannot keep the
+    process alive after the run is recorded failed."""
+    flow = write_flow(
+        "name: stuck\nsteps:\n"
+        "  - {id: block, tool: 'HANDLERS:forever', toolInput: {note: x}, timeout: 1s}\n",
+        handlers=STUCK_TOOL,
+    )
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "cadenza", "run", str(flow), "--store", "runs.db"],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=HANG,
+            check=False,
+        )
+    except subprocess.TimeoutExpired as hung:
+        pytest.fail(f"cadenza run outlived its failed run: {hung.stdout!r}")
+    assert proc.returncode == 1, proc.stderr
+    assert "(stuck): failed" in proc.stdout
+    assert proc.stderr == "parked\n"
+
+
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
 def test_a_signal_ends_a_run_stuck_in_a_plain_handler(
     write_flow: WriteFlow, tmp_path: Path, signum: signal.Signals

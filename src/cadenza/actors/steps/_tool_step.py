@@ -40,7 +40,7 @@ import msgspec
 from cadenza._redact import redact
 from cadenza.actors.run import StepFailure, ToolRequest
 from cadenza.errors import ExpressionEvaluationError
-from cadenza.kernel import Clock
+from cadenza.kernel import Clock, call_in_thread
 from cadenza.protocols import ErrorInfo, ToolCall, ToolPermission
 from cadenza.workflow import compile_expression, preview, quote, type_name
 
@@ -314,7 +314,7 @@ async def _in_thread(function: Callable[[threading.Event], str]) -> str:
     """
     stop = threading.Event()
     try:
-        return await anyio.to_thread.run_sync(function, stop, abandon_on_cancel=True)
+        return await call_in_thread(function, stop)
     finally:
         stop.set()
 

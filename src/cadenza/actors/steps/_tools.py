@@ -14,10 +14,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, get_type_hints
 
-import anyio
 import jsonschema
 import msgspec
 
+from cadenza.kernel import call_in_thread
 from cadenza.llm import ToolSpec
 
 from ._handler import resolve_handler
@@ -81,10 +81,9 @@ def python_tool(reference: str, workflow_dir: Path) -> Tool:
             value = await function(**kwargs)
         else:
             # Abandoned on cancellation, as a handler is: a step's timeout ends the step
-            # even if the function never returns (its thread runs on, its result dropped).
-            value = await anyio.to_thread.run_sync(
-                lambda: function(**kwargs), abandon_on_cancel=True
-            )
+            # even if the function never returns (its daemon thread runs on, its result
+            # dropped), and the process still exits when the run ends.
+            value = await call_in_thread(lambda: function(**kwargs))
         return value if isinstance(value, str) else msgspec.json.encode(value).decode()
 
     spec = ToolSpec(name=name, description=_describe(function), parameters=parameters)
