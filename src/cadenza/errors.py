@@ -25,6 +25,7 @@
     │   ├── LeaseLost            this process lost a run's lease; its writes are refused
     │   └── StoreFailed          the store failed a run's writes; the run stopped, resumable
     ├── RunNotFound              no run with that id in the store
+    ├── PolicyRefused            a resume would drop or widen the run's tool permission policy
     ├── SignalRejected           a human answer that cannot be recorded (no such wait, bad shape)
     ├── MessageRefused           a posted message that a run cannot take (too many wait, too big)
     │
@@ -69,6 +70,7 @@ __all__ = [
     "LeaseHeld",
     "LeaseLost",
     "MessageRefused",
+    "PolicyRefused",
     "PredicateNotRegistered",
     "RemoteError",
     "RunNotFound",
@@ -149,6 +151,17 @@ class StoreFailed(StoreError):
 
 class RunNotFound(CadenzaError):
     """No run with the given id exists in the store."""
+
+
+class PolicyRefused(CadenzaError):
+    """This process may not resume a run: it would drop or widen the run's tool permissions.
+
+    A run keeps the permission policy it started with. Raised, before anything
+    of the run changes, when the run was started with a Python permission hook
+    and this process's `Runtime` has none, or when the resume is given an allow
+    rule the run did not have. Resume it where its hook is, or without the
+    rule; deny rules and ``--sandbox`` may be added.
+    """
 
 
 class SignalRejected(CadenzaError):
