@@ -10,21 +10,26 @@ with a Python hook is left untouched by a process without one.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any, Literal
 
+import anyio
 import pytest
 
 from cadenza import Runtime, ToolPolicy, ToolRequest
 from cadenza._logging import FIELDS
 from cadenza.actors.run import StoredPolicy, decode_document, encode_document
 from cadenza.errors import CorruptRecord, PolicyRefused
+from cadenza.protocols import ToolPermission, payload
 from cadenza.workflow import load_workflow
+from tests._terminal import Terminal
 from tests.conftest import WriteFlow
 
 from .conftest import cadenza
@@ -196,6 +201,29 @@ def test_a_malformed_rule_exits_2_with_one_line_and_records_nothing(
     assert "no run 'r-2'" in shown.stderr
 
 
+def test_an_ask_run_resumed_with_ask_puts_its_calls_to_the_person(
+    write_flow: WriteFlow, tmp_path: Path
+) -> None:
+    """``run --ask`` waits for a go-ahead; ``resume --ask`` at a terminal asks, as the run did."""
+    flow = notes(write_flow, APPROVED)
+    run = ("run", str(flow), "--ask", "--store", "runs.db", "--run-id", "r-1")
+    with Terminal(*run, cwd=tmp_path) as tty:
+        assert tty.wait() == 3  # waiting for the person's go-ahead
+    answer = ("signal", "r-1", "approve", "--data", '"go"', "--store", "runs.db")
+    assert cadenza(*answer, cwd=tmp_path).returncode == 0
+    with Terminal("resume", "r-1", "--ask", "--store", "runs.db", cwd=tmp_path) as tty:
+        tty.read_until(r"clean \(cleaner\) wants to run bash: rm -f notes.txt")
+        tty.type("n\n")
+        tty.read_until(r"wants to run read: notes.txt")
+        tty.type("y\n")
+        assert tty.wait() == 0
+    assert (tmp_path / "notes.txt").exists()
+    assert decisions(stored_events(tmp_path, "r-1")) == [
+        ("bash", False, "ask", "denied at the terminal"),
+        ("read", True, "ask", "allowed at the terminal"),
+    ]
+
+
 # -- the Python API: hooks, a person, what a resuming runtime adds ------------------
 
 
@@ -210,11 +238,8 @@ async def waiting_run(flow: Path, store: Path, policy: ToolPolicy | None) -> Non
 async def permission_events(store: Path) -> list[tuple[str, bool, str, str]]:
     async with Runtime(store=store) as runtime:
         events = await runtime.stored_events("r-1")
-    return [
-        (e.data["tool_name"], e.data["allowed"], e.data["by"], e.data["reason"])
-        for e in events
-        if e.type == "tool_permission"
-    ]
+    said = [payload(e, ToolPermission) for e in events if e.type == "tool_permission"]
+    return [(d.tool_name, d.allowed, d.by, d.reason) for d in said]
 
 
 def refuse_rm(request: ToolRequest) -> bool | str | None:
@@ -243,27 +268,41 @@ async def test_a_hook_run_is_left_untouched_by_a_process_without_the_hook(
     assert (await permission_events(store))[0] == ("bash", False, "hook", "no deleting")
 
 
+class Refusals(logging.Handler):
+    """Keeps the fields of each ``cannot take the run over`` record; ``seen`` once one is."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fields: list[dict[str, Any]] = []
+        self.seen = threading.Event()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.getMessage().startswith("cannot take the run over"):
+            self.fields.append(getattr(record, FIELDS))
+            self.seen.set()
+
+
 async def test_recovery_leaves_a_hook_run_and_logs_why(
-    write_flow: WriteFlow, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    write_flow: WriteFlow, tmp_path: Path
 ) -> None:
     """``Runtime(recover=True)`` (supervise, serve --recover) without the hook: untouched."""
     flow, store = notes(write_flow, APPROVED), tmp_path / "runs.db"
     await waiting_run(flow, store, ToolPolicy(hook=refuse_rm))
     async with Runtime(store=store) as looking:
         events = len(await looking.stored_events("r-1"))
-    async with Runtime(store=store, recover=True) as runtime:
-        await runtime._take_over()  # one look, as the recovery loop makes every few seconds
-        assert runtime.handle("r-1") is None
-        assert (await runtime.get_run("r-1")).status == "waiting"
-        assert len(await runtime.stored_events("r-1")) == events
-    said = [
-        getattr(r, FIELDS)
-        for r in caplog.records
-        if r.getMessage().startswith("cannot take the run over")
-    ]
-    assert len(said) == 1
-    assert said[0]["run_id"] == "r-1"
-    assert "started with a permission hook" in said[0]["error"]
+    refusals = Refusals()
+    logging.getLogger("cadenza").addHandler(refusals)
+    try:
+        async with Runtime(store=store, recover=True) as runtime:
+            assert await anyio.to_thread.run_sync(refusals.seen.wait, 60)
+            assert runtime.handle("r-1") is None
+            assert (await runtime.get_run("r-1")).status == "waiting"
+            assert len(await runtime.stored_events("r-1")) == events
+    finally:
+        logging.getLogger("cadenza").removeHandler(refusals)
+    assert len(refusals.fields) == 1
+    assert refusals.fields[0]["run_id"] == "r-1"
+    assert "started with a permission hook" in refusals.fields[0]["error"]
     assert (tmp_path / "notes.txt").exists()
 
 
@@ -320,6 +359,22 @@ async def test_a_sandboxed_run_stays_sandboxed_whatever_the_resume_is_given(
     assert (tmp_path / "notes.txt").exists()
     said = [(tool, allowed, by) for tool, allowed, by, _ in await permission_events(store)]
     assert said == [("bash", False, "sandbox"), ("read", True, "hook")]
+
+
+async def test_a_runtime_with_remote_workers_leaves_a_run_with_permissions(
+    write_flow: WriteFlow, tmp_path: Path
+) -> None:
+    """Workers run agents' tools unchecked: a run with a stored deny rule is not theirs."""
+    from cadenza.remote import Dispatcher  # pyzmq, only here
+
+    flow, store = notes(write_flow, APPROVED), tmp_path / "runs.db"
+    await waiting_run(flow, store, ToolPolicy(deny=["bash(rm *)"]))
+    dispatcher = Dispatcher("tcp://127.0.0.1:*", heartbeat=0.2)
+    async with Runtime(store=store, workers=dispatcher) as runtime:
+        with pytest.raises(PolicyRefused, match="remote workers run agents' tools without"):
+            await runtime.resume("r-1")
+        assert (await runtime.get_run("r-1")).status == "waiting"
+    assert (tmp_path / "notes.txt").exists()
 
 
 # -- the stored form ----------------------------------------------------------------
