@@ -26,6 +26,7 @@
     │   └── StoreFailed          the store failed a run's writes; the run stopped, resumable
     ├── RunNotFound              no run with that id in the store
     ├── RunNeedsCode             a run names Python functions this process does not have
+    ├── PolicyRefused            a resume would drop or widen the run's tool permission policy
     ├── SignalRejected           a human answer that cannot be recorded (no such wait, bad shape)
     ├── MessageRefused           a posted message that a run cannot take (too many wait, too big)
     │
@@ -70,6 +71,7 @@ __all__ = [
     "LeaseHeld",
     "LeaseLost",
     "MessageRefused",
+    "PolicyRefused",
     "PredicateNotRegistered",
     "RemoteError",
     "RunNeedsCode",
@@ -186,6 +188,17 @@ class RunNeedsCode(CadenzaError):
         )
         self.run_id = run_id
         self.missing = missing
+
+
+class PolicyRefused(CadenzaError):
+    """This process may not resume a run: it would drop or widen the run's tool permissions.
+
+    A run keeps the permission policy it started with. Raised, before anything
+    of the run changes, when the run was started with a Python permission hook
+    and this process's `Runtime` has none, or when the resume is given an allow
+    rule the run did not have. Resume it where its hook is, or without the
+    rule; deny rules and ``--sandbox`` may be added.
+    """
 
 
 class SignalRejected(CadenzaError):

@@ -75,6 +75,7 @@ from .run import (
     RunContext,
     RunJournal,
     Scope,
+    StoredPolicy,
     ToolPolicy,
     Worktrees,
     document_step_ids,
@@ -140,6 +141,10 @@ class RunSetup:
     ``replay`` it resumes the run recorded under ``run_id``: what finished is
     replayed, the rest runs. ``lease`` is taken once the run is recorded, before
     any step starts; then ``recorded`` is called.
+
+    ``tool_policy`` is the run's own permission policy: a new run stores it
+    with its document; a resumed run's was rebuilt from the stored one
+    (`resumed_policy`), and ``added_policy`` is what the resuming runtime adds.
     """
 
     run_id: str
@@ -157,6 +162,7 @@ class RunSetup:
     lease: LeaseHolder | None = None
     recorded: Callable[[], None] | None = None
     tool_policy: ToolPolicy | None = None
+    added_policy: ToolPolicy | None = None
 
 
 @dataclass(slots=True)
@@ -236,7 +242,8 @@ async def _record_start(setup: RunSetup) -> None:
                 updated_at=now,
             )
         )
-        store.save_document(setup.run_id, encode_document(setup.document, setup.inputs))
+        policy = StoredPolicy.of(setup.tool_policy)
+        store.save_document(setup.run_id, encode_document(setup.document, setup.inputs, policy))
         journal.emit(
             EventType.WORKFLOW_START,
             message=workflow.name,
@@ -288,7 +295,9 @@ async def _drive(
         context = _context(setup, supervisor, providers)
         context.mcp = mcp
         rules = setup.document.workflow.permissions
-        context.permissions = PermissionPolicy.of(setup.tool_policy, rules.allow, rules.deny)
+        context.permissions = PermissionPolicy.of(
+            setup.tool_policy, rules.allow, rules.deny, setup.added_policy
+        )
         if document.workflow.options.isolation == WORKTREE_PER_STEP:
             context.worktrees = Worktrees(setup.run_id, document.base_dir)
         timer = _run_timeout(context, ending.timed_out)

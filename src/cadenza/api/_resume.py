@@ -4,8 +4,9 @@
 `RunStore` alone:
 
 * `prepare_resume` loads what a resume needs, after the caller took the run's
-  lease: the document the run started with, and a `Replay` of its records
-  and events (refusing, with `CorruptRecord`, anything that does not check out);
+  lease: the document the run started with (its permission policy with it),
+  and a `Replay` of its records and events (refusing, with `CorruptRecord`,
+  anything that does not check out);
 * `record_signal` records a person's answer for a ``waiting`` address, after
   checking it against the step's schema;
 * `resumable_runs` lists the runs ``cadenza resume --all`` picks up;
@@ -20,7 +21,7 @@ from typing import Any
 
 import msgspec
 
-from cadenza.actors.run import Replay, decode_document
+from cadenza.actors.run import Replay, StoredPolicy, decode_document
 from cadenza.actors.steps import schema_errors, waiting_for
 from cadenza.errors import RunNotFound, SignalRejected, StoreError
 from cadenza.kernel import LeaseHolder, RunRow, RunStore
@@ -58,6 +59,7 @@ class Prepared:
     document: LoadedWorkflow
     inputs: dict[str, Any]
     replay: Replay
+    policy: StoredPolicy | None = None  # None: recorded before policies were stored
 
 
 async def get_row(store: RunStore, run_id: str) -> RunRow:
@@ -88,15 +90,16 @@ async def prepare_resume(store: RunStore, row: RunRow) -> Prepared:
         WorkflowError: (old runs only) its workflow file no longer loads.
     """
     body = await store.document(row.run_id)
+    policy = None
     if body is not None:
-        document, inputs = decode_document(body, row.run_id)
+        document, inputs, policy = decode_document(body, row.run_id)
     elif row.path is not None:  # recorded before documents were stored
         document, inputs = load_workflow(row.path), row.inputs
     else:
         raise StoreError(f"run {row.run_id!r} has no stored workflow to resume from")
     records = await store.steps(row.run_id)
     events = await store.events(row.run_id)
-    return Prepared(row, document, inputs, Replay(records, events))
+    return Prepared(row, document, inputs, Replay(records, events), policy)
 
 
 def pending_inputs(records: dict[str, StepRecord]) -> dict[str, dict[str, Any]]:

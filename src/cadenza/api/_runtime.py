@@ -61,8 +61,11 @@ from cadenza.actors import (
 from cadenza.actors.run import (
     PermissionHook,
     Replay,
+    StoredPolicy,
     ToolPolicy,
     letter_size,
+    resume_refusal,
+    resumed_policy,
 )
 from cadenza.errors import (
     CadenzaError,
@@ -71,6 +74,7 @@ from cadenza.errors import (
     LeaseHeld,
     LeaseLost,
     MessageRefused,
+    PolicyRefused,
     RunNeedsCode,
     StoreError,
     StoreFailed,
@@ -607,16 +611,19 @@ class Runtime:
         replay: Replay | None = None,
         *,
         lease: Lease | None = None,
+        policy: tuple[ToolPolicy | None, ToolPolicy | None] | None = None,
     ) -> None:
         """Starts the run in the task group, under ``holder``'s lease; returns once the
         run is recorded in the store (or has failed), so it can be looked up at once.
 
         A resumed run has its ``lease`` already (its caller must hear of a conflict);
         a new run takes its lease before it is recorded, so that no supervisor
-        taking over orphaned runs mistakes it for one.
+        taking over orphaned runs mistakes it for one. ``policy``: a resumed
+        run's own tool policy and what this runtime adds (`resumed_policy`).
         """
         assert self._group is not None
         run_id = handle.run_id
+        own, added = policy or (self.tool_policy, None)
         self._runs[run_id] = handle
 
         async def run(
@@ -655,7 +662,8 @@ class Runtime:
                         dispatcher=self.workers,
                         replay=replay,
                         recorded=stored,
-                        tool_policy=self.tool_policy,
+                        tool_policy=own,
+                        added_policy=added,
                     ),
                 )
                 self.store.release_lease(run_id, holder)
@@ -832,6 +840,10 @@ class Runtime:
         replayed; steps that were in flight run again (``attempt`` one higher).
         A finished run's handle holds its stored result at once.
 
+        The run keeps the tool permission policy it was started with; this
+        runtime's ``permissions`` may add deny rules, the sandbox, a hook or a
+        person that refuse more (docs/tools.md, "On resume").
+
         Raises:
             RunNotFound: The store has no such run.
             LeaseHeld: Another live process (or this runtime) is driving the run.
@@ -839,6 +851,9 @@ class Runtime:
             RunNeedsCode: The run's workflow names Python code (a predicate, a
                 handler) this process does not have: build the workflow here
                 first. Nothing runs and nothing is written.
+            PolicyRefused: The run was started with a permission hook and this
+                runtime has none, or this runtime's allow rules would widen
+                the run's; nothing of the run changes.
         """
         return await self._resume(run_id, max_concurrency=max_concurrency, on_event=on_event)
 
@@ -872,6 +887,7 @@ class Runtime:
             prepared = await prepare_resume(self.store, row)
             if cancel is None:  # a run cancelled before any step starts needs none of its code
                 check_rebuildable(run_id, prepared.document)
+                self._check_policy(run_id, prepared.document, prepared.policy)
         except BaseException:
             self.store.release_lease(run_id, holder)
             await self.store.flush()
@@ -885,9 +901,36 @@ class Runtime:
             or DEFAULT_MAX_CONCURRENCY
         )
         await self._launch(
-            handle, prepared.document, prepared.inputs, limit, holder, prepared.replay, lease=lease
+            handle,
+            prepared.document,
+            prepared.inputs,
+            limit,
+            holder,
+            prepared.replay,
+            lease=lease,
+            policy=resumed_policy(prepared.policy, self.tool_policy),
         )
         return handle
+
+    def _check_policy(
+        self, run_id: str, document: LoadedWorkflow, stored: StoredPolicy | None
+    ) -> None:
+        """Refuses to resume a run whose tool permission policy this runtime cannot keep.
+
+        Raises:
+            PolicyRefused: Its hook is not here, an allow rule of this runtime
+                would widen it, or remote workers would run its tools unchecked.
+        """
+        problem = resume_refusal(stored, self.tool_policy)
+        if problem is not None:
+            raise PolicyRefused(f"run {run_id!r} is left as it is: {problem}")
+        own, added = resumed_policy(stored, self.tool_policy)
+        if self.workers is not None and _has_permissions(document, own or added):
+            raise PolicyRefused(
+                f"run {run_id!r} is left as it is: it has tool permissions, which are checked"
+                " in the supervisor's process, and remote workers run agents' tools without"
+                " them: resume it in a runtime without remote workers"
+            )
 
     async def signal(self, run_id: str, address: str, data: Any) -> None:
         """Records a person's answer for the step waiting at ``address`` (SPEC 2.6).

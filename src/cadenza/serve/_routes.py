@@ -21,7 +21,7 @@ from starlette.responses import Response
 
 from cadenza import Runtime
 from cadenza.actors.run import decode_document
-from cadenza.errors import CadenzaError, LeaseHeld, RunNeedsCode
+from cadenza.errors import CadenzaError, LeaseHeld, PolicyRefused, RunNeedsCode
 from cadenza.kernel import RunRow
 from cadenza.protocols import (
     FINISHED,
@@ -324,7 +324,7 @@ class Api:
                 resumed = True
             except LeaseHeld:  # a replica with takeover was quicker: the run goes on there
                 pass
-            except RunNeedsCode:  # built in Python: the application that built it goes on
+            except (RunNeedsCode, PolicyRefused):  # its code or hook is elsewhere: it goes on there
                 pass
         return json_response(
             SignalAccepted(run_id=row.run_id, address=body.address, resumed=resumed), 202

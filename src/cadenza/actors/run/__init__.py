@@ -16,6 +16,7 @@ from ._context import RunContext as RunContext
 from ._context import Scope as Scope
 from ._context import cancel_parked as cancel_parked
 from ._context import document_step_ids as document_step_ids
+from ._document import RunDocument as RunDocument
 from ._document import decode_document as decode_document
 from ._document import encode_document as encode_document
 from ._journal import AGENT_MEMORY as AGENT_MEMORY
@@ -50,8 +51,11 @@ from ._permissions import PermissionAnswer as PermissionAnswer
 from ._permissions import PermissionHook as PermissionHook
 from ._permissions import PermissionPolicy as PermissionPolicy
 from ._permissions import PermissionRule as PermissionRule
+from ._permissions import StoredPolicy as StoredPolicy
 from ._permissions import ToolPolicy as ToolPolicy
 from ._permissions import ToolRequest as ToolRequest
+from ._permissions import resume_refusal as resume_refusal
+from ._permissions import resumed_policy as resumed_policy
 from ._replay import CHECKPOINT as CHECKPOINT
 from ._replay import Replay as Replay
 from ._replay import ReplayedStep as ReplayedStep
@@ -107,11 +111,13 @@ __all__ = [
     "ReplayedStep",
     "Report",
     "RunContext",
+    "RunDocument",
     "RunJournal",
     "Scope",
     "StepFailure",
     "StepFinished",
     "StepWorktree",
+    "StoredPolicy",
     "ToolPolicy",
     "ToolRequest",
     "Worktrees",
@@ -122,6 +128,8 @@ __all__ = [
     "letter_size",
     "pending_bytes",
     "read_command",
+    "resume_refusal",
+    "resumed_policy",
     "step_name",
     "work_error",
 ]

@@ -33,6 +33,14 @@ What the run itself offers (``submit_result``, ``send_message``,
 ``forward_to_agent``) acts only inside the run and is never asked about. A
 denied call is answered to the model with the reason; every decision the
 policy takes (all but the default) is recorded as a ``tool_permission`` event.
+
+A run keeps its policy for life. What the runtime gave it (the sandbox, the
+rules, whether a hook and a person decided) is stored with the run as a
+`StoredPolicy`; a resume rebuilds the policy from that, whatever the resuming
+process was given (`resumed_policy`). That process may refuse more, never
+less: its deny rules and sandbox join the run's, its hook or person decide
+after the run's policy has let a call through; an allow rule the run did not
+have, or a missing hook, is a reason not to resume it at all (`resume_refusal`).
 """
 
 from __future__ import annotations
@@ -62,8 +70,11 @@ __all__ = [
     "PermissionHook",
     "PermissionPolicy",
     "PermissionRule",
+    "StoredPolicy",
     "ToolPolicy",
     "ToolRequest",
+    "resume_refusal",
+    "resumed_policy",
 ]
 
 READ_ONLY_TOOLS: Final = frozenset(("read", "glob", "grep"))
@@ -468,9 +479,115 @@ class ToolPolicy:
                     raise ValueError(f"ToolPolicy({kind}[{index}]): {problem}")
 
 
+class StoredPolicy(msgspec.Struct, frozen=True, omit_defaults=True):
+    """A run's `ToolPolicy` as stored with the run (in its document), for every resume.
+
+    A hook and a person cannot be stored: ``hook`` and ``ask`` say that the
+    run had them, so that a resume brings its own or refuses what they would
+    have decided.
+    """
+
+    sandbox: bool = False
+    allow: tuple[str, ...] = ()
+    deny: tuple[str, ...] = ()
+    hook: bool = False
+    ask: bool = False
+
+    @classmethod
+    def of(cls, policy: ToolPolicy | None) -> StoredPolicy:
+        """What a run started under ``policy`` stores."""
+        if policy is None:
+            return cls()
+        return cls(
+            sandbox=policy.sandbox,
+            allow=tuple(policy.allow),
+            deny=tuple(policy.deny),
+            hook=policy.hook is not None,
+            ask=policy.ask is not None,
+        )
+
+
+def resume_refusal(stored: StoredPolicy | None, given: ToolPolicy | None) -> str | None:
+    """Why a runtime given ``given`` must leave a run that stored ``stored`` untouched.
+
+    None: it may resume it. A run recorded before policies were stored
+    (``stored`` None) may always be resumed: ``given`` is then all it has.
+
+    The checks are the ones `resumed_policy` cannot make good by refusing
+    calls: the run's hook is not in this process (it cannot be stored), or an
+    allow rule of ``given`` would let through what the run's rules refuse.
+    """
+    if stored is None:
+        return None
+    if stored.hook and (given is None or given.hook is None):
+        return (
+            "it was started with a permission hook (Runtime(permissions=...)), which cannot"
+            " be stored: resume it in a process whose Runtime has the hook"
+        )
+    for rule in (*stored.allow, *stored.deny):
+        problem = rule_problem(rule, None, in_workflow=False)
+        if problem is not None:  # valid when stored; a later Cadenza may read rules otherwise
+            return f"its stored {problem}"
+    kept = {PermissionRule.parse(rule) for rule in stored.allow}
+    for rule in given.allow if given is not None else ():
+        if PermissionRule.parse(rule) not in kept:
+            return (
+                f"the allow rule {rule!r} is not one the run was started with: a resume keeps"
+                " the run's permission policy and may only add to what it refuses"
+                " (deny rules, the sandbox)"
+            )
+    return None
+
+
+def resumed_policy(
+    stored: StoredPolicy | None, given: ToolPolicy | None
+) -> tuple[ToolPolicy | None, ToolPolicy | None]:
+    """A resumed run's own policy, and what the resuming runtime adds to it.
+
+    The run's own is the stored one, with ``given``'s deny rules and sandbox
+    joined to it, and ``given``'s hook and person standing in for the run's
+    (a run that had a person and finds none refuses what it would have asked;
+    one whose hook is missing refuses what the hook would have been asked:
+    `resume_refusal` keeps such a run from being resumed in the first place).
+    ``given``'s hook and person that the run did not have are added after it:
+    they may refuse what the run's policy lets through, not allow what it
+    refuses. An allow rule the run did not have is ignored.
+
+    ``stored`` None (a new run, or one recorded before policies were stored):
+    ``given`` as it is. None for either: it has nothing to decide.
+    """
+    if stored is None:
+        return given, None
+    given = given or ToolPolicy()
+    own = ToolPolicy(
+        sandbox=stored.sandbox or given.sandbox,
+        allow=stored.allow,
+        deny=(*stored.deny, *(rule for rule in given.deny if rule not in stored.deny)),
+        hook=(given.hook or _hook_missing) if stored.hook else None,
+        ask=(given.ask or _nobody) if stored.ask else None,
+    )
+    hook = None if stored.hook else given.hook
+    ask = None if stored.ask else given.ask
+    added = ToolPolicy(hook=hook, ask=ask) if hook is not None or ask is not None else None
+    return (None if own == ToolPolicy() else own), added
+
+
+def _hook_missing(request: ToolRequest) -> str:
+    return "the run was started with a permission hook, and this process has none to ask"
+
+
+async def _nobody(request: ToolRequest) -> Literal["no"]:
+    """Stands in for the person a run was started with (``--ask``) where nobody can answer."""
+    return "no"
+
+
 @dataclass(slots=True)
 class PermissionPolicy:
-    """One run's policy: the runtime's `ToolPolicy` and the workflow's rules together."""
+    """One run's policy: the runtime's `ToolPolicy` and the workflow's rules together.
+
+    ``added``: what a resuming runtime adds (`resumed_policy`), asked only
+    about the calls this policy lets through.
+    """
 
     allow: tuple[PermissionRule, ...] = ()
     deny: tuple[PermissionRule, ...] = ()
@@ -478,10 +595,15 @@ class PermissionPolicy:
     hook: PermissionHook | None = None
     ask: Asker | None = None
     always: set[str] = field(default_factory=set)  # tools a person allowed for the whole run
+    added: PermissionPolicy | None = None
 
     @classmethod
     def of(
-        cls, runtime: ToolPolicy | None, allow: Iterable[str] = (), deny: Iterable[str] = ()
+        cls,
+        runtime: ToolPolicy | None,
+        allow: Iterable[str] = (),
+        deny: Iterable[str] = (),
+        added: ToolPolicy | None = None,
     ) -> PermissionPolicy:
         """The policy of a run: the runtime's settings and the workflow's rules."""
         runtime = runtime or ToolPolicy()
@@ -491,12 +613,13 @@ class PermissionPolicy:
             sandbox=runtime.sandbox,
             hook=runtime.hook,
             ask=runtime.ask,
+            added=None if added is None else cls.of(added),
         )
 
     @property
     def active(self) -> bool:
         """Whether anything can be decided: otherwise every call runs, unrecorded."""
-        return bool(self.allow or self.deny or self.sandbox or self.hook or self.ask)
+        return bool(self.allow or self.deny or self.sandbox or self.hook or self.ask or self.added)
 
     async def decide(
         self,
@@ -510,6 +633,21 @@ class PermissionPolicy:
         ``allow`` and ``deny`` are the agent's own rules, added to the run's;
         ``directory`` is where the call's relative paths lead (the workflow's).
         """
+        decision = await self._decide(request, allow, deny, directory)
+        if self.added is None or (decision is not None and not decision.allowed):
+            return decision
+        added = await self.added._decide(request, (), (), directory)
+        if added is not None and not added.allowed:
+            return added
+        return decision or added
+
+    async def _decide(
+        self,
+        request: ToolRequest,
+        allow: Sequence[PermissionRule],
+        deny: Sequence[PermissionRule],
+        directory: Path | None,
+    ) -> Decision | None:
         if self.sandbox and request.tool not in READ_ONLY_TOOLS:
             reason = "the run is sandboxed: only read, glob and grep may run"
             return Decision(False, "sandbox", reason)
@@ -549,6 +687,9 @@ class PermissionPolicy:
         A call a deny rule may cover is asked about every time: an "always"
         said about another call of the tool does not answer for it.
         """
+        if self.ask is _nobody:
+            reason = "the run asks a person about this call (--ask), and nobody is here to answer"
+            return Decision(False, "ask", reason)
         said = f"allowed: {request.tool} always, said at the terminal"
         if sticky and request.tool in self.always:
             return Decision(True, "ask", said)
