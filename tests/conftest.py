@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from cadenza import _redact
 from cadenza.kernel import RunStore, make_store
 from tests._postgres import Cluster, started_cluster, unavailable
 
@@ -39,6 +40,18 @@ def write_flow(tmp_path: Path) -> WriteFlow:
         return path
 
     return write
+
+
+@pytest.fixture(autouse=True)
+def _forget_secrets_afterwards() -> Iterator[None]:
+    """Each test starts with the secrets known before it, not with every earlier test's.
+
+    The registry is process-wide, as in a service; a whole session would otherwise
+    gather hundreds of keys, and scrubbing costs grow with them (docs/hardening.md).
+    """
+    known = _redact._known
+    yield
+    _redact._known = known
 
 
 # -- run stores: one conformance suite, every backend -----------------------------------
