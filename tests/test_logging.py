@@ -28,6 +28,7 @@ def _bare_environment(extra: dict[str, str]) -> dict[str, str]:
     keep = {name: os.environ[name] for name in ("PYTHONPATH",) if name in os.environ}
     return {**extra, **keep, "PATH": "/usr/bin:/bin"}
 
+
 EMBEDDED = """
 import asyncio, sys
 import cadenza

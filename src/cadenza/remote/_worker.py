@@ -8,6 +8,12 @@ means a new connection (a new session), after a backoff that doubles up to a
 cap and starts over once a supervisor answers. Results finished between
 sessions go out on the next one (the supervisor refuses the stale ones).
 
+A supervisor that refuses the handshake (CURVE keys missing, not authorized,
+the wrong server key) only closes the connection; the worker learns why from
+its socket's monitor and says so, with the fix, once per cause
+(``worker_refused``), and keeps trying: a fleet's supervisor may be given the
+keys later, and a supervisor restarted, without touching its workers.
+
 `drain` (SIGTERM) announces capacity 0, finishes what is in flight, says
 `Disconnect` and returns; `stop` (a second signal) cancels what is in flight
 and leaves at once, and the supervisor sends those steps elsewhere.
@@ -48,6 +54,7 @@ from cadenza.protocols import (
     worker_decoder,
 )
 
+from ._auth import Refusal, watch_refusals
 from ._dispatcher import DEFAULT_MAX_MESSAGE
 from ._keys import load_worker_keys
 from ._models import RunModels
@@ -115,6 +122,11 @@ class Worker:
         self._unsent: deque[bytes] = deque(maxlen=_UNSENT)
         self._models = RunModels(self._clock)
         self._channel: LoopSocket | None = None
+        self._handshakes: LoopSocket | None = None
+        self.refused: str | None = None
+        """Why the supervisor refuses this worker's handshakes (``no-curve``,
+        ``bad-handshake``, ``unknown-key``...), None once one succeeds."""
+        self._doubt: str | None = None  # a refusal said only if the next one agrees
         self._ended: asyncio.Future[_Outcome] | None = None
         self._timer: Cancellable | None = None
         self._heard = self._due = 0.0
@@ -157,7 +169,8 @@ class Worker:
                 if outcome != "reconnect":
                     break
                 delay = self._backoff[0] if welcomed else delay
-                _log.warning("worker_reconnecting", worker=self.name, after=delay)
+                cause = {} if self.refused is None else {"cause": self.refused}
+                _log.warning("worker_reconnecting", worker=self.name, after=delay, **cause)
                 timer = self._clock.call_later(delay, self._end, "reconnect")
                 outcome = await self._until_ended()  # drain or stop may cut the wait short
                 timer.cancel()
@@ -189,6 +202,8 @@ class Worker:
             socket.curve_secretkey = self._keys.secret
             socket.curve_publickey = self._keys.public
             socket.curve_serverkey = self._keys.server
+        session = secrets.token_hex(8)
+        self._handshakes = watch_refusals(socket, self._keys, self._on_handshake, session)
         socket.connect(self.endpoint)
         self._welcomed = False
         self._heard = self._clock.now()
@@ -202,7 +217,11 @@ class Worker:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+        if self._handshakes is not None:
+            self._handshakes.close()
+            self._handshakes = None
         if self._channel is not None:
+            self._channel.socket.disable_monitor()
             self._channel.close(linger=linger)
             self._channel = None
 
@@ -236,6 +255,25 @@ class Worker:
             self._timer.cancel()
         self._due = self._clock.now() + self._heartbeat
         self._timer = self._clock.call_later(self._heartbeat, self._tick)
+
+    def _on_handshake(self, refusal: Refusal | None) -> None:
+        """Says why the supervisor refuses this worker: once per cause, not once per retry.
+
+        A connection closed mid-handshake is a wrong server key, or what a supervisor
+        without CURVE does now and then before its refusal arrives: that is said only
+        when the next handshake ends the same way, and never instead of a known cause.
+        """
+        if refusal is None:
+            self.refused = self._doubt = None
+            return
+        if not refusal.certain:
+            doubted, self._doubt = self._doubt, refusal.code
+            if self.refused is not None or doubted != refusal.code:
+                return
+        self._doubt = None
+        if refusal.code != self.refused:
+            _log.error("worker_refused", worker=self.name, code=refusal.code, error=refusal.text)
+            self.refused = refusal.code
 
     def _on_frames(self, frames: list[bytes]) -> None:
         try:
