@@ -53,6 +53,7 @@ from cadenza.actors import (
     interrupted_result,
 )
 from cadenza.actors.run import (
+    POSTER,
     PermissionHook,
     Replay,
     ToolPolicy,
@@ -204,11 +205,13 @@ class RunHandle:
         return list(self._journal.messages)
 
     async def post_message(self, target: str, text: str, *, kind: str = "info") -> None:
-        """Sends a message to a step, as the coordinator would.
+        """Sends a message to a step, as the coordinator would, from ``api``.
 
         ``target`` is a bare step id (its newest instance) or an address; the
         message lands in that agent's next turn, or waits for the step's next
-        instance. It is placed at once: a step whose own inbox is full drops it
+        instance. It is recorded (``message_sent``, the result's messages) and
+        shown to the agent as from ``api``: the run's own coordinator did not
+        send it. It is placed at once: a step whose own inbox is full drops it
         with a ``message_dropped`` event; a run that holds too much refuses it.
 
         Raises:
@@ -221,7 +224,7 @@ class RunHandle:
         context = self._control.context
         if context is None or self.done:
             raise CadenzaError(f"run {self.run_id!r} is not running; it cannot take messages")
-        context.deliver(target, text, kind, sender="coordinator")
+        context.deliver(target, text, kind, sender=POSTER)
 
     def cancel(
         self, reason: str = "cancelled by the caller", *, deadline: float | None = None
