@@ -69,7 +69,6 @@ from cadenza.errors import (
     StoreError,
 )
 from cadenza.kernel import (
-    DEFAULT_LEASE_TTL,
     CancelCommand,
     Cancellable,
     Clock,
@@ -81,6 +80,7 @@ from cadenza.kernel import (
     RunStore,
     SystemClock,
     lease_lost,
+    lease_ttl_from_environment,
     make_store,
 )
 from cadenza.llm import RetryPolicy
@@ -140,6 +140,7 @@ another process waits before the run's owner acts (plus one store round trip).""
 
 RECOVERY_INTERVAL = 5.0
 """Most seconds between two looks for orphaned runs by a runtime with ``recover=True``."""
+
 
 _log = get_logger("cadenza.runtime")
 
@@ -389,9 +390,12 @@ class Runtime:
             or a reason denies, None leaves it to the rules; it may be async),
             or a `ToolPolicy` (a hook, the sandbox, rules, a person to ask).
             The workflow's own ``permissions:`` apply besides (docs/tools.md).
-        lease_ttl: Seconds a run's lease lasts unless renewed (renewed every
-            third of that while the run is driven). Another process may take
-            over a run whose lease expired; docs/durability.md.
+        lease_ttl: Seconds the lease of each run this runtime drives lasts
+            unless renewed (renewed every third of that). Another process may
+            take over a run whose lease expired: a supervisor takes a dead
+            owner's run once the lease that owner took expires, whatever its
+            own ``lease_ttl``. None: ``CADENZA_LEASE_TTL``, else 15 s;
+            docs/durability.md.
         recover: Take over the store's orphaned runs (status ``running``, lease
             expired or free) and resume them, looking every
             ``recovery_interval`` seconds until the runtime stops.
@@ -401,6 +405,7 @@ class Runtime:
         InsecureEndpoint: ``workers`` is not loopback and has neither keys nor ``insecure``.
         KeysError: ``curve_keys`` is incomplete.
         TelemetryUnavailable: ``CADENZA_OTEL=1`` but OpenTelemetry is not installed.
+        CadenzaError: ``CADENZA_LEASE_TTL`` is not a number of seconds above 0.
     """
 
     def __init__(  # noqa: PLR0913 -- keyword-only options, each documented in docs/api.md
@@ -416,10 +421,12 @@ class Runtime:
         telemetry: OpenTelemetry | None = None,
         shutdown_deadline: float | None = SHUTDOWN_DEADLINE,
         permissions: PermissionHook | ToolPolicy | None = None,
-        lease_ttl: float = DEFAULT_LEASE_TTL,
+        lease_ttl: float | None = None,
         recover: bool = False,
     ) -> None:
-        if lease_ttl <= 0:
+        if lease_ttl is None:
+            lease_ttl = lease_ttl_from_environment()
+        elif lease_ttl <= 0:
             raise ValueError(f"lease_ttl must be above 0 seconds, not {lease_ttl}")
         self.store: RunStore = make_store(store)
         self.lease_ttl = lease_ttl

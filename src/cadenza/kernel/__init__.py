@@ -25,6 +25,7 @@ from ._lease import DEFAULT_LEASE_TTL as DEFAULT_LEASE_TTL
 from ._lease import Lease as Lease
 from ._lease import LeaseHolder as LeaseHolder
 from ._lease import lease_lost as lease_lost
+from ._lease import lease_ttl_from_environment as lease_ttl_from_environment
 from ._postgres import PostgresRunStore as PostgresRunStore
 from ._postgres_schema import SCHEMA_VERSION as POSTGRES_SCHEMA_VERSION
 from ._ref import ActorRef as ActorRef
@@ -90,5 +91,6 @@ __all__ = [
     "is_postgres_url",
     "is_under",
     "lease_lost",
+    "lease_ttl_from_environment",
     "make_store",
 ]
