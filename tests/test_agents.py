@@ -18,7 +18,7 @@ import cadenza
 from cadenza import RunResult, Runtime
 from cadenza.actors.run import INBOX_BYTES
 from cadenza.errors import MessageRefused
-from cadenza.protocols import ToolCall, payload
+from cadenza.protocols import MessageSent, ToolCall, payload
 from cadenza.testing import RecordedRequest, ScriptedLLMServer, ServerReply, ServerRule
 
 WriteFlow = Callable[..., Path]
@@ -348,8 +348,8 @@ async def test_a_posted_message_is_from_api_not_the_coordinator(
     assert "from api (info): use plan B" in json.dumps(requests[1].body)
     posted = [m for m in result.messages if m.text == "use plan B"]
     assert [(m.from_, m.to) for m in posted] == [("api", "listen")]
-    sent = [e for e in events if e.type == "message_sent" and e.data["to"] == "listen"]
-    assert [(e.step_id, e.data["from"]) for e in sent] == [("api", "api")]
+    sent = [(e.step_id, payload(e, MessageSent)) for e in events if e.type == "message_sent"]
+    assert [(step, m.from_) for step, m in sent if m.to == "listen"] == [("api", "api")]
 
 
 async def test_a_step_inbox_holds_at_most_a_mebibyte_of_undrained_text(
