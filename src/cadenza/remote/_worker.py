@@ -126,7 +126,7 @@ class Worker:
         self.refused: str | None = None
         """Why the supervisor refuses this worker's handshakes (``no-curve``,
         ``bad-handshake``, ``unknown-key``...), None once one succeeds."""
-        self._doubt: str | None = None  # a refusal said only if the next one agrees
+        self._doubt: Refusal | None = None  # said only if no sure cause comes
         self._ended: asyncio.Future[_Outcome] | None = None
         self._timer: Cancellable | None = None
         self._heard = self._due = 0.0
@@ -169,6 +169,7 @@ class Worker:
                 if outcome != "reconnect":
                     break
                 delay = self._backoff[0] if welcomed else delay
+                self._say_doubt()
                 cause = {} if self.refused is None else {"cause": self.refused}
                 _log.warning("worker_reconnecting", worker=self.name, after=delay, **cause)
                 timer = self._clock.call_later(delay, self._end, "reconnect")
@@ -221,7 +222,6 @@ class Worker:
             self._handshakes.close()
             self._handshakes = None
         if self._channel is not None:
-            self._channel.socket.disable_monitor()
             self._channel.close(linger=linger)
             self._channel = None
 
@@ -260,20 +260,27 @@ class Worker:
         """Says why the supervisor refuses this worker: once per cause, not once per retry.
 
         A connection closed mid-handshake is a wrong server key, or what a supervisor
-        without CURVE does now and then before its refusal arrives: that is said only
-        when the next handshake ends the same way, and never instead of a known cause.
+        does now and then before its refusal arrives: it is kept as a doubt, said only
+        if the session ends without a sure cause (`_say_doubt`), never instead of one.
         """
         if refusal is None:
             self.refused = self._doubt = None
-            return
-        if not refusal.certain:
-            doubted, self._doubt = self._doubt, refusal.code
-            if self.refused is not None or doubted != refusal.code:
-                return
+        elif not refusal.certain:
+            if self.refused is None:
+                self._doubt = refusal
+        else:
+            self._doubt = None
+            if refusal.code != self.refused:
+                self._say(refusal)
+
+    def _say_doubt(self) -> None:
+        if self.refused is None and self._doubt is not None:
+            self._say(self._doubt)
         self._doubt = None
-        if refusal.code != self.refused:
-            _log.error("worker_refused", worker=self.name, code=refusal.code, error=refusal.text)
-            self.refused = refusal.code
+
+    def _say(self, refusal: Refusal) -> None:
+        _log.error("worker_refused", worker=self.name, code=refusal.code, error=refusal.text)
+        self.refused = refusal.code
 
     def _on_frames(self, frames: list[bytes]) -> None:
         try:
