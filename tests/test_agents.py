@@ -18,7 +18,7 @@ import cadenza
 from cadenza import RunResult, Runtime
 from cadenza.actors.run import INBOX_BYTES
 from cadenza.errors import MessageRefused
-from cadenza.protocols import ToolCall, payload
+from cadenza.protocols import MessageSent, ToolCall, payload
 from cadenza.testing import RecordedRequest, ScriptedLLMServer, ServerReply, ServerRule
 
 WriteFlow = Callable[..., Path]
@@ -319,6 +319,37 @@ async def test_a_full_step_inbox_drops_with_an_event(
     assert all(d["reason"] == "inbox full" and "text" not in d for d in dropped)
     assert len(result.messages) == 1_000  # the newest; the rest are counted
     assert result.messages_omitted == 10_000 - 1_000
+
+
+async def test_a_posted_message_is_from_api_not_the_coordinator(
+    write_flow: WriteFlow, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A post from outside the run is recorded, and shown to the agent, as from ``api``:
+    the run's coordinator never sent it."""
+    first_turn = threading.Event()
+    path = write_flow(
+        "name: inbox\nagents:\n  ear: {model: 'openai:m'}\n"
+        "steps:\n  - id: listen\n    agent: ear\n    instructions: Listen.\n"
+    )
+    said = {"name": "send_message", "arguments": {"text": "listening"}}
+    replies: list[Any] = [{"tool_calls": [said], "hold": first_turn}, {"content": "heard"}]
+    events: list[cadenza.Event] = []
+    with ScriptedLLMServer([ServerRule(replies)]) as server:
+        for name, value in server.environ().items():
+            monkeypatch.setenv(name, value)
+        async with Runtime() as runtime:
+            handle = await runtime.start(path, on_event=events.append)
+            await anyio.to_thread.run_sync(server.wait_for_requests, 1)
+            await runtime.post_message(handle.run_id, "listen", "use plan B")
+            first_turn.set()
+            result = await handle.result()
+            requests = server.requests
+    assert result.status == "completed", result.error
+    assert "from api (info): use plan B" in json.dumps(requests[1].body)
+    posted = [m for m in result.messages if m.text == "use plan B"]
+    assert [(m.from_, m.to) for m in posted] == [("api", "listen")]
+    sent = [(e.step_id, payload(e, MessageSent)) for e in events if e.type == "message_sent"]
+    assert [(step, m.from_) for step, m in sent if m.to == "listen"] == [("api", "api")]
 
 
 async def test_a_step_inbox_holds_at_most_a_mebibyte_of_undrained_text(

@@ -39,3 +39,26 @@ def test_every_quickstart_block_runs(tmp_path: Path) -> None:
             assert proc.returncode == 0, proc.stderr
             ran += 1
     assert ran >= 8
+
+
+README = QUICKSTART.parent.parent / "README.md"
+PATH_LIKE = re.compile(r"(?<![\w'\[])(?:[\w.-]*/[\w./-]+|[\w.-]+\.(?:py|txt|toml|sh))")
+
+
+def test_the_readme_development_commands_name_files_of_this_repository() -> None:
+    """A clone can run what README's Development section says: no file outside it."""
+    root = README.parent.resolve()
+    section = README.read_text().split("## Development", 1)[1]
+    commands = BLOCK.search(section)
+    assert commands is not None
+    assert commands.group(1) == "sh"
+    named = [
+        token
+        for line in commands.group(2).splitlines()
+        for token in PATH_LIKE.findall(line.split(" #", 1)[0])
+    ]
+    assert named  # the check sees the files the commands name
+    for token in named:
+        path = (root / token).resolve()
+        assert path.is_relative_to(root), f"README names {token!r}, outside the repository"
+        assert path.exists(), f"README names {token!r}, which does not exist"

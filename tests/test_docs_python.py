@@ -53,8 +53,10 @@ def test_the_snippet_runs(where: str, code: str, tmp_path: Path) -> None:
     script = tmp_path / ("test_snippet.py" if "def test_" in code else "snippet.py")
     script.write_text(code)
     if "def test_" in code:
-        command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
-        command += ["-o", "asyncio_mode=auto", str(script)]  # the setup docs/api.md names
+        # As a reader runs it: no project configuration (asyncio_mode), nothing but what
+        # the snippet says; and every test must pass, none skipped.
+        command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs"]
+        command += ["--rootdir", str(tmp_path), str(script)]
     elif "Starlette(" in code:
         command = [sys.executable, "-c", SERVE_APP, str(script)]
     else:
@@ -63,6 +65,7 @@ def test_the_snippet_runs(where: str, code: str, tmp_path: Path) -> None:
         command, cwd=ROOT, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL
     )
     assert done.returncode == 0, f"{where}\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}"
+    assert "skipped" not in done.stdout, f"{where}\n{done.stdout[-2000:]}"
 
 
 def test_every_skipped_snippet_says_why() -> None:

@@ -5,8 +5,12 @@ Cadenza's loggers (`get_logger`) are structlog loggers over the standard
 library's ``logging.getLogger("cadenza...")``: an application that configures
 nothing sees warnings and errors on stderr (Python's last-resort handler) and
 no debug line anywhere; one that configures ``logging`` gets Cadenza's records
-like any library's, each with its structured fields in ``record.cadenza_fields``.
-Every field is redacted before it leaves.
+like any library's. A record's message is its event and its fields, as a
+structlog user reads them (``llm_attempt call='openai' attempt=2 ...``, a
+traceback last, on lines of its own), so ``logging.basicConfig`` shows them
+whole; a handler that wants them apart finds the event in
+``record.cadenza_event`` and the fields in ``record.cadenza_fields``. Every
+field (a traceback too) is redacted before it leaves.
 
 The command line configures the ``cadenza`` logger itself (`configure_logging`):
 text lines on stderr, or, when the events stream is on stderr too, one JSON
@@ -20,17 +24,36 @@ import logging
 import os
 import sys
 import time
-from collections.abc import MutableMapping
+from collections.abc import Mapping, MutableMapping
 from typing import Any
 
 import structlog
 
 from ._redact import redact, redact_processor
 
-__all__ = ["FIELDS", "configure_logging", "get_logger"]
+__all__ = ["EVENT", "FIELDS", "configure_logging", "get_logger"]
 
 FIELDS = "cadenza_fields"
 """The attribute of a ``logging.LogRecord`` that holds a Cadenza record's fields."""
+
+EVENT = "cadenza_event"
+"""The attribute of a ``logging.LogRecord`` that holds a Cadenza record's bare event name."""
+
+
+def _message(event: str, fields: Mapping[str, Any]) -> tuple[str, tuple[Any, ...]]:
+    """``event key=%r ...`` and the values: the fields as structlog's key-value renderer
+    writes them, with a message template that is the same for every record of the event
+    (what a handler that groups records by ``record.msg`` groups by)."""
+    template = [event.replace("%", "%%")]
+    values = []
+    for key, value in fields.items():
+        if key != "exception":
+            template.append(f" {key.replace('%', '%%')}=%r")
+            values.append(value)
+    if fields.get("exception"):
+        template.append("\n%s")  # a traceback on lines of its own, last
+        values.append(fields["exception"])
+    return "".join(template), tuple(values)
 
 
 def _to_stdlib(
@@ -38,13 +61,15 @@ def _to_stdlib(
 ) -> tuple[tuple[Any, ...], dict[str, Any]]:
     event = str(event_dict.pop("event", ""))
     event_dict.pop("level", None)
-    return (event,), {"extra": {FIELDS: dict(event_dict)}}
+    fields = dict(event_dict)
+    template, values = _message(event, fields)
+    return (template, *values), {"extra": {FIELDS: fields, EVENT: event}}
 
 
 _PROCESSORS: list[Any] = [
     structlog.stdlib.filter_by_level,  # first: a disabled level costs one check
+    structlog.processors.format_exc_info,  # before redaction: a traceback is text to scrub
     redact_processor,
-    structlog.processors.format_exc_info,
     _to_stdlib,
 ]
 
@@ -64,13 +89,10 @@ class _Text(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(record.created))
-        fields = dict(getattr(record, FIELDS, {}))
-        trace = fields.pop("exception", None)  # a traceback (exc_info): its own lines
-        pairs = " ".join(f"{key}={value!r}" for key, value in fields.items())
-        line = f"{stamp} [{record.levelname.lower():<8}] {record.getMessage()} {pairs}".rstrip()
-        if trace is None and record.exc_info:  # another library's record: not redacted yet
-            trace = redact(self.formatException(record.exc_info))
-        return line if trace is None else f"{line}\n{trace}"
+        line = f"{stamp} [{record.levelname.lower():<8}] {record.getMessage()}"
+        if record.exc_info and not hasattr(record, EVENT):  # another library's: not redacted yet
+            return f"{line}\n{redact(self.formatException(record.exc_info))}"
+        return line
 
 
 class _Json(logging.Formatter):
@@ -82,7 +104,7 @@ class _Json(logging.Formatter):
             "type": "log",
             "timestamp": f"{stamp}.{int(record.msecs):03d}Z",
             "level": record.levelname.lower(),
-            "message": record.getMessage(),
+            "message": getattr(record, EVENT, None) or record.getMessage(),
             "data": getattr(record, FIELDS, {}),
         }
         return json.dumps(line, default=str)

@@ -264,3 +264,32 @@ async def test_an_empty_list_completes_at_once(write_flow: WriteFlow, run_flow: 
     assert result.steps["each"].content == ""
     assert result.steps["each"].result == {"iterations": []}
     assert result.loops["each"].iterations == 0
+
+
+async def test_an_item_that_did_not_complete_says_so_in_the_joined_content(
+    write_flow: WriteFlow, run_flow: RunFlow
+) -> None:
+    """The step's content keeps a block per item, in order: a failed item's block says it
+    failed and why, where it used to be empty; its iteration's own content stays empty."""
+    path = write_flow(
+        """
+        name: tolerant
+        steps:
+          - id: each
+            handler: "HANDLERS:check"
+            onError: continue
+            loop: {forEach: [0, 1, 2], maxConcurrency: 1}
+        """,
+        handlers="""
+        def check(ctx):
+            if ctx.item == 1:
+                raise ValueError("one is bad\\nand more on a second line")
+            return f"ok {ctx.item}"
+        """,
+    )
+    result = await run_flow(path)
+    record = result.steps["each"]
+    assert record.content == "\n\n---\n\n".join(
+        ["ok 0", "[item 1 failed: ValueError: one is bad]", "ok 2"]
+    )
+    assert [i["content"] for i in record.result["iterations"]] == ["ok 0", "", "ok 2"]

@@ -2,7 +2,8 @@
 
 A wake the kill cut off is answered again by the resumed coordinator, and what
 it did (forwards, replies of its script) is void; a wake that ended for a
-finished step stands. Logs written before wakes were marked repeat nothing.
+finished step stands. Logs written before wakes were marked repeat nothing. A
+post from outside the run stands whatever the run did after it.
 """
 
 from __future__ import annotations
@@ -125,3 +126,19 @@ def test_a_log_written_before_wakes_were_marked_repeats_none() -> None:
     replay = Replay({}, events)
     assert replay.log.unanswered == []
     assert len(texts(replay)) == 10
+
+
+def test_a_post_from_outside_the_run_stands_whatever_the_run_did_next() -> None:
+    """A post (``from: api``) made during a wake the kill cut off is neither the wake's
+    (void with it) nor a step's still in flight (void at the restart): it stays recorded
+    and waits for its step."""
+    post = (
+        "message_sent",
+        "api",
+        None,
+        MessageSent(from_="api", to="buyer", text="Use plan B.", msg_type=0),
+    )
+    replay = Replay({}, log(*SELLER_RAN, SELLER_DONE, wake("start"), post))
+    assert texts(replay) == ["OFFER 1000", "Use plan B."]
+    assert [letter.text for letter in replay.log.mail["buyer"]] == ["Use plan B."]
+    assert [letter.sender for letter in replay.log.mail["buyer"]] == ["api"]

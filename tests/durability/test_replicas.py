@@ -23,6 +23,7 @@ import anyio
 import pytest
 
 from cadenza import Runtime
+from cadenza._logging import EVENT
 from cadenza.errors import CadenzaError
 from cadenza.testing import ScriptedLLMServer, ServerRule
 from tests.conftest import StoreFactory, WriteFlow
@@ -213,7 +214,7 @@ def test_cadenza_cancel_stops_a_run_that_another_process_drives(
 
 
 class Logged(logging.Handler):
-    """Sets ``seen`` once a record with ``message`` is logged (from any thread)."""
+    """Sets ``seen`` once a record of the event ``message`` is logged (from any thread)."""
 
     def __init__(self, message: str) -> None:
         super().__init__()
@@ -221,7 +222,7 @@ class Logged(logging.Handler):
         self.seen = threading.Event()
 
     def emit(self, record: logging.LogRecord) -> None:
-        if record.getMessage() == self.message:
+        if getattr(record, EVENT, None) == self.message:
             self.seen.set()
 
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from cadenza._logging import FIELDS
+from cadenza._logging import EVENT, FIELDS
 from cadenza.errors import ActorStopped, AddressError, InboxFull, SupervisorEscalation
 from cadenza.kernel import (
     Actor,
@@ -141,7 +141,8 @@ async def test_dead_letters_are_logged_by_default(caplog: pytest.LogCaptureFixtu
     with caplog.at_level(logging.WARNING, logger="cadenza"):
         async with Supervisor() as sup:
             await sup.tell("nobody", Ping())
-    assert [(r.name, r.levelname, r.getMessage(), getattr(r, FIELDS)) for r in caplog.records] == [
+    records = [(r.name, r.levelname, getattr(r, EVENT), getattr(r, FIELDS)) for r in caplog.records]
+    assert records == [
         (
             "cadenza.kernel",
             "WARNING",

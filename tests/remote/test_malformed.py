@@ -11,6 +11,7 @@ import zmq
 import zmq.asyncio
 
 from cadenza import Runtime
+from cadenza._logging import EVENT
 from cadenza.protocols import (
     PROTOCOL_VERSION,
     Heartbeat,
@@ -150,6 +151,6 @@ async def test_a_hello_out_of_bounds_is_refused_with_a_reason(
     (rejected,) = [e for e in events.items if e.type == "frame_rejected"]
     assert rejected.data is not None
     assert f"$.{field}" in rejected.data["reason"]
-    warnings = [r for r in caplog.records if r.getMessage() == "frame_rejected"]
+    warnings = [r for r in caplog.records if getattr(r, EVENT, None) == "frame_rejected"]
     assert warnings
     assert warnings[0].levelname == "WARNING"

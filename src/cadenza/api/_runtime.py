@@ -59,6 +59,7 @@ from cadenza.actors import (
     interrupted_result,
 )
 from cadenza.actors.run import (
+    POSTER,
     PermissionHook,
     Replay,
     StoredPolicy,
@@ -80,7 +81,6 @@ from cadenza.errors import (
     StoreFailed,
 )
 from cadenza.kernel import (
-    DEFAULT_LEASE_TTL,
     CancelCommand,
     Cancellable,
     Clock,
@@ -92,6 +92,7 @@ from cadenza.kernel import (
     RunStore,
     SystemClock,
     lease_lost,
+    lease_ttl_from_environment,
     make_store,
 )
 from cadenza.llm import RetryPolicy
@@ -224,11 +225,13 @@ class RunHandle:
         return list(self._journal.messages)
 
     async def post_message(self, target: str, text: str, *, kind: str = "info") -> None:
-        """Sends a message to a step, as the coordinator would.
+        """Sends a message to a step, as the coordinator would, from ``api``.
 
         ``target`` is a bare step id (its newest instance) or an address; the
         message lands in that agent's next turn, or waits for the step's next
-        instance. It is placed at once: a step whose own inbox is full drops it
+        instance. It is recorded (``message_sent``, the result's messages) and
+        shown to the agent as from ``api``: the run's own coordinator did not
+        send it. It is placed at once: a step whose own inbox is full drops it
         with a ``message_dropped`` event; a run that holds too much refuses it.
 
         Raises:
@@ -241,7 +244,7 @@ class RunHandle:
         context = self._control.context
         if context is None or self.done:
             raise CadenzaError(f"run {self.run_id!r} is not running; it cannot take messages")
-        context.deliver(target, text, kind, sender="coordinator")
+        context.deliver(target, text, kind, sender=POSTER)
 
     def cancel(
         self, reason: str = "cancelled by the caller", *, deadline: float | None = None
@@ -406,9 +409,12 @@ class Runtime:
             or a reason denies, None leaves it to the rules; it may be async),
             or a `ToolPolicy` (a hook, the sandbox, rules, a person to ask).
             The workflow's own ``permissions:`` apply besides (docs/tools.md).
-        lease_ttl: Seconds a run's lease lasts unless renewed (renewed every
-            third of that while the run is driven). Another process may take
-            over a run whose lease expired; docs/durability.md.
+        lease_ttl: Seconds the lease of each run this runtime drives lasts
+            unless renewed (renewed every third of that). Another process may
+            take over a run whose lease expired: a supervisor takes a dead
+            owner's run once the lease that owner took expires, whatever its
+            own ``lease_ttl``. None: ``CADENZA_LEASE_TTL``, else 15 s;
+            docs/durability.md.
         recover: Take over the store's orphaned runs (status ``running``, lease
             expired or free) and resume them, looking every
             ``recovery_interval`` seconds until the runtime stops.
@@ -418,6 +424,7 @@ class Runtime:
         InsecureEndpoint: ``workers`` is not loopback and has neither keys nor ``insecure``.
         KeysError: ``curve_keys`` is incomplete.
         TelemetryUnavailable: ``CADENZA_OTEL=1`` but OpenTelemetry is not installed.
+        CadenzaError: ``CADENZA_LEASE_TTL`` is not a number of seconds above 0.
     """
 
     def __init__(  # noqa: PLR0913 -- keyword-only options, each documented in docs/api.md
@@ -433,10 +440,12 @@ class Runtime:
         telemetry: OpenTelemetry | None = None,
         shutdown_deadline: float | None = SHUTDOWN_DEADLINE,
         permissions: PermissionHook | ToolPolicy | None = None,
-        lease_ttl: float = DEFAULT_LEASE_TTL,
+        lease_ttl: float | None = None,
         recover: bool = False,
     ) -> None:
-        if lease_ttl <= 0:
+        if lease_ttl is None:
+            lease_ttl = lease_ttl_from_environment()
+        elif lease_ttl <= 0:
             raise ValueError(f"lease_ttl must be above 0 seconds, not {lease_ttl}")
         self.store: RunStore = make_store(store)
         self.lease_ttl = lease_ttl

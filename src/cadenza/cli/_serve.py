@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from cadenza.errors import CadenzaError
-from cadenza.kernel import describe_store
+from cadenza.kernel import describe_store, lease_ttl_from_environment
 
 from ._paths import STORE_HELP, StoreSpec, store_spec
 
@@ -138,6 +138,7 @@ def serve_command(args: argparse.Namespace) -> int:
         limits=Limits(**chosen),
     )
     options.check()
+    lease_ttl_from_environment()  # here: in the app's lifespan a bad value is a traceback
     store = describe_store(args.store)
 
     def ready(url: str) -> None:

@@ -42,10 +42,12 @@ def add_supervise_command(commands: Any, store: StoreSpec) -> None:
     what = "take over and finish runs whose process died (lease expired)"
     supervise = commands.add_parser("supervise", help=what)
     supervise.add_argument("--store", type=store_spec, default=store, help=STORE_HELP)
-    ttl = f"how long a run's lease lasts unless renewed (default: {DEFAULT_LEASE_TTL:g})"
-    supervise.add_argument(
-        "--lease-ttl", type=_seconds, default=DEFAULT_LEASE_TTL, metavar="SECONDS", help=ttl
+    ttl = (
+        "the lease of the runs this supervisor takes over, renewed every third of it "
+        f"(default: $CADENZA_LEASE_TTL, else {DEFAULT_LEASE_TTL:g}); a dead owner's run is "
+        "taken once the lease that owner took expires"
     )
+    supervise.add_argument("--lease-ttl", type=_seconds, metavar="SECONDS", help=ttl)
     supervise.add_argument("--model", help="model for steps without an agent (provider:model)")
 
 

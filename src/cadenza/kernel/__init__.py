@@ -26,6 +26,7 @@ from ._lease import Lease as Lease
 from ._lease import LeaseHolder as LeaseHolder
 from ._lease import lease_failed as lease_failed
 from ._lease import lease_lost as lease_lost
+from ._lease import lease_ttl_from_environment as lease_ttl_from_environment
 from ._postgres import PostgresRunStore as PostgresRunStore
 from ._postgres_schema import SCHEMA_VERSION as POSTGRES_SCHEMA_VERSION
 from ._ref import ActorRef as ActorRef
@@ -96,5 +97,6 @@ __all__ = [
     "is_under",
     "lease_failed",
     "lease_lost",
+    "lease_ttl_from_environment",
     "make_store",
 ]

@@ -36,20 +36,25 @@ from collections.abc import Callable
 
 import msgspec
 
-from cadenza.errors import LeaseHeld, LeaseLost, StoreFailed
+from cadenza.errors import CadenzaError, LeaseHeld, LeaseLost, StoreFailed
 
 __all__ = [
     "DEFAULT_LEASE_TTL",
+    "LEASE_TTL_VARIABLE",
     "HeldLeases",
     "Lease",
     "LeaseHolder",
     "check_takeover",
     "lease_failed",
     "lease_lost",
+    "lease_ttl_from_environment",
 ]
 
 DEFAULT_LEASE_TTL = 15.0
 """Seconds a lease lasts unless renewed; its holder renews it every third of that."""
+
+LEASE_TTL_VARIABLE = "CADENZA_LEASE_TTL"
+"""The environment variable that sets the lease where no ``lease_ttl`` is given."""
 
 
 def _start_ticks(pid: int) -> int | None:
@@ -234,3 +239,27 @@ def check_takeover(
         "run or resume one run at once (wait for it to finish, or stop it first; a lease "
         "its holder stops renewing expires)"
     )
+
+
+def lease_ttl_from_environment() -> float:
+    """``CADENZA_LEASE_TTL``, or `DEFAULT_LEASE_TTL` when it is unset.
+
+    One setting for every process of a fleet: how soon a dead owner's run is
+    taken over is the lease that owner took, not the taker's, since a taker
+    cannot shorten a lease its live owner renews at its own pace.
+
+    Raises:
+        CadenzaError: It is not a number of seconds above 0.
+    """
+    text = os.environ.get(LEASE_TTL_VARIABLE, "").strip()
+    if not text:
+        return DEFAULT_LEASE_TTL
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not 0 < value < float("inf"):
+        raise CadenzaError(
+            f"{LEASE_TTL_VARIABLE}={text!r} is not a number of seconds above 0 (e.g. 15)"
+        )
+    return value

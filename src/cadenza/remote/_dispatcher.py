@@ -31,7 +31,7 @@ from cadenza.errors import DispatcherClosed, RemoteError
 from cadenza.kernel import Cancellable, Clock, SystemClock
 from cadenza.protocols import Dispatch, Result, WorkOrder, supervisor_decoder
 
-from ._auth import refuse_unknown_keys, watch_handshakes
+from ._auth import refuse_unknown_keys, stop_authenticator, watch_handshakes
 from ._books import DispatcherStatistics, Job, WorkerEvent, WorkerInfo
 from ._keys import check_endpoint, load_server_keys
 from ._pool import Pool
@@ -161,9 +161,13 @@ class Dispatcher:
             self._running = False
             self._pool.fail_all(DispatcherClosed("the dispatcher stopped; the step did not end"))
             self._pool.say_goodbye("the supervisor is shutting down")
+        self._close_sockets()  # first: without its ZAP handler, the socket would admit anyone
+        if self._auth is not None:
+            await stop_authenticator(self._auth)
+            self._auth = None
         self._close()
 
-    def _close(self) -> None:
+    def _close_sockets(self) -> None:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
@@ -171,6 +175,9 @@ class Dispatcher:
             if loop_socket is not None:
                 loop_socket.close(linger=0)
         self._monitor = self._router = None
+
+    def _close(self) -> None:
+        self._close_sockets()
         if self._auth is not None:
             self._auth.stop()
             self._auth = None

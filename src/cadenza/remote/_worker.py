@@ -8,6 +8,12 @@ means a new connection (a new session), after a backoff that doubles up to a
 cap and starts over once a supervisor answers. Results finished between
 sessions go out on the next one (the supervisor refuses the stale ones).
 
+A supervisor that refuses the handshake (CURVE keys missing, not authorized,
+the wrong server key) only closes the connection; the worker learns why from
+its socket's monitor and says so, with the fix, once per cause
+(``worker_refused``), and keeps trying: a fleet's supervisor may be given the
+keys later, and a supervisor restarted, without touching its workers.
+
 `drain` (SIGTERM) announces capacity 0, finishes what is in flight, says
 `Disconnect` and returns; `stop` (a second signal) cancels what is in flight
 and leaves at once, and the supervisor sends those steps elsewhere.
@@ -48,6 +54,7 @@ from cadenza.protocols import (
     worker_decoder,
 )
 
+from ._auth import Refusal, watch_refusals
 from ._dispatcher import DEFAULT_MAX_MESSAGE
 from ._keys import load_worker_keys
 from ._models import RunModels
@@ -115,6 +122,11 @@ class Worker:
         self._unsent: deque[bytes] = deque(maxlen=_UNSENT)
         self._models = RunModels(self._clock)
         self._channel: LoopSocket | None = None
+        self._handshakes: LoopSocket | None = None
+        self.refused: str | None = None
+        """Why the supervisor refuses this worker's handshakes (``no-curve``,
+        ``bad-handshake``, ``unknown-key``...), None once one succeeds."""
+        self._doubt: Refusal | None = None  # said only if no sure cause comes
         self._ended: asyncio.Future[_Outcome] | None = None
         self._timer: Cancellable | None = None
         self._heard = self._due = 0.0
@@ -157,7 +169,9 @@ class Worker:
                 if outcome != "reconnect":
                     break
                 delay = self._backoff[0] if welcomed else delay
-                _log.warning("worker_reconnecting", worker=self.name, after=delay)
+                self._say_doubt()
+                cause = {} if self.refused is None else {"cause": self.refused}
+                _log.warning("worker_reconnecting", worker=self.name, after=delay, **cause)
                 timer = self._clock.call_later(delay, self._end, "reconnect")
                 outcome = await self._until_ended()  # drain or stop may cut the wait short
                 timer.cancel()
@@ -189,6 +203,8 @@ class Worker:
             socket.curve_secretkey = self._keys.secret
             socket.curve_publickey = self._keys.public
             socket.curve_serverkey = self._keys.server
+        session = secrets.token_hex(8)
+        self._handshakes = watch_refusals(socket, self._keys, self._on_handshake, session)
         socket.connect(self.endpoint)
         self._welcomed = False
         self._heard = self._clock.now()
@@ -202,6 +218,9 @@ class Worker:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+        if self._handshakes is not None:
+            self._handshakes.close()
+            self._handshakes = None
         if self._channel is not None:
             self._channel.close(linger=linger)
             self._channel = None
@@ -236,6 +255,32 @@ class Worker:
             self._timer.cancel()
         self._due = self._clock.now() + self._heartbeat
         self._timer = self._clock.call_later(self._heartbeat, self._tick)
+
+    def _on_handshake(self, refusal: Refusal | None) -> None:
+        """Says why the supervisor refuses this worker: once per cause, not once per retry.
+
+        A connection closed mid-handshake is a wrong server key, or what a supervisor
+        does now and then before its refusal arrives: it is kept as a doubt, said only
+        if the session ends without a sure cause (`_say_doubt`), never instead of one.
+        """
+        if refusal is None:
+            self.refused = self._doubt = None
+        elif not refusal.certain:
+            if self.refused is None:
+                self._doubt = refusal
+        else:
+            self._doubt = None
+            if refusal.code != self.refused:
+                self._say(refusal)
+
+    def _say_doubt(self) -> None:
+        if self.refused is None and self._doubt is not None:
+            self._say(self._doubt)
+        self._doubt = None
+
+    def _say(self, refusal: Refusal) -> None:
+        _log.error("worker_refused", worker=self.name, code=refusal.code, error=refusal.text)
+        self.refused = refusal.code
 
     def _on_frames(self, frames: list[bytes]) -> None:
         try:

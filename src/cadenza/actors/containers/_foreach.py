@@ -13,6 +13,11 @@ completion costs O(1): a counter, a slot in two arrays and the next launch.
 A failed iteration fails the forEach: no further iteration starts, those
 running finish. With ``onError: continue`` on a looped single step, every item
 runs and the step is failed if any item failed (without stopping its workflow).
+
+The step's content joins one block per item started, in order; an item that
+did not complete is there too, as a line saying so and why (``[item 1 failed:
+ValueError: ...]``), so a step reading the content is not handed an empty
+block it cannot tell from an empty answer.
 """
 
 from __future__ import annotations
@@ -44,6 +49,9 @@ __all__ = ["ForEachController"]
 SEPARATOR = "\n\n---\n\n"
 """Between the iterations' contents in the forEach step's content."""
 
+_WHY_LENGTH = 200
+"""Characters of an item's error shown in the step's content (its record has it whole)."""
+
 
 class ForEachController(Container):
     """Runs one iteration per item, keeping at most ``limit`` of them alive."""
@@ -71,6 +79,7 @@ class ForEachController(Container):
         self.results: list[Any] = []
         self.statuses: list[StepStatus | None] = []
         self.first_error: ErrorInfo | None = None
+        self.errors: dict[int, ErrorInfo] = {}  # of the items that failed (few, usually)
         self.halted = False
         # Item events share their data: at 10,000 items a dict per event is megabytes
         # kept by the store, and the index is already in the address (loop[i]).
@@ -98,6 +107,7 @@ class ForEachController(Container):
         self.results = [None] * count
         self.statuses = [None] * count
         self.first_error = None
+        self.errors = {}
         self.halted = False
         limit = self.loop.max_concurrency or count
         if self.run.max_concurrency > 0:
@@ -174,6 +184,8 @@ class ForEachController(Container):
         if ended is None:
             ended = self.end_events[record.status] = Shared(ItemEnd(status=record.status))
         self.run.journal.emit(EventType.ITEM_END, step_id=str(self.address.item(key)), data=ended)
+        if record.error is not None:
+            self.errors[key] = record.error
         if record.status in ("failed", "cancelled"):
             if self.first_error is None:
                 self.first_error = record.error
@@ -202,7 +214,7 @@ class ForEachController(Container):
             data=LoopEnd(iterations=self.launched, termination_reason=reason, flagged=False),
         )
         ran = range(self.launched)
-        content = SEPARATOR.join(self.contents[i] or "" for i in ran)
+        content = SEPARATOR.join(self._block(i) for i in ran)
         iterations = [
             {
                 "index": i,
@@ -215,3 +227,18 @@ class ForEachController(Container):
         ]
         error = self.first_error if status != "completed" else None
         await self.finish(Outcome(status, content, {"iterations": iterations}, error))
+
+    def _block(self, index: int) -> str:
+        """Item ``index``'s part of the step's content: its content, and if it did not
+        complete, first a line saying so and why."""
+        content = self.contents[index] or ""
+        status = self.statuses[index] or "cancelled"
+        if status == "completed":
+            return content
+        error = self.errors.get(index)
+        why = ""
+        if error is not None:
+            first_line = error.message.split("\n", 1)[0]
+            why = f": {error.type}: {first_line[:_WHY_LENGTH]}"
+        note = f"[item {index} {status}{why}]"
+        return f"{note}\n{content}" if content else note

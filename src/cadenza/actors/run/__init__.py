@@ -31,6 +31,7 @@ from ._messages import COORDINATOR as COORDINATOR
 from ._messages import INBOX_BYTES as INBOX_BYTES
 from ._messages import INBOX_SIZE as INBOX_SIZE
 from ._messages import MSG_TYPES as MSG_TYPES
+from ._messages import POSTER as POSTER
 from ._messages import RUN_MAIL_BYTES as RUN_MAIL_BYTES
 from ._messages import RUN_MAIL_SIZE as RUN_MAIL_SIZE
 from ._messages import AgentMessage as AgentMessage
@@ -78,6 +79,7 @@ __all__ = [
     "MAX_RESULT_MESSAGES",
     "MSG_TYPES",
     "NO_BRIEF",
+    "POSTER",
     "READ_ONLY_TOOLS",
     "RUN_MAIL_BYTES",
     "RUN_MAIL_SIZE",

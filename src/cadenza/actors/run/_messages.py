@@ -22,6 +22,7 @@ __all__ = [
     "INBOX_BYTES",
     "INBOX_SIZE",
     "MSG_TYPES",
+    "POSTER",
     "RUN_MAIL_BYTES",
     "RUN_MAIL_SIZE",
     "AgentMessage",
@@ -35,6 +36,10 @@ __all__ = [
 
 COORDINATOR = Address.root("Coordinator")
 """The coordinator's address: capitalised, so no step id can take it."""
+
+POSTER = "api"
+"""Who sent a message posted from outside the run (`RunHandle.post_message`, the HTTP
+API, a post through the store): its ``message_sent`` ``from``."""
 
 INBOX_SIZE = 10_000
 """Messages an agent step (and the coordinator) may hold before new ones are dropped."""

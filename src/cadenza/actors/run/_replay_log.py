@@ -234,7 +234,7 @@ class _Reader:
 
     def _sent(self, address: str, sent: MessageSent) -> None:
         sender, to, text = sent.from_, sent.to, sent.text
-        wake = self.wake if sender == _COORDINATOR else None  # (a post comes between wakes)
+        wake = self.wake if sender == _COORDINATOR else None
         if to == _COORDINATOR:
             record = MessageRecord(from_=sender, to=to, text=text)
         else:
@@ -247,12 +247,13 @@ class _Reader:
                 wake.letters.append(letter)
         self.sent.append((address, record))
         index = len(self.sent) - 1
-        if sender != _COORDINATOR:
+        if to == _COORDINATOR:  # a step's: it counts once the step's outcome is recorded
             self.unconfirmed.setdefault(address, []).append(index)
-            if to == _COORDINATOR:
-                self.waiting.append(_Note(address, Outgoing(sender, text), index))
+            self.waiting.append(_Note(address, Outgoing(sender, text), index))
         elif wake is not None:
             wake.sent.append(index)
+        # Else a post from outside the run (or, before posts were from `api`, from the
+        # coordinator between wakes): it stands, whatever the run did next.
 
     def _dropped(self, address: str, dropped: MessageDropped) -> None:
         if dropped.to == _COORDINATOR:  # never reached the coordinator: not a message
