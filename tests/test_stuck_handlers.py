@@ -36,17 +36,12 @@ def forever(context):
 """
 
 
-def test_the_process_ends_when_the_run_is_recorded_failed(
-    write_flow: WriteFlow, tmp_path: Path
-) -> None:
-    flow = write_flow(
-        "name: stuck\nsteps:\n  - {id: block, handler: 'HANDLERS:forever', timeout: 1s}\n",
-        handlers=STUCK,
-    )
+def run_to_its_end(flow: Path, directory: Path) -> subprocess.CompletedProcess[str]:
+    """``cadenza run flow`` in ``directory``; a process that outlives ``HANG`` fails the test."""
     try:
-        proc = subprocess.run(
+        return subprocess.run(
             [sys.executable, "-m", "cadenza", "run", str(flow), "--store", "runs.db"],
-            cwd=tmp_path,
+            cwd=directory,
             capture_output=True,
             text=True,
             timeout=HANG,
@@ -54,6 +49,16 @@ def test_the_process_ends_when_the_run_is_recorded_failed(
         )
     except subprocess.TimeoutExpired as hung:
         pytest.fail(f"cadenza run outlived its failed run: {hung.stdout!r}")
+
+
+def test_the_process_ends_when_the_run_is_recorded_failed(
+    write_flow: WriteFlow, tmp_path: Path
+) -> None:
+    flow = write_flow(
+        "name: stuck\nsteps:\n  - {id: block, handler: 'HANDLERS:forever', timeout: 1s}\n",
+        handlers=STUCK,
+    )
+    proc = run_to_its_end(flow, tmp_path)
     assert proc.returncode == 1, proc.stderr
     assert "(stuck): failed" in proc.stdout
     assert "Timeout: timed out after 1s" in proc.stdout
@@ -86,17 +91,7 @@ def test_the_process_ends_when_a_stuck_python_tool_times_out(
         "  - {id: block, tool: 'HANDLERS:forever', toolInput: {note: x}, timeout: 1s}\n",
         handlers=STUCK_TOOL,
     )
-    try:
-        proc = subprocess.run(
-            [sys.executable, "-m", "cadenza", "run", str(flow), "--store", "runs.db"],
-            cwd=tmp_path,
-            capture_output=True,
-            text=True,
-            timeout=HANG,
-            check=False,
-        )
-    except subprocess.TimeoutExpired as hung:
-        pytest.fail(f"cadenza run outlived its failed run: {hung.stdout!r}")
+    proc = run_to_its_end(flow, tmp_path)
     assert proc.returncode == 1, proc.stderr
     assert "(stuck): failed" in proc.stdout
     assert proc.stderr == "parked\n"
