@@ -163,7 +163,7 @@ async def test_runs_stream_cancel_and_resume_across_a_restart(
         assert ending(stream) == {"status": "completed", "seq": events[-1]["seq"]}
         drained = [e for e in events if e["type"] == "agent_inbox_drain"]
         assert [(e["stepId"], e["data"]["from"]) for e in drained] == [
-            ("reply.1.draft", "coordinator")
+            ("reply.1.draft", "api")  # posted from outside the run (issue 27, item 10b)
         ]
 
         # One run cancelled: it ends cancelled.
