@@ -95,7 +95,11 @@ class Coordinator(Actor):
             journal.emit(
                 "max_wake_cycles_warning",
                 step_id=str(COORDINATOR),
-                data=MaxWakeCyclesWarning(current_cycle=self.wakes, max_cycles=self.max_wakes),
+                data=MaxWakeCyclesWarning(
+                    current_cycle=self.wakes,
+                    max_cycles=self.max_wakes,
+                    unread_remaining=self.waiting_messages,
+                ),
             )
         outcome = await run_agent(
             self.run,

@@ -134,6 +134,7 @@ class LiveProgress:
         self.stream = stream
         self.running: dict[str, float] = {}  # address -> when it started (monotonic)
         self.writing: dict[str, str] = {}  # address -> the end of its agent's streamed text
+        self.ended: set[str] = set()  # addresses whose last reply's text is done
         self.drawn = 0  # lines of the running list on the screen now
         self.held: list[str] | None = None  # lines kept back while a question is shown
 
@@ -150,7 +151,7 @@ class LiveProgress:
         self._draw(held)
 
     def __call__(self, event: Event) -> None:
-        if event.type == EventType.AGENT_DELTA:
+        if event.type == EventType.OUTPUT:
             self._streamed(event)
             return
         line = self._line(event)
@@ -175,11 +176,23 @@ class LiveProgress:
 
     def _streamed(self, event: Event) -> None:
         address = event.step_id
-        text = (event.data or {}).get("text")
-        if address in self.running and isinstance(text, str):
-            tail = " ".join((self.writing.get(address, "") + text).split())
-            self.writing[address] = tail[-self._TAIL :]
-            self._draw([])
+        text = event.delta
+        if address not in self.running or text is None:
+            return
+        whole = event.data is not None and event.data.get("whole") is True
+        written = self.writing.get(address, "")
+        if whole:  # the reply so far, for one who joined mid-reply: it replaces the tail
+            written = ""
+        elif address in self.ended:  # the previous reply ended: this one is a new line
+            self.ended.discard(address)
+            written += "\n"
+        if event.done:
+            self.ended.add(address)
+        # The line shows the newest words of a reply, a turn's end included: one
+        # reply's last word and the next one's first must not run together.
+        tail = " ".join((written + text).split())
+        self.writing[address] = tail[-self._TAIL :]
+        self._draw([])
 
     _TAIL = 240  # characters of streamed text kept per step; a line shows what fits
 
@@ -192,10 +205,12 @@ class LiveProgress:
         if event.type in self._ENDINGS and address in self.running:
             del self.running[address]
             self.writing.pop(address, None)
+            self.ended.discard(address)
             return True
         if event.type in (EventType.WORKFLOW_END, RUN_INTERRUPTED) and self.running:
             self.running.clear()
             self.writing.clear()
+            self.ended.clear()
             return True
         return False
 

@@ -38,6 +38,7 @@ from cadenza.protocols import (
     MessageSent,
     Tokens,
     ToolPermission,
+    format_duration,
 )
 from cadenza.protocols import (
     ToolCall as ToolCallData,
@@ -144,6 +145,8 @@ class _Conversation:
             ),
         )
         error: str | None = None
+        clock = self.run.clock
+        started = clock.now()
         try:
             tool = self.tools.get(call.name)
             if tool is None:
@@ -167,10 +170,13 @@ class _Conversation:
             if error is None
             else msgspec.json.encode({"status": "error", "message": error}).decode()
         )
+        took = clock.now() - started
         journal.emit(
             "tool_call",
             step_id=self.address,
             agent=self.agent_name,
+            duration=took,
+            error=error,
             data=ToolCallData(
                 phase="end",
                 tool_name=call.name,
@@ -178,6 +184,7 @@ class _Conversation:
                 input=redacted,
                 output=redact(text)[:_OUTPUT_PREVIEW],
                 error=error,
+                duration=format_duration(took),
             ),
         )
         return text
@@ -388,10 +395,12 @@ async def run_agent(run: RunContext, document: LoadedWorkflow, visit: AgentVisit
                 top_p=agent.top_p if agent is not None else None,
                 max_retries=retries,
             )
-            deltas = Deltas(run, visit.address, visit.agent_name, turn)
+            deltas = Deltas(run, visit.address, visit.agent_name)
             async with run.token_budget():
-                completion = await client.complete(request, on_delta=deltas)
-                deltas.flush()
+                try:
+                    completion = await client.complete(request, on_delta=deltas)
+                finally:  # the reply's text ends here, even when the call failed
+                    deltas.finish()
                 usage = completion.usage
                 run.journal.spend(visit.address, usage.prompt_tokens, usage.completion_tokens)
             run.journal.emit(
