@@ -290,15 +290,15 @@ class RunJournal:
     ) -> None:
         """`step_started` for a leaf, whose data is its kind, attempt and position ``at``.
 
-        Every step has one. Its data is made once for all the leaves that start
-        at the same position the same way: the iterations of a loop, the items
-        of a forEach, the visits of a graph state (a container's ``start``, with
-        more in it, is converted each time).
+        Every step has one, so its data is built plain (`StepStart`'s fields) and
+        made once for all the leaves that start at the same position the same
+        way: the iterations of a loop, the items of a forEach (a container's
+        ``start``, with more in it, is converted each time).
         """
         data: StepStart | dict[str, Any] | None
         if isinstance(at, StepStart):
             data = at
-        else:  # `StepStart`'s fields, built plain: the hot path of every step
+        else:
             data = self._leaf_starts.get(at)
             if data is None or data["kind"] != kind or data["attempt"] != attempt:
                 data = {"kind": kind, "attempt": attempt, "index": at[0], "total": at[1]}
