@@ -4,7 +4,7 @@ The same local server (its own process, answering at once) serves both sides.
 Cadenza's side is a run of sequential agent steps, one model call each, so
 the figure includes everything a step costs: the step actor, its prompt, the
 provider, usage accounting, events and the store records. Agent steps stream
-their replies (server-sent events, text shown as ``agent_delta``), so the floor
+their replies (server-sent events, text shown as ``output`` events), so the floor
 streams too: the same request with ``stream: true``, its events read line by
 line and parsed with ``json``.
 """

@@ -149,7 +149,7 @@ StepActor.on_start = _start
         "  journal: 2 events, 2 step records, the durability wait",
         """
 from cadenza.actors.run._journal import RunJournal
-def _started(self, address, kind, attempt, agent, start=None):
+def _started(self, address, kind, attempt, agent, position):
     pass
 async def _finished(self, address, record, *, agent=None, tokens=None):
     self.records[address] = record

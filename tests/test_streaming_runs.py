@@ -12,7 +12,7 @@ import anyio
 import pytest
 
 from cadenza import Event, Runtime
-from cadenza.testing import ScriptedLLMServer, ServerReply, ServerRule
+from cadenza.testing import ScriptedLLMServer, ServerReply, ServerRule, ServerToolCall
 
 from ._terminal import Terminal
 from .test_cli import cadenza
@@ -43,7 +43,7 @@ def server(monkeypatch: pytest.MonkeyPatch) -> Iterator[ScriptedLLMServer]:
 async def test_deltas_reach_the_events_coalesced_and_the_store_keeps_none(
     server: ScriptedLLMServer, write_flow: WriteFlow, tmp_path: Path
 ) -> None:
-    """2,389 one-character deltas arrive as a few agent_delta events whose text is the reply."""
+    """2,389 one-character deltas arrive as a few ``output`` events whose text is the reply."""
     path = write_flow(FLOW)
     async with Runtime(store=tmp_path / "runs.db") as runtime:
         started = time.monotonic()
@@ -52,17 +52,19 @@ async def test_deltas_reach_the_events_coalesced_and_the_store_keeps_none(
         took = time.monotonic() - started
         stored = await runtime.store.events(handle.run_id)
     result = await handle.result()
-    deltas = [e for e in events if e.type == "agent_delta"]
+    deltas = [e for e in events if e.type == "output"]
     assert result.status == "completed"
     assert result.output == STORY
-    assert "".join(e.data["text"] for e in deltas) == STORY  # type: ignore[index]
-    assert {(e.step_id, e.agent) for e in deltas} == {("write", "writer")}
+    assert "".join(e.delta or "" for e in deltas) == STORY
+    assert {(e.step_id, e.agent, e.agent_id) for e in deltas} == {("write", "writer", "writer")}
+    # zenflow's end of a stream: the last one only says the reply's text is done.
+    assert [e.done for e in deltas] == [False] * (len(deltas) - 1) + [True]
     # The stated bound: one event per 100 ms, or per 1,024 characters, plus the last.
     assert 1 <= len(deltas) <= took / 0.1 + len(STORY) / 1024 + 2
     assert server.requests[0].body["stream"] is True
-    assert "agent_delta" not in {e.type for e in stored}
+    assert "output" not in {e.type for e in stored}
     assert {e.seq for e in deltas} == {0}  # not numbered: the record's seqs have no gaps
-    recorded = [e.seq for e in events if e.type != "agent_delta"]
+    recorded = [e.seq for e in events if e.type != "output"]
     assert recorded == list(range(1, len(recorded) + 1))
 
 
@@ -74,11 +76,12 @@ def test_the_events_flag_prints_deltas_and_runs_show_does_not(
     proc = cadenza("run", path, "--events", "--store", "runs.db", "--run-id", "r-s", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     live = [json.loads(line) for line in proc.stderr.splitlines() if line.startswith("{")]
-    text = "".join(e["data"]["text"] for e in live if e["type"] == "agent_delta")
+    text = "".join(e["delta"] for e in live if e["type"] == "output")
     assert text == STORY
+    assert [e["done"] for e in live if e["type"] == "output"][-1] is True
     shown = cadenza("runs", "show", "r-s", "--events", "--store", "runs.db", cwd=tmp_path)
     assert shown.returncode == 0, shown.stderr
-    assert "agent_delta" not in shown.stdout
+    assert '"type":"output"' not in shown.stdout
     assert '"type":"step_end"' in shown.stdout
 
 
@@ -96,7 +99,7 @@ def test_a_terminal_shows_what_the_agent_is_writing(
 async def test_a_subscriber_joining_mid_reply_gets_the_text_so_far_first(
     write_flow: WriteFlow, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Half the reply streamed, then a new subscriber: one `whole` delta, then the rest."""
+    """Half the reply streamed, then a new subscriber: one `whole` output, then the rest."""
     pause = threading.Event()
     reply = ServerReply(content=STORY, chunk=1, pause=pause)
     with ScriptedLLMServer([ServerRule([reply])]) as server:
@@ -107,8 +110,8 @@ async def test_a_subscriber_joining_mid_reply_gets_the_text_so_far_first(
             streaming = anyio.Event()
 
             def watch(event: Event) -> None:
-                if event.type == "agent_delta":
-                    early.append(event.data["text"])  # type: ignore[index]
+                if event.type == "output":
+                    early.append(event.delta or "")
                     streaming.set()
 
             handle = await runtime.start(write_flow(FLOW), on_event=watch)
@@ -116,13 +119,71 @@ async def test_a_subscriber_joining_mid_reply_gets_the_text_so_far_first(
             late = handle.events()
             so_far = "".join(early)
             pause.set()
-            deltas = [e.data async for e in late if e.type == "agent_delta"]
+            deltas = [e async for e in late if e.type == "output"]
             result = await handle.result()
     assert result.output == STORY
     first, *rest = deltas
-    assert first is not None
-    assert first["whole"] is True
-    assert first["text"] == so_far
+    assert first.data == {"whole": True}
+    assert first.delta == so_far
+    assert first.done is False
     assert STORY.startswith(so_far)
-    assert so_far + "".join(d["text"] for d in rest if d is not None) == STORY
-    assert not any(d is not None and d.get("whole") for d in rest)
+    assert so_far + "".join(d.delta or "" for d in rest) == STORY
+    assert all(d.data is None for d in rest)
+    assert rest[-1].done is True
+
+
+TURNS = """
+name: turns
+agents:
+  seller: {model: "openai:m-test", prompt: "Sell.", tools: [glob]}
+steps:
+  - id: sell
+    agent: seller
+    instructions: "Sell the bike."
+"""
+LOOK = ServerToolCall(name="glob", arguments={"pattern": "*.none"})
+
+
+def _turns(last: ServerReply) -> list[ServerRule]:
+    """Two replies that each say something and call a tool, then ``last``."""
+    replies = [
+        ServerReply(content="It is in mint condition.", tool_calls=[LOOK], chunk=4),
+        ServerReply(content="Offer sent.", tool_calls=[LOOK], chunk=4),
+        last,
+    ]
+    return [ServerRule(replies)]
+
+
+async def test_each_replys_text_ends_with_done(
+    write_flow: WriteFlow, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """zenflow's ``done``: the last ``output`` of every model call says its text ends."""
+    with ScriptedLLMServer(_turns(ServerReply(content="Deal."))) as server:
+        for name, value in server.environ().items():
+            monkeypatch.setenv(name, value)
+        async with Runtime() as runtime:
+            handle = await runtime.start(write_flow(TURNS))
+            events = [event async for event in handle.events()]
+    replies: list[str] = [""]
+    for event in events:
+        if event.type == "output":
+            replies[-1] += event.delta or ""
+            if event.done:
+                replies.append("")
+    assert replies == ["It is in mint condition.", "Offer sent.", "Deal.", ""]
+
+
+def test_a_terminal_does_not_run_one_replys_words_into_the_next(
+    write_flow: WriteFlow, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The line of a running agent shows its newest words: a turn's end is a break."""
+    held = threading.Event()
+    with ScriptedLLMServer(_turns(ServerReply(content="Deal.", hold=held))) as server:
+        for name, value in server.environ().items():
+            monkeypatch.setenv(name, value)
+        path = str(write_flow(TURNS))
+        with Terminal("run", path, "--store", "runs.db", cwd=tmp_path) as tty:
+            tty.read_until(r"│ It is in mint condition\. Offer sent\.")  # the third call waits
+            held.set()
+            assert tty.wait() == 0
+    assert "condition.Offer" not in tty.text

@@ -139,6 +139,11 @@ async def test_agents_run_on_the_worker_with_its_own_keys(
     turns = {e.step_id for e in events.items if e.type == "agent_turn"}
     assert {"tell", "listener"} <= turns
     assert result.usage.llm_calls >= 3
+    # The worker's streamed text crossed the wire as zenflow's output events, shown here.
+    streamed = [e for e in events.items if e.type == "output" and e.step_id == "listener"]
+    assert "".join(e.delta or "" for e in streamed) == "heard"
+    assert streamed[-1].done is True
+    assert {(e.agent, e.agent_id, e.seq) for e in streamed} == {("listener", "listener", 0)}
 
 
 MEMORY = """

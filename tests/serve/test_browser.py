@@ -277,18 +277,20 @@ steps:
 def test_a_running_agents_streamed_text_shows_on_its_panel(
     tmp_path: Path, page: Page, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """While the agent's second turn waits, its panel shows what its model streamed."""
+    """While the agent's third turn waits, its panel shows what its model streamed, each
+    turn's text on a line of its own (zenflow's ``done`` ends a turn's)."""
     first, second = threading.Event(), threading.Event()
+    shell = ServerToolCall("bash", {"command": "true"})
     outline = ServerReply(
         "Outline: mailboxes, supervisors, backpressure.",
-        tool_calls=[ServerToolCall("bash", {"command": "true"})],
+        tool_calls=[shell],
         chunk=5,
         hold=first,  # until the page watches the step
     )
+    later = [ServerReply("Checked.", tool_calls=[shell], chunk=5)]
+    later.append(ServerReply("Final draft.", hold=second))
     rules = [
-        ServerRule(
-            [ServerReply("Final draft.", hold=second)], match=RequestMatch(last_role="tool")
-        ),
+        ServerRule(later, match=RequestMatch(last_role="tool")),
         ServerRule([outline]),
     ]
     write(tmp_path, "streaming.yaml", STREAMING)
@@ -312,7 +314,8 @@ def test_a_running_agents_streamed_text_shows_on_its_panel(
                 model.wait_for_requests(1)
                 first.set()
                 streaming = details.locator("pre.streaming")
-                expect(streaming).to_have_text("Outline: mailboxes, supervisors, backpressure.")
+                written = "Outline: mailboxes, supervisors, backpressure.\nChecked."
+                expect(streaming).to_have_js_property("textContent", written)
                 shoot(page, tmp_path, "streaming")
                 second.set()
                 expect(page.locator(".run-status .status")).to_have_text("completed")

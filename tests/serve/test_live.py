@@ -71,10 +71,11 @@ def test_the_stream_follows_a_run_as_it_happens(tmp_path: Path, critic: HeldCrit
             before = until_step_starts(stream, "reflection.0.critique")
             assert json.loads(before[0]["data"])["type"] == "workflow_start"
             # The writer's model streamed its draft: the viewer gets it as it was written.
-            streamed = [json.loads(m["data"]) for m in before if m.get("event") == "agent_delta"]
-            assert all("id" not in m for m in before if m.get("event") == "agent_delta")
-            assert "".join(e["data"]["text"] for e in streamed) == "Draft one"
+            streamed = [json.loads(m["data"]) for m in before if m.get("event") == "output"]
+            assert all("id" not in m for m in before if m.get("event") == "output")
+            assert "".join(e["delta"] for e in streamed) == "Draft one"
             assert {e["stepId"] for e in streamed} == {"reflection.0.write"}
+            assert streamed[-1]["done"] is True
             state = client.get("/api/runs/live").json()
             assert (state["status"], state["live"]) == ("running", True)
 

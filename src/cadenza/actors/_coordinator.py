@@ -128,7 +128,11 @@ class Coordinator(Actor):
             journal.emit(
                 "max_wake_cycles_warning",
                 step_id=where,
-                data=MaxWakeCyclesWarning(current_cycle=self.wakes, max_cycles=self.max_wakes),
+                data=MaxWakeCyclesWarning(
+                    current_cycle=self.wakes,
+                    max_cycles=self.max_wakes,
+                    unread_remaining=self.waiting_messages,
+                ),
             )
         start = CoordinatorWake(phase="start", from_=message.sender)
         journal.emit("coordinator_wake", step_id=where, agent=self.agent_name, data=start)

@@ -349,6 +349,7 @@ class RunHandle:
         journal.emit(
             EventType.WORKFLOW_END,
             message="cancelled",
+            duration=time.monotonic() - journal.started,
             tokens=Tokens(usage.prompt_tokens, usage.completion_tokens, total),
             error=f"Cancelled: {reason}",
             data=WorkflowEnd(status="cancelled"),

@@ -6,8 +6,8 @@ consumer first asks), then every later one, in ``seq`` order, ending after the
 run's ``workflow_end`` (or ``run_interrupted``: its runtime shut down). That
 last event is handed over only once the run's handle is done: by then the
 store says the run has ended and its lease is released. Model replies being
-streamed when it is made come as one ``agent_delta`` each, marked ``whole``,
-with their text so far, before their next deltas: a consumer that joins
+streamed when it is made come as one ``output`` event each, its data ``whole``,
+with their text so far, before their next ones: a consumer that joins
 mid-reply misses none of it.
 
 The run never waits for a consumer. Live events wait in a buffer of at most
@@ -127,7 +127,7 @@ class EventSubscription:
                 self._wakeup = asyncio.get_running_loop().create_future()
                 await self._wakeup
                 continue
-            if event.type == EventType.AGENT_DELTA:
+            if event.type == EventType.OUTPUT:
                 return event  # shown live, never stored, not numbered
             if event.seq <= self._last:
                 continue

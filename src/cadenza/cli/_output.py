@@ -182,6 +182,7 @@ class LiveProgress:
         self.writing: dict[str, str] = {}  # address -> the end of its agent's streamed text
         self.fans: dict[str, _Fan] = {}  # forEach address -> its items so far
         self.item_failures = 0  # failures inside items printed so far
+        self.ended: set[str] = set()  # addresses whose last reply's text is done
         self.drawn = 0  # lines of the running list on the screen now
         self.stale = False  # the running list changed since it was drawn
         self.held: list[str] | None = None  # lines kept back while a question is shown
@@ -199,7 +200,7 @@ class LiveProgress:
         self._draw(held)
 
     def __call__(self, event: Event) -> None:
-        if event.type == EventType.AGENT_DELTA:
+        if event.type == EventType.OUTPUT:
             self._streamed(event)
             return
         line = self._line(event)
@@ -228,11 +229,23 @@ class LiveProgress:
 
     def _streamed(self, event: Event) -> None:
         address = event.step_id
-        text = (event.data or {}).get("text")
-        if address in self.running and isinstance(text, str):
-            tail = " ".join((self.writing.get(address, "") + text).split())
-            self.writing[address] = tail[-self._TAIL :]
-            self._draw([])
+        text = event.delta
+        if address not in self.running or text is None:
+            return
+        whole = event.data is not None and event.data.get("whole") is True
+        written = self.writing.get(address, "")
+        if whole:  # the reply so far, for one who joined mid-reply: it replaces the tail
+            written = ""
+        elif address in self.ended:  # the previous reply ended: this one is a new line
+            self.ended.discard(address)
+            written += "\n"
+        if event.done:
+            self.ended.add(address)
+        # The line shows the newest words of a reply, a turn's end included: one
+        # reply's last word and the next one's first must not run together.
+        tail = " ".join((written + text).split())
+        self.writing[address] = tail[-self._TAIL :]
+        self._draw([])
 
     _TAIL = 240  # characters of streamed text kept per step; a line shows what fits
 
@@ -248,11 +261,13 @@ class LiveProgress:
             if address in self.running:
                 del self.running[address]
                 self.writing.pop(address, None)
+                self.ended.discard(address)
                 ended = True
             return ended or counted
         if event.type in (EventType.WORKFLOW_END, RUN_INTERRUPTED) and (self.running or self.fans):
             self.running.clear()
             self.writing.clear()
+            self.ended.clear()
             self.fans.clear()
             return True
         return counted

@@ -111,6 +111,11 @@ class Actor(ABC):
         """The handle others use to reach this actor."""
         return self._ref
 
+    @property
+    def waiting_messages(self) -> int:
+        """How many messages wait in this actor's inbox now (the one being handled aside)."""
+        return len(self._ref._inbox)
+
     def take_messages(self) -> list[Any]:
         """Remove and return every message waiting in this actor's inbox, oldest first.
 

@@ -8,9 +8,10 @@ from ._events import EventType as EventType
 from ._events import Tokens as Tokens
 from ._events import format_duration as format_duration
 from ._events import timestamp as timestamp
+from ._payloads import ADDED_TYPES as ADDED_TYPES
 from ._payloads import NO_PAYLOAD as NO_PAYLOAD
 from ._payloads import PAYLOADS as PAYLOADS
-from ._payloads import AgentDelta as AgentDelta
+from ._payloads import ZENFLOW as ZENFLOW
 from ._payloads import AgentInboxDrain as AgentInboxDrain
 from ._payloads import AgentMemory as AgentMemory
 from ._payloads import AgentTurn as AgentTurn
@@ -31,6 +32,7 @@ from ._payloads import McpToolFailed as McpToolFailed
 from ._payloads import MessageDropped as MessageDropped
 from ._payloads import MessageSent as MessageSent
 from ._payloads import MessageUndelivered as MessageUndelivered
+from ._payloads import Output as Output
 from ._payloads import Payload as Payload
 from ._payloads import ResultRejected as ResultRejected
 from ._payloads import RunResumed as RunResumed
@@ -52,6 +54,8 @@ from ._payloads import WorkflowEnd as WorkflowEnd
 from ._payloads import WorkflowStart as WorkflowStart
 from ._payloads import WorktreeDone as WorktreeDone
 from ._payloads import WorktreeKept as WorktreeKept
+from ._payloads import ZenflowKeys as ZenflowKeys
+from ._payloads import extra_keys as extra_keys
 from ._payloads import iteration_end as iteration_end
 from ._payloads import iteration_start as iteration_start
 from ._payloads import payload as payload
@@ -91,13 +95,14 @@ from ._wire import supervisor_decoder as supervisor_decoder
 from ._wire import worker_decoder as worker_decoder
 
 __all__ = [
+    "ADDED_TYPES",
     "FINISHED",
     "MAX_CAPACITY",
     "NO_PAYLOAD",
     "PAYLOADS",
     "PROTOCOL_VERSION",
     "WORKER_NAME",
-    "AgentDelta",
+    "ZENFLOW",
     "AgentInboxDrain",
     "AgentMemory",
     "AgentOrder",
@@ -133,6 +138,7 @@ __all__ = [
     "MessageRecord",
     "MessageSent",
     "MessageUndelivered",
+    "Output",
     "Payload",
     "Ready",
     "Result",
@@ -169,6 +175,8 @@ __all__ = [
     "WorkflowStart",
     "WorktreeDone",
     "WorktreeKept",
+    "ZenflowKeys",
+    "extra_keys",
     "format_duration",
     "iteration_end",
     "iteration_start",

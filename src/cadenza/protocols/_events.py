@@ -61,13 +61,15 @@ class EventType:
     """A step's worker was lost; it goes out again; data ``{worker, job, dispatch, reason}``."""
     RESULT_REJECTED = "result_rejected"
     """A stale result (a lost worker's, fenced by ``dispatch``) was refused; data as above."""
-    # Streamed model output (a Cadenza extension, shown live and never stored).
-    AGENT_DELTA = "agent_delta"
-    """Text a model streamed since the last one; data ``{turn, attempt, text}``.
+    # Streamed model output: zenflow's ``output`` (shown live, never stored).
+    OUTPUT = "output"
+    """Text a model streamed since the last one, in the envelope's ``delta``; ``done``
+    is true on the last of a reply (zenflow's ``output`` event).
 
     Coalesced: at most one per agent per 100 ms, or per 1,024 characters of
     text. Observers see it; the store does not keep it, it has no ``seq``,
-    and the step's record holds the whole text.
+    and the step's record holds the whole text. Cadenza 0.1.0 called it
+    ``agent_delta``, with the text in ``data`` (``{turn, attempt, text}``).
     """
 
 
@@ -100,6 +102,11 @@ class Event(msgspec.Struct, frozen=True, omit_defaults=True, rename="camel", gc=
         tokens: Token counts on events that carry usage.
         error: The error text on failure events.
         data: Type-specific payload.
+        delta: Streamed model text, on ``output`` events only.
+        done: On ``output`` events only: true on the one that ends a reply's text.
+        reasoning: On ``output`` events only: true when ``delta`` is the model's
+            reasoning rather than its answer (no provider streams reasoning yet).
+        agent_id: On ``output`` events only: the agent streaming (as ``agent``).
     """
 
     type: str
@@ -113,6 +120,11 @@ class Event(msgspec.Struct, frozen=True, omit_defaults=True, rename="camel", gc=
     tokens: Tokens | None = None
     error: str | None = None
     data: dict[str, Any] | None = None
+    # zenflow's streaming fields, last: only ``output`` events set them.
+    delta: str | None = None
+    done: bool | None = None
+    reasoning: bool | None = None
+    agent_id: str | None = None
 
 
 _second_cache: tuple[int, str] = (-1, "")

@@ -10,12 +10,21 @@ back with `payload`, so a misspelt field is a type error, not a silent None.
 
 Field order is wire order. A key that an event sometimes leaves out is a field
 whose default (None, or UNSET where null is a value it can carry) is omitted; a
-key it always writes, null or not, has no default.
+key it always writes, null or not, has no default. A key added later goes last,
+with a default, so that the events stored before it still read.
+
+The stream is zenflow's (its spec, section 14): `ZENFLOW` lists zenflow's event
+types and the ``data`` keys zenflow gives each. Where Cadenza emits one of those
+types, every key its Struct has beyond zenflow's is a Cadenza extension
+(`extra_keys`), and the types zenflow lacks are Cadenza's own (`ADDED_TYPES`);
+docs/events.md lists both, and tests/test_zenflow_events.py holds the docs, this
+registry and what the examples really emit to one another.
 """
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, TypeVar
+from collections.abc import Mapping
+from typing import Any, ClassVar, NamedTuple, TypeVar
 
 import msgspec
 from msgspec import UNSET, UnsetType
@@ -26,9 +35,10 @@ from ._events import Event, EventType
 from ._result import StepRecord
 
 __all__ = [
+    "ADDED_TYPES",
     "NO_PAYLOAD",
     "PAYLOADS",
-    "AgentDelta",
+    "ZENFLOW",
     "AgentInboxDrain",
     "AgentMemory",
     "AgentTurn",
@@ -49,6 +59,7 @@ __all__ = [
     "MessageDropped",
     "MessageSent",
     "MessageUndelivered",
+    "Output",
     "Payload",
     "ResultRejected",
     "RunResumed",
@@ -70,6 +81,8 @@ __all__ = [
     "WorkflowStart",
     "WorktreeDone",
     "WorktreeKept",
+    "ZenflowKeys",
+    "extra_keys",
     "iteration_end",
     "iteration_start",
     "payload",
@@ -125,7 +138,16 @@ class SignalReceived(Payload, frozen=True, kw_only=True):
 
 
 class StepStart(Payload, frozen=True, kw_only=True):
-    """An address began executing; containers add what they are (zenflow's keys)."""
+    """An address began executing; containers add what they are (zenflow's keys).
+
+    ``index`` and ``total`` are zenflow's: the step's position in the topological
+    order of the steps declared with it (zenflow's: dependencies first, else in
+    declaration order), and how many they are; a graph state's, its place among
+    the graph's states. An address no one declared (an iteration, a forEach
+    item, a judge, a control loop's calls) has the position of the step it
+    belongs to, as zenflow gives a loop's iterations the loop's. Every new
+    event has them; events stored before they existed do not (None).
+    """
 
     event_type: ClassVar[str] = EventType.STEP_START
     kind: str
@@ -136,6 +158,9 @@ class StepStart(Payload, frozen=True, kw_only=True):
     role: str | None = None
     start: str | None = None
     max_steps: int | None = msgspec.field(default=None, name="maxSteps")
+    index: int | None = None
+    total: int | None = None
+    items: int | None = None
 
 
 class StepEnd(Payload, frozen=True, kw_only=True):
@@ -310,7 +335,8 @@ class AgentTurn(Payload, frozen=True, kw_only=True):
 
 
 class ToolCall(Payload, frozen=True, kw_only=True):
-    """A tool call's ``start``, then its ``end`` with its output and error (null or text)."""
+    """A tool call's ``start``, then its ``end`` with its output, error (null or text)
+    and ``duration`` (Go-style, as the envelope's: zenflow lists it among the keys)."""
 
     event_type: ClassVar[str] = "tool_call"
     phase: str
@@ -319,6 +345,7 @@ class ToolCall(Payload, frozen=True, kw_only=True):
     input: str
     output: str | None = None
     error: str | UnsetType | None = UNSET
+    duration: str | None = None
 
 
 class AgentMemory(Payload, frozen=True, kw_only=True):
@@ -385,6 +412,7 @@ class MaxWakeCyclesWarning(Payload, frozen=True, kw_only=True):
     event_type: ClassVar[str] = "max_wake_cycles_warning"
     current_cycle: int
     max_cycles: int
+    unread_remaining: int | None = None  # always written; None in events stored before it
 
 
 class McpToolFailed(Payload, frozen=True, kw_only=True):
@@ -407,17 +435,14 @@ class ToolPermission(Payload, frozen=True, kw_only=True):
     reason: str
 
 
-class AgentDelta(Payload, frozen=True, kw_only=True):
-    """Text a model streamed since the last delta of the turn (shown live, never stored).
+class Output(Payload, frozen=True, kw_only=True):
+    """zenflow's ``output`` (its text is the envelope's ``delta``): ``data`` only with ``whole``.
 
-    With ``whole``, ``text`` is all the turn's text so far: what an observer
-    that joined mid-turn gets first, to replace (not extend) what it shows.
+    With ``whole``, ``delta`` is all the reply's text so far: what an observer
+    that joined mid-reply gets first, to replace (not extend) what it shows.
     """
 
-    event_type: ClassVar[str] = EventType.AGENT_DELTA
-    turn: int
-    attempt: int
-    text: str
+    event_type: ClassVar[str] = EventType.OUTPUT
     whole: bool = False
 
 
@@ -511,7 +536,7 @@ PAYLOADS: dict[str, type[Payload]] = {
         MaxWakeCyclesWarning,
         McpToolFailed,
         ToolPermission,
-        AgentDelta,
+        Output,
         WorktreeDone,
         WorktreeKept,
         StepDispatched,
@@ -534,6 +559,76 @@ NO_PAYLOAD: frozenset[str] = frozenset(
     )
 )
 """The event types that never carry data: their ``message`` or ``error`` says it all."""
+
+
+class ZenflowKeys(NamedTuple):
+    """The ``data`` keys zenflow's spec (section 14.2) gives one event type."""
+
+    required: frozenset[str]
+    """Always present (``tool_call`` and ``agent_turn`` add some by ``phase``: see
+    tests/test_zenflow_events.py)."""
+    optional: frozenset[str] = frozenset()
+    """Present where they apply (a loop's ``loop_type``, an ``end``'s ``output``)."""
+
+    @property
+    def keys(self) -> frozenset[str]:
+        """Every key zenflow defines for the type."""
+        return self.required | self.optional
+
+
+def _keys(required: str = "", optional: str = "") -> ZenflowKeys:
+    return ZenflowKeys(frozenset(required.split()), frozenset(optional.split()))
+
+
+ZENFLOW: Mapping[str, ZenflowKeys] = {
+    "workflow_start": _keys("total"),
+    "workflow_end": _keys(),
+    "step_start": _keys("index total", "loop_type items include"),
+    "step_end": _keys(),
+    "step_skipped": _keys(),
+    "error": _keys(),
+    "agent_turn": _keys("phase model", "turn"),
+    "tool_call": _keys(
+        "phase tool_name tool_call_id input", "output duration error depth parentCallID"
+    ),
+    "message": _keys("", "reason messageCount"),
+    "coordinator_narration": _keys(),
+    "coordinator_message": _keys(),
+    "coordinator_synthesis": _keys(),
+    "coordinator_inbox_message": _keys("from type"),
+    "message_sent": _keys("to text msg_type"),
+    "message_dropped": _keys("reason from to msg_type"),
+    "agent_inbox_drain": _keys("from msg_type"),
+    "agent_idle": _keys("unread_count"),
+    "agent_wake": _keys("message_count cycle"),
+    "max_wake_cycles_warning": _keys("current_cycle max_cycles unread_remaining"),
+    "resume_started": _keys("resumeID from"),
+    "resume_completed": _keys("resumeID from durationMs"),
+    "resume_failed": _keys("resumeID from reason durationMs"),
+    "resume_queued": _keys("resumeID from", "activeResumeID"),
+    "transcript_sealed": _keys("reason error"),
+    "plan_ready": _keys("workflow"),
+    EventType.OUTPUT: _keys(),
+}
+"""zenflow's event types (its spec, section 14.2) and the ``data`` keys of each."""
+
+ADDED_TYPES: frozenset[str] = frozenset(
+    kind for kind in (*PAYLOADS, *NO_PAYLOAD) if kind not in ZENFLOW
+)
+"""The event types Cadenza adds to zenflow's."""
+
+
+def extra_keys(event_type: str) -> tuple[str, ...]:
+    """The ``data`` keys Cadenza's ``event_type`` has beyond zenflow's, in wire order.
+
+    For a type zenflow lacks, every key its data can have.
+    """
+    kind = PAYLOADS.get(event_type)
+    if kind is None:
+        return ()
+    zenflow = ZENFLOW[event_type].keys if event_type in ZENFLOW else frozenset()
+    fields = msgspec.structs.fields(kind)
+    return tuple(field.encode_name for field in fields if field.encode_name not in zenflow)
 
 
 def to_data(data: Payload) -> dict[str, Any]:

@@ -60,8 +60,11 @@ __all__ = [
     "worker_decoder",
 ]
 
-PROTOCOL_VERSION: Final = 2
-"""The wire protocol's version; a peer with another one is refused."""
+PROTOCOL_VERSION: Final = 3
+"""The wire protocol's version; a peer with another one is refused.
+
+3: streamed text is an ``output`` event (``delta``, ``done``), not ``agent_delta``: a
+supervisor of version 2 would record each one. 2: ``tool`` orders."""
 
 
 class _Message(msgspec.Struct, frozen=True, tag_field="t", omit_defaults=True):
@@ -253,6 +256,10 @@ class StepEvent(_Message, frozen=True, tag="event"):
     tokens: Tokens | None = None
     error: _Text | None = None
     data: dict[str, Any] | None = None
+    delta: _Text | None = None
+    """Streamed model text (an ``output`` event), as the envelope's ``delta``."""
+    done: bool | None = None
+    """The ``output`` event's ``done``: the reply's text ends."""
 
 
 class Mail(_Message, frozen=True, tag="mail"):

@@ -47,7 +47,7 @@ async def run_events(
     handle = runtime.handle(run_id)
     if handle is not None:
         async for event in handle.events():
-            if event.seq > after or event.type == EventType.AGENT_DELTA:
+            if event.seq > after or event.type == EventType.OUTPUT:
                 yield event
         return
     last = after
@@ -144,8 +144,8 @@ class EventStream(Response):
             status: Any = None
             last = self.after
             async for event in run_events(self.runtime, self.run_id, self.after, self.poll):
-                if event.type == EventType.AGENT_DELTA:  # not in the record: no id to resume from
-                    await emit(b"event: agent_delta\ndata: %s\n\n" % _encode(event))
+                if event.type == EventType.OUTPUT:  # not in the record: no id to resume from
+                    await emit(b"event: output\ndata: %s\n\n" % _encode(event))
                     continue
                 await emit(b"id: %d\ndata: %s\n\n" % (event.seq, _encode(event)))
                 last = event.seq

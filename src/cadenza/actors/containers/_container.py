@@ -119,9 +119,16 @@ class Container(PlacedActor):
         """Takes the outcome of child ``key``."""
         raise NotImplementedError
 
+    async def before_start(self) -> None:
+        """Work an attempt does before its ``step_start`` (a forEach's items); none here.
+
+        It runs under the attempt's timeout and can be cancelled like `begin`.
+        """
+
     def start_data(self, attempt: int) -> StepStart:
         """The data of the container's ``step_start`` event for ``attempt``."""
-        return StepStart(kind=self.kind, attempt=attempt)
+        index, total = self.position
+        return StepStart(kind=self.kind, attempt=attempt, index=index, total=total)
 
     # Life cycle --------------------------------------------------------------
 
@@ -167,10 +174,11 @@ class Container(PlacedActor):
         self.attempt += 1
         self._expired = None
         self.children.clear()
-        self.run.journal.step_started(self.here, self.start_data(self.attempt), agent=None)
         if self.step.timeout:
             seconds = parse_duration(self.step.timeout)
             self._timer = self.run.clock.call_later(seconds, self._expire)
+        await self.before_start()
+        self.run.journal.step_started(self.here, self.start_data(self.attempt), agent=None)
         await self.begin()
 
     async def park(self, awaitable: Awaitable[T]) -> T | None:
@@ -263,8 +271,10 @@ class Container(PlacedActor):
         send = self.ref.send
         address = at or prefix
         started = run.clock.now()
-        if at is None:
-            run.journal.step_started(str(prefix), StepStart(kind=kind, attempt=1), agent=None)
+        if at is None:  # an iteration or item: the position of the step it belongs to
+            index, total = self.position
+            start = StepStart(kind=kind, attempt=1, index=index, total=total)
+            run.journal.step_started(str(prefix), start, agent=None)
 
         async def report(outcome: DagOutcome) -> None:
             content, result = last_output(steps, scope)

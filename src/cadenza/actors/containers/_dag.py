@@ -26,6 +26,7 @@ import asyncio
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
+from itertools import repeat
 from typing import TYPE_CHECKING, Any
 
 from cadenza.actors.run import (
@@ -88,6 +89,15 @@ class DagController(Actor):
         for step in steps:
             for dependency in set(step.depends_on):
                 self.dependents[dependency].append(step.id)
+        known = run.positions.get(id(steps))
+        if known is None:  # a loop's body runs the same list each iteration: once a run
+            ranked = _zenflow_order(self.order, self.waiting_on, self.dependents)
+            total = len(ranked)
+            # {step_id: (index, total)}, made in C: this runs once per step of a DAG.
+            places = zip(range(total), repeat(total, total), strict=True)
+            here = dict(zip(ranked, places, strict=True))
+            known = run.positions[id(steps)] = (steps, here)
+        self.positions = known[1]
         self.records: dict[str, StepRecord] = {}
         self.running: dict[str, Cancellable] = {}
         self.aborting = False
@@ -172,7 +182,14 @@ class DagController(Actor):
             return record
         brief = self.briefs.get(step_id, NO_BRIEF)
         placement = Placement(
-            self.run, self.document, step_id, step, self.scope, self.ref.send, brief
+            self.run,
+            self.document,
+            step_id,
+            step,
+            self.scope,
+            self.ref.send,
+            self.positions[step_id],
+            brief,
         )
         self.running[step_id] = self.run.spawn_step(placement, address)
         if self.restarts is not None:
@@ -231,6 +248,7 @@ class DagController(Actor):
             self.steps[step_id],
             self.scope,
             self.ref.send,
+            self.positions[step_id],
             self.briefs.get(step_id, NO_BRIEF),
             first_attempt=record.attempts + 1,
         )
@@ -341,6 +359,28 @@ class DagController(Actor):
 
 _ADDRESS_WAITS = 100
 """Event-loop passes a restart waits for the reporting instance to end (it needs one)."""
+
+
+def _zenflow_order(
+    declared: list[str], waiting_on: Mapping[str, int], dependents: Mapping[str, list[str]]
+) -> list[str]:
+    """The steps in zenflow's topological order: its ``step_start`` index is the place here.
+
+    zenflow's ``TopoSort`` exactly (Kahn's algorithm): the steps without
+    dependencies in declaration order, then each step once all it depends on is
+    placed, a placed step's dependents in declaration order. So ``a; b
+    (dependsOn a); c`` is ``a, c, b``. A valid scope has no cycle.
+    """
+    left = dict(waiting_on)
+    ranked = [step_id for step_id in declared if not left[step_id]]
+    for step_id in ranked:  # grows as it goes: each step is placed once
+        for dependent in dependents[step_id]:
+            count = left[dependent] - 1
+            left[dependent] = count
+            if not count:
+                ranked.append(dependent)
+    return ranked
+
 
 _CASCADED = StepRecord(status="cancelled")
 """A dependent of a failed step under ``cascade``: never started, no error of its own."""

@@ -85,18 +85,36 @@ class ForEachController(Container):
         # kept by the store, and the index is already in the address (loop[i]).
         self.start_event = Shared(ItemStart(total=0))
         self.end_events: dict[str, Shared] = {}
+        self.evaluated: list[Any] | None = None  # this attempt's items (`before_start`)
+        self.failure: Exception | None = None  # why they could not be evaluated
+
+    async def before_start(self) -> None:
+        """Evaluates the items, before ``step_start``: zenflow's carries their count."""
+        self.failure = None
+        try:
+            self.evaluated = await self._items()
+        except Exception as error:  # a bad forEach fails the step (in `begin`), located
+            self.evaluated, self.failure = None, error
 
     def start_data(self, attempt: int) -> StepStart:
-        """``loop_type`` as zenflow's ``step_start`` carries it."""
-        return StepStart(kind=self.kind, attempt=attempt, loop_type="forEach")
+        """``loop_type`` and the number of ``items``, as zenflow's ``step_start`` has them."""
+        index, total = self.position
+        items = None if self.evaluated is None else len(self.evaluated)
+        return StepStart(
+            kind=self.kind,
+            attempt=attempt,
+            loop_type="forEach",
+            index=index,
+            total=total,
+            items=items,
+        )
 
     async def begin(self) -> None:
-        """Evaluates the items and starts the first ``limit`` iterations."""
-        try:
-            items = await self._items()
-        except Exception as error:  # a bad forEach fails the step, naming the expression
-            await self.finish(Outcome("failed", error=work_error(error, self.here)))
+        """Starts the first ``limit`` iterations over the items `before_start` evaluated."""
+        if self.failure is not None:  # a bad forEach fails the step, naming the expression
+            await self.finish(Outcome("failed", error=work_error(self.failure, self.here)))
             return
+        items = self.evaluated
         if items is None:  # cancelled while an async Python callable gave the items
             await self.finish(Outcome("cancelled"))
             return
@@ -165,6 +183,7 @@ class ForEachController(Container):
                 self.body,
                 scope,
                 self.reporter(index),
+                self.position,  # zenflow gives an item its forEach's
                 item_brief,
             )
             self.children[index] = self.run.spawn_step(placement, address)

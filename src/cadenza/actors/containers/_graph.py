@@ -50,6 +50,9 @@ class GraphController(Container):
         assert step.graph is not None
         self.graph = step.graph
         self.edges: dict[str, list[tuple[int, Edge]]] = {name: [] for name in self.graph.states}
+        # A state's step_start index is its place among the states, as declared.
+        count = len(self.graph.states)
+        self.places = {name: (n, count) for n, name in enumerate(self.graph.states)}
         for index, edge in enumerate(self.graph.edges):
             self.edges.setdefault(edge.from_, []).append((index, edge))
         self.path: list[str] = []
@@ -61,8 +64,14 @@ class GraphController(Container):
     def start_data(self, attempt: int) -> StepStart:
         """Where the graph starts and how far it may go."""
         graph = self.graph
+        index, total = self.position
         return StepStart(
-            kind=self.kind, attempt=attempt, start=graph.start, max_steps=graph.max_steps
+            kind=self.kind,
+            attempt=attempt,
+            start=graph.start,
+            max_steps=graph.max_steps,
+            index=index,
+            total=total,
         )
 
     async def begin(self) -> None:
@@ -84,7 +93,14 @@ class GraphController(Container):
         body = self.graph.states[state]
         address = self.address.iteration(n).child(state)
         placement = Placement(
-            self.run, self.document, state, body, self.states, self.reporter(n), brief
+            self.run,
+            self.document,
+            state,
+            body,
+            self.states,
+            self.reporter(n),
+            self.places[state],
+            brief,
         )
         self.children[n] = self.run.spawn_step(placement, address)
 

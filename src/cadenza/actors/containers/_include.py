@@ -162,7 +162,14 @@ class IncludeController(ChildWorkflow):
 
     def start_data(self, attempt: int) -> StepStart:
         """The include reference, as zenflow's ``step_start`` carries it."""
-        return StepStart(kind=self.kind, attempt=attempt, include=self.step.include)
+        index, total = self.position
+        return StepStart(
+            kind=self.kind,
+            attempt=attempt,
+            include=self.step.include,
+            index=index,
+            total=total,
+        )
 
     def enter(self) -> Scope:
         """The include's ``inputs:``, rendered in the parent's scope."""

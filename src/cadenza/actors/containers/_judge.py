@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import msgspec
 
-from cadenza.actors.run import NO_BRIEF, RunContext, Scope
+from cadenza.actors.run import NO_BRIEF, Position, RunContext, Scope
 from cadenza.actors.steps import AgentVisit, run_agent
 from cadenza.protocols import ErrorInfo, EventType, JudgeVerdict, StepRecord, StepStart
 from cadenza.workflow import LoadedWorkflow, Step
@@ -79,6 +79,8 @@ class Judging:
     context: str
     """The iteration's outputs, as the judge reads them."""
     scope: Scope
+    position: Position
+    """The loop's place among its steps: the judge's ``step_start`` has it too."""
 
 
 async def run_judge(run: RunContext, document: LoadedWorkflow, judging: Judging) -> Verdict:
@@ -119,7 +121,9 @@ async def _ask_judge(run: RunContext, document: LoadedWorkflow, judging: Judging
         "submit_result with done: true to stop the loop, or done: false with a reason "
         "saying what the next iteration must fix."
     )
-    run.journal.step_started(address, StepStart(kind="judge", attempt=1), agent=agent_name)
+    index, total = judging.position
+    start = StepStart(kind="judge", attempt=1, index=index, total=total)
+    run.journal.step_started(address, start, agent=agent_name)
     started = run.clock.now()
     try:
         async with run.limiter:

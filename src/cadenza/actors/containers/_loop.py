@@ -108,9 +108,16 @@ class LoopController(Container):
         self.last: StepRecord | None = None
 
     def start_data(self, attempt: int) -> StepStart:
-        """``loop_type`` and the cap, as zenflow's ``step_start`` carries them."""
+        """``loop_type`` (and an include's reference) as zenflow's ``step_start`` has them."""
+        index, total = self.position
         return StepStart(
-            kind=self.kind, attempt=attempt, loop_type="repeat", max_iterations=self.limit
+            kind=self.kind,
+            attempt=attempt,
+            loop_type="repeat",
+            max_iterations=self.limit,
+            include=self.step.include,  # an included workflow with a root loop
+            index=index,
+            total=total,
         )
 
     async def begin(self) -> None:
@@ -145,7 +152,14 @@ class LoopController(Container):
             brief = self._brief(self.step_id, True, feedback)
             report = self.reporter(n)
             placement = Placement(
-                self.run, self.document, self.step_id, self.body, scope, report, brief
+                self.run,
+                self.document,
+                self.step_id,
+                self.body,
+                scope,
+                report,
+                self.position,  # zenflow gives an iteration its loop's
+                brief,
             )
             self.children[n] = self.run.spawn_step(placement, address)
             return
@@ -248,6 +262,7 @@ class LoopController(Container):
             limit=self.limit,
             context=context,
             scope=self.current,
+            position=self.position,
         )
         return run_judge(self.run, self.document, judging)
 
@@ -318,7 +333,7 @@ def spawn_root_loop(
         return outcome
 
     controller = LoopController(
-        Placement(run, document, ROOT_LOOP, Step(id=ROOT_LOOP), scope, finished),
+        Placement(run, document, ROOT_LOOP, Step(id=ROOT_LOOP), scope, finished, (0, 1)),
         loop=workflow.loop,
         steps=workflow.steps,
         hook=expose,

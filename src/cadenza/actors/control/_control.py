@@ -92,7 +92,7 @@ class ControlController(Container):
             has_delegate=self.spec.delegate is not None,
             escalate=self.spec.escalate,
         )
-        self.log = DecisionLog(self.run.journal, "", self.limits.max_iterations)
+        self.log = DecisionLog(self.run.journal, "", self.limits.max_iterations, self.position)
         self.tokens = 0
         self.history = History()
         self.objective = self.criteria = self.feedback = ""
@@ -110,7 +110,14 @@ class ControlController(Container):
     def start_data(self, attempt: int) -> StepStart:
         """The iteration cap, in the ``step_start`` event."""
         cap = self.limits.max_iterations
-        return StepStart(kind=self.kind, attempt=attempt, max_iterations=cap)
+        index, total = self.position
+        return StepStart(
+            kind=self.kind,
+            attempt=attempt,
+            max_iterations=cap,
+            index=index,
+            total=total,
+        )
 
     async def on_start(self) -> None:
         """Counts the tokens of this step's children while the whole loop runs."""
@@ -134,7 +141,9 @@ class ControlController(Container):
 
     async def begin(self) -> None:
         """Runs one attempt of the whole loop, from a clean state, to its end."""
-        self.log = DecisionLog(self.run.journal, self.here, self.limits.max_iterations)
+        self.log = DecisionLog(
+            self.run.journal, self.here, self.limits.max_iterations, self.position
+        )
         self.tokens, self.history, self.best, self.last = 0, History(), None, None
         self.feedback, self.plan, self.needs_plan = "", "", self.setup.has_planner
         self._reserve, self._late = {}, False
@@ -254,7 +263,9 @@ class ControlController(Container):
         """Asks a person about iteration ``n``: their ruling, or `WAITING` for it."""
         where = str(self.address.iteration(n).child(HUMAN))
         prompt = self._question(n, escalation)
-        record = await ask_person(self.run, where, prompt=prompt, schema=PERSON_SCHEMA)
+        record = await ask_person(
+            self.run, where, prompt=prompt, schema=PERSON_SCHEMA, position=self.position
+        )
         if record.status != "completed":
             return WAITING
         answer = record.result if isinstance(record.result, dict) else {}
@@ -324,7 +335,9 @@ class ControlController(Container):
 
         self._calls += 1
         key = self._calls
-        self.children[key] = call_workflow(self.run, child, role, address, inputs, report)
+        self.children[key] = call_workflow(
+            self.run, child, role, address, inputs, report, self.position
+        )
         try:
             return await done
         finally:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from cadenza.actors.run import RunJournal
+from cadenza.actors.run import Position, RunJournal
 from cadenza.protocols import (
     Decision,
     ErrorInfo,
@@ -47,16 +47,19 @@ the loop's terminal status, or null when it goes on.
 class DecisionLog:
     """The decision log of one attempt of a control step, and the records behind it."""
 
-    def __init__(self, journal: RunJournal, address: str, limit: int) -> None:
+    def __init__(self, journal: RunJournal, address: str, limit: int, position: Position) -> None:
         self.journal = journal
         self.address = address
         self.limit = limit
+        self.position = position  # the control step's: its iterations' step_start has it
         self.entries: list[dict[str, Any]] = []
 
     def started(self, n: int) -> str:
         """Records that iteration ``n`` began; returns its address."""
         where = f"{self.address}.{n}"
-        self.journal.step_started(where, StepStart(kind="iteration", attempt=1), agent=None)
+        index, total = self.position
+        start = StepStart(kind="iteration", attempt=1, index=index, total=total)
+        self.journal.step_started(where, start, agent=None)
         data = IterationStart(iteration=n, max_iterations=self.limit)
         self.journal.emit(EventType.ITERATION_START, step_id=where, data=data)
         return where

@@ -23,7 +23,7 @@ from typing import Any
 import anyio
 
 from cadenza.actors.containers import ChildWorkflow, Container, LoopController, output_hook
-from cadenza.actors.run import Cancellable, Placement, Report, RunContext, Scope
+from cadenza.actors.run import Cancellable, Placement, Position, Report, RunContext, Scope
 from cadenza.kernel import Address
 from cadenza.protocols import StepStart
 from cadenza.workflow import (
@@ -80,14 +80,24 @@ class WorkflowCall(ChildWorkflow):
         role: str,
         inputs: Mapping[str, Any],
         report: Report,
+        position: Position,
     ) -> None:
-        super().__init__(Placement(run, child, role, Step(id=role), Scope(), report), child)
+        placement = Placement(run, child, role, Step(id=role), Scope(), report, position)
+        super().__init__(placement, child)
         self.inputs = inputs
 
     def start_data(self, attempt: int) -> StepStart:
         """The child workflow's name, in the ``step_start`` event."""
         name = self.child.workflow.name
-        return StepStart(kind=self.kind, attempt=attempt, include=name, role=self.step_id)
+        index, total = self.position
+        return StepStart(
+            kind=self.kind,
+            attempt=attempt,
+            include=name,
+            role=self.step_id,
+            index=index,
+            total=total,
+        )
 
     def enter(self) -> Scope:
         """The contract inputs the child declares (`contract_scope`)."""
@@ -113,15 +123,19 @@ def call_workflow(
     address: Address,
     inputs: Mapping[str, Any],
     report: Report,
+    position: Position,
 ) -> Cancellable:
-    """Spawns the call of ``child`` at ``address``; its record arrives through ``report``."""
+    """Spawns the call of ``child`` at ``address``; its record arrives through ``report``.
+
+    ``position`` is the control step's: a call is not a step anyone declared.
+    """
     controller: Container
     loop = child.workflow.loop
     if loop is None:
-        controller = WorkflowCall(run, child, role, inputs, report)
+        controller = WorkflowCall(run, child, role, inputs, report, position)
     else:
         controller = LoopController(
-            Placement(run, child, role, Step(id=role), Scope(), report),
+            Placement(run, child, role, Step(id=role), Scope(), report, position),
             loop=loop,
             steps=child.workflow.steps,
             prepare=lambda: contract_scope(child, inputs),

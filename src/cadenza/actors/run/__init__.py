@@ -24,6 +24,7 @@ from ._journal import MAX_RESULT_MESSAGES as MAX_RESULT_MESSAGES
 from ._journal import STEP_REPLAYED as STEP_REPLAYED
 from ._journal import STEP_WAITING as STEP_WAITING
 from ._journal import EventSink as EventSink
+from ._journal import Position as Position
 from ._journal import RunJournal as RunJournal
 from ._mcp import McpHost as McpHost
 from ._mcp import McpUnavailable as McpUnavailable
@@ -108,6 +109,7 @@ __all__ = [
     "PermissionRule",
     "PlacedActor",
     "Placement",
+    "Position",
     "Reading",
     "Replay",
     "ReplayedStep",

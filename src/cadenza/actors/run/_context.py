@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Protocol
@@ -22,7 +22,7 @@ from cadenza.protocols import ErrorInfo, StepRecord
 from cadenza.workflow import LoadedWorkflow, MemoryWindow, Options, State, Step
 
 from ._budget import TokenBudget
-from ._journal import RunJournal
+from ._journal import Position, RunJournal
 from ._mcp import McpHost
 from ._messages import Backlog
 from ._outcome import Report
@@ -162,6 +162,12 @@ class RunContext:
     """Each writing step's git worktree (``isolation: worktree-per-step``; else None)."""
     budget: TokenBudget | None = None
     """The gate of ``options.maxTokens``, made on the first model call."""
+    positions: dict[int, tuple[Sequence[Step], Mapping[str, Position]]] = field(
+        default_factory=dict
+    )
+    """The `Position` of each step of a list of steps, by the list's identity: worked
+    out once a run (`DagController`), as a loop's body is the same list every
+    iteration. Each entry holds its list, so that its identity is not reused."""
 
     @property
     def options(self) -> Options:
@@ -304,6 +310,8 @@ class Placement:
     scope: Scope
     report: Report
     """How the step's actor reaches its controller when it has a final record."""
+    position: Position
+    """zenflow's ``index`` and ``total`` for the step's ``step_start`` (`StepStart`)."""
     brief: Brief = NO_BRIEF
     first_attempt: int = 1
     """The number of a leaf's first attempt: past its earlier attempts when its list's
@@ -321,3 +329,4 @@ class PlacedActor(Actor):
         self.scope = placement.scope
         self.report = placement.report
         self.brief = placement.brief
+        self.position = placement.position

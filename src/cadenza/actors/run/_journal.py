@@ -56,6 +56,7 @@ __all__ = [
     "STEP_REPLAYED",
     "STEP_WAITING",
     "EventSink",
+    "Position",
     "RunJournal",
     "clean_message",
     "clean_record",
@@ -75,6 +76,9 @@ MAX_RESULT_MESSAGES = 1_000
 
 EventSink = Callable[[Event], None]
 """Receives every event of a run as it happens; must not block."""
+
+Position = tuple[int, int]
+"""zenflow's ``index`` and ``total`` of a step (`StepStart`): its place among its scope's."""
 
 
 class RunJournal:
@@ -99,10 +103,11 @@ class RunJournal:
         self._seq = 0
         self._sinks: list[EventSink] = []
         self._restated: list[EventSink] = []
-        self._leaf_starts: dict[tuple[str, int], Shared] = {}
+        # A leaf's step_start data by its position: the last one made there.
+        self._leaf_starts: dict[Position, dict[str, Any]] = {}
         # The text of each model reply being streamed now, by step: what an observer
-        # who joins mid-turn is shown first (`streaming`). A step's next recorded
-        # event ends its reply, and its entry.
+        # who joins mid-reply is shown first (`streaming`). The reply's ``done``, or
+        # the step's next recorded event, ends it, and its entry.
         self._streaming: dict[str, Event] = {}
         self.replay: Replay | None = None
         """Set while a resumed run is replayed (see `resume_from`)."""
@@ -168,16 +173,19 @@ class RunJournal:
         duration: float | None = None,
         tokens: Tokens | None = None,
         error: str | None = None,
-        data: Payload | Shared | None = None,
+        data: Payload | Shared | dict[str, Any] | None = None,
     ) -> Event:
         """Records an event, queues it for the store and shows it to observers.
 
-        ``data`` is stored as the plain dict `to_data` makes of it (``Event.data``).
+        ``data`` is stored as the plain dict `to_data` makes of it (``Event.data``);
+        a dict is taken as it is: the journal's own hot path builds one (`leaf_started`).
         """
         if data is None:
             plain = None
         elif isinstance(data, Shared):
             plain = data.data
+        elif isinstance(data, dict):
+            plain = data
         else:
             plain = to_builtins(data)  # `to_data`, without a call more on the hot path
         if known_secrets():
@@ -217,43 +225,44 @@ class RunJournal:
             failpoint("event")
         return event
 
-    def broadcast(
-        self,
-        type: str,
-        *,
-        step_id: str | None = None,
-        agent: str | None = None,
-        data: Payload | dict[str, Any] | None = None,
-    ) -> None:
-        """Shows observers an event that is not recorded: streamed text, say.
+    def output(self, step_id: str, agent: str | None, delta: str, done: bool) -> None:
+        """Shows observers text a model streamed: zenflow's ``output`` event, not recorded.
 
         It is neither stored nor numbered (``seq`` 0, left out of its JSON),
         so a resumed run does not restate it, the store does not grow per
-        token, and the recorded events stay numbered without gaps.
+        token, and the recorded events stay numbered without gaps. ``done``
+        ends the reply's text.
         """
-        plain = to_builtins(data) if isinstance(data, Payload) else data  # a worker's: plain
         if known_secrets():
-            plain = scrub(plain)
-        event = Event(type, timestamp(), self.run_id, 0, step_id, agent, data=plain)
-        if type == EventType.AGENT_DELTA and step_id is not None and isinstance(plain, dict):
-            self._so_far(step_id, event, plain)
+            delta = scrub(delta)
+        event = Event(
+            EventType.OUTPUT,
+            timestamp(),
+            self.run_id,
+            0,
+            step_id,
+            agent,
+            delta=delta,
+            done=done,
+            agent_id=agent,
+        )
+        self._so_far(step_id, event)
         for sink in self._sinks:
             sink(event)
 
-    def _so_far(self, step_id: str, event: Event, delta: dict[str, Any]) -> None:
-        """Adds a delta to the text its reply has streamed so far."""
+    def _so_far(self, step_id: str, event: Event) -> None:
+        """Adds streamed text to its reply's text so far; ``done`` forgets the reply."""
+        if event.done:
+            self._streaming.pop(step_id, None)
+            return
         known = self._streaming.get(step_id)
-        data = known.data if known is not None else None
-        if (
-            data is not None
-            and data.get("turn") == delta.get("turn")
-            and data.get("attempt") == delta.get("attempt")
-        ):
-            delta = {**delta, "text": data["text"] + delta.get("text", "")}
-        self._streaming[step_id] = msgspec.structs.replace(event, data={**delta, "whole": True})
+        text = event.delta or ""
+        if known is not None:
+            text = (known.delta or "") + text
+        self._streaming[step_id] = msgspec.structs.replace(event, delta=text, data=_WHOLE)
 
     def streaming(self) -> list[Event]:
-        """An ``agent_delta`` (``whole``) per reply being streamed now: its text so far."""
+        """An ``output`` (data ``whole``) per reply being streamed now: its text so far."""
         return list(self._streaming.values())
 
     def relay(self, address: str, event: StepEvent) -> Event:
@@ -277,25 +286,23 @@ class RunJournal:
         self.leaf_started(address, start.kind, start.attempt, agent, start)
 
     def leaf_started(
-        self,
-        address: str,
-        kind: str,
-        attempt: int,
-        agent: str | None,
-        start: StepStart | None = None,
+        self, address: str, kind: str, attempt: int, agent: str | None, at: Position | StepStart
     ) -> None:
-        """`step_started` for a leaf, whose data is only its kind and attempt.
+        """`step_started` for a leaf, whose data is its kind, attempt and position ``at``.
 
-        Every step has one, so each distinct one is converted once per run (a
-        container's ``start``, with more in it, is converted each time).
+        Every step has one, so its data is built plain (`StepStart`'s fields) and
+        made once for all the leaves that start at the same position the same
+        way: the iterations of a loop, the items of a forEach (a container's
+        ``start``, with more in it, is converted each time).
         """
-        data: StepStart | Shared | None = start
-        if data is None:
-            data = self._leaf_starts.get((kind, attempt))
-            if data is None:
-                data = self._leaf_starts[kind, attempt] = Shared(
-                    StepStart(kind=kind, attempt=attempt)
-                )
+        data: StepStart | dict[str, Any] | None
+        if isinstance(at, StepStart):
+            data = at
+        else:
+            data = self._leaf_starts.get(at)
+            if data is None or data["kind"] != kind or data["attempt"] != attempt:
+                data = {"kind": kind, "attempt": attempt, "index": at[0], "total": at[1]}
+                self._leaf_starts[at] = data
         record = StepRecord(status="running", attempts=attempt)
         self.records[address] = record
         # A replayed container starts again, but its stored outcome stands until it ends.
@@ -424,6 +431,10 @@ def clean_message(message: MessageRecord) -> MessageRecord:
     """``message`` with known secrets masked in its text."""
     text = scrub(message.text)
     return message if text is message.text else msgspec.structs.replace(message, text=text)
+
+
+_WHOLE = {"whole": True}
+"""`Output`'s data on the text so far of a reply, shown to an observer joining mid-reply."""
 
 
 class _Plain(Shared):

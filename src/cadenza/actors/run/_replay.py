@@ -70,8 +70,16 @@ _DECISIONS = frozenset(
 _encode = msgspec.json.Encoder().encode
 _Key = tuple[str, str | None, str | None, str | None, bytes]
 
+# zenflow's keys that `step_start` gained after runs were stored without them: left out
+# of the comparison, so that an older run resumes without restating its starts. They
+# say nothing a replay could decide otherwise: a step's place, a forEach's item count
+# (its ``message`` event holds that too).
+_STEP_START_ADDED = frozenset(("index", "total", "items"))
+
 
 def _key(type: str, step_id: str | None, message: str | None, error: str | None, data: Any) -> _Key:
+    if type == EventType.STEP_START and data is not None and "index" in data:
+        data = {key: value for key, value in data.items() if key not in _STEP_START_ADDED}
     return (type, step_id, message, error, b"" if data is None else _encode(data))
 
 

@@ -39,6 +39,7 @@ from cadenza.protocols import (
     MessageSent,
     Tokens,
     ToolPermission,
+    format_duration,
 )
 from cadenza.protocols import (
     ToolCall as ToolCallData,
@@ -154,6 +155,8 @@ class _Conversation:
             ),
         )
         error: str | None = None
+        clock = self.run.clock
+        started = clock.now()
         try:
             tool = self.tools.get(call.name)
             if tool is None:
@@ -180,10 +183,13 @@ class _Conversation:
         # What a tool hands back goes to the model provider: no known secret, in any form,
         # leaves with it (a command that prints the environment, a file holding a key).
         text = cast(str, scrub(text))
+        took = clock.now() - started
         journal.emit(
             "tool_call",
             step_id=self.address,
             agent=self.agent_name,
+            duration=took,
+            error=error,
             data=ToolCallData(
                 phase="end",
                 tool_name=call.name,
@@ -191,6 +197,7 @@ class _Conversation:
                 input=redacted,
                 output=redact(text)[:_OUTPUT_PREVIEW],
                 error=error,
+                duration=format_duration(took),
             ),
         )
         return text
@@ -400,10 +407,12 @@ async def run_agent(run: RunContext, document: LoadedWorkflow, visit: AgentVisit
                 top_p=agent.top_p if agent is not None else None,
                 max_retries=retries,
             )
-            deltas = Deltas(run, visit.address, visit.agent_name, turn)
+            deltas = Deltas(run, visit.address, visit.agent_name)
             async with run.token_budget():
-                completion = await client.complete(request, on_delta=deltas)
-                deltas.flush()
+                try:
+                    completion = await client.complete(request, on_delta=deltas)
+                finally:  # the reply's text ends here, even when the call failed
+                    deltas.finish()
                 usage = completion.usage
                 run.journal.spend(visit.address, usage.prompt_tokens, usage.completion_tokens)
             run.journal.emit(

@@ -1,10 +1,12 @@
-"""Streamed model text, coalesced into ``agent_delta`` events.
+"""Streamed model text, coalesced into zenflow's ``output`` events.
 
 A model streams its reply in fragments of a few characters; one event per
 fragment would flood every observer. `Deltas` gathers the fragments and shows
 them as one event when 100 ms have passed since the last, when 1,024
 characters are waiting, or when the reply is complete: at most ten events a
-second per agent, plus one per 1,024 characters of text.
+second per agent, plus one per 1,024 characters of text. The last one of a
+reply says ``done`` (zenflow's end of a stream), so that an observer knows
+where one turn's text ends and the next one's begins.
 """
 
 from __future__ import annotations
@@ -12,7 +14,6 @@ from __future__ import annotations
 from typing import Final
 
 from cadenza.actors.run import RunContext
-from cadenza.protocols import AgentDelta, EventType
 
 __all__ = ["Deltas"]
 
@@ -24,38 +25,38 @@ MAX_WAITING: Final = 1024
 
 
 class Deltas:
-    """The ``on_delta`` hook of one agent turn; `flush` shows what is left."""
+    """The ``on_delta`` hook of one model call; `finish` shows what is left, ``done``."""
 
-    __slots__ = ("_agent", "_attempt", "_last", "_parts", "_run", "_size", "_step", "_turn")
+    __slots__ = ("_agent", "_attempt", "_last", "_parts", "_run", "_shown", "_size", "_step")
 
-    def __init__(self, run: RunContext, step: str, agent: str | None, turn: int) -> None:
+    def __init__(self, run: RunContext, step: str, agent: str | None) -> None:
         self._run = run
         self._step = step
         self._agent = agent
-        self._turn = turn
         self._attempt = 1
         self._parts: list[str] = []
         self._size = 0
+        self._shown = False  # text of this reply went out, and no ``done`` yet
         self._last = run.clock.now()
 
     def __call__(self, text: str, attempt: int) -> None:
-        if attempt != self._attempt:  # a retried stream starts over: what is waiting was shown
-            self.flush()
+        if attempt != self._attempt:  # a retried stream starts over: the text so far ends
+            self.finish()
             self._attempt = attempt
         self._parts.append(text)
         self._size += len(text)
         if self._size >= MAX_WAITING or self._run.clock.now() - self._last >= INTERVAL:
-            self.flush()
+            self._show(done=False)
 
-    def flush(self) -> None:
-        """Shows the text waiting, if any, as one event."""
-        if not self._parts:
-            return
+    def finish(self) -> None:
+        """Ends the reply's text: what waits goes out with ``done`` (if it streamed any)."""
+        if self._parts or self._shown:
+            self._show(done=True)
+
+    def _show(self, *, done: bool) -> None:
         text = "".join(self._parts)
         self._parts.clear()
         self._size = 0
         self._last = self._run.clock.now()
-        data = AgentDelta(turn=self._turn, attempt=self._attempt, text=text)
-        self._run.journal.broadcast(
-            EventType.AGENT_DELTA, step_id=self._step, agent=self._agent, data=data
-        )
+        self._shown = not done
+        self._run.journal.output(self._step, self._agent, text, done)

@@ -18,7 +18,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from cadenza.actors.run import PlacedActor, Placement, RunContext, StepFinished, work_error
+from cadenza.actors.run import (
+    PlacedActor,
+    Placement,
+    Position,
+    RunContext,
+    StepFinished,
+    work_error,
+)
 from cadenza.protocols import StepRecord, StepStart
 from cadenza.workflow import parse_template
 
@@ -26,21 +33,29 @@ __all__ = ["HumanStep", "ask_person", "waiting_for"]
 
 
 async def ask_person(
-    run: RunContext, address: str, *, prompt: str, schema: dict[str, Any] | None = None
+    run: RunContext,
+    address: str,
+    *,
+    prompt: str,
+    schema: dict[str, Any] | None = None,
+    position: Position,
 ) -> StepRecord:
     """Asks a person at ``address``: their recorded answer, or a new ``waiting`` record.
 
     Returns the ``completed`` record holding the answer when one has been
     signalled (resumed runs), else records ``waiting`` durably and returns that
     record: the caller then ends as ``waiting`` itself, starting nothing that
-    needs the answer. One question per address.
+    needs the answer. One question per address. ``position`` is zenflow's
+    ``index`` and ``total`` for its ``step_start``.
     """
     replay = run.journal.replay
     answered = replay.take(address) if replay is not None else None
     if answered is not None and answered.status == "completed":
         run.journal.step_replayed(address, answered)
         return answered
-    run.journal.step_started(address, StepStart(kind="human", attempt=1), agent=None)
+    index, total = position
+    start = StepStart(kind="human", attempt=1, index=index, total=total)
+    run.journal.step_started(address, start, agent=None)
     question = {"prompt": prompt, "schema": schema}
     record = StepRecord(status="waiting", content=prompt, result=question, attempts=1)
     await run.journal.step_finished(address, record)
@@ -78,6 +93,8 @@ class HumanStep(PlacedActor):
             record = StepRecord(status="failed", attempts=1, error=work_error(error, address))
             await self.run.journal.step_finished(address, record)
         else:
-            record = await ask_person(self.run, address, prompt=prompt, schema=self.human.schema)
+            record = await ask_person(
+                self.run, address, prompt=prompt, schema=self.human.schema, position=self.position
+            )
         await self.report(StepFinished(self.step_id, record))
         self.stop()

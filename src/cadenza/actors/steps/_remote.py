@@ -115,9 +115,9 @@ class _StepSink:
         self.actor.run.journal.emit(EventType.RESULT_REJECTED, step_id=self.address, data=data)
 
     def event(self, event: StepEvent) -> None:
-        if event.type == EventType.AGENT_DELTA:  # shown, never stored, here as on the worker
+        if event.type == EventType.OUTPUT:  # shown, never stored, here as on the worker
             journal = self.actor.run.journal
-            journal.broadcast(event.type, step_id=self.address, agent=event.agent, data=event.data)
+            journal.output(self.address, event.agent, event.delta or "", bool(event.done))
             return
         self.actor.run.journal.relay(self.address, event)
 

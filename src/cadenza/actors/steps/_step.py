@@ -121,7 +121,7 @@ class StepActor(PlacedActor):
                 await limiter.wait()
             try:
                 started = clock.now()
-                run.journal.leaf_started(address, self.kind, attempt, step.agent)
+                run.journal.leaf_started(address, self.kind, attempt, step.agent, self.position)
                 status, content, result, error = await self._attempt(address, attempt, seconds)
                 elapsed = clock.now() - started
             finally:

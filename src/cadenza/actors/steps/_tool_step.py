@@ -41,7 +41,7 @@ from cadenza._redact import redact
 from cadenza.actors.run import StepFailure, ToolRequest
 from cadenza.errors import ExpressionEvaluationError
 from cadenza.kernel import Clock, call_in_thread
-from cadenza.protocols import ErrorInfo, ToolCall, ToolPermission
+from cadenza.protocols import ErrorInfo, ToolCall, ToolPermission, format_duration
 from cadenza.workflow import compile_expression, preview, quote, type_name
 
 from ._command import run_command
@@ -273,6 +273,7 @@ async def call_tool(
     journal.emit("tool_call", step_id=address, data=started)
     output: str | None = None
     error: str | None = None
+    began = site.clock.now()
     try:
         output = await runner(arguments)
         return output, None
@@ -291,8 +292,15 @@ async def call_tool(
         raise
     finally:
         shown_output = None if output is None else redact(output)[:_PREVIEW]
-        ended = msgspec.structs.replace(started, phase="end", output=shown_output, error=error)
-        journal.emit("tool_call", step_id=address, data=ended)
+        took = site.clock.now() - began
+        ended = msgspec.structs.replace(
+            started,
+            phase="end",
+            output=shown_output,
+            error=error,
+            duration=format_duration(took),
+        )
+        journal.emit("tool_call", step_id=address, duration=took, error=error, data=ended)
 
 
 def _runner(name: str, call: CallSite) -> Runner | None:

@@ -178,6 +178,8 @@ def _forwarding_journal(
                 tokens=event.tokens,
                 error=event.error,
                 data=event.data,
+                delta=event.delta,
+                done=event.done,
             )
         )
 

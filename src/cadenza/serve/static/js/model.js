@@ -75,20 +75,25 @@ export class RunModel {
     return graph;
   }
 
-  /** Text a running agent's model streamed: the newest 64 KB are kept for its panel. */
+  /** Text a running agent's model streamed (`output` events): the newest 64 KB are kept
+   * for its panel, each reply on lines of its own. */
   streamed(event) {
     const step = this.steps.get(event.stepId);
-    const text = event.data && event.data.text;
+    const text = event.delta;
     if (!step || step.status !== "running" || typeof text !== "string") return false;
     // `whole`: the reply's text so far, sent first to a viewer that joined mid-reply.
-    const before = event.data.whole ? "" : step.streamed || "";
-    step.streamed = (before + text).slice(-65536);
+    step.reply = (event.data && event.data.whole ? "" : step.reply || "") + text;
+    if (event.done) { // the reply's text ends: the next one starts on a new line
+      step.said = [step.said, step.reply].filter(Boolean).join("\n").slice(-65536);
+      step.reply = "";
+    }
+    step.streamed = [step.said, step.reply].filter(Boolean).join("\n").slice(-65536);
     return true;
   }
 
   /** Folds one event in; returns false for one already seen. */
   add(event) {
-    if (event.type === "agent_delta") return this.streamed(event); // live only: its seq repeats
+    if (event.type === "output") return this.streamed(event); // live only: no seq
     if (event.seq && event.seq <= this.lastSeq) return false;
     this.lastSeq = event.seq || this.lastSeq;
     this.events.push(event);
@@ -119,7 +124,7 @@ export class RunModel {
         step.status = "running";
         step.start = at;
         step.end = null;
-        step.streamed = "";
+        step.streamed = step.said = step.reply = "";
         step.attempts = data.attempt || step.attempts + 1;
         if (data.kind === "loop" || data.loop_type) {
           const loop = this.loop(address);

@@ -200,7 +200,7 @@ export function showRun(app, runId) {
       }
       schedule();
     };
-    source.addEventListener("agent_delta", (message) => {
+    source.addEventListener("output", (message) => {
       if (model.add(JSON.parse(message.data))) schedule();
     });
     source.addEventListener("end", (message) => {
