@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -159,3 +160,40 @@ async def test_a_new_store_holds_big_bodies_across_pages(tmp_path: Path) -> None
         [stored] = await store.events("r")
         assert stored.data == {"t": text}
         assert await store.check() == []
+
+
+LONG_WRITE = """
+import sys, time
+from pathlib import Path
+from cadenza.kernel._sqlite_schema import connect
+
+other = connect(Path(sys.argv[1]))
+other.execute("BEGIN IMMEDIATE")
+other.execute("CREATE TABLE other (n INTEGER)")
+print("writing", flush=True)
+sys.stdin.readline()  # the store is asking for the lock now
+time.sleep(5.5)  # a long write: longer than SQLite's busy timeout of 5 s
+other.execute("COMMIT")
+"""
+
+
+async def test_a_flush_waits_out_another_process_writing_longer_than_5_seconds(
+    tmp_path: Path,
+) -> None:
+    """Another process's long transaction (a migration, a bulk import) delays a flush but
+    does not fail it: SQLite's busy handler gave up after 5 s with "database is locked",
+    and the run stopped with StoreFailed."""
+    path = tmp_path / "runs.db"
+    async with opened(path) as store:
+        store.begin_run(row("r"))
+        await store.flush("r")
+        async with await anyio.open_process([sys.executable, "-c", LONG_WRITE, str(path)]) as other:
+            assert other.stdin is not None
+            assert other.stdout is not None
+            assert (await other.stdout.receive()).startswith(b"writing")
+            store.append_event(event("r", 1))
+            flushed = store.flush("r")
+            await other.stdin.send(b"go\n")
+            await flushed
+        assert other.returncode == 0
+        assert committed_events(path, "r") == 1

@@ -35,7 +35,15 @@ the batch's other writes, and hands back how many rows it changed: the bound
 and the insert are one statement in the batch's transaction, so no other
 writer of the file gets between them.
 
-A failed commit (the disk is full, the file locked past the busy timeout)
+The write lock is asked for by polling, not by SQLite's busy handler. That
+handler sleeps up to 100 ms between tries, and a writer of another process
+that commits back to back (a replica posting a flood of messages) holds the
+lock for all but a few hundred microseconds between its transactions: the
+sleeper missed every gap, and the run it was recording failed with "database
+is locked" after its 5 s. The writer tries every millisecond or two instead
+(`_begin`), for up to `LOCK_WAIT` seconds.
+
+A failed commit (the disk is full, the file locked past `LOCK_WAIT`)
 fails its batch, not the store: each run with writes in it has its lease
 marked failed (`cadenza.kernel.lease_failed`), so it stops and gives its lease
 back (its flushes raise `StoreFailed`), and a flush of no run in that batch
@@ -51,9 +59,11 @@ import collections
 import contextlib
 import os
 import queue
+import random
 import sqlite3
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -160,6 +170,12 @@ _STOP = object()
 
 LINGER = 0.05
 """Seconds a write waits for a flush to commit it before the writer commits it anyway."""
+
+LOCK_WAIT = 60.0
+"""Seconds the writer keeps asking for the file's write lock before its batch fails."""
+
+_LOCK_POLL = (0.0005, 0.004)
+"""The first and longest pause between two asks for the write lock, in seconds."""
 
 
 class GroupWriter:
@@ -281,6 +297,7 @@ class GroupWriter:
 
     def _loop(self) -> None:
         connection = connect(self.path)
+        connection.execute("PRAGMA busy_timeout=0")  # _begin polls for the lock
         cursor = connection.cursor()
         try:
             while True:
@@ -318,7 +335,7 @@ class GroupWriter:
                 writes.append(item)
         if writes or counted:
             try:
-                cursor.execute("BEGIN IMMEDIATE")
+                _begin(cursor)
                 tables = _fenced(cursor, writes)
                 for runs in tables.values():
                     for statement, rows in runs:
@@ -343,6 +360,31 @@ class GroupWriter:
                     item.changed.append(change)
         _wake(barriers, self._doorbell, failed)
         return stop
+
+
+def _begin(cursor: sqlite3.Cursor) -> None:
+    """``BEGIN IMMEDIATE``, asked again every `_LOCK_POLL` while another connection writes.
+
+    Raises:
+        sqlite3.OperationalError: The lock was held for `LOCK_WAIT` seconds, or
+            the transaction failed to begin for another reason.
+    """
+    pause, longest = _LOCK_POLL
+    deadline = time.monotonic() + LOCK_WAIT
+    while True:
+        try:
+            cursor.execute("BEGIN IMMEDIATE")
+            return
+        except sqlite3.OperationalError as error:
+            if error.sqlite_errorcode != sqlite3.SQLITE_BUSY:
+                raise
+            if time.monotonic() >= deadline:
+                raise sqlite3.OperationalError(
+                    f"another connection held the file's write lock for {LOCK_WAIT:g} s"
+                ) from error
+        # Jittered, so that two writers polling each other do not keep colliding.
+        time.sleep(pause * (0.5 + random.random()))
+        pause = min(pause * 2, longest)
 
 
 def _fenced(
