@@ -9,9 +9,10 @@ finished record from before the interruption (``completed``, ``failed``,
 ``skipped``, its ``attempts`` kept) is not executed; a `ReplayedStep` reports
 that record to the controller at once (once the resumed coordinator agent has
 answered what the step sent and the interruption left unanswered), through the
-same path a child uses, so the controller cannot tell the difference. Leaves that were in flight
-(``running``, or ``cancelled`` by the interruption's aftermath) run again with
-their ``attempt`` one higher. The judge of a loop replays its verdict the same way.
+same path a child uses, so the controller cannot tell the difference. Leaves
+that were in flight (``running``, or ``cancelled`` by the interruption's
+aftermath) run again with their ``attempt`` one higher. The judge of a loop
+replays its verdict the same way.
 
 Controllers re-emit the events of the decisions they make again; those already
 in the log (same type, address, message and data, counted with multiplicity)
