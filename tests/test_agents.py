@@ -15,11 +15,18 @@ import anyio
 import pytest
 
 import cadenza
-from cadenza import RunResult, Runtime
+from cadenza import Event, RunResult, Runtime
 from cadenza.actors.run import INBOX_BYTES
 from cadenza.errors import MessageRefused
 from cadenza.protocols import MessageSent, ToolCall, payload
-from cadenza.testing import RecordedRequest, ScriptedLLMServer, ServerReply, ServerRule
+from cadenza.testing import (
+    RecordedRequest,
+    RequestMatch,
+    ScriptedLLMServer,
+    ServerReply,
+    ServerRule,
+    ServerToolCall,
+)
 
 WriteFlow = Callable[..., Path]
 
@@ -237,6 +244,113 @@ async def test_coordinator_forwards_a_message_into_the_next_step(
         ("tell", "coordinator", "tell the listener: price is 42"),
         ("coordinator", "listener", "price is 42"),
     ]
+
+
+SLOW_DESK = """
+name: slow-desk
+coordinator: {agent: boss}
+agents:
+  boss: {model: "openai:boss", prompt: "You coordinate."}
+  teller: {model: "openai:teller"}
+  listener: {model: "openai:listener"}
+steps:
+  - id: tell
+    agent: teller
+    instructions: "Tell."
+  - id: listener
+    dependsOn: [tell]
+    agent: listener
+    instructions: "Listen."
+"""
+
+
+def slow_desk_rules(*holds: threading.Event) -> list[ServerRule]:
+    """``tell`` sends "price is 42"; the boss's forward of it waits for each hold in turn."""
+    forward = ServerToolCall(
+        "forward_to_agent", {"target_step_id": "listener", "text": "price is 42"}
+    )
+    told = ServerToolCall("send_message", {"text": "price is 42"})
+    return [
+        ServerRule(["done"], match=RequestMatch(model="boss", last_role="tool")),
+        ServerRule(
+            [ServerReply(tool_calls=[forward], hold=hold) for hold in holds],
+            match=RequestMatch(model="boss"),
+        ),
+        ServerRule(["told"], match=RequestMatch(model="teller", last_role="tool")),
+        ServerRule([ServerReply(tool_calls=[told])], match=RequestMatch(model="teller")),
+        ServerRule(["heard"], match=RequestMatch(model="listener"), name="listener"),
+    ]
+
+
+def forwarded_before_listening(events: list[Event]) -> bool:
+    order = [(e.type, e.step_id) for e in events if e.type in ("message_sent", "step_start")]
+    return order.index(("message_sent", "coordinator")) < order.index(("step_start", "listener"))
+
+
+async def test_a_dependent_starts_after_the_coordinator_answered_its_dependency(
+    write_flow: WriteFlow, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The forward a step's message caused is in its dependent's first prompt, however slow.
+
+    The coordinator agent's reply is held until ``tell`` has recorded its end:
+    from then on nothing but causality keeps ``listener`` from starting (and
+    reading an empty inbox) before the forward lands.
+    """
+    boss_may_answer = threading.Event()
+    events: list[Event] = []
+
+    def watch(event: Event) -> None:
+        events.append(event)
+        if event.type == "step_end" and event.step_id == "tell":
+            boss_may_answer.set()
+
+    with ScriptedLLMServer(slow_desk_rules(boss_may_answer)) as server:
+        for name, value in server.environ().items():
+            monkeypatch.setenv(name, value)
+        async with Runtime() as runtime:
+            handle = await runtime.start(write_flow(SLOW_DESK), on_event=watch)
+            result = await handle.result()
+        (listening,) = [r for r in server.requests if r.rule == "listener"]
+    assert result.status == "completed", result.error
+    assert "price is 42" in text_of(listening)
+    assert result.undelivered == []
+    assert forwarded_before_listening(events)
+
+
+async def test_a_resumed_run_answers_a_replayed_step_before_its_dependent_starts(
+    write_flow: WriteFlow, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Interrupted inside the wake ``tell``'s message caused: on resume, ``tell`` is replayed
+    and the coordinator answers its message again; ``listener`` starts after that forward.
+    """
+    never, boss_may_answer = threading.Event(), threading.Event()
+    ended, events = anyio.Event(), list[Event]()
+
+    def first(event: Event) -> None:
+        if event.type == "step_end" and event.step_id == "tell":
+            ended.set()
+
+    def again(event: Event) -> None:
+        events.append(event)
+        if event.type == "step_replayed" and event.step_id == "tell":
+            boss_may_answer.set()
+
+    path, store = write_flow(SLOW_DESK), tmp_path / "runs.db"
+    with ScriptedLLMServer(slow_desk_rules(never, boss_may_answer)) as server:
+        for name, value in server.environ().items():
+            monkeypatch.setenv(name, value)
+        async with Runtime(store=store, shutdown_deadline=0) as runtime:
+            handle = await runtime.start(path, run_id="desk", on_event=first)
+            await ended.wait()
+            await anyio.to_thread.run_sync(server.wait_for_requests, 3)  # the boss's is in
+        assert (await handle.result()).status == "running"
+        async with Runtime(store=store) as runtime:
+            result = await (await runtime.resume("desk", on_event=again)).result()
+        listening = [r for r in server.requests if r.rule == "listener"]
+    assert result.status == "completed", result.error
+    assert [("price is 42" in text_of(r)) for r in listening] == [True]
+    assert result.undelivered == []
+    assert forwarded_before_listening(events)
 
 
 TOOLS = """

@@ -119,15 +119,20 @@ async def statuses(url: str) -> Counter[str]:
     return Counter(row["status"] for row in rows)
 
 
-def supervisor(url: str, cwd: Path, n: int) -> tuple[subprocess.Popen[bytes], Path]:
+def supervisor(
+    url: str, cwd: Path, n: int, failpoint: str | None = None
+) -> tuple[subprocess.Popen[bytes], Path]:
     log = cwd / f"supervisor-{n}.log"
+    environ = {**os.environ, "CADENZA_LOG_LEVEL": "info"}
+    if failpoint is not None:
+        environ["CADENZA_FAILPOINT"] = failpoint
     with log.open("wb") as stderr:  # the child has its own copy of the descriptor
         process = subprocess.Popen(
             [sys.executable, "-m", "cadenza", "supervise", "--store", url, "--lease-ttl", str(TTL)],
             cwd=cwd,
             stdout=subprocess.DEVNULL,
             stderr=stderr,
-            env={**os.environ, "CADENZA_LOG_LEVEL": "info"},
+            env=environ,
         )
     return process, log
 
@@ -183,6 +188,64 @@ async def test_three_supervisors_finish_every_run_once_through_a_kill_and_a_stop
             process.wait(timeout=30)
 
     await _assert_each_effect_once(postgres_url, effects)
+
+
+HELD = """
+name: held
+steps:
+  - id: work
+    command: "while [ ! -e {go} ]; do sleep 0.02; done; echo done"
+"""
+
+
+async def test_an_owner_paused_inside_a_write_finds_its_lease_lost_not_its_store_failed(
+    tmp_path: Path, write_flow: WriteFlow, postgres_url: str
+) -> None:
+    """Paused (SIGSTOP) inside a write transaction, the run taken over meanwhile: continued,
+    its batch fails (the server ended the paused session) and it says its lease was lost,
+    rather than that the store failed and it gave the run back (it was no longer its own).
+
+    The supervisor pauses itself at a failpoint, so the pause lands inside the
+    transaction every time, as it does now and then under load in the test above.
+    """
+    go = tmp_path / "go"
+    flow = write_flow(HELD.format(go=go))
+    async with Runtime(store=postgres_url, lease_ttl=TTL, shutdown_deadline=0.0) as starter:
+        await starter.start(flow, run_id="r")  # waits for `go`: orphaned, unfinished
+    go.touch()
+    paused, paused_log = supervisor(postgres_url, tmp_path, 0, "store.in_transaction:1:stop")
+    processes = [(paused, paused_log)]
+    try:
+        await wait_for("the owner to pause inside a write", lambda: _stopped(paused.pid))
+        processes.append(supervisor(postgres_url, tmp_path, 1))  # takes the run over
+        await wait_for("the run to complete", lambda: _completed(postgres_url), postgres_url)
+        paused.send_signal(signal.SIGCONT)
+        await wait_for("the continued owner to stop driving the run", lambda: _ended(paused_log))
+    finally:
+        for process, _ in processes:
+            if process.poll() is None:
+                process.send_signal(signal.SIGCONT)
+                process.terminate()
+        for process, _ in processes:
+            process.wait(timeout=30)
+    said = paused_log.read_text()
+    assert "lease lost" in said, said
+    assert "gave it back" not in said, said
+
+
+async def _stopped(pid: int) -> bool:
+    """Whether the process is stopped (state ``T`` in /proc/PID/stat)."""
+    stat = await anyio.Path(f"/proc/{pid}/stat").read_text()
+    return stat.rsplit(")", 1)[1].split()[0] == "T"
+
+
+async def _completed(url: str) -> bool:
+    return await statuses(url) == Counter({"completed": 1})
+
+
+async def _ended(log: Path) -> bool:
+    said = await anyio.Path(log).read_text()
+    return "lease lost" in said or "gave it back" in said
 
 
 async def _at_least(effects: Path, n: int) -> bool:

@@ -42,7 +42,10 @@ def spawn_step(placement: Placement, address: Address) -> Cancellable:
     if replay is not None:  # a resumed run: a leaf that finished before is not run again
         record = replay.take(str(address))
         if record is not None:
-            replayed = ReplayedStep(run.journal, placement.step_id, record, placement.report)
+            answers = run.unanswered.waiter(str(address))
+            replayed = ReplayedStep(
+                run.journal, placement.step_id, record, placement.report, answers
+            )
             run.supervisor.spawn(address, lambda: replayed)
             return replayed
     if step.human is not None:

@@ -24,6 +24,12 @@ Each wake of the coordinator agent is bracketed by ``coordinator_wake`` events
 (``start``, ``end``). A resumed run wakes the agent again, before anything
 else, for each message whose wake the interruption cut off (or never let
 begin), in their order; what the cut-off wake did is void (`read_log`).
+
+A step that sent messages reports its end only once the agent has answered
+them (`Unanswered`), so its forwards reach the steps that depend on it before
+they start: the order is causal, not the scheduler's. That holds across a
+resume too: a replayed step waits for the answers the resumed coordinator
+gives first.
 """
 
 from __future__ import annotations
@@ -86,6 +92,14 @@ class Coordinator(Actor):
         self.max_wakes = coordinator.max_wakes if coordinator is not None else 0
         self.wakes = 0
         self.dropped: dict[str, _Drops] = {}
+        if self.agent_name is not None:
+            # Made before any step starts, so that a replayed step whose message the
+            # interruption left unanswered waits for its answer like a live one.
+            unanswered = run.unanswered
+            unanswered.enabled = True
+            replay = run.journal.replay
+            for message in replay.log.unanswered if replay is not None else ():
+                unanswered.sent(message.sender)
 
     async def on_start(self) -> None:
         """In a resumed run: wakes the agent for the messages the interruption left unanswered."""
@@ -94,12 +108,18 @@ class Coordinator(Actor):
             return
         self.wakes = replay.log.coordinator_wakes
         for message in replay.log.unanswered:
-            await self._wake(message)
+            try:
+                await self._wake(message)
+            finally:
+                self.run.unanswered.answered(message.sender)
 
     async def receive(self, message: Any) -> None:
         """Handles one message: an agent's outgoing message, or a drain."""
         if isinstance(message, Outgoing):
-            await self._incoming(message)
+            try:
+                await self._incoming(message)
+            finally:  # its sender, finished, may now report its end
+                self.run.unanswered.answered(message.sender)
         elif isinstance(message, Drain):
             self._report_drops()
 

@@ -23,7 +23,9 @@ the run over while this one was paused or cut off), the run is stopped at once,
 writes nothing more, and its handle's result raises `LeaseLost`. If the store
 fails the run's writes (the server restarted, the disk filled up), the run is
 stopped at once too and its lease given back; its handle's result raises
-`StoreFailed`, and the run is resumable. A runtime made with ``recover=True``
+`StoreFailed`, and the run is resumable — unless the store then says that
+another process took the run over meanwhile (a process paused inside a write):
+that is `LeaseLost`. A runtime made with ``recover=True``
 also takes over, every ``recovery_interval`` seconds, the runs of the store
 whose owner stopped renewing its lease or gave it back, and resumes them; a run
 it took over that the store then failed is taken again only after a pause that
@@ -715,7 +717,8 @@ class Runtime:
         """Runs ``setup`` to its end while a task beside it renews ``lease``.
 
         Raises:
-            LeaseLost: The lease was lost: the run was stopped where it stood.
+            LeaseLost: The lease was lost: the run was stopped where it stood
+                (found so too when the store failed its writes meanwhile).
             StoreFailed: The store failed the run's writes: the run was stopped
                 where it stood, and its lease is given back by the caller.
         """
@@ -739,13 +742,16 @@ class Runtime:
                     except Exception as raised:  # raised below as itself, not in a task group's
                         failure = raised
             renewal.cancel_scope.cancel()
+        store_failed = lease.failed is not None or isinstance(failure, StoreError)
+        if store_failed and lease.lost is None:
+            await _lost_meanwhile(self.store, lease)
         if lease.lost is not None:
             error = lease_lost(lease, lease.lost)
             _log.warning(
                 "lease lost: stopped driving the run", run_id=setup.run_id, error=str(error)
             )
             raise error
-        if lease.failed is not None or isinstance(failure, StoreError):
+        if store_failed:
             resumable = setup.replay is not None or handle._stored
             why = lease.failed or str(failure)
             raise _unrecorded(setup.run_id, why, resumable=resumable) from failure
@@ -1154,6 +1160,21 @@ async def _renew(store: RunStore, lease: Lease) -> None:
             return  # the store marked it lost: the run is being stopped
         except StoreError as error:
             _log.info("cannot renew a lease", run_id=lease.run_id, error=redact(str(error)))
+
+
+async def _lost_meanwhile(store: RunStore, lease: Lease) -> None:
+    """After the store failed the run's writes: marks ``lease`` lost if another process
+    took the run over meanwhile.
+
+    A process paused inside a write transaction (SIGSTOP, a frozen VM) finds, once
+    continued, its session ended by the server (``IDLE_IN_TRANSACTION``) and its
+    batch failed. Its run may well have been taken over meanwhile: then it has lost
+    the run, not a write, and must say so rather than give the lease back. A
+    renewal asks the store (it refuses a changed fence); a store that does not
+    answer within the lease's ttl leaves the run failed, as before.
+    """
+    with anyio.move_on_after(lease.ttl), contextlib.suppress(LeaseLost, StoreError):
+        await store.renew_lease(lease)
 
 
 def _new_http_client() -> httpx.AsyncClient:

@@ -141,7 +141,8 @@ IDLE_IN_TRANSACTION = DEFAULT_LEASE_TTL / 3
 before it ends the session. Ours never wait between the statements of a
 transaction, so only a paused process (SIGSTOP, a frozen VM) hits this: its
 row locks then go with its session instead of stalling whoever takes its runs
-over (and the paused process, continued, finds its store failed)."""
+over (and the paused process, continued, finds its write failed, and then its
+lease lost: `Runtime` asks)."""
 
 
 async def _session(connection: Any) -> None:

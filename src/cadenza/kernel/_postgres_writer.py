@@ -240,6 +240,7 @@ class PostgresWriter:
         """The batch in a transaction, less the writes of runs whose lease was lost."""
         async with connection.transaction():
             refused = await _refused(connection, leases)
+            failpoint("store.in_transaction")  # (a process paused here: tests/durability)
             kept = [w for w in batch if w[2] is None or id(w[2]) not in refused]
             await _write(connection, _plan(kept))
             failpoint("store.before_commit")

@@ -87,7 +87,8 @@ async def run_judge(run: RunContext, document: LoadedWorkflow, judging: Judging)
     """Runs the judge on one iteration and records its verdict (or why there is none).
 
     In a resumed run, a verdict recorded before the interruption is replayed:
-    the judge is not asked twice.
+    the judge is not asked twice. Like a step, the judge gives its verdict once
+    the coordinator agent has answered the messages it sent (`Unanswered`).
     """
     address, agent_name = judging.address, judging.agent_name
     replay = run.journal.replay
@@ -96,6 +97,9 @@ async def run_judge(run: RunContext, document: LoadedWorkflow, judging: Judging)
         run.journal.step_replayed(address, record)
     else:
         record = await _ask_judge(run, document, judging)
+    answers = run.unanswered.waiter(address)
+    if answers is not None:  # the next iteration starts after the forwards land
+        await answers
     result, error = record.result, record.error
     reason = result.get("reason") if isinstance(result, dict) else None
     done = result.get("done") if isinstance(result, dict) and error is None else None

@@ -39,6 +39,7 @@ from ._messages import AgentMessage as AgentMessage
 from ._messages import Backlog as Backlog
 from ._messages import Drain as Drain
 from ._messages import Outgoing as Outgoing
+from ._messages import Unanswered as Unanswered
 from ._messages import letter_size as letter_size
 from ._messages import pending_bytes as pending_bytes
 from ._messages import step_name as step_name
@@ -124,6 +125,7 @@ __all__ = [
     "StoredPolicy",
     "ToolPolicy",
     "ToolRequest",
+    "Unanswered",
     "Worktrees",
     "cancel_parked",
     "decode_document",

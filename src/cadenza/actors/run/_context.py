@@ -24,7 +24,7 @@ from cadenza.workflow import LoadedWorkflow, MemoryWindow, Options, State, Step
 from ._budget import TokenBudget
 from ._journal import Position, RunJournal
 from ._mcp import McpHost
-from ._messages import Backlog
+from ._messages import COORDINATOR, Backlog, Outgoing, Unanswered
 from ._outcome import Report
 from ._permissions import PermissionPolicy
 from ._worktrees import Worktrees
@@ -146,6 +146,8 @@ class RunContext:
     """Per step name: UTF-8 bytes of message text delivered, not yet drained (INBOX_BYTES)."""
     backlog: Backlog = field(default_factory=Backlog)
     """The run's messages waiting for delivery, all steps together (RUN_MAIL_SIZE, _BYTES)."""
+    unanswered: Unanswered = field(default_factory=Unanswered)
+    """Per sender, its messages the coordinator agent has yet to answer (see `Unanswered`)."""
     conversations: dict[str, list[list[Any]]] = field(default_factory=dict)
     """Per ``Brief.memory_key``: each earlier visit's turns, for ``memory`` other than fresh."""
     dispatcher: StepDispatcher | None = None
@@ -182,6 +184,19 @@ class RunContext:
         if self.budget is None:
             self.budget = TokenBudget(limit, self.journal)
         return self.budget.call()
+
+    def tell_coordinator(self, sender: str, text: str) -> None:
+        """Sends an agent's message to the coordinator; ``sender`` now waits for its answer.
+
+        Raises:
+            InboxFull: The coordinator holds `INBOX_SIZE` messages; nothing was sent.
+        """
+        self.unanswered.sent(sender)
+        try:
+            self.supervisor.tell_nowait(COORDINATOR, Outgoing(sender, text))
+        except BaseException:
+            self.unanswered.answered(sender)  # never sent: nothing to answer
+            raise
 
     def exhaust_budget(self, error: ErrorInfo) -> None:
         """Ends the run as ``failed`` with ``error``: the token budget is spent."""

@@ -2,13 +2,15 @@
 
 The coordinator actor (``_coordinator``) carries them; agent steps send
 `Outgoing` and drain `AgentMessage`; a resumed run rebuilds waiting ones from
-its journal; `Backlog` counts what a run holds, all its targets together. They
+its journal; `Backlog` counts what a run holds, all its targets together;
+`Unanswered` what the coordinator agent has yet to answer, per sender. They
 live apart from the coordinator so that the agent loop, the step actor and the
 replay can name them without importing the actor that routes them.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections import deque
 from dataclasses import dataclass
 
@@ -29,6 +31,7 @@ __all__ = [
     "Backlog",
     "Drain",
     "Outgoing",
+    "Unanswered",
     "letter_size",
     "pending_bytes",
     "step_name",
@@ -135,6 +138,52 @@ class Backlog:
         """The backlog of the messages kept in ``mail`` (after a replay)."""
         sizes = pending_bytes(mail)
         return cls(sum(len(letters) for letters in mail.values()), sum(sizes.values()))
+
+
+class Unanswered:
+    """Messages to the coordinator agent it has not answered yet, per sender.
+
+    A step's messages are answered (the agent woken, its forwards delivered or
+    dropped) before the step reports its end to its container, so what depends
+    on the step starts after the forwards its messages caused have landed:
+    ordered by cause, not by which of two actors the scheduler happens to run
+    first. Counted only in a run whose workflow names a coordinator agent (the
+    coordinator enables it); elsewhere nothing is counted and no step waits.
+    """
+
+    __slots__ = ("_counts", "_waiters", "enabled")
+
+    def __init__(self) -> None:
+        self.enabled = False
+        self._counts: dict[str, int] = {}
+        self._waiters: dict[str, asyncio.Future[None]] = {}
+
+    def sent(self, sender: str) -> None:
+        """Counts one more message from ``sender`` for the coordinator agent to answer."""
+        if self.enabled:
+            self._counts[sender] = self._counts.get(sender, 0) + 1
+
+    def answered(self, sender: str) -> None:
+        """One message from ``sender`` is answered; its waiter goes on once none is left."""
+        count = self._counts.get(sender)
+        if count is None:
+            return
+        if count > 1:
+            self._counts[sender] = count - 1
+            return
+        del self._counts[sender]
+        waiter = self._waiters.pop(sender, None)
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def waiter(self, sender: str) -> asyncio.Future[None] | None:
+        """Done once every message ``sender`` sent so far is answered; None if none waits."""
+        if sender not in self._counts:
+            return None
+        waiter = self._waiters.get(sender)
+        if waiter is None or waiter.done():  # (done: cancelled with an earlier awaiter)
+            waiter = self._waiters[sender] = asyncio.get_running_loop().create_future()
+        return waiter
 
 
 def letter_size(run_id: str, text: str) -> int:

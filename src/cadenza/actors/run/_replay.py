@@ -7,10 +7,12 @@ they did. What is not re-done is leaf work. `spawn_step`, the one place where
 every controller starts a child, asks the `Replay` first: an address with a
 finished record from before the interruption (``completed``, ``failed``,
 ``skipped``, its ``attempts`` kept) is not executed; a `ReplayedStep` reports
-that record to the controller at once, through the same path a child uses, so
-the controller cannot tell the difference. Leaves that were in flight
-(``running``, or ``cancelled`` by the interruption's aftermath) run again with
-their ``attempt`` one higher. The judge of a loop replays its verdict the same way.
+that record to the controller at once (once the resumed coordinator agent has
+answered what the step sent and the interruption left unanswered), through the
+same path a child uses, so the controller cannot tell the difference. Leaves
+that were in flight (``running``, or ``cancelled`` by the interruption's
+aftermath) run again with their ``attempt`` one higher. The judge of a loop
+replays its verdict the same way.
 
 Controllers re-emit the events of the decisions they make again; those already
 in the log (same type, address, message and data, counted with multiplicity)
@@ -20,6 +22,7 @@ the process restarted, and a second resume does not duplicate the first.
 
 from __future__ import annotations
 
+import asyncio
 from collections import Counter
 from typing import Any
 
@@ -171,12 +174,20 @@ class ReplayedStep(Actor):
     """Stands at a finished leaf's address just long enough to report its record again."""
 
     def __init__(
-        self, journal: RunJournal, step_id: str, record: StepRecord, report: Report
+        self,
+        journal: RunJournal,
+        step_id: str,
+        record: StepRecord,
+        report: Report,
+        answers: asyncio.Future[None] | None = None,
     ) -> None:
         self.journal = journal
         self.step_id = step_id
         self.record = record
         self.report = report
+        self.answers = answers
+        """Done once the resumed coordinator agent has answered the step's messages that
+        the interruption left unanswered (`Unanswered.waiter`); None: there are none."""
 
     async def receive(self, message: Any) -> None:
         """Messages for the step arrive too late: it has finished."""
@@ -185,7 +196,9 @@ class ReplayedStep(Actor):
         """Nothing runs, so there is nothing to cancel."""
 
     async def on_start(self) -> None:
-        """Notes the record in the journal, reports it, and stops."""
+        """Notes the record in the journal, reports it (its messages answered), and stops."""
         self.journal.step_replayed(str(self.address), self.record)
+        if self.answers is not None:
+            await self.answers
         await self.report(StepFinished(self.step_id, self.record))
         self.stop()

@@ -20,10 +20,8 @@ import msgspec
 from cadenza._redact import redact, scrub
 from cadenza.actors.run import (
     AGENT_MEMORY,
-    COORDINATOR,
     Brief,
     BudgetExceeded,
-    Outgoing,
     PermissionRule,
     RunContext,
     Scope,
@@ -240,7 +238,7 @@ def _send_message(run: RunContext, address: str) -> Tool:
         data = MessageSent(from_=address, to="coordinator", text=text, msg_type=0)
         run.journal.emit("message_sent", step_id=address, data=data)
         try:
-            run.supervisor.tell_nowait(COORDINATOR, Outgoing(address, text))
+            run.tell_coordinator(address, text)
         except InboxFull:
             reason = "the coordinator's inbox is full"
             dropped = MessageDropped(

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import msgspec
 
-from cadenza.actors.run import COORDINATOR, NO_BRIEF, Outgoing, StepFailure
+from cadenza.actors.run import NO_BRIEF, StepFailure
 from cadenza.errors import InboxFull
 from cadenza.protocols import (
     AgentOrder,
@@ -124,7 +124,7 @@ class _StepSink:
     def mail(self, text: str) -> None:
         run = self.actor.run
         try:
-            run.supervisor.tell_nowait(COORDINATOR, Outgoing(self.address, text))
+            run.tell_coordinator(self.address, text)
         except InboxFull:
             data = MessageDropped(
                 from_=self.address,

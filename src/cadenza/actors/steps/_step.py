@@ -3,9 +3,10 @@
 A `StepActor` is spawned under the step's address when its controller decides
 the step should run. It executes as its ``on_start`` turn: waits for a run-wide slot,
 runs the work under the step's timeout, retries a failure up to ``retries``
-times, records the outcome durably, and only then reports `StepFinished` to its
-controller and stops. Whatever goes wrong inside the work becomes the step's
-recorded failure; only a bug in the actor itself would crash it.
+times, records the outcome durably, waits for the coordinator agent to answer
+the messages the step sent (`Unanswered`), and only then reports `StepFinished`
+to its controller and stops. Whatever goes wrong inside the work becomes the
+step's recorded failure; only a bug in the actor itself would crash it.
 """
 
 from __future__ import annotations
@@ -92,14 +93,17 @@ class StepActor(PlacedActor):
             record = await self._execute(address)
         finally:
             active.discard(self)
-        late = self.take_messages()
-        if late:
-            self._keep_late_messages(late)
         tokens = None
         if self.kind == "agent":
             prompt, completion = journal.take_usage(address)
             tokens = Tokens(prompt, completion, prompt + completion)
         await journal.step_finished(address, record, agent=self.step.agent, tokens=tokens)
+        answers = self.run.unanswered.waiter(address)
+        if answers is not None:  # what depends on this step starts after the forwards land
+            await answers
+        late = self.take_messages()  # a forward back to this step included
+        if late:
+            self._keep_late_messages(late)
         await self.report(StepFinished(self.step_id, record))
         self.stop()
 
