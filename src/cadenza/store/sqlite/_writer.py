@@ -45,7 +45,7 @@ is locked" after its 5 s. The writer tries every millisecond or two instead
 
 A failed commit (the disk is full, the file locked past `LOCK_WAIT`)
 fails its batch, not the store: each run with writes in it has its lease
-marked failed (`cadenza.kernel.lease_failed`), so it stops and gives its lease
+marked failed (`cadenza.store.lease_failed`), so it stops and gives its lease
 back (its flushes raise `StoreFailed`), and a flush of no run in that batch
 raises `StoreError`. Nothing of the batch is stored, and the next batch is
 tried anew: a run that can no longer be recorded must not go on as if it
@@ -69,11 +69,11 @@ from typing import Any, NamedTuple
 
 import anyio
 
+from cadenza._failpoints import failpoint
 from cadenza.errors import StoreError
+from cadenza.store._lease import Lease, lease_failed, lease_lost
 
-from ._failpoints import failpoint
-from ._lease import Lease, lease_failed, lease_lost
-from ._sqlite_schema import connect
+from ._schema import connect
 
 __all__ = ["GroupWriter", "Statement"]
 
