@@ -25,7 +25,8 @@ def test_classes_come_from_private_modules() -> None:
         value = getattr(cadenza.store, name)
         if isinstance(value, type):
             module = value.__module__
-            assert module.startswith("cadenza.store.") and "._" in module, (name, module)
+            assert module.startswith("cadenza.store."), name
+            assert "._" in module, name
 
 
 def test_the_kernel_neither_exports_nor_loads_the_store() -> None:

@@ -17,7 +17,6 @@ from ._base import WAITING_COMMAND_BYTES as WAITING_COMMAND_BYTES
 from ._base import WAITING_COMMANDS as WAITING_COMMANDS
 from ._base import CancelCommand as CancelCommand
 from ._base import Command as Command
-from ._base import MemoryRunStore as MemoryRunStore
 from ._base import MessageCommand as MessageCommand
 from ._base import RunRow as RunRow
 from ._base import RunStore as RunStore
@@ -28,6 +27,7 @@ from ._lease import LeaseHolder as LeaseHolder
 from ._lease import lease_failed as lease_failed
 from ._lease import lease_lost as lease_lost
 from ._lease import lease_ttl_from_environment as lease_ttl_from_environment
+from ._memory import MemoryRunStore as MemoryRunStore
 from ._open import describe_store as describe_store
 from ._open import make_store as make_store
 from ._urls import is_postgres_url as is_postgres_url

@@ -8,7 +8,8 @@ from pathlib import Path
 
 from cadenza.errors import StoreError
 
-from ._base import MemoryRunStore, RunStore
+from ._base import RunStore
+from ._memory import MemoryRunStore
 from ._urls import is_postgres_url, redacted_url
 from .postgres import PostgresRunStore
 from .sqlite import SqliteRunStore

@@ -47,8 +47,8 @@ from cadenza._failpoints import failpoint
 from cadenza._logging import get_logger
 from cadenza._redact import redact
 from cadenza.errors import StoreError
+from cadenza.store._batch import queue_run
 from cadenza.store._lease import Lease, lease_failed, lease_lost
-from cadenza.store.sqlite._writer import queue_run
 
 __all__ = ["PostgresWriter", "Statement"]
 
@@ -81,7 +81,7 @@ _FEW = 4  # rows of one table that go as a VALUES list rather than as arrays
 _FENCE_FAILED = "22012"  # division_by_zero: how a fenced statement says a fence changed
 _CLOSE_TIMEOUT = 5.0  # seconds a goodbye to the server may take before the socket is cut
 
-_log = get_logger("cadenza.kernel")
+_log = get_logger("cadenza.store")
 
 
 class PostgresWriter:

@@ -71,6 +71,7 @@ import anyio
 
 from cadenza._failpoints import failpoint
 from cadenza.errors import StoreError
+from cadenza.store._batch import queue_run
 from cadenza.store._lease import Lease, lease_failed, lease_lost
 
 from ._schema import connect
@@ -453,22 +454,3 @@ def _resolve(futures: _Woken) -> None:
     for future, failed in futures:
         if not future.done():
             future.set_result(failed)
-
-
-def queue_run(
-    tables: dict[str, list[tuple[Any, list[tuple[Any, ...]]]]],
-    statement: Any,
-    parameters: tuple[Any, ...],
-) -> None:
-    """Adds one write to ``tables``: per table, runs of one statement in queue order.
-
-    A statement repeated back to back becomes one ``executemany``; tables are
-    written one after the other, so a batch costs a few round trips, not one a row.
-    """
-    runs = tables.get(statement.table)
-    if runs is None:
-        tables[statement.table] = [(statement, [parameters])]
-    elif runs[-1][0] is statement:
-        runs[-1][1].append(parameters)
-    else:
-        runs.append((statement, [parameters]))
