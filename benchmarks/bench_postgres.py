@@ -24,7 +24,7 @@ from _harness import Figure, best_of, now, per_op_us
 from bench_dag import _chain, _run_seconds
 from bench_loops import foreach_document
 from cadenza import Event, Runtime
-from cadenza.kernel import make_store
+from cadenza.store import make_store
 from cadenza.workflow import LoadedWorkflow, Step, Workflow
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -49,8 +49,8 @@ gc.freeze()
 n, shape, raw = int(sys.argv[1]), sys.argv[2], sys.argv[3] == "raw"
 if len(sys.argv) > 4:  # under callgrind: 50 times slower, the writer's linger timer
     # would fire within steps, which at full speed a flush always beats.
-    import cadenza.kernel._sqlite_writer
-    cadenza.kernel._sqlite_writer.LINGER = 3600.0
+    import cadenza.store.sqlite._writer
+    cadenza.store.sqlite._writer.LINGER = 3600.0
 build = {{"chain": bench_dag._chain, "loop": bench_loops.loop_document,
           "graph": bench_loops.graph_document}}[shape]
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from cadenza import _redact
-from cadenza.kernel import RunStore, make_store
+from cadenza.store import RunStore, make_store
 from tests._postgres import Cluster, started_cluster, unavailable
 
 _counter = itertools.count()

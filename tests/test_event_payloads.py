@@ -315,8 +315,8 @@ def test_the_plain_hot_path_payloads_equal_their_structs() -> None:
     """A loop's iteration events, and a leaf's start, are built as dicts for speed: the
     same, key for key and in order, as their Structs give."""
     from cadenza.actors.run import RunJournal
-    from cadenza.kernel import MemoryRunStore, RunRow
     from cadenza.protocols import IterationEnd, IterationStart, iteration_end, iteration_start
+    from cadenza.store import MemoryRunStore, RunRow
 
     def same(plain: dict[str, Any], struct: dict[str, Any]) -> bool:
         return list(plain.items()) == list(struct.items())

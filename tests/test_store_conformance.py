@@ -19,7 +19,8 @@ import pytest
 
 from cadenza import StoreError
 from cadenza.errors import LeaseHeld, LeaseLost, MessageRefused
-from cadenza.kernel import (
+from cadenza.protocols import Event, RunResult, StepRecord
+from cadenza.store import (
     WAITING_COMMAND_BYTES,
     CancelCommand,
     LeaseHolder,
@@ -28,7 +29,6 @@ from cadenza.kernel import (
     RunStore,
     SqliteRunStore,
 )
-from cadenza.protocols import Event, RunResult, StepRecord
 from tests.conftest import StoreFactory
 
 

@@ -8,15 +8,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from cadenza.kernel import (
-    DEFAULT_LEASE_TTL,
-    Command,
-    Lease,
-    LeaseHolder,
-    RunRow,
-    SqliteRunStore,
-)
 from cadenza.protocols import Event, RunResult, RunStatus, StepRecord
+from cadenza.store import DEFAULT_LEASE_TTL, Command, Lease, LeaseHolder, RunRow, SqliteRunStore
 from cadenza.testing.pytest_plugin import llm_server as llm_server
 
 

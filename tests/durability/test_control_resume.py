@@ -24,8 +24,8 @@ from typing import Any
 import pytest
 
 from cadenza import RunResult, Runtime
-from cadenza.kernel import make_store
 from cadenza.protocols import Event
+from cadenza.store import make_store
 from cadenza.testing import (
     CrashHarness,
     KillPoint,

@@ -38,7 +38,7 @@ import pytest
 
 from cadenza import Runtime
 from cadenza.api._backoff import Backoff
-from cadenza.kernel import make_store
+from cadenza.store import make_store
 from tests.conftest import WriteFlow
 
 RUNS = 12

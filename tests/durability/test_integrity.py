@@ -11,7 +11,7 @@ import pytest
 
 from cadenza import Runtime
 from cadenza.errors import CorruptRecord
-from cadenza.kernel import SCHEMA_VERSION, SqliteRunStore
+from cadenza.store import SCHEMA_VERSION, SqliteRunStore
 from cadenza.testing import CrashHarness, KillPoint
 
 from .conftest import cadenza

@@ -17,7 +17,7 @@ import pytest
 
 from cadenza import Runtime
 from cadenza.errors import CorruptRecord, StoreError
-from cadenza.kernel import (
+from cadenza.store import (
     POSTGRES_SCHEMA_VERSION,
     MemoryRunStore,
     PostgresRunStore,

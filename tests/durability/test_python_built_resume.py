@@ -31,8 +31,8 @@ import pytest
 from cadenza import Runtime
 from cadenza import build as b
 from cadenza.errors import RunNeedsCode
-from cadenza.kernel import make_store
 from cadenza.protocols import Event
+from cadenza.store import make_store
 from cadenza.workflow import Loop, Step, Workflow
 
 from .conftest import cadenza

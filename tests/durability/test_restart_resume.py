@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from cadenza import Event
-from cadenza.kernel import make_store
+from cadenza.store import make_store
 from cadenza.testing import CrashHarness, KillPoint
 
 WriteFlow = Callable[..., Path]

@@ -9,8 +9,8 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from cadenza import Runtime
-from cadenza.kernel import RunRow
 from cadenza.protocols import RunStatus
+from cadenza.store import RunRow
 from cadenza.testing import CrashHarness, KillPoint, compare_results
 from cadenza.workflow import validate_file
 from tests.conftest import StoreFactory

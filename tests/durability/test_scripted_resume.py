@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 
 from cadenza import RunResult
-from cadenza.kernel import make_store
 from cadenza.protocols import Event
+from cadenza.store import make_store
 from cadenza.testing import CrashHarness, KillPoint, compare_results
 
 # About 170 processes killed and resumed, a few seconds each when other suites load the machine.

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import anyio
 
-from cadenza.kernel import RunRow, SqliteRunStore
 from cadenza.protocols import Event
+from cadenza.store import RunRow, SqliteRunStore
 
 
 def row(run_id: str) -> RunRow:
@@ -165,7 +165,7 @@ async def test_a_new_store_holds_big_bodies_across_pages(tmp_path: Path) -> None
 LONG_WRITE = """
 import sys, time
 from pathlib import Path
-from cadenza.kernel._sqlite_schema import connect
+from cadenza.store.sqlite._schema import connect
 
 other = connect(Path(sys.argv[1]))
 other.execute("BEGIN IMMEDIATE")

@@ -12,8 +12,8 @@ import anyio
 import pytest
 
 from cadenza.errors import LeaseHeld
-from cadenza.kernel import LeaseHolder, RunRow, RunStore
 from cadenza.protocols import Event, StepRecord
+from cadenza.store import LeaseHolder, RunRow, RunStore
 from tests.conftest import StoreFactory
 
 

@@ -32,7 +32,7 @@ import asyncpg
 import pytest
 
 from cadenza import Runtime
-from cadenza.kernel import make_store
+from cadenza.store import make_store
 from tests.conftest import WriteFlow
 
 RUNS = 30

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cadenza import RunResult
-from cadenza.kernel import make_store
+from cadenza.store import make_store
 from cadenza.testing import (
     CrashHarness,
     KillPoint,

@@ -15,6 +15,7 @@ PUBLIC = [
     "cadenza.loops",
     "cadenza.workflow",
     "cadenza.kernel",
+    "cadenza.store",
     "cadenza.protocols",
     "cadenza.llm",
 ]

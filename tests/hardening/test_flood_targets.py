@@ -25,8 +25,8 @@ import pytest
 from cadenza import Runtime
 from cadenza.actors.run import INBOX_BYTES, RUN_MAIL_BYTES
 from cadenza.errors import MessageRefused
-from cadenza.kernel import WAITING_COMMAND_BYTES
 from cadenza.serve import create_app
+from cadenza.store import WAITING_COMMAND_BYTES
 from cadenza.testing import ScriptedLLMServer, ServerRule
 
 from .conftest import run_child

@@ -8,6 +8,7 @@ import sys
 import pytest
 
 import cadenza.kernel
+import cadenza.store
 
 
 def test_all_is_complete() -> None:
@@ -30,5 +31,6 @@ def test_the_old_name_is_an_alias_that_warns() -> None:
     sys.modules.pop("cadenza.runtime", None)
     with pytest.warns(DeprecationWarning, match=r"cadenza\.kernel"):
         old = importlib.import_module("cadenza.runtime")
-    assert old.SqliteRunStore is cadenza.kernel.SqliteRunStore
-    assert set(old.__all__) == set(cadenza.kernel.__all__)
+    assert old.Supervisor is cadenza.kernel.Supervisor
+    assert old.SqliteRunStore is cadenza.store.SqliteRunStore  # the kernel's, when it was this
+    assert set(old.__all__) == set(cadenza.kernel.__all__) | set(cadenza.store.__all__)

@@ -27,17 +27,7 @@ from typing import Any
 import httpx
 import msgspec
 
-from cadenza.kernel import (
-    Address,
-    Cancellable,
-    Clock,
-    DeadLetter,
-    LeaseHolder,
-    RunRow,
-    RunStore,
-    Slots,
-    Supervisor,
-)
+from cadenza.kernel import Address, Cancellable, Clock, DeadLetter, Slots, Supervisor
 from cadenza.llm import ProviderRegistry
 from cadenza.protocols import (
     ErrorInfo,
@@ -51,6 +41,7 @@ from cadenza.protocols import (
     WorkflowEnd,
     WorkflowStart,
 )
+from cadenza.store import LeaseHolder, RunRow, RunStore
 from cadenza.workflow import (
     WORKTREE_PER_STEP,
     LoadedWorkflow,

@@ -24,7 +24,6 @@ import msgspec
 from cadenza.actors.run import Replay, StoredPolicy, decode_document
 from cadenza.actors.steps import schema_errors, waiting_for
 from cadenza.errors import RunNotFound, SignalRejected, StoreError
-from cadenza.kernel import LeaseHolder, RunRow, RunStore
 from cadenza.protocols import (
     FINISHED,
     Event,
@@ -34,6 +33,7 @@ from cadenza.protocols import (
     timestamp,
     to_data,
 )
+from cadenza.store import LeaseHolder, RunRow, RunStore
 from cadenza.workflow import LoadedWorkflow, load_workflow
 
 __all__ = [

@@ -16,7 +16,7 @@ released, exactly as after a crash, so `Runtime.resumable` lists it and
 the answer with `Runtime.signal`, then resumes (``_resume.py``). The CLI is a
 thin layer over exactly this API.
 
-A run is driven under its lease (``cadenza.kernel._lease``): taken before the
+A run is driven under its lease (``cadenza.store._lease``): taken before the
 run is recorded, renewed every third of ``lease_ttl`` by a task beside the run,
 released when it ends. If the store finds the lease lost (another process took
 the run over while this one was paused or cut off), the run is stopped at once,
@@ -82,21 +82,7 @@ from cadenza.errors import (
     StoreError,
     StoreFailed,
 )
-from cadenza.kernel import (
-    CancelCommand,
-    Cancellable,
-    Clock,
-    Command,
-    Lease,
-    LeaseHolder,
-    MessageCommand,
-    RunRow,
-    RunStore,
-    SystemClock,
-    lease_lost,
-    lease_ttl_from_environment,
-    make_store,
-)
+from cadenza.kernel import Cancellable, Clock, SystemClock
 from cadenza.llm import RetryPolicy
 from cadenza.protocols import (
     FINISHED,
@@ -108,6 +94,18 @@ from cadenza.protocols import (
     StepRecord,
     Tokens,
     WorkflowEnd,
+)
+from cadenza.store import (
+    CancelCommand,
+    Command,
+    Lease,
+    LeaseHolder,
+    MessageCommand,
+    RunRow,
+    RunStore,
+    lease_lost,
+    lease_ttl_from_environment,
+    make_store,
 )
 from cadenza.workflow import (
     DEFAULT_MAX_CONCURRENCY,

@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from typing import Any, Final, Self
 
 from cadenza.actors import RUN_INTERRUPTED, RunJournal
-from cadenza.kernel import RunStore
 from cadenza.protocols import Event, EventType
+from cadenza.store import RunStore
 
 __all__ = ["ENDINGS", "EventSubscription", "SubscriptionStatistics"]
 

@@ -21,7 +21,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from cadenza.errors import CadenzaError, InputError, RunNeedsCode
-from cadenza.kernel import describe_store
+from cadenza.store import describe_store
 from cadenza.workflow import parse_duration
 
 from ._paths import STORE_HELP, StoreSpec, existing_store, store_spec

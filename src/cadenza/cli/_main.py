@@ -309,7 +309,7 @@ def _check_failpoints() -> None:
     if not os.environ.get("CADENZA_FAILPOINT"):
         return
     try:
-        importlib.import_module("cadenza.kernel._failpoints")  # arms them, or raises
+        importlib.import_module("cadenza._failpoints")  # arms them, or raises
     except ValueError as error:
         raise UsageError(str(error)) from None
 

@@ -30,7 +30,7 @@ import msgspec
 
 from cadenza.actors import RUN_INTERRUPTED, EventSink
 from cadenza.actors.run import RUN_RESUMED, STEP_REPLAYED, STEP_WAITING
-from cadenza.kernel import Clock, RunRow, SystemClock, describe_store
+from cadenza.kernel import Clock, SystemClock
 from cadenza.protocols import (
     Event,
     EventType,
@@ -44,6 +44,7 @@ from cadenza.protocols import (
     StepReplayed,
     payload,
 )
+from cadenza.store import RunRow, describe_store
 
 from ._paths import DEFAULT_STORE, StoreSpec
 

@@ -7,7 +7,7 @@
 from pathlib import Path
 
 from cadenza.errors import InputError
-from cadenza.kernel import describe_store, is_postgres_url
+from cadenza.store import describe_store, is_postgres_url
 
 __all__ = ["DEFAULT_STORE", "STORE_HELP", "StoreSpec", "existing_store", "store_spec"]
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from cadenza.errors import CadenzaError
-from cadenza.kernel import describe_store, lease_ttl_from_environment
+from cadenza.store import describe_store, lease_ttl_from_environment
 
 from ._paths import STORE_HELP, StoreSpec, store_spec
 

@@ -22,7 +22,7 @@ from typing import Any
 import anyio
 
 from cadenza._logging import configure_logging
-from cadenza.kernel import DEFAULT_LEASE_TTL, describe_store
+from cadenza.store import DEFAULT_LEASE_TTL, describe_store
 
 from ._paths import STORE_HELP, StoreSpec, store_spec
 

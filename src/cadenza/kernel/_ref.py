@@ -19,10 +19,10 @@ from ._inbox import Inbox
 
 if TYPE_CHECKING:
     from ._address import Address
-    from ._restart import Restart, RestartBatch
+    from ._restart import Restart
     from ._supervisor import Supervisor
 
-__all__ = ["ActorRef"]
+__all__ = ["ActorRef", "RestartBatch"]
 
 _STARTING = ActorState.STARTING
 _RUNNING = ActorState.RUNNING
@@ -242,6 +242,20 @@ class ActorRef:
 
     def __repr__(self) -> str:
         return f"<ActorRef {self._address} {self._state.value}>"
+
+
+class RestartBatch:
+    """Actors restarted together (ONE_FOR_ALL, REST_FOR_ONE), in spawn order.
+
+    They restart only once every member's instance has ended, so the new
+    instances start in spawn order whatever order the old ones ended in.
+    """
+
+    __slots__ = ("members", "running")
+
+    def __init__(self, members: list[ActorRef]) -> None:
+        self.members = members
+        self.running = sum(member._live for member in members)
 
 
 def _expire(reply: asyncio.Future[Any], address: Address, message: Any, timeout: float) -> None:

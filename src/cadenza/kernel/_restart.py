@@ -9,12 +9,8 @@ from __future__ import annotations
 import enum
 from collections import deque
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import msgspec
-
-if TYPE_CHECKING:
-    from ._ref import ActorRef
 
 __all__ = [
     "DeadLetter",
@@ -120,29 +116,3 @@ class Intensity:
         if len(times) > self._max_restarts:
             return len(times)
         return None
-
-
-class RestartBatch:
-    """Actors restarted together (ONE_FOR_ALL, REST_FOR_ONE), in spawn order.
-
-    They restart only once every member's instance has ended, so the new
-    instances start in spawn order whatever order the old ones ended in.
-    """
-
-    __slots__ = ("members", "running")
-
-    def __init__(self, members: list[ActorRef]) -> None:
-        self.members = members
-        self.running = sum(member._live for member in members)
-
-
-def affected_by(
-    strategy: RestartStrategy, ended: ActorRef, children: list[ActorRef]
-) -> list[ActorRef]:
-    """The children a restart of ``ended`` takes along, in spawn order.
-
-    Children already waiting in another batch stay with that one.
-    """
-    if strategy is RestartStrategy.REST_FOR_ONE:
-        children = children[children.index(ended) :]
-    return [child for child in children if child is ended or child._batch is None]

@@ -24,15 +24,8 @@ from ._clock import Clock, SystemClock
 from ._consumer import exit_actor
 from ._dispatcher import Dispatcher
 from ._inbox import Inbox
-from ._ref import ActorRef
-from ._restart import (
-    DeadLetter,
-    Intensity,
-    Restart,
-    RestartBatch,
-    RestartStrategy,
-    affected_by,
-)
+from ._ref import ActorRef, RestartBatch
+from ._restart import DeadLetter, Intensity, Restart, RestartStrategy
 
 __all__ = ["Phase", "SupervisionCore"]
 
@@ -241,3 +234,15 @@ class SupervisionCore:
     def _reap(self, ref: ActorRef, task: asyncio.Task[None]) -> None:
         if ref._task is task and ref._live:
             exit_actor(ref, ref._inbox, None, None, cancelled=True)
+
+
+def affected_by(
+    strategy: RestartStrategy, ended: ActorRef, children: list[ActorRef]
+) -> list[ActorRef]:
+    """The children a restart of ``ended`` takes along, in spawn order.
+
+    Children already waiting in another batch stay with that one.
+    """
+    if strategy is RestartStrategy.REST_FOR_ONE:
+        children = children[children.index(ended) :]
+    return [child for child in children if child is ended or child._batch is None]

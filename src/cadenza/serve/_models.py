@@ -12,8 +12,8 @@ from typing import Annotated, Any
 
 import msgspec
 
-from cadenza.kernel import RunRow
 from cadenza.protocols import Event, RunStatus
+from cadenza.store import RunRow
 
 __all__ = [
     "ApiError",

@@ -22,7 +22,6 @@ from starlette.responses import Response
 from cadenza import Runtime
 from cadenza.actors.run import decode_document
 from cadenza.errors import CadenzaError, LeaseHeld, PolicyRefused, RunNeedsCode
-from cadenza.kernel import RunRow
 from cadenza.protocols import (
     FINISHED,
     Event,
@@ -33,6 +32,7 @@ from cadenza.protocols import (
     Usage,
     payload,
 )
+from cadenza.store import RunRow
 from cadenza.workflow import LoadedWorkflow, load_workflow
 
 from ._limits import StreamSlots

@@ -184,7 +184,7 @@ class CrashHarness:
         self.workflow = Path(workflow).resolve()
         self.directory = Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
-        from cadenza.kernel import is_postgres_url
+        from cadenza.store import is_postgres_url
 
         self.store: Path | str = self.directory / "runs.db"
         if store is not None:
@@ -257,7 +257,7 @@ class CrashHarness:
         return restart_to_step(self._events(run_id), resumed.started)
 
     def _events(self, run_id: str) -> list[Event]:
-        from cadenza.kernel import make_store
+        from cadenza.store import make_store
 
         async def read() -> list[Event]:
             store = make_store(self.store)

@@ -29,7 +29,8 @@ from cadenza.protocols import (
 )
 
 if TYPE_CHECKING:
-    from cadenza.kernel import Clock, RunStore
+    from cadenza.kernel import Clock
+    from cadenza.store import RunStore
     from cadenza.workflow import LoadedWorkflow, Workflow
 
 __all__ = ["MessageRecorder", "RecordedMessage", "run_workflow"]

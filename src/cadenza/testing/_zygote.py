@@ -23,8 +23,8 @@ __all__ = ["serve"]
 
 def _child(request: dict[str, Any]) -> None:
     """In the forked child: files for stdio, the failpoint armed, the command line run."""
+    from cadenza._failpoints import arm
     from cadenza.cli import main
-    from cadenza.kernel._failpoints import arm
 
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)

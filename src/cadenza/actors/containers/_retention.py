@@ -18,8 +18,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from cadenza.actors.run import CHECKPOINT
-from cadenza.kernel import is_under
 from cadenza.protocols import Checkpoint
+from cadenza.store import is_under
 
 if TYPE_CHECKING:
     from ._loop import LoopController

@@ -21,9 +21,8 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 from msgspec import to_builtins
 
+from cadenza._failpoints import ARMED, failpoint
 from cadenza._redact import known_secrets, scrub
-from cadenza.kernel import RunStore
-from cadenza.kernel._failpoints import ARMED, failpoint
 from cadenza.protocols import (
     ErrorInfo,
     Event,
@@ -46,6 +45,7 @@ from cadenza.protocols import (
     format_duration,
     timestamp,
 )
+from cadenza.store import RunStore
 
 if TYPE_CHECKING:
     from ._replay import Replay

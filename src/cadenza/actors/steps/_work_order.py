@@ -30,7 +30,7 @@ from cadenza.actors.run import (
     StepFailure,
     work_error,
 )
-from cadenza.kernel import Actor, Clock, MemoryRunStore, Slots, Supervisor
+from cadenza.kernel import Actor, Clock, Slots, Supervisor
 from cadenza.llm import ProviderRegistry
 from cadenza.protocols import (
     AgentOrder,
@@ -45,6 +45,7 @@ from cadenza.protocols import (
     Usage,
     WorkOrder,
 )
+from cadenza.store import MemoryRunStore
 from cadenza.workflow import Agent, LoadedWorkflow, Options, Workflow
 
 from ._agent import AgentVisit, run_agent

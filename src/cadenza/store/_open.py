@@ -8,10 +8,11 @@ from pathlib import Path
 
 from cadenza.errors import StoreError
 
-from ._postgres import PostgresRunStore
-from ._sqlite import SqliteRunStore
-from ._store import MemoryRunStore, RunStore
+from ._base import RunStore
+from ._memory import MemoryRunStore
 from ._urls import is_postgres_url, redacted_url
+from .postgres import PostgresRunStore
+from .sqlite import SqliteRunStore
 
 __all__ = ["describe_store", "make_store"]
 

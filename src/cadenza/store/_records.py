@@ -19,7 +19,7 @@ import msgspec
 from cadenza.errors import CorruptRecord
 from cadenza.protocols import Event, RunResult, StepRecord
 
-from ._store import RunRow
+from ._base import RunRow
 
 __all__ = [
     "RecordChecker",

@@ -1,7 +1,7 @@
 """The SQLite run store: WAL, ``synchronous=FULL``, one writer thread, group commit.
 
 Writes never block the event loop: they are queued to a dedicated writer thread
-(``_sqlite_writer``) that takes everything queued so far, writes it in one
+(``_writer``) that takes everything queued so far, writes it in one
 transaction and commits once. `SqliteRunStore.flush` resolves when its batch is
 committed, so steps that finish together share one fsync (group commit) while
 each still waits for its own durability. Reads use a second connection in a
@@ -9,7 +9,7 @@ worker thread.
 
 Stored data is JSON (msgspec), never pickle, each body with a CRC-32 that is
 checked when it is read back. The schema is versioned in ``PRAGMA
-user_version`` (see ``_sqlite_schema``); a store written by a newer Cadenza is
+user_version`` (see ``_schema``); a store written by a newer Cadenza is
 refused, an older one upgraded.
 
 How far ahead of the disk the queue may run is bounded by the run itself: every
@@ -30,20 +30,7 @@ import msgspec
 
 from cadenza.errors import StoreError
 from cadenza.protocols import Event, RunResult, RunStatus, StepRecord
-
-from ._lease import DEFAULT_LEASE_TTL, HeldLeases, Lease, LeaseHolder, lease_lost
-from ._records import read_document, read_events, read_run, read_steps, run_columns
-from ._sqlite_schema import (
-    SCHEMA_VERSION,
-    connect,
-    crc,
-    integrity_problems,
-    migrate,
-    renew_lease,
-    take_lease,
-)
-from ._sqlite_writer import GroupWriter, Statement
-from ._store import (
+from cadenza.store._base import (
     ANSWERED,
     Command,
     RunRow,
@@ -52,6 +39,19 @@ from ._store import (
     read_commands,
     refuse_command,
 )
+from cadenza.store._lease import DEFAULT_LEASE_TTL, HeldLeases, Lease, LeaseHolder, lease_lost
+from cadenza.store._records import read_document, read_events, read_run, read_steps, run_columns
+
+from ._schema import (
+    SCHEMA_VERSION,
+    connect,
+    crc,
+    integrity_problems,
+    migrate,
+    renew_lease,
+    take_lease,
+)
+from ._writer import GroupWriter, Statement
 
 __all__ = ["SCHEMA_VERSION", "SqliteRunStore"]
 

@@ -45,7 +45,7 @@ is locked" after its 5 s. The writer tries every millisecond or two instead
 
 A failed commit (the disk is full, the file locked past `LOCK_WAIT`)
 fails its batch, not the store: each run with writes in it has its lease
-marked failed (`cadenza.kernel.lease_failed`), so it stops and gives its lease
+marked failed (`cadenza.store.lease_failed`), so it stops and gives its lease
 back (its flushes raise `StoreFailed`), and a flush of no run in that batch
 raises `StoreError`. Nothing of the batch is stored, and the next batch is
 tried anew: a run that can no longer be recorded must not go on as if it
@@ -69,11 +69,12 @@ from typing import Any, NamedTuple
 
 import anyio
 
+from cadenza._failpoints import failpoint
 from cadenza.errors import StoreError
+from cadenza.store._batch import queue_run
+from cadenza.store._lease import Lease, lease_failed, lease_lost
 
-from ._failpoints import failpoint
-from ._lease import Lease, lease_failed, lease_lost
-from ._sqlite_schema import connect
+from ._schema import connect
 
 __all__ = ["GroupWriter", "Statement"]
 
@@ -453,22 +454,3 @@ def _resolve(futures: _Woken) -> None:
     for future, failed in futures:
         if not future.done():
             future.set_result(failed)
-
-
-def queue_run(
-    tables: dict[str, list[tuple[Any, list[tuple[Any, ...]]]]],
-    statement: Any,
-    parameters: tuple[Any, ...],
-) -> None:
-    """Adds one write to ``tables``: per table, runs of one statement in queue order.
-
-    A statement repeated back to back becomes one ``executemany``; tables are
-    written one after the other, so a batch costs a few round trips, not one a row.
-    """
-    runs = tables.get(statement.table)
-    if runs is None:
-        tables[statement.table] = [(statement, [parameters])]
-    elif runs[-1][0] is statement:
-        runs[-1][1].append(parameters)
-    else:
-        runs.append((statement, [parameters]))

@@ -29,7 +29,7 @@ marked lost (`LeaseLost` at its next flush), and the other runs' writes commit.
 
 A failed commit (the server restarted, a connection killer ended the session,
 the network broke) fails its batch, not the store. Each run with writes in it
-has its lease marked failed (`cadenza.kernel.lease_failed`): that run cannot
+has its lease marked failed (`cadenza.store.lease_failed`): that run cannot
 know what of it is stored, so it stops and gives its lease back, and its
 flushes raise `StoreFailed`; a flush of no run in that batch raises
 `StoreError`. The connection is dropped, and the next batch opens a new one:
@@ -43,13 +43,12 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any, NamedTuple
 
+from cadenza._failpoints import failpoint
 from cadenza._logging import get_logger
 from cadenza._redact import redact
 from cadenza.errors import StoreError
-
-from ._failpoints import failpoint
-from ._lease import Lease, lease_failed, lease_lost
-from ._sqlite_writer import queue_run
+from cadenza.store._batch import queue_run
+from cadenza.store._lease import Lease, lease_failed, lease_lost
 
 __all__ = ["PostgresWriter", "Statement"]
 
@@ -82,7 +81,7 @@ _FEW = 4  # rows of one table that go as a VALUES list rather than as arrays
 _FENCE_FAILED = "22012"  # division_by_zero: how a fenced statement says a fence changed
 _CLOSE_TIMEOUT = 5.0  # seconds a goodbye to the server may take before the socket is cut
 
-_log = get_logger("cadenza.kernel")
+_log = get_logger("cadenza.store")
 
 
 class PostgresWriter:

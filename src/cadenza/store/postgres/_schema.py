@@ -17,9 +17,8 @@ from typing import Any
 import msgspec
 
 from cadenza.errors import LeaseHeld, StoreError
-
-from ._lease import Lease, LeaseHolder, check_takeover, lease_lost
-from ._records import RecordChecker, checked
+from cadenza.store._lease import Lease, LeaseHolder, check_takeover, lease_lost
+from cadenza.store._records import RecordChecker, checked
 
 __all__ = [
     "LOCK_TIMEOUT_MS",

@@ -20,9 +20,8 @@ from typing import Any
 import msgspec
 
 from cadenza.errors import StoreError
-
-from ._lease import Lease, LeaseHolder, check_takeover, lease_lost
-from ._records import RecordChecker, checked, crc
+from cadenza.store._lease import Lease, LeaseHolder, check_takeover, lease_lost
+from cadenza.store._records import RecordChecker, checked, crc
 
 __all__ = [
     "SCHEMA_VERSION",

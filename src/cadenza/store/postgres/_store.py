@@ -1,7 +1,7 @@
 """The PostgreSQL run store: the SQLite store's guarantees, on a server several processes share.
 
 Selected by URL (``postgresql://user@host/db``; `make_store`). Writes never
-wait: they are queued to a writer task (``_postgres_writer``) that writes
+wait: they are queued to a writer task (``_writer``) that writes
 everything queued so far in one transaction and commits once;
 `PostgresRunStore.flush` resolves when its batch is committed (the server's
 ``synchronous_commit`` decides what committed means: on, its default, is
@@ -10,7 +10,7 @@ The driver is asyncpg, loaded when the store opens: it is the ``postgres``
 extra (``pip install 'cadenza[postgres]'``).
 
 Stored data is JSON (msgspec), never pickle, each body with a CRC-32 checked
-when it is read back; the schema is versioned (``_postgres_schema``): a
+when it is read back; the schema is versioned (``_schema``): a
 database written by a newer Cadenza is refused, an older one upgraded.
 
 A URL's password never appears in an error or a log: the store is named by
@@ -23,7 +23,7 @@ killer or a network blip ends them. The pool replaces a dead connection when
 it is next asked for one, and the writer opens a new one for the batch after
 a failed one; what failed in between is a `StoreError` naming the store (the
 driver's own errors never leave this module), and a failed batch stops the
-runs whose writes were in it (``_postgres_writer``). Every session is named
+runs whose writes were in it (``_writer``). Every session is named
 ``cadenza`` (``application_name``) unless the URL or ``PGAPPNAME`` names it:
 what ``pg_stat_activity`` shows, and what an operator selects on.
 """
@@ -43,12 +43,7 @@ import msgspec
 from cadenza._redact import redact, register_secret
 from cadenza.errors import StoreError
 from cadenza.protocols import Event, RunResult, RunStatus, StepRecord
-
-from ._lease import DEFAULT_LEASE_TTL, HeldLeases, Lease, LeaseHolder, lease_lost
-from ._postgres_schema import NOW, integrity_problems, migrate, renew_lease, take_lease
-from ._postgres_writer import PostgresWriter, Statement
-from ._records import crc, read_document, read_events, read_run, read_steps, run_columns
-from ._store import (
+from cadenza.store._base import (
     ANSWERED,
     Command,
     RunRow,
@@ -57,7 +52,19 @@ from ._store import (
     read_commands,
     refuse_command,
 )
-from ._urls import redacted_url, url_password
+from cadenza.store._lease import DEFAULT_LEASE_TTL, HeldLeases, Lease, LeaseHolder, lease_lost
+from cadenza.store._records import (
+    crc,
+    read_document,
+    read_events,
+    read_run,
+    read_steps,
+    run_columns,
+)
+from cadenza.store._urls import redacted_url, url_password
+
+from ._schema import NOW, integrity_problems, migrate, renew_lease, take_lease
+from ._writer import PostgresWriter, Statement
 
 __all__ = ["PostgresRunStore"]
 

@@ -1,0 +1,205 @@
+"""The in-memory run store: everything in this process, fast, and gone at exit.
+
+What `cadenza.Runtime` uses without a ``store``, and what a worker runs its
+one step against (``actors/steps/_work_order.py``). It keeps the promises of
+`RunStore` that make sense in one process: leases are fenced (a second
+runtime of this process can take a run over), message commands are bounded.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+import msgspec
+
+from cadenza.protocols import Event, RunResult, RunStatus, StepRecord
+
+from ._base import (
+    ANSWERED,
+    WAITING_COMMAND_BYTES,
+    WAITING_COMMANDS,
+    Command,
+    MessageCommand,
+    RunRow,
+    encode_command,
+    is_under,
+    refuse_command,
+)
+from ._lease import DEFAULT_LEASE_TTL, Lease, LeaseHolder, check_takeover, lease_lost
+
+__all__ = ["MemoryRunStore"]
+
+
+class MemoryRunStore:
+    """A store that keeps everything in this process: fast, and gone at exit."""
+
+    def __init__(self) -> None:
+        self._runs: dict[str, RunRow] = {}
+        self._events: dict[str, list[Event]] = {}
+        self._steps: dict[str, dict[str, StepRecord]] = {}
+        self._documents: dict[str, bytes] = {}
+        self._leases: dict[str, Lease] = {}
+        self._expiry: dict[str, float] = {}
+        self._fences: dict[str, int] = {}
+        self._commands: list[tuple[str, Command]] = []
+
+    async def open(self) -> None:
+        """Nothing to prepare."""
+
+    async def close(self) -> None:
+        """Nothing to release."""
+
+    def begin_run(self, row: RunRow) -> None:
+        """Records a new run row."""
+        self._runs[row.run_id] = row
+        self._events.setdefault(row.run_id, [])
+        self._steps.setdefault(row.run_id, {})
+
+    def append_event(self, event: Event) -> None:
+        """Records an event."""
+        self._events[event.run_id].append(event)
+
+    def put_step(self, run_id: str, address: str, record: StepRecord) -> None:
+        """Records the latest state of an address."""
+        self._steps[run_id][address] = record
+
+    def end_run(self, run_id: str, status: RunStatus, result: RunResult | None) -> None:
+        """Records the run's new status."""
+        self._runs[run_id] = msgspec.structs.replace(
+            self._runs[run_id], status=status, result=result, updated_at=time.time()
+        )
+
+    async def flush(self, run_id: str | None = None) -> None:
+        """Memory is as durable as this store gets.
+
+        Raises:
+            LeaseLost: ``run_id``'s lease, as held through this store, was taken over.
+        """
+        lease = None if run_id is None else self._leases.get(run_id)
+        if lease is not None and lease.lost is not None:
+            raise lease_lost(lease, lease.lost)
+
+    async def get_run(self, run_id: str) -> RunRow | None:
+        """The run row, or None."""
+        return self._runs.get(run_id)
+
+    async def list_runs(self, *, limit: int = 100) -> list[RunRow]:
+        """Most recent first."""
+        rows = sorted(self._runs.values(), key=lambda r: r.created_at, reverse=True)
+        return rows[:limit]
+
+    async def events(self, run_id: str, *, after_seq: int = 0) -> list[Event]:
+        """The run's events after ``after_seq``."""
+        return [e for e in self._events.get(run_id, ()) if e.seq > after_seq]
+
+    async def steps(self, run_id: str) -> dict[str, StepRecord]:
+        """A copy of the run's step records."""
+        return dict(self._steps.get(run_id, {}))
+
+    def save_document(self, run_id: str, body: bytes) -> None:
+        """Keeps the run's document."""
+        self._documents[run_id] = body
+
+    async def document(self, run_id: str) -> bytes | None:
+        """The run's document, or None."""
+        return self._documents.get(run_id)
+
+    async def acquire_lease(
+        self, run_id: str, holder: LeaseHolder, *, ttl: float = DEFAULT_LEASE_TTL
+    ) -> Lease:
+        """Takes the run's lease (only runtimes in this process can compete for it)."""
+        now = time.monotonic()
+        current = self._leases.get(run_id)
+        expired = now >= self._expiry.get(run_id, 0.0)
+        check_takeover(run_id, None if current is None else current.holder, holder, expired=expired)
+        self._expiry[run_id] = now + ttl
+        if current is not None and current.holder.token == holder.token and not expired:
+            current.ttl = ttl
+            return current
+        if current is not None:  # one memory store, one process: tell the former holder now
+            lease_lost(current, f"{holder.describe()} took the run over")
+        fence = self._fences.get(run_id, 0) + 1
+        self._fences[run_id] = fence
+        self._leases[run_id] = lease = Lease(run_id, holder, fence, ttl)
+        return lease
+
+    async def renew_lease(self, lease: Lease) -> None:
+        """Extends ``lease`` if it is still the run's.
+
+        Raises:
+            LeaseLost: Another holder took it.
+        """
+        if self._leases.get(lease.run_id) is not lease:
+            raise lease_lost(lease, "another holder took the run over")
+        self._expiry[lease.run_id] = time.monotonic() + lease.ttl
+
+    def release_lease(self, run_id: str, holder: LeaseHolder) -> None:
+        """Gives the lease up if ``holder`` still holds it."""
+        current = self._leases.get(run_id)
+        if current is not None and current.holder.token == holder.token:
+            del self._leases[run_id]
+            self._expiry.pop(run_id, None)
+
+    async def orphaned_runs(self, *, limit: int = 100) -> list[RunRow]:
+        """Running runs whose lease is free or expired, oldest first."""
+        now = time.monotonic()
+        rows = [
+            row
+            for row in self._runs.values()
+            if row.status == "running" and now >= self._expiry.get(row.run_id, 0.0)
+        ]
+        return sorted(rows, key=lambda r: r.created_at)[:limit]
+
+    async def answered_runs(self, *, limit: int = 100) -> list[RunRow]:
+        """Waiting runs whose newest event is an answer, oldest first."""
+        rows = [
+            row
+            for row in self._runs.values()
+            if row.status == "waiting"
+            and self._events.get(row.run_id)
+            and self._events[row.run_id][-1].type == ANSWERED
+        ]
+        return sorted(rows, key=lambda r: r.created_at)[:limit]
+
+    async def send_command(self, run_id: str, command: Command) -> None:
+        """Keeps ``command`` until the run's owner takes it (a message: within the bounds)."""
+        if isinstance(command, MessageCommand):
+            body = encode_command(command)
+            waiting = [encode_command(c) for r, c in self._commands if r == run_id]
+            if (
+                len(waiting) >= WAITING_COMMANDS
+                or sum(map(len, waiting)) + len(body) > WAITING_COMMAND_BYTES
+            ):
+                raise refuse_command(run_id, body)
+        self._commands.append((run_id, command))
+
+    async def take_commands(self, run_ids: Sequence[str]) -> list[tuple[str, Command]]:
+        """Removes and returns the commands for these runs, oldest first."""
+        wanted = set(run_ids)
+        taken = [item for item in self._commands if item[0] in wanted]
+        if taken:
+            self._commands = [item for item in self._commands if item[0] not in wanted]
+        return taken
+
+    def forget_steps(self, run_id: str, prefix: str) -> None:
+        """Drops the records at ``prefix`` and below it."""
+        steps = self._steps.get(run_id, {})
+        for address in [a for a in steps if is_under(a, prefix)]:
+            del steps[address]
+
+    async def delete_runs(self, run_ids: Sequence[str]) -> None:
+        """Forgets the runs."""
+        for run_id in run_ids:
+            self._runs.pop(run_id, None)
+            self._events.pop(run_id, None)
+            self._steps.pop(run_id, None)
+            self._documents.pop(run_id, None)
+            self._leases.pop(run_id, None)
+            self._expiry.pop(run_id, None)
+        doomed = set(run_ids)
+        self._commands = [item for item in self._commands if item[0] not in doomed]
+
+    async def check(self) -> list[str]:
+        """Memory cannot rot."""
+        return []
