@@ -1,6 +1,6 @@
 """One busy period of an actor instance: its start, the messages waiting, its exit.
 
-The dispatcher (``_dispatcher.py``) runs ``serve`` when an idle actor gets a
+The ready queue (``_ready_queue.py``) runs ``serve`` when an idle actor gets a
 message, and when a new instance is started. ``serve`` takes messages while
 the inbox holds any and returns once it is empty, leaving the inbox a
 ``_waker`` to schedule the next busy period: an idle actor is its inbox and

@@ -55,7 +55,7 @@ class Inbox(Generic[T]):
         # holds a reserved slot until its sender runs.
         self._putters: deque[asyncio.Future[None]] | None = None
         # Called once, then forgotten, at the next push or close: how an idle
-        # actor, which has no task waiting here, is scheduled by its dispatcher.
+        # actor, which has no task waiting here, is scheduled by its ready queue.
         self._waker: Callable[[], None] | None = None
 
     @property

@@ -1,4 +1,4 @@
-"""The dispatcher: runs actors' busy periods on the event loop without a task per actor.
+"""The ready queue: runs actors' busy periods on the event loop without a task per actor.
 
 An actor with nothing to do holds no task and no coroutine: its inbox keeps a
 ``_waker`` that, at the next message (or a stop), puts the actor on this ready
@@ -40,14 +40,14 @@ from ._consumer import serve
 if TYPE_CHECKING:
     from ._ref import ActorRef
 
-__all__ = ["Dispatcher"]
+__all__ = ["ReadyQueue"]
 
 _TURNS_PER_PASS = 64
 """Busy periods run back to back before the draining task lets the event loop
 run the rest (I/O, timers, other tasks) once."""
 
 
-class Dispatcher:
+class ReadyQueue:
     """The ready queue of one supervisor's actors and the task that drains it.
 
     Args:
@@ -64,7 +64,7 @@ class Dispatcher:
         self._closed = False  # the supervisor is closing: drain, then end
         self._ended = ended
         self.tasks = 0
-        """Tasks of this dispatcher alive: the draining one, and those of suspended actors."""
+        """Tasks of this ready queue alive: the draining one, and those of suspended actors."""
 
     def schedule(self, ref: ActorRef) -> None:
         """Queue a busy period of ``ref`` (a new instance, a message, a stop)."""
@@ -104,7 +104,7 @@ class Dispatcher:
         self._ended()
 
     def _start(self) -> asyncio.Task[None]:
-        return self._spawn(self._drain(), "cadenza dispatcher")
+        return self._spawn(self._drain(), "cadenza ready queue")
 
     async def _drain(self) -> None:
         task = asyncio.current_task()
