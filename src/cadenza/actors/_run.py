@@ -29,7 +29,6 @@ import msgspec
 
 from cadenza.kernel import (
     Address,
-    Cancellable,
     Clock,
     DeadLetter,
     LeaseHolder,
@@ -37,6 +36,7 @@ from cadenza.kernel import (
     RunStore,
     Slots,
     Supervisor,
+    Timer,
 )
 from cadenza.llm import ProviderRegistry
 from cadenza.protocols import (
@@ -355,7 +355,7 @@ def _context(setup: RunSetup, supervisor: Supervisor, providers: ProviderRegistr
     return context
 
 
-def _run_timeout(context: RunContext, timed_out: list[str]) -> Cancellable | None:
+def _run_timeout(context: RunContext, timed_out: list[str]) -> Timer | None:
     """Starts the clock of ``options.timeout``, if the workflow has one."""
     limit = context.options.timeout
     if not limit:

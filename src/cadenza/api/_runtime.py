@@ -84,7 +84,6 @@ from cadenza.errors import (
 )
 from cadenza.kernel import (
     CancelCommand,
-    Cancellable,
     Clock,
     Command,
     Lease,
@@ -93,6 +92,7 @@ from cadenza.kernel import (
     RunRow,
     RunStore,
     SystemClock,
+    Timer,
     lease_lost,
     lease_ttl_from_environment,
     make_store,
@@ -202,7 +202,7 @@ class RunHandle:
         self._resumed_after = 0
         # Set by the runtime while the run executes: cancelling it stops the run outright.
         self._scope: anyio.CancelScope | None = None
-        self._deadlines: list[Cancellable] = []
+        self._deadlines: list[Timer] = []
         self._ended = False  # this drive emitted its workflow_end (or run_interrupted)
         self._stored = False  # the store holds the run: its start (or resumption) committed
         self._lease: Lease | None = None  # the lease the run is driven under

@@ -16,9 +16,9 @@ for one release.
 from ._actor import Actor as Actor
 from ._actor import ActorState as ActorState
 from ._address import Address as Address
-from ._clock import Cancellable as Cancellable
 from ._clock import Clock as Clock
 from ._clock import SystemClock as SystemClock
+from ._clock import Timer as Timer
 from ._fake_clock import FakeClock as FakeClock
 from ._inbox import Inbox as Inbox
 from ._lease import DEFAULT_LEASE_TTL as DEFAULT_LEASE_TTL
@@ -67,7 +67,6 @@ __all__ = [
     "ActorState",
     "Address",
     "CancelCommand",
-    "Cancellable",
     "Clock",
     "Command",
     "DeadLetter",
@@ -91,6 +90,7 @@ __all__ = [
     "Supervisor",
     "SupervisorStatistics",
     "SystemClock",
+    "Timer",
     "call_in_thread",
     "describe_store",
     "is_postgres_url",

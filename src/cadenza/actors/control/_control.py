@@ -37,8 +37,7 @@ import msgspec
 from cadenza.actors.containers import Container, Outcome
 from cadenza.actors.run import STEP_REPLAYED, Placement, StepFinished, work_error
 from cadenza.actors.steps import ask_person
-from cadenza.kernel import Address
-from cadenza.kernel import Cancellable as Timer
+from cadenza.kernel import Address, Timer
 from cadenza.protocols import ErrorInfo, Event, StepRecord, StepStart
 from cadenza.workflow import LoadedWorkflow, parse_duration, parse_template
 
