@@ -270,7 +270,7 @@ def _glob_subjects(arguments: dict[str, Any], directory: Path | None) -> tuple[_
 # Rules ---------------------------------------------------------------------------
 
 
-class _Verdict(NamedTuple):
+class _RuleMatch(NamedTuple):
     """What a deny rule says of a call: it covers it (``certain``), or it may."""
 
     rule: PermissionRule
@@ -314,7 +314,7 @@ class PermissionRule:
         """Whether the rule alone, as an allow rule, covers ``request`` (paths as written)."""
         return _uncovered(_Call(request, None), (self,)) is None
 
-    def denies(self, call: _Call) -> _Verdict | None:
+    def denies(self, call: _Call) -> _RuleMatch | None:
         """As a deny rule: whether it covers ``call``, or may (None: it does not).
 
         One subject it covers is enough. A call with a part that cannot be read
@@ -323,15 +323,15 @@ class PermissionRule:
         if not self.names(call.request.tool):
             return None
         if self.pattern is None:
-            return _Verdict(self, True, "")
+            return _RuleMatch(self, True, "")
         subjects, unclear = call.reading
-        maybe: _Verdict | None = None
+        maybe: _RuleMatch | None = None
         for subject in subjects:
             if self.covers(subject):
-                return _Verdict(self, True, _shown(subject))
+                return _RuleMatch(self, True, _shown(subject))
             if maybe is None and self._reaches(subject):
-                maybe = _Verdict(self, False, f"{_shown(subject)}: {subject.why}")
-        return _Verdict(self, False, unclear[0]) if unclear else maybe
+                maybe = _RuleMatch(self, False, f"{_shown(subject)}: {subject.why}")
+        return _RuleMatch(self, False, unclear[0]) if unclear else maybe
 
     def covers(self, subject: _Subject) -> bool:
         """Whether the PATTERN matches ``subject`` whatever its unknown part turns out to be."""
@@ -703,9 +703,9 @@ class PermissionPolicy:
         return Decision(False, "ask", "denied at the terminal")
 
 
-def _deny(call: _Call, rules: Sequence[PermissionRule]) -> _Verdict | None:
+def _deny(call: _Call, rules: Sequence[PermissionRule]) -> _RuleMatch | None:
     """The first deny rule that covers the call; else the first that may; else None."""
-    maybe: _Verdict | None = None
+    maybe: _RuleMatch | None = None
     for rule in rules:
         verdict = rule.denies(call)
         if verdict is not None and verdict.certain:
