@@ -28,7 +28,7 @@ from cadenza.actors.run import (
     ToolRequest,
 )
 from cadenza.errors import CadenzaError, InboxFull
-from cadenza.llm import LLMRequest, Message, ToolCall, ToolSpec
+from cadenza.llm import LLMRequest, Message, ModelToolCall, ToolSpec
 from cadenza.protocols import (
     AgentMemory,
     AgentTurn,
@@ -36,11 +36,9 @@ from cadenza.protocols import (
     MessageDropped,
     MessageSent,
     Tokens,
+    ToolCall,
     ToolPermission,
     format_duration,
-)
-from cadenza.protocols import (
-    ToolCall as ToolCallData,
 )
 from cadenza.workflow import Agent, LoadedWorkflow, MemoryWindow
 
@@ -112,7 +110,7 @@ class _Conversation:
         if internal:
             self.internal.add(tool.spec.name)
 
-    async def permitted(self, tool: Tool, call: ToolCall, arguments: dict[str, Any]) -> None:
+    async def permitted(self, tool: Tool, call: ModelToolCall, arguments: dict[str, Any]) -> None:
         """Asks the run's policy about the call; a denial is the model's to hear.
 
         Raises:
@@ -136,7 +134,7 @@ class _Conversation:
         if not decision.allowed:
             raise ToolError(f"permission denied: {decision.reason}")
 
-    async def call(self, call: ToolCall) -> str:
+    async def call(self, call: ModelToolCall) -> str:
         """Runs one tool call; any failure becomes an error message for the model.
 
         Returns:
@@ -148,9 +146,7 @@ class _Conversation:
             "tool_call",
             step_id=self.address,
             agent=self.agent_name,
-            data=ToolCallData(
-                phase="start", tool_name=call.name, tool_call_id=call.id, input=redacted
-            ),
+            data=ToolCall(phase="start", tool_name=call.name, tool_call_id=call.id, input=redacted),
         )
         error: str | None = None
         clock = self.run.clock
@@ -188,7 +184,7 @@ class _Conversation:
             agent=self.agent_name,
             duration=took,
             error=error,
-            data=ToolCallData(
+            data=ToolCall(
                 phase="end",
                 tool_name=call.name,
                 tool_call_id=call.id,
