@@ -17,8 +17,7 @@ from cadenza.actors.control import DECISION
 from cadenza.actors.control.decide import ControlStatus, Decision
 from cadenza.api import RunHandle
 from cadenza.errors import CadenzaError
-from cadenza.protocols import Decision as DecisionData
-from cadenza.protocols import Event, payload
+from cadenza.protocols import ControlDecision, Event, payload
 
 __all__ = ["DecisionEntry", "LoopError", "LoopResult", "LoopRun", "decision_sink"]
 
@@ -55,7 +54,7 @@ class DecisionEntry:
     @classmethod
     def from_event(cls, event: Event) -> DecisionEntry:
         """The entry a ``decision`` event records."""
-        ruled = payload(event, DecisionData)
+        ruled = payload(event, ControlDecision)
         return cls(
             iteration=ruled.iteration,
             decision=cast("Decision", ruled.decision),

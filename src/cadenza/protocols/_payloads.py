@@ -43,8 +43,8 @@ __all__ = [
     "AgentMemory",
     "AgentTurn",
     "Checkpoint",
+    "ControlDecision",
     "CoordinatorWake",
-    "Decision",
     "ForEachMessage",
     "GraphEnd",
     "GraphTransition",
@@ -304,7 +304,7 @@ class Checkpoint(Payload, frozen=True, kw_only=True):
     last: StepRecord | None
 
 
-class Decision(Payload, frozen=True, kw_only=True):
+class ControlDecision(Payload, frozen=True, kw_only=True):
     """A control loop ruled on an iteration; ``status`` is its terminal status, or None."""
 
     event_type: ClassVar[str] = "decision"
@@ -524,7 +524,7 @@ PAYLOADS: dict[str, type[Payload]] = {
         GraphTransition,
         GraphEnd,
         Checkpoint,
-        Decision,
+        ControlDecision,
         AgentTurn,
         ToolCall,
         AgentMemory,

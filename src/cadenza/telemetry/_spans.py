@@ -24,7 +24,7 @@ from cadenza.actors.control import DECISION
 from cadenza.actors.run import RUN_RESUMED, STEP_WAITING
 from cadenza.protocols import (
     AgentTurn,
-    Decision,
+    ControlDecision,
     Event,
     EventType,
     GraphEnd,
@@ -358,7 +358,7 @@ class RunSpans:
         )
 
     def _decision(self, event: Event) -> None:
-        ruled = payload(event, Decision)
+        ruled = payload(event, ControlDecision)
         pairs = (("iteration", ruled.iteration), ("decision", ruled.decision))
         self._annotate(event, "decision", _present((*pairs, ("score", ruled.score)), "cadenza."))
 

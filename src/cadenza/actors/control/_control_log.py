@@ -20,7 +20,7 @@ from typing import Any
 
 from cadenza.actors.run import Position, RunJournal
 from cadenza.protocols import (
-    Decision,
+    ControlDecision,
     ErrorInfo,
     EventType,
     IterationEnd,
@@ -103,7 +103,7 @@ class DecisionLog:
             "feedback": ruling.feedback,
         }
         self.entries.append(entry)
-        ruled = Decision(
+        ruled = ControlDecision(
             iteration=n,
             decision=ruling.decision,
             reason=ruling.reason,

@@ -49,8 +49,8 @@ from ._outcome import StepFinished as StepFinished
 from ._outcome import work_error as work_error
 from ._permissions import READ_ONLY_TOOLS as READ_ONLY_TOOLS
 from ._permissions import Asker as Asker
-from ._permissions import Decision as Decision
 from ._permissions import PermissionAnswer as PermissionAnswer
+from ._permissions import PermissionDecision as PermissionDecision
 from ._permissions import PermissionHook as PermissionHook
 from ._permissions import PermissionPolicy as PermissionPolicy
 from ._permissions import PermissionRule as PermissionRule
@@ -97,7 +97,6 @@ __all__ = [
     "BudgetExceeded",
     "Cancellable",
     "Command",
-    "Decision",
     "Drain",
     "EventSink",
     "IsolationError",
@@ -105,6 +104,7 @@ __all__ = [
     "McpUnavailable",
     "Outgoing",
     "PermissionAnswer",
+    "PermissionDecision",
     "PermissionHook",
     "PermissionPolicy",
     "PermissionRule",
