@@ -65,7 +65,7 @@ from .run import (
 )
 from .steps import AgentVisit, Tool, ToolError, run_agent
 
-__all__ = ["Coordinator"]
+__all__ = ["CoordinatorActor"]
 
 DROP_EVENT_EVERY = 1_000
 """After a target's first dropped message, one ``message_dropped`` event per this many."""
@@ -81,7 +81,7 @@ class _Drops:
     """The last drop's target, sender, message type and reason."""
 
 
-class Coordinator(Actor):
+class CoordinatorActor(Actor):
     """Records messages between agents and, with a coordinator agent, routes them."""
 
     def __init__(self, run: RunContext, document: LoadedWorkflow) -> None:

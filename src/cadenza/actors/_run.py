@@ -59,7 +59,7 @@ from cadenza.workflow import (
 )
 
 from ._children import spawn_step
-from ._coordinator import Coordinator
+from ._coordinator import CoordinatorActor
 from .containers import DagController, DagOutcome, spawn_root_loop
 from .run import (
     COORDINATOR,
@@ -301,7 +301,7 @@ async def _drive(
         if document.workflow.options.isolation == WORKTREE_PER_STEP:
             context.worktrees = Worktrees(setup.run_id, document.base_dir)
         timer = _run_timeout(context, ending.timed_out)
-        coordinator = Coordinator(context, document)
+        coordinator = CoordinatorActor(context, document)
         context.deliver = coordinator.deliver  # a post is placed (or refused) at once
         supervisor.spawn(COORDINATOR, lambda: coordinator, inbox_size=INBOX_SIZE)
         if document.workflow.loop is None:
