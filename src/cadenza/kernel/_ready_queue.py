@@ -3,7 +3,7 @@
 An actor with nothing to do holds no task and no coroutine: its inbox keeps a
 ``_waker`` that, at the next message (or a stop), puts the actor on this ready
 queue. One draining task runs the queued actors one after the other, each for
-one busy period (``serve``: ``on_start`` for a new instance, then every message
+one busy period (``run_busy_period``: ``on_start`` for a new instance, then every message
 waiting). A busy period that never awaits anything pending, which is most of
 them, completes inside the draining task's own step: no task, no trip through
 the event loop.
@@ -35,7 +35,7 @@ from collections import deque
 from collections.abc import Callable, Coroutine, Generator
 from typing import TYPE_CHECKING, Any
 
-from ._consumer import serve
+from ._consumer import run_busy_period
 
 if TYPE_CHECKING:
     from ._ref import ActorRef
@@ -126,7 +126,7 @@ class ReadyQueue:
                 if not ref._live:  # cancelled while it waited here
                     continue
                 ref._task = task
-                busy = serve(ref)
+                busy = run_busy_period(ref)
                 try:
                     waiting = busy.send(None)
                 except StopIteration:
@@ -174,7 +174,7 @@ class ReadyQueue:
         task = ref._task
         try:
             if ref._live:
-                await serve(ref)
+                await run_busy_period(ref)
         finally:
             if ref._task is task:
                 ref._task = None
