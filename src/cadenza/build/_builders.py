@@ -614,7 +614,7 @@ def control(
 
     Each role is a workflow honouring its contract (inputs -> output map): built
     here, a `Workflow`, or a reference as YAML writes it. For a loop whose roles
-    are plain Python functions, `cadenza.loops.Loop` is shorter.
+    are plain Python functions, `cadenza.loops.ControlLoop` is shorter.
 
     Args:
         id: The step id.

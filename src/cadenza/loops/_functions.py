@@ -1,4 +1,4 @@
-"""What a `Loop`'s functions receive and return, and the handler steps that call them.
+"""What a `ControlLoop`'s functions receive and return, and the handler steps that call them.
 
 Each decorated function gets one typed, frozen input (`PlannerInput`,
 `ActorInput`, `EvaluatorInput`, `PrePlannerInput`) built from its workflow's

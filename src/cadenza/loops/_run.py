@@ -1,6 +1,6 @@
 """A control loop started from Python: its live decision log and its typed result.
 
-`LoopRun` wraps the `RunHandle` of the run a `Loop` started. The decision log
+`LoopRun` wraps the `RunHandle` of the run a `ControlLoop` started. The decision log
 grows as the engine decides (from the run's ``decision`` events), so a caller
 can show it while the loop works; `LoopResult` is the control step's result
 (SPEC 2.5) as a typed value.
