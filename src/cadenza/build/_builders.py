@@ -137,7 +137,7 @@ Condition: TypeAlias = str | Callable[[PredicateContext], bool | Awaitable[bool]
 Items: TypeAlias = (
     Sequence[Any] | str | Callable[[PredicateContext], list[Any] | Awaitable[list[Any]]]
 )
-Output: TypeAlias = str | Callable[[PredicateContext], Any]
+OutputExpression: TypeAlias = str | Callable[[PredicateContext], Any]
 
 
 def _expression(value: str | Callable[[PredicateContext], Any] | None, what: str) -> str | None:
@@ -908,7 +908,7 @@ def workflow(
     inputs: Mapping[str, InputSpec | InputType] | None = None,
     agents: Mapping[str, Agent] | None = None,
     includes: Mapping[str, str] | None = None,
-    output: Output | None = None,
+    output: OutputExpression | None = None,
     loop: Loop | None = None,
     coordinator: str | Coordinator | None = None,
     max_concurrency: int = 0,

@@ -32,7 +32,7 @@ from cadenza.workflow import (
     parse_template,
 )
 
-from ._functions import HANDLERS, PRE_PLANNER, ROLE_INPUTS, handler
+from ._functions import HANDLERS, PRE_PLANNER, ROLE_INPUTS, role_handler
 from ._run import DecisionEntry, LoopResult, LoopRun, decision_sink
 
 __all__ = ["ControlLoop"]
@@ -121,7 +121,7 @@ class ControlLoop:
 
     def _register(self, role: str, function: F) -> F:
         # Registered once here, not per run: a service may run one ControlLoop many times.
-        self._handlers[role] = HANDLERS.add(handler(role, function))
+        self._handlers[role] = HANDLERS.add(role_handler(role, function))
         return function
 
     def pre_planner(self, function: F) -> F:

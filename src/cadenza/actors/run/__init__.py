@@ -63,8 +63,8 @@ from ._replay import CHECKPOINT as CHECKPOINT
 from ._replay import Replay as Replay
 from ._replay import ReplayedStep as ReplayedStep
 from ._replay_log import RUN_RESUMED as RUN_RESUMED
-from ._shell import Command as Command
 from ._shell import Reading as Reading
+from ._shell import SimpleCommand as SimpleCommand
 from ._shell import read_command as read_command
 from ._worktrees import WORKTREE_DONE as WORKTREE_DONE
 from ._worktrees import WORKTREE_KEPT as WORKTREE_KEPT
@@ -96,7 +96,6 @@ __all__ = [
     "Brief",
     "BudgetExceeded",
     "Cancellable",
-    "Command",
     "Drain",
     "EventSink",
     "IsolationError",
@@ -119,6 +118,7 @@ __all__ = [
     "RunDocument",
     "RunJournal",
     "Scope",
+    "SimpleCommand",
     "StepFailure",
     "StepFinished",
     "StepWorktree",
