@@ -26,6 +26,7 @@ from cadenza.kernel import RunRow
 from cadenza.protocols import (
     FINISHED,
     Event,
+    EventType,
     MessageRecord,
     MessageSent,
     RunResult,
@@ -361,7 +362,7 @@ class Api:
 def _usage(events: list[Event]) -> Usage:
     prompt = completion = calls = 0
     for event in events:
-        if event.type == "agent_turn" and event.tokens is not None:
+        if event.type == EventType.AGENT_TURN and event.tokens is not None:
             prompt += event.tokens.prompt
             completion += event.tokens.completion
             calls += 1
@@ -371,7 +372,7 @@ def _usage(events: list[Event]) -> Usage:
 def _messages(events: list[Event]) -> list[MessageRecord]:
     messages = []
     for event in events:
-        if event.type == "message_sent":
+        if event.type == EventType.MESSAGE_SENT:
             sent = payload(event, MessageSent)
             messages.append(MessageRecord(from_=sent.from_, to=sent.to, text=sent.text))
     return messages

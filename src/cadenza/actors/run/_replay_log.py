@@ -153,25 +153,25 @@ class _Reader:
 
     def read(self, event: Event) -> None:
         kind, address = event.type, event.step_id or ""
-        if kind == "message_sent":
+        if kind == EventType.MESSAGE_SENT:
             self._sent(address, payload(event, MessageSent))
-        elif kind == "message_dropped":
+        elif kind == EventType.MESSAGE_DROPPED:
             self._dropped(address, payload(event, MessageDropped))
-        elif kind == "agent_inbox_drain":
+        elif kind == EventType.AGENT_INBOX_DRAIN:
             self._drained(address, payload(event, AgentInboxDrain))
         elif kind == EventType.DEAD_LETTER and (event.message or "").startswith("AgentMessage"):
             self._lost(address)
-        elif kind == "agent_turn":
+        elif kind == EventType.AGENT_TURN:
             self._turn(event, address)
-        elif kind == "coordinator_wake":
+        elif kind == EventType.COORDINATOR_WAKE:
             self._woke(payload(event, CoordinatorWake))
-        elif kind == "max_wake_cycles_reached" and self.waiting:
+        elif kind == EventType.MAX_WAKE_CYCLES_REACHED and self.waiting:
             self.waiting.popleft()  # answered by not waking the agent
         elif kind == AGENT_MEMORY:
             memory = payload(event, AgentMemory)
             self.memories.append((memory.key, memory.turns))
             self.unconfirmed_memories.setdefault(address, []).append(len(self.memories) - 1)
-        elif kind == "checkpoint":
+        elif kind == EventType.CHECKPOINT:
             self.state.checkpoints.setdefault(address, []).append(payload(event, Checkpoint))
         elif kind == EventType.STEP_START and payload(event, StepStart).kind == "loop":
             self.state.checkpoints.pop(address, None)  # a new attempt starts from nothing

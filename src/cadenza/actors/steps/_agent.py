@@ -33,6 +33,7 @@ from cadenza.protocols import (
     AgentMemory,
     AgentTurn,
     ErrorInfo,
+    EventType,
     MessageDropped,
     MessageSent,
     Tokens,
@@ -143,7 +144,7 @@ class _Conversation:
         journal = self.run.journal
         redacted = redact(call.arguments)[:_OUTPUT_PREVIEW]
         journal.emit(
-            "tool_call",
+            EventType.TOOL_CALL,
             step_id=self.address,
             agent=self.agent_name,
             data=ToolCall(phase="start", tool_name=call.name, tool_call_id=call.id, input=redacted),
@@ -179,7 +180,7 @@ class _Conversation:
         text = cast(str, scrub(text))
         took = clock.now() - started
         journal.emit(
-            "tool_call",
+            EventType.TOOL_CALL,
             step_id=self.address,
             agent=self.agent_name,
             duration=took,
@@ -232,7 +233,7 @@ def _send_message(run: RunContext, address: str) -> Tool:
         if not isinstance(text, str) or not text:
             raise ToolError("send_message needs a non-empty 'text' string")
         data = MessageSent(from_=address, to="coordinator", text=text, msg_type=0)
-        run.journal.emit("message_sent", step_id=address, data=data)
+        run.journal.emit(EventType.MESSAGE_SENT, step_id=address, data=data)
         try:
             run.tell_coordinator(address, text)
         except InboxFull:
@@ -240,7 +241,7 @@ def _send_message(run: RunContext, address: str) -> Tool:
             dropped = MessageDropped(
                 from_=address, to="coordinator", text=text, msg_type=0, reason=reason
             )
-            run.journal.emit("message_dropped", step_id=address, data=dropped)
+            run.journal.emit(EventType.MESSAGE_DROPPED, step_id=address, data=dropped)
             raise ToolError(f"message dropped: {reason}") from None
         return '{"status": "sent"}'
 
@@ -388,7 +389,7 @@ async def run_agent(run: RunContext, document: LoadedWorkflow, visit: AgentVisit
                     inbox = "## Inbox\n" + "\n".join(f"- {m}" for m in waiting)
                     messages.append(Message("user", scrub(inbox)))
             run.journal.emit(
-                "agent_turn",
+                EventType.AGENT_TURN,
                 step_id=visit.address,
                 agent=visit.agent_name,
                 data=AgentTurn(phase="request", turn=turn, model=spec),
@@ -410,7 +411,7 @@ async def run_agent(run: RunContext, document: LoadedWorkflow, visit: AgentVisit
                 usage = completion.usage
                 run.journal.spend(visit.address, usage.prompt_tokens, usage.completion_tokens)
             run.journal.emit(
-                "agent_turn",
+                EventType.AGENT_TURN,
                 step_id=visit.address,
                 agent=visit.agent_name,
                 tokens=Tokens(

@@ -283,7 +283,7 @@ class StepActor(PlacedActor):
                 continue
             drained += len(letter.text.encode())
             self.run.journal.emit(
-                "agent_inbox_drain",
+                EventType.AGENT_INBOX_DRAIN,
                 step_id=str(self.address),
                 agent=self.step.agent,
                 data=AgentInboxDrain(from_=letter.sender, msg_type=MSG_TYPES.get(letter.kind, 0)),

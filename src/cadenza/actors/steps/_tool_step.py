@@ -41,7 +41,7 @@ from cadenza._redact import redact
 from cadenza.actors.run import StepFailure, ToolRequest
 from cadenza.errors import ExpressionEvaluationError
 from cadenza.kernel import Clock, call_in_thread
-from cadenza.protocols import ErrorInfo, ToolCall, ToolPermission, format_duration
+from cadenza.protocols import ErrorInfo, EventType, ToolCall, ToolPermission, format_duration
 from cadenza.workflow import compile_expression, preview, quote, type_name
 
 from ._command import run_command
@@ -270,7 +270,7 @@ async def call_tool(
     shown = redact(msgspec.json.encode(arguments).decode())[:_PREVIEW]
     call_id = f"{address}:{site.attempt}"
     started = ToolCall(phase="start", tool_name=name, tool_call_id=call_id, input=shown)
-    journal.emit("tool_call", step_id=address, data=started)
+    journal.emit(EventType.TOOL_CALL, step_id=address, data=started)
     output: str | None = None
     error: str | None = None
     began = site.clock.now()
@@ -300,7 +300,7 @@ async def call_tool(
             error=error,
             duration=format_duration(took),
         )
-        journal.emit("tool_call", step_id=address, duration=took, error=error, data=ended)
+        journal.emit(EventType.TOOL_CALL, step_id=address, duration=took, error=error, data=ended)
 
 
 def _runner(name: str, call: CallSite) -> Runner | None:
