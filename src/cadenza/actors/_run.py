@@ -65,7 +65,6 @@ from .run import (
     COORDINATOR,
     INBOX_SIZE,
     MAX_RESULT_MESSAGES,
-    RUN_RESUMED,
     AgentMessage,
     Backlog,
     Drain,
@@ -85,8 +84,6 @@ from .run import (
 from .steps import StepDispatcher
 
 __all__ = [
-    "MESSAGE_UNDELIVERED",
-    "RUN_INTERRUPTED",
     "RunControl",
     "execute_run",
     "interrupted_result",
@@ -95,12 +92,6 @@ __all__ = [
 
 ROOT = Address.root("Run")
 """The root controller's address: capitalised, so no step id can take it."""
-
-MESSAGE_UNDELIVERED = "message_undelivered"
-"""Messages for a step that no instance of it took before the run ended (SPEC section 5)."""
-
-RUN_INTERRUPTED = "run_interrupted"
-"""The run stopped without ending (its runtime shut down); message: why. Resumable."""
 
 
 @dataclass(eq=False)
@@ -195,7 +186,7 @@ async def execute_run(setup: RunSetup) -> RunResult:
         status, error = "failed", context.failure
     if status == "cancelled" and control.cancel_reason is None and control.interrupt_reason:
         # Cut short by a shutdown, not ended: left as after a crash, for a resume.
-        journal.emit(RUN_INTERRUPTED, message=control.interrupt_reason)
+        journal.emit(EventType.RUN_INTERRUPTED, message=control.interrupt_reason)
         await setup.store.flush(setup.run_id)
         return interrupted_result(journal, control.interrupt_reason)
     output: Any = ending.outcome.content if status != "waiting" else None
@@ -253,7 +244,7 @@ async def _record_start(setup: RunSetup) -> None:
         store.end_run(setup.run_id, "running", None)
         journal.resume_from(replay)
         data = RunResumed(replayable=replay.replayable, after_seq=replay.last_seq)
-        journal.emit(RUN_RESUMED, message=workflow.name, data=data)
+        journal.emit(EventType.RUN_RESUMED, message=workflow.name, data=data)
     await store.flush(setup.run_id)
     if setup.lease is not None:
         await store.acquire_lease(setup.run_id, setup.lease)
@@ -391,7 +382,7 @@ def report_undelivered(
         if not letters:
             continue
         journal.emit(
-            MESSAGE_UNDELIVERED,
+            EventType.MESSAGE_UNDELIVERED,
             step_id=target,
             message=f"{len(letters)} message(s) for {target!r}: no instance of it took them",
             data=MessageUndelivered(to=target, count=len(letters)),

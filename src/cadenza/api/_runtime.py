@@ -52,7 +52,6 @@ import httpx
 from cadenza._logging import get_logger
 from cadenza._redact import redact
 from cadenza.actors import (
-    RUN_INTERRUPTED,
     EventSink,
     RunControl,
     RunJournal,
@@ -334,7 +333,7 @@ class RunHandle:
             return interrupted_result(journal, control.interrupt_reason or SHUTTING_DOWN)
         if control.cancel_reason is None:  # interrupted: left as after a crash
             reason = control.interrupt_reason or SHUTTING_DOWN
-            journal.emit(RUN_INTERRUPTED, message=reason)
+            journal.emit(EventType.RUN_INTERRUPTED, message=reason)
             await store.flush(self.run_id)
             return interrupted_result(journal, reason)
         reason = control.cancel_reason
@@ -364,7 +363,7 @@ class RunHandle:
         reason = self._control.interrupt_reason
         if reason is None or self._control.cancel_reason is not None or self._ended:
             return error
-        self._journal.emit(RUN_INTERRUPTED, message=reason)  # committed as the store closes
+        self._journal.emit(EventType.RUN_INTERRUPTED, message=reason)  # committed at the close
         return interrupted_result(self._journal, reason)
 
     def _finish(self, result: RunResult | BaseException) -> None:

@@ -13,11 +13,10 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from cadenza.actors import EventSink
-from cadenza.actors.control import DECISION
 from cadenza.actors.control.decide import ControlStatus, Decision
 from cadenza.api import RunHandle
 from cadenza.errors import CadenzaError
-from cadenza.protocols import ControlDecision, Event, payload
+from cadenza.protocols import ControlDecision, Event, EventType, payload
 
 __all__ = ["DecisionEntry", "LoopError", "LoopResult", "LoopRun", "decision_sink"]
 
@@ -95,7 +94,7 @@ def decision_sink(address: str, log: list[DecisionEntry]) -> EventSink:
     """An event observer that appends the decisions of the control step at ``address``."""
 
     def observe(event: Event) -> None:
-        if event.type == DECISION and event.step_id == address and event.data:
+        if event.type == EventType.DECISION and event.step_id == address and event.data:
             log.append(DecisionEntry.from_event(event))
 
     return observe
@@ -122,7 +121,7 @@ class LoopRun:
     async def decisions(self) -> AsyncGenerator[DecisionEntry, None]:
         """Every decision, from the first, as it is made; ends when the run does."""
         async for event in self._handle.events():
-            if event.type == DECISION and event.step_id == self._address and event.data:
+            if event.type == EventType.DECISION and event.step_id == self._address and event.data:
                 yield DecisionEntry.from_event(event)
 
     def cancel(self, reason: str = "cancelled by the caller") -> None:

@@ -35,7 +35,7 @@ from typing import Any
 import msgspec
 
 from cadenza.actors.containers import Container, Outcome
-from cadenza.actors.run import STEP_REPLAYED, Placement, StepFinished, work_error
+from cadenza.actors.run import Placement, StepFinished, work_error
 from cadenza.actors.steps import ask_person
 from cadenza.kernel import Address, Timer
 from cadenza.protocols import ErrorInfo, Event, EventType, StepRecord, StepStart
@@ -132,7 +132,7 @@ class ControlController(Container):
         step_id = event.step_id
         if (
             event.tokens is not None
-            and (event.type == EventType.AGENT_TURN or event.type == STEP_REPLAYED)
+            and (event.type == EventType.AGENT_TURN or event.type == EventType.STEP_REPLAYED)
             and step_id is not None
             and step_id.startswith(self._prefix)
         ):

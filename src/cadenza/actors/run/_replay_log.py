@@ -51,13 +51,9 @@ from cadenza.protocols import (
     payload,
 )
 
-from ._journal import AGENT_MEMORY
 from ._messages import COORDINATOR, MSG_TYPES, AgentMessage, Outgoing
 
-__all__ = ["RUN_RESUMED", "LogState", "read_log"]
-
-RUN_RESUMED = "run_resumed"
-"""The event a resumed run starts with; data ``{replayable, afterSeq}``."""
+__all__ = ["LogState", "read_log"]
 
 _KINDS = {number: kind for kind, number in MSG_TYPES.items()}
 _COORDINATOR = "coordinator"
@@ -167,7 +163,7 @@ class _Reader:
             self._woke(payload(event, CoordinatorWake))
         elif kind == EventType.MAX_WAKE_CYCLES_REACHED and self.waiting:
             self.waiting.popleft()  # answered by not waking the agent
-        elif kind == AGENT_MEMORY:
+        elif kind == EventType.AGENT_MEMORY:
             memory = payload(event, AgentMemory)
             self.memories.append((memory.key, memory.turns))
             self.unconfirmed_memories.setdefault(address, []).append(len(self.memories) - 1)
@@ -179,7 +175,7 @@ class _Reader:
             kind == EventType.ERROR and payload(event, StepError).status == "failed"
         ):
             self._confirm(address)
-        elif kind == RUN_RESUMED:
+        elif kind == EventType.RUN_RESUMED:
             self._restart()
 
     def _turn(self, event: Event, address: str) -> None:

@@ -19,7 +19,6 @@ import msgspec
 
 from cadenza._redact import redact, scrub
 from cadenza.actors.run import (
-    AGENT_MEMORY,
     Brief,
     BudgetExceeded,
     PermissionRule,
@@ -47,7 +46,6 @@ from ._agent_tools import agent_builtins, builtin_names
 from ._deltas import Deltas
 from ._mcp_tools import mcp_tools
 from ._prompt import build_prompt, cap, read_context_files
-from ._tool_step import TOOL_PERMISSION
 from ._tools import Tool, ToolError, python_tool, schema_errors
 
 __all__ = ["AgentOutcome", "AgentVisit", "BudgetExceeded", "model_spec", "run_agent"]
@@ -130,7 +128,7 @@ class _Conversation:
             tool_name=name, tool_call_id=call.id, allowed=allowed, by=by, reason=reason
         )
         self.run.journal.emit(
-            TOOL_PERMISSION, step_id=self.address, agent=self.agent_name, data=data
+            EventType.TOOL_PERMISSION, step_id=self.address, agent=self.agent_name, data=data
         )
         if not decision.allowed:
             raise ToolError(f"permission denied: {decision.reason}")
@@ -311,7 +309,7 @@ def _remember(run: RunContext, brief: Brief, turns: list[Message], address: str)
         return
     # Recorded too: a resumed run replays this visit without calling the model again.
     data = AgentMemory(key=brief.memory_key, turns=list(turns))
-    run.journal.emit(AGENT_MEMORY, step_id=address, data=data)
+    run.journal.emit(EventType.AGENT_MEMORY, step_id=address, data=data)
     visits = run.conversations.setdefault(brief.memory_key, [])
     visits.append(turns)
     if isinstance(brief.memory, MemoryWindow):

@@ -59,7 +59,6 @@ __all__ = [
     "GREP_CAP",
     "GREP_LINE_CAP",
     "READ_CAP",
-    "TOOL_PERMISSION",
     "BashInput",
     "CallSite",
     "GlobInput",
@@ -83,9 +82,6 @@ GREP_CAP = 1000
 
 GREP_LINE_CAP = 500
 """Characters of one matching line that ``grep`` shows; a longer line is cut, marked."""
-
-TOOL_PERMISSION = "tool_permission"
-"""The permission policy decided about a tool call (`ToolPermission`)."""
 
 _PREVIEW = 2000
 """Characters of a call's input and output shown in its ``tool_call`` events."""
@@ -241,7 +237,7 @@ async def _permitted(run: RunContext, request: ToolRequest, directory: Path, cal
         by=decision.by,
         reason=decision.reason,
     )
-    run.journal.emit(TOOL_PERMISSION, step_id=address, data=data)
+    run.journal.emit(EventType.TOOL_PERMISSION, step_id=address, data=data)
     if not decision.allowed:
         message = f"{tool}: permission denied: {decision.reason}"
         raise StepFailure(ErrorInfo(type="PermissionDenied", message=message, address=address))
