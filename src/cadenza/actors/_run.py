@@ -29,7 +29,6 @@ import msgspec
 
 from cadenza.kernel import (
     Address,
-    Clock,
     DeadLetter,
     LeaseHolder,
     RunRow,
@@ -53,7 +52,6 @@ from cadenza.protocols import (
 )
 from cadenza.workflow import (
     WORKTREE_PER_STEP,
-    LoadedWorkflow,
     compile_expression,
     parse_duration,
 )
@@ -71,6 +69,7 @@ from .run import (
     McpHost,
     PermissionPolicy,
     Replay,
+    RunBasis,
     RunContext,
     RunJournal,
     Scope,
@@ -81,7 +80,6 @@ from .run import (
     encode_document,
     pending_bytes,
 )
-from .steps import StepDispatcher
 
 __all__ = [
     "RunControl",
@@ -124,10 +122,12 @@ class RunControl:
             self.context.cancel(reason)
 
 
-@dataclass(frozen=True, slots=True)
-class RunSetup:
+@dataclass(eq=False, kw_only=True)
+class RunSetup(RunBasis):
     """What `execute_run` runs, and with what: the run, its record, its controls.
 
+    Its `RunBasis` (id, document, inputs, journal, clock, concurrency, default
+    model, dispatcher) is handed on as it is to the run's `RunContext`.
     With a ``dispatcher`` the run's leaf steps run on remote workers. With a
     ``replay`` it resumes the run recorded under ``run_id``: what finished is
     replayed, the rest runs. ``lease`` is taken once the run is recorded, before
@@ -138,17 +138,9 @@ class RunSetup:
     (`resumed_policy`), and ``added_policy`` is what the resuming runtime adds.
     """
 
-    run_id: str
-    document: LoadedWorkflow
-    inputs: dict[str, Any]
-    journal: RunJournal
     store: RunStore
-    clock: Clock
-    max_concurrency: int
-    default_model: str | None
     control: RunControl
     http: Callable[[], Awaitable[httpx.AsyncClient]] | None = None
-    dispatcher: StepDispatcher | None = None
     replay: Replay | None = None
     lease: LeaseHolder | None = None
     recorded: Callable[[], None] | None = None
@@ -318,18 +310,11 @@ async def _drive(
 def _context(setup: RunSetup, supervisor: Supervisor, providers: ProviderRegistry) -> RunContext:
     """The run's shared context, with a resumed run's waiting mail and agents' memories."""
     context = RunContext(
-        run_id=setup.run_id,
-        document=setup.document,
-        inputs=setup.inputs,
-        journal=setup.journal,
+        **setup.shared(),
         supervisor=supervisor,
-        clock=setup.clock,
         limiter=Slots(setup.max_concurrency),
-        max_concurrency=setup.max_concurrency,
         step_ids=document_step_ids(setup.document),
         providers=providers,
-        default_model=setup.default_model,
-        dispatcher=setup.dispatcher,
         spawn_step=spawn_step,
     )
     control = setup.control

@@ -12,6 +12,7 @@ from ._context import Brief as Brief
 from ._context import Cancellable as Cancellable
 from ._context import PlacedActor as PlacedActor
 from ._context import Placement as Placement
+from ._context import RunBasis as RunBasis
 from ._context import RunContext as RunContext
 from ._context import Scope as Scope
 from ._context import cancel_parked as cancel_parked
@@ -100,6 +101,7 @@ __all__ = [
     "Replay",
     "ReplayedStep",
     "Report",
+    "RunBasis",
     "RunContext",
     "RunDocument",
     "RunJournal",
