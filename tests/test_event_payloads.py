@@ -348,27 +348,30 @@ def _spellings(source: Path = SOURCE) -> Iterator[str]:
     for path in sorted(source.rglob("*.py")):
         tree = ast.parse(path.read_text())
         where = path.relative_to(source.parent)
-        for node in tree.body:
-            value = node.value if isinstance(node, (ast.Assign, ast.AnnAssign)) else None
+        for statement in tree.body:
+            if not isinstance(statement, (ast.Assign, ast.AnnAssign)):
+                continue
+            value = statement.value
             if isinstance(value, ast.Constant) and value.value in names:
-                yield f"{where}:{node.lineno}: a constant {value.value!r}"
+                yield f"{where}:{statement.lineno}: a constant {value.value!r}"
         if path.parent.name in ("protocols", "llm"):  # llm: a provider's own stream events
             continue
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Compare) and _reads_a_type(node):
-                for operand in (node.left, *node.comparators):
+        for compared in ast.walk(tree):
+            if isinstance(compared, ast.Compare) and _reads_a_type(compared):
+                for operand in (compared.left, *compared.comparators):
                     for literal in _literals(operand):
                         if literal in names:
-                            yield f"{where}:{node.lineno}: compares with {literal!r}"
+                            yield f"{where}:{compared.lineno}: compares with {literal!r}"
     payloads = ast.parse((source / "protocols" / "_payloads.py").read_text())
-    for node in ast.walk(payloads):
+    for declared in ast.walk(payloads):
         if (
-            isinstance(node, ast.AnnAssign)
-            and ast.unparse(node.target) == "event_type"
-            and node.value is not None
-            and not _is_event_type(node.value)
+            isinstance(declared, ast.AnnAssign)
+            and ast.unparse(declared.target) == "event_type"
+            and declared.value is not None
+            and not _is_event_type(declared.value)
         ):
-            yield f"protocols/_payloads.py:{node.lineno}: event_type = {ast.unparse(node.value)}"
+            spelt = ast.unparse(declared.value)
+            yield f"protocols/_payloads.py:{declared.lineno}: event_type = {spelt}"
 
 
 def _is_event_type(node: ast.expr) -> bool:
