@@ -54,9 +54,9 @@ from .decide import (
     admit,
     advance,
     decide,
+    effective_score,
     heed,
 )
-from .decide import effective_score as scored
 
 __all__ = ["HUMAN", "ControlController"]
 
@@ -246,7 +246,7 @@ class ControlController(Container):
         verdict = read_verdict(output)
         if not isinstance(verdict, InfraFailure):
             detail["verdict"] = output
-            score = scored(verdict, checks)
+            score = effective_score(verdict, checks)
             if self.best is None or score >= self.best[0]:
                 self.best = (score, result)
         return decide(verdict, checks, self.history, self.limits, self._spent(), self.setup)
