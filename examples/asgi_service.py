@@ -57,7 +57,7 @@ from starlette.routing import Route
 import cadenza
 from cadenza import CadenzaError, Event, EventSubscription, InputError, RunNotFound, RunResult
 from cadenza.errors import LeaseHeld
-from cadenza.protocols import WorkflowEnd, payload
+from cadenza.events import WorkflowEnd, payload
 
 __all__ = ["Server", "Service", "main", "server"]
 

@@ -15,14 +15,14 @@ import asyncio
 from cadenza import Runtime
 from cadenza.loops import (
     ActorInput,
+    ControlLoop,
     Evaluation,
     EvaluatorInput,
-    Loop,
     LoopResult,
     PlannerInput,
 )
 
-loop = Loop(
+loop = ControlLoop(
     "Write a tagline for Cadenza",
     criteria="At most 60 characters, and it mentions loops",
     name="tagline",

@@ -15,7 +15,6 @@ import asyncio
 
 from cadenza import LoadedWorkflow, RunResult, Runtime
 from cadenza import build as b
-from cadenza.workflow import ScriptToolCall
 
 DRAFTS = [
     "Actors are objects with inboxes.",
@@ -37,7 +36,8 @@ CRITIC = b.Agent(
         "properties": {"done": {"type": "boolean"}, "reason": {"type": "string"}},
     },
     script=[
-        b.ScriptReply(tool_calls=[ScriptToolCall("submit_result", verdict)]) for verdict in VERDICTS
+        b.ScriptReply(tool_calls=[b.ScriptToolCall("submit_result", verdict)])
+        for verdict in VERDICTS
     ],
 )
 

@@ -248,9 +248,15 @@ def test_a_run_stored_before_resumes_as_it_did_then(waiting_store: Path) -> None
 
 def _emitted() -> Iterator[tuple[Path, str, ast.expr | None]]:
     """(file, event type, the ``data=`` expression) of every emit in the package."""
-    for path in sorted(SOURCE.rglob("*.py")):
-        tree = ast.parse(path.read_text())
+    for path, kind, data in _emitted_nodes(SOURCE):
         module = ".".join(path.relative_to(SOURCE.parent).with_suffix("").parts)
+        yield path, _resolve(kind, module), data
+
+
+def _emitted_nodes(source: Path) -> Iterator[tuple[Path, ast.expr, ast.expr | None]]:
+    """(file, the type's expression, the ``data=`` expression) of every emit under ``source``."""
+    for path in sorted(source.rglob("*.py")):
+        tree = ast.parse(path.read_text())
         for node in ast.walk(tree):
             if not isinstance(node, ast.Call):
                 continue
@@ -271,7 +277,7 @@ def _emitted() -> Iterator[tuple[Path, str, ast.expr | None]]:
                 if kind is None and node.args:
                     kind = node.args[0]
             if kind is not None:
-                yield path, _resolve(kind, module), data
+                yield path, kind, data
 
 
 def _resolve(node: ast.expr, module: str) -> str:
@@ -309,6 +315,113 @@ def test_an_emit_names_the_struct_of_its_type() -> None:
                 assert names[built] == kind, f"{path}: {kind} with {built}"
                 checked += 1
     assert checked >= 10
+
+
+# -- one place spells the event types: `EventType` ------------------------------------
+
+
+def test_event_type_lists_every_type_once_and_the_registry_agrees() -> None:
+    """`EventType` names each type the code can emit; `PAYLOADS` and `NO_PAYLOAD` split it."""
+    members = {key: value for key, value in vars(EventType).items() if key.isupper()}
+    assert len(set(members.values())) == len(members)  # no type under two names
+    assert all(key == value.upper() for key, value in members.items())
+    assert EventType.names() == set(PAYLOADS) | NO_PAYLOAD
+    for kind, struct in PAYLOADS.items():
+        assert struct.event_type == kind
+
+
+def _spellings(source: Path = SOURCE) -> Iterator[str]:
+    """Where src spells an event type other than as ``EventType.NAME``, one line each.
+
+    Emits and ``Event(...)`` that take their type as a literal or a name of their own;
+    a comparison of a ``.type`` (or a ``kind`` read from one) with a literal; a
+    module constant holding a type's name; a payload's ``event_type`` not taken
+    from `EventType`. zenflow's table (`ZENFLOW`) is zenflow's vocabulary, written
+    as its spec writes it, and is not looked at.
+    """
+    names = EventType.names()
+    for path, kind, _ in _emitted_nodes(source):
+        passed_on = isinstance(kind, ast.Name) and kind.id == "type"
+        passed_on |= ast.unparse(kind) == "event.type"
+        if not passed_on and not _is_event_type(kind):
+            yield f"{path.relative_to(source.parent)}:{kind.lineno}: emits {ast.unparse(kind)}"
+    for path in sorted(source.rglob("*.py")):
+        tree = ast.parse(path.read_text())
+        where = path.relative_to(source.parent)
+        for statement in tree.body:
+            if not isinstance(statement, (ast.Assign, ast.AnnAssign)):
+                continue
+            value = statement.value
+            if isinstance(value, ast.Constant) and value.value in names:
+                yield f"{where}:{statement.lineno}: a constant {value.value!r}"
+        if path.parent.name in ("protocols", "llm"):  # llm: a provider's own stream events
+            continue
+        for compared in ast.walk(tree):
+            if isinstance(compared, ast.Compare) and _reads_a_type(compared):
+                for operand in (compared.left, *compared.comparators):
+                    for literal in _literals(operand):
+                        if literal in names:
+                            yield f"{where}:{compared.lineno}: compares with {literal!r}"
+    payloads = ast.parse((source / "protocols" / "_payloads.py").read_text())
+    for declared in ast.walk(payloads):
+        if (
+            isinstance(declared, ast.AnnAssign)
+            and ast.unparse(declared.target) == "event_type"
+            and declared.value is not None
+            and not _is_event_type(declared.value)
+        ):
+            spelt = ast.unparse(declared.value)
+            yield f"protocols/_payloads.py:{declared.lineno}: event_type = {spelt}"
+
+
+def _is_event_type(node: ast.expr) -> bool:
+    return (
+        isinstance(node, ast.Attribute)
+        and ast.unparse(node.value) == "EventType"
+        and hasattr(EventType, node.attr)
+    )
+
+
+def _reads_a_type(node: ast.Compare) -> bool:
+    operands = (node.left, *node.comparators)
+    return any(
+        (isinstance(o, ast.Attribute) and o.attr == "type") or ast.unparse(o) == "kind"
+        for o in operands
+    )
+
+
+def _literals(node: ast.expr) -> Iterator[str]:
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        yield node.value
+    elif isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+        for element in node.elts:
+            yield from _literals(element)
+
+
+def test_src_spells_every_event_type_through_event_type() -> None:
+    """No literal, no constant of a module's own: a renamed type cannot be half renamed."""
+    assert list(_spellings()) == []
+
+
+def test_the_spelling_check_sees_each_way_of_spelling_a_type(tmp_path: Path) -> None:
+    """The three spellings the code used before, planted in a copy of a module, are found."""
+    planted = tmp_path / "cadenza"
+    shutil.copytree(SOURCE, planted, ignore=shutil.ignore_patterns("__pycache__", "static"))
+    module = planted / "actors" / "_coordinator.py"
+    module.write_text(
+        module.read_text()
+        + "\n\nNARRATED = 'coordinator_narration'\n"
+        + "\n\ndef _planted(journal: Any, event: Any) -> None:\n"
+        + "    journal.emit('message_sent', step_id='a')\n"
+        + "    if event.type in ('agent_turn', 'x'):\n"
+        + "        pass\n"
+    )
+    found = list(_spellings(planted))
+    assert [line.split(": ", 1)[1] for line in found] == [
+        "emits 'message_sent'",
+        "a constant 'coordinator_narration'",
+        "compares with 'agent_turn'",
+    ]
 
 
 def test_the_plain_hot_path_payloads_equal_their_structs() -> None:

@@ -32,7 +32,7 @@ import msgspec
 import pytest
 
 from cadenza import Event, LoadedWorkflow, Runtime
-from cadenza.protocols import ADDED_TYPES, NO_PAYLOAD, PAYLOADS, ZENFLOW, extra_keys
+from cadenza.protocols import ADDED_TYPES, NO_PAYLOAD, PAYLOADS, ZENFLOW, EventType, extra_keys
 from cadenza.workflow import Step, load_workflow
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -541,6 +541,13 @@ def test_the_docs_list_every_type_cadenza_adds() -> None:
     assert set(rows) == ADDED_TYPES
     for kind, cells in rows.items():
         assert _keys(cells[-1]) == set(extra_keys(kind)), kind
+
+
+def test_the_docs_tables_list_every_event_type_and_no_other() -> None:
+    """The two tables together are `EventType`: each type once, none it lacks."""
+    zenflows, cadenzas = _table("## zenflow's types"), _table("## Cadenza's types")
+    assert not set(zenflows) & set(cadenzas)
+    assert set(zenflows) | set(cadenzas) == EventType.names()
 
 
 def test_the_docs_list_the_envelope_the_code_writes() -> None:

@@ -46,10 +46,10 @@ class Pair:
 
 LOOP_NOTE = """\
 Each Cadenza step is an actor: an inbox, a ref and an address in the supervisor's
-tables, run by the dispatcher (no task of its own unless its turn suspends),
+tables, run by the ready queue (no task of its own unless its turn suspends),
 plus two events through the journal, a step record, the loop controller's
 bookkeeping and a fresh CEL scope per iteration. A no-op chain step costs 172k
-CPU instructions (226k before the dispatcher of issue 20), which
+CPU instructions (226k before the ready queue of issue 20), which
 `benchmarks/instructions.py --breakdown` splits into the actor kernel's floor
 (spawn, start, one message, exit: 57k), the journal (two events and two step
 records: 32k), the handler call (11k), the step actor's own frame (21k) and the
@@ -88,7 +88,7 @@ An AutoGen core agent is a plain object: its runtime keeps one queue for every
 message of every agent and has no per-agent mailbox, task or back-pressure.
 A Cadenza actor owns a bounded inbox, a ref and an address, which gives each actor
 in-order handling, back-pressure on a full inbox and supervision. Since the
-dispatcher (issue 20) an idle actor holds no task, no coroutine and no deque:
+ready queue (issue 20) an idle actor holds no task, no coroutine and no deque:
 0.77 KiB in the table above, against ~2.4 KiB with the parked consumer task
 each actor had before."""
 

@@ -31,9 +31,9 @@ from __future__ import annotations
 import os
 import signal
 
-__all__ = ["ARMED", "ENVIRONMENT", "FAILPOINTS", "arm", "failpoint"]
+__all__ = ["ARMED", "FAILPOINTS", "FAILPOINT_VARIABLE", "arm", "failpoint"]
 
-ENVIRONMENT = "CADENZA_FAILPOINT"
+FAILPOINT_VARIABLE = "CADENZA_FAILPOINT"
 """The environment variable that arms failpoints: ``name:count[,name:count...]``."""
 
 FAILPOINTS = frozenset(
@@ -74,7 +74,7 @@ def arm(specification: str | None) -> None:
         name, _, count = point.rpartition(":")
         if name not in FAILPOINTS or not count.isdigit() or int(count) < 1:
             raise ValueError(
-                f"{ENVIRONMENT}: {part.strip()!r} is not NAME:COUNT[:stop] with NAME one of "
+                f"{FAILPOINT_VARIABLE}: {part.strip()!r} is not NAME:COUNT[:stop] with NAME one of "
                 f"{', '.join(sorted(FAILPOINTS))} and COUNT at least 1"
             )
         armed[name] = int(count)
@@ -103,4 +103,4 @@ def failpoint(name: str) -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
 
-arm(os.environ.get(ENVIRONMENT))
+arm(os.environ.get(FAILPOINT_VARIABLE))

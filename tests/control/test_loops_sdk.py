@@ -13,9 +13,9 @@ from cadenza import CadenzaError, Runtime
 from cadenza.errors import ExpressionSyntaxError
 from cadenza.loops import (
     ActorInput,
+    ControlLoop,
     Evaluation,
     EvaluatorInput,
-    Loop,
     LoopError,
     PlannerInput,
     PrePlannerInput,
@@ -29,8 +29,17 @@ def test_all_is_complete_and_sorted() -> None:
     assert cadenza.loops.__all__ == sorted(cadenza.loops.__all__)
 
 
-def tagline_loop(**options: Any) -> Loop:
-    loop = Loop("Write a tagline", criteria="short", **options)
+def test_the_old_name_is_an_alias_that_warns() -> None:
+    """``Loop`` (before it became ``ControlLoop``) still gives the class, and says so."""
+    with pytest.warns(DeprecationWarning, match=r"cadenza\.loops\.ControlLoop"):
+        old = cadenza.loops.Loop
+    assert old is ControlLoop
+    with pytest.raises(AttributeError, match="Lop"):
+        _ = cadenza.loops.Lop
+
+
+def tagline_loop(**options: Any) -> ControlLoop:
+    loop = ControlLoop("Write a tagline", criteria="short", **options)
     loop.check("size(result.text) <= 20", "Too long: {{ size(result.text) }} chars")
     return loop
 
@@ -70,7 +79,7 @@ async def test_sync_and_async_functions_get_typed_inputs_and_may_return_plain_va
 
 async def test_a_pre_planner_rewrites_the_objective_once_before_the_loop() -> None:
     """The loop works on what the pre-planner made of the objective and criteria."""
-    loop = Loop("tagline", criteria="any")
+    loop = ControlLoop("tagline", criteria="any")
     calls: list[PrePlannerInput] = []
 
     @loop.pre_planner
@@ -93,7 +102,7 @@ async def test_a_pre_planner_rewrites_the_objective_once_before_the_loop() -> No
 
 async def test_a_pre_planner_may_return_the_objective_and_a_sync_function_a_coroutine() -> None:
     """A string from the pre-planner is the new objective; awaitables are awaited."""
-    loop = Loop("tagline", criteria="kept")
+    loop = ControlLoop("tagline", criteria="kept")
 
     @loop.pre_planner
     def refine(task: PrePlannerInput) -> str:
@@ -191,7 +200,7 @@ async def test_a_function_that_raises_or_returns_the_wrong_shape_is_an_infra_fai
 
 async def test_the_delegate_and_escalation_work_as_in_yaml(tmp_path: Path) -> None:
     """recommend=delegate hands over to the delegate; a failing delegate asks a person."""
-    loop = Loop("Do it", max_retries=0, escalate="human")
+    loop = ControlLoop("Do it", max_retries=0, escalate="human")
 
     @loop.actor
     def generalist(task: ActorInput) -> str:
@@ -251,12 +260,12 @@ async def test_a_cancelled_loop_has_no_result() -> None:
 def test_a_loop_is_checked_when_it_is_built() -> None:
     """Bad names, limits and checks fail at once; a loop needs an actor and an evaluator."""
     with pytest.raises(ValueError, match="step id"):
-        Loop("x", name="Not An Id")
+        ControlLoop("x", name="Not An Id")
     with pytest.raises(ValueError, match="max_iterations must be at least 1"):
-        Loop("x", max_iterations=0)
+        ControlLoop("x", max_iterations=0)
     with pytest.raises(ValueError, match="duration"):
-        Loop("x", timeout="soon")
+        ControlLoop("x", timeout="soon")
     with pytest.raises(ExpressionSyntaxError):
-        Loop("x").check("size(result.text) <=")
+        ControlLoop("x").check("size(result.text) <=")
     with pytest.raises(CadenzaError, match="no actor and no evaluator"):
-        Loop("x").workflow()
+        ControlLoop("x").workflow()

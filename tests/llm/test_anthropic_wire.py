@@ -12,8 +12,8 @@ from cadenza.llm import (
     LLMResponseError,
     LLMUsage,
     Message,
+    ModelToolCall,
     ProviderRegistry,
-    ToolCall,
     ToolSpec,
 )
 from cadenza.testing import ScriptedTransport
@@ -71,8 +71,8 @@ async def test_request_shape() -> None:
 async def test_tool_turns_become_blocks() -> None:
     """Tool calls become tool_use blocks; consecutive tool results share one user turn."""
     calls = (
-        ToolCall("toolu_1", "lookup", '{"word": "cadenza"}'),
-        ToolCall("toolu_2", "lookup", "not json"),
+        ModelToolCall("toolu_1", "lookup", '{"word": "cadenza"}'),
+        ModelToolCall("toolu_2", "lookup", "not json"),
     )
     request = LLMRequest(
         model="claude-test",
@@ -129,7 +129,7 @@ async def test_reply_maps_to_completion() -> None:
     request = LLMRequest(model="claude-test", messages=(Message("user", "hi"),))
     completion, _ = await complete(reply, request)
     assert completion.content == "Let me look."
-    assert completion.tool_calls == (ToolCall("toolu_9", "lookup", '{"word":"fugue"}'),)
+    assert completion.tool_calls == (ModelToolCall("toolu_9", "lookup", '{"word":"fugue"}'),)
     assert completion.usage == LLMUsage(prompt_tokens=120, completion_tokens=4)
     assert completion.finish_reason == "tool_use"
     assert completion.model == "claude-test-0001"
@@ -140,7 +140,7 @@ async def test_tool_only_reply_has_no_content() -> None:
     reply = anthropic_reply({"type": "tool_use", "id": "t", "name": "lookup", "input": {}})
     completion, _ = await complete(reply, LLMRequest("m", (Message("user", "hi"),)))
     assert completion.content is None
-    assert completion.tool_calls == (ToolCall("t", "lookup", "{}"),)
+    assert completion.tool_calls == (ModelToolCall("t", "lookup", "{}"),)
 
 
 @pytest.mark.parametrize(

@@ -10,7 +10,7 @@ import anyio
 import httpx
 import pytest
 
-from cadenza.kernel import Cancellable, FakeClock
+from cadenza.kernel import FakeClock, Timer
 from cadenza.llm import LLMRequest, LLMTimeout, Message, ProviderRegistry, RetryPolicy
 
 Ts = TypeVarTuple("Ts")
@@ -73,7 +73,7 @@ class _HeldClock(FakeClock):
 
     def call_later(
         self, seconds: float, callback: Callable[[Unpack[Ts]], object], *args: *Ts
-    ) -> Cancellable:
+    ) -> Timer:
         self.callbacks.append(lambda: callback(*args))
         return super().call_later(seconds, callback, *args)
 

@@ -15,8 +15,8 @@ from cadenza.llm import (
     LLMHTTPError,
     LLMRequest,
     Message,
+    ModelToolCall,
     ProviderRegistry,
-    ToolCall,
     ToolSpec,
 )
 from cadenza.testing import (
@@ -46,7 +46,7 @@ async def test_rules_match_on_what_the_request_shows(llm_server: StartLLMServer)
             ServerRule(["greeting"], match={"user": "hello", "last": "hello"}, name="user"),
         ]
     )
-    call = ToolCall("c1", "lookup", "{}")
+    call = ModelToolCall("c1", "lookup", "{}")
     cases = [
         (request(Message("system", "You are the reviewer."), Message("user", "x")), "reviewed"),
         (

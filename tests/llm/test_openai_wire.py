@@ -15,8 +15,8 @@ from cadenza.llm import (
     LLMResponseError,
     LLMUsage,
     Message,
+    ModelToolCall,
     ProviderRegistry,
-    ToolCall,
     ToolSpec,
 )
 from cadenza.testing import ScriptedTransport
@@ -84,7 +84,7 @@ async def test_request_shape() -> None:
 async def test_tool_turns_are_sent_in_openai_shape() -> None:
     """Assistant tool calls go out as ``tool_calls``; tool results as ``tool`` messages by id."""
     http = ScriptedTransport(openai_reply())
-    call = ToolCall(id="call_1", name="weather", arguments='{"city": "Oslo"}')
+    call = ModelToolCall(id="call_1", name="weather", arguments='{"city": "Oslo"}')
     request = LLMRequest(
         model="gpt-test",
         messages=(
@@ -127,8 +127,8 @@ async def test_reply_with_tool_calls_and_usage() -> None:
         completion = await providers.client("openai").complete(ask())
     assert completion.content is None
     assert completion.tool_calls == (
-        ToolCall("c1", "weather", '{"ci'),
-        ToolCall("c2", "weather", '{"x":1}'),
+        ModelToolCall("c1", "weather", '{"ci'),
+        ModelToolCall("c2", "weather", '{"x":1}'),
     )
     assert completion.usage == LLMUsage(prompt_tokens=12, completion_tokens=3)
     assert completion.model == "gpt-test-0001"

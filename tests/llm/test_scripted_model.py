@@ -15,9 +15,9 @@ from cadenza.llm import (
     LLMConfigError,
     LLMRequest,
     Message,
+    ModelToolCall,
     ProviderRegistry,
     ScriptReplyLike,
-    ToolCall,
 )
 from cadenza.testing import ServerRule
 from cadenza.testing.pytest_plugin import StartLLMServer
@@ -62,12 +62,15 @@ async def test_tool_calls_from_mappings_and_objects() -> None:
     ]
     client = ProviderRegistry(environ={}).client("scripted", script=script)
     first, second, third, fourth = await replies(client, 4)
-    assert first.tool_calls == (ToolCall("call_1_1", "search", '{"q":"fugue"}'),)
+    assert first.tool_calls == (ModelToolCall("call_1_1", "search", '{"q":"fugue"}'),)
     assert first.content is None
     assert first.finish_reason == "tool_calls"
     assert second.content == "two calls"
-    assert second.tool_calls == (ToolCall("call_2_1", "a", "{}"), ToolCall("call_2_2", "b", "{bad"))
-    assert third.tool_calls == (ToolCall("call_3_1", "submit_result", '{"done":true}'),)
+    assert second.tool_calls == (
+        ModelToolCall("call_2_1", "a", "{}"),
+        ModelToolCall("call_2_2", "b", "{bad"),
+    )
+    assert third.tool_calls == (ModelToolCall("call_3_1", "submit_result", '{"done":true}'),)
     assert (fourth.content, fourth.tool_calls, fourth.finish_reason) == ("done", (), "stop")
 
 
@@ -145,5 +148,5 @@ async def test_accepts_the_workflow_script_types() -> None:
     ]
     client = ProviderRegistry(environ={}).client("scripted", script=script)
     first, second = await replies(client, 2)
-    assert first.tool_calls == (ToolCall("call_1_1", "send_message", '{"text":"hi"}'),)
+    assert first.tool_calls == (ModelToolCall("call_1_1", "send_message", '{"text":"hi"}'),)
     assert second.content == "plain"

@@ -11,7 +11,6 @@ actor runs a step; wired into `RunContext.spawn_step`), ``_coordinator`` (the
 actor that carries messages between agents) and ``_run`` (`execute_run`).
 """
 
-from ._run import RUN_INTERRUPTED as RUN_INTERRUPTED
 from ._run import RunControl as RunControl
 from ._run import RunSetup as RunSetup
 from ._run import execute_run as execute_run
@@ -31,7 +30,6 @@ from .steps import StepContext as StepContext
 from .steps import StepOutput as StepOutput
 
 __all__ = [
-    "RUN_INTERRUPTED",
     "DagController",
     "DagOutcome",
     "EventSink",

@@ -42,6 +42,7 @@ from cadenza.errors import ActorStopped, InboxFull, MessageRefused
 from cadenza.kernel import Actor
 from cadenza.protocols import (
     CoordinatorWake,
+    EventType,
     MaxWakeCyclesWarning,
     MessageDropped,
     MessageRecord,
@@ -65,7 +66,7 @@ from .run import (
 )
 from .steps import AgentVisit, Tool, ToolError, run_agent
 
-__all__ = ["Coordinator"]
+__all__ = ["CoordinatorActor"]
 
 DROP_EVENT_EVERY = 1_000
 """After a target's first dropped message, one ``message_dropped`` event per this many."""
@@ -81,7 +82,7 @@ class _Drops:
     """The last drop's target, sender, message type and reason."""
 
 
-class Coordinator(Actor):
+class CoordinatorActor(Actor):
     """Records messages between agents and, with a coordinator agent, routes them."""
 
     def __init__(self, run: RunContext, document: LoadedWorkflow) -> None:
@@ -138,7 +139,7 @@ class Coordinator(Actor):
         where = str(COORDINATOR)
         if self.wakes >= self.max_wakes:
             journal.emit(
-                "max_wake_cycles_reached",
+                EventType.MAX_WAKE_CYCLES_REACHED,
                 step_id=where,
                 message=f"the coordinator agent woke {self.wakes} times, its cap; not waking it",
             )
@@ -146,7 +147,7 @@ class Coordinator(Actor):
         self.wakes += 1
         if self.wakes == max(1, int(self.max_wakes * 0.8)):
             journal.emit(
-                "max_wake_cycles_warning",
+                EventType.MAX_WAKE_CYCLES_WARNING,
                 step_id=where,
                 data=MaxWakeCyclesWarning(
                     current_cycle=self.wakes,
@@ -155,7 +156,7 @@ class Coordinator(Actor):
                 ),
             )
         start = CoordinatorWake(phase="start", from_=message.sender)
-        journal.emit("coordinator_wake", step_id=where, agent=self.agent_name, data=start)
+        journal.emit(EventType.COORDINATOR_WAKE, step_id=where, agent=self.agent_name, data=start)
         outcome = await run_agent(
             self.run,
             self.document,
@@ -171,13 +172,13 @@ class Coordinator(Actor):
         )
         if outcome.error is not None:
             journal.emit(
-                "error",
+                EventType.ERROR,
                 step_id=where,
                 agent=self.agent_name,
                 error=f"{outcome.error.type}: {outcome.error.message}",
             )
         end = CoordinatorWake(phase="end", from_=message.sender)
-        journal.emit("coordinator_wake", step_id=where, agent=self.agent_name, data=end)
+        journal.emit(EventType.COORDINATOR_WAKE, step_id=where, agent=self.agent_name, data=end)
 
     def deliver(self, target: str, text: str, kind: str, *, sender: str) -> None:
         """Puts a message into a step's inbox, or keeps it for the step's next instance.
@@ -199,7 +200,7 @@ class Coordinator(Actor):
         journal = self.run.journal
         journal.record_message(MessageRecord(from_=sender, to=target, text=text, kind=kind))
         data = MessageSent(from_=sender, to=target, text=text, msg_type=MSG_TYPES.get(kind, 0))
-        journal.emit("message_sent", step_id=sender, data=data)
+        journal.emit(EventType.MESSAGE_SENT, step_id=sender, data=data)
 
     def _place(self, target: str, letter: AgentMessage, size: int) -> str | None:
         """Delivers ``letter``, or keeps it for the step's next instance; else why not."""
@@ -241,7 +242,7 @@ class Coordinator(Actor):
         data = MessageDropped(
             from_=sender, to=target, msg_type=msg_type, reason=reason, dropped=drops.count
         )
-        self.run.journal.emit("message_dropped", step_id=target, data=data)
+        self.run.journal.emit(EventType.MESSAGE_DROPPED, step_id=target, data=data)
 
     def _report_drops(self) -> None:
         """At the run's end: the total of every step with drops no event has counted yet."""
@@ -270,12 +271,12 @@ class Coordinator(Actor):
 
         async def narrate(arguments: dict[str, Any]) -> str:
             text = str(arguments.get("text", ""))
-            journal.emit("coordinator_narration", step_id=str(COORDINATOR), message=text)
+            journal.emit(EventType.COORDINATOR_NARRATION, step_id=str(COORDINATOR), message=text)
             return '{"status": "ok"}'
 
         async def finalize(arguments: dict[str, Any]) -> str:
             summary = str(arguments.get("summary", ""))
-            journal.emit("coordinator_synthesis", step_id=str(COORDINATOR), message=summary)
+            journal.emit(EventType.COORDINATOR_SYNTHESIS, step_id=str(COORDINATOR), message=summary)
             return '{"status": "ok"}'
 
         def spec(

@@ -27,7 +27,7 @@ from typing import Any
 import httpx
 import msgspec
 
-from cadenza.kernel import Address, Cancellable, Clock, DeadLetter, Slots, Supervisor
+from cadenza.kernel import Address, DeadLetter, Slots, Supervisor, Timer
 from cadenza.llm import ProviderRegistry
 from cadenza.protocols import (
     ErrorInfo,
@@ -44,25 +44,24 @@ from cadenza.protocols import (
 from cadenza.store import LeaseHolder, RunRow, RunStore
 from cadenza.workflow import (
     WORKTREE_PER_STEP,
-    LoadedWorkflow,
     compile_expression,
     parse_duration,
 )
 
 from ._children import spawn_step
-from ._coordinator import Coordinator
+from ._coordinator import CoordinatorActor
 from .containers import DagController, DagOutcome, spawn_root_loop
 from .run import (
     COORDINATOR,
     INBOX_SIZE,
     MAX_RESULT_MESSAGES,
-    RUN_RESUMED,
     AgentMessage,
     Backlog,
     Drain,
     McpHost,
     PermissionPolicy,
     Replay,
+    RunBasis,
     RunContext,
     RunJournal,
     Scope,
@@ -73,11 +72,8 @@ from .run import (
     encode_document,
     pending_bytes,
 )
-from .steps import StepDispatcher
 
 __all__ = [
-    "MESSAGE_UNDELIVERED",
-    "RUN_INTERRUPTED",
     "RunControl",
     "execute_run",
     "interrupted_result",
@@ -86,12 +82,6 @@ __all__ = [
 
 ROOT = Address.root("Run")
 """The root controller's address: capitalised, so no step id can take it."""
-
-MESSAGE_UNDELIVERED = "message_undelivered"
-"""Messages for a step that no instance of it took before the run ended (SPEC section 5)."""
-
-RUN_INTERRUPTED = "run_interrupted"
-"""The run stopped without ending (its runtime shut down); message: why. Resumable."""
 
 
 @dataclass(eq=False)
@@ -124,10 +114,12 @@ class RunControl:
             self.context.cancel(reason)
 
 
-@dataclass(frozen=True, slots=True)
-class RunSetup:
+@dataclass(eq=False, kw_only=True)
+class RunSetup(RunBasis):
     """What `execute_run` runs, and with what: the run, its record, its controls.
 
+    Its `RunBasis` (id, document, inputs, journal, clock, concurrency, default
+    model, dispatcher) is handed on as it is to the run's `RunContext`.
     With a ``dispatcher`` the run's leaf steps run on remote workers. With a
     ``replay`` it resumes the run recorded under ``run_id``: what finished is
     replayed, the rest runs. ``lease`` is taken once the run is recorded, before
@@ -138,17 +130,9 @@ class RunSetup:
     (`resumed_policy`), and ``added_policy`` is what the resuming runtime adds.
     """
 
-    run_id: str
-    document: LoadedWorkflow
-    inputs: dict[str, Any]
-    journal: RunJournal
     store: RunStore
-    clock: Clock
-    max_concurrency: int
-    default_model: str | None
     control: RunControl
     http: Callable[[], Awaitable[httpx.AsyncClient]] | None = None
-    dispatcher: StepDispatcher | None = None
     replay: Replay | None = None
     lease: LeaseHolder | None = None
     recorded: Callable[[], None] | None = None
@@ -186,7 +170,7 @@ async def execute_run(setup: RunSetup) -> RunResult:
         status, error = "failed", context.failure
     if status == "cancelled" and control.cancel_reason is None and control.interrupt_reason:
         # Cut short by a shutdown, not ended: left as after a crash, for a resume.
-        journal.emit(RUN_INTERRUPTED, message=control.interrupt_reason)
+        journal.emit(EventType.RUN_INTERRUPTED, message=control.interrupt_reason)
         await setup.store.flush(setup.run_id)
         return interrupted_result(journal, control.interrupt_reason)
     output: Any = ending.outcome.content if status != "waiting" else None
@@ -244,7 +228,7 @@ async def _record_start(setup: RunSetup) -> None:
         store.end_run(setup.run_id, "running", None)
         journal.resume_from(replay)
         data = RunResumed(replayable=replay.replayable, after_seq=replay.last_seq)
-        journal.emit(RUN_RESUMED, message=workflow.name, data=data)
+        journal.emit(EventType.RUN_RESUMED, message=workflow.name, data=data)
     await store.flush(setup.run_id)
     if setup.lease is not None:
         await store.acquire_lease(setup.run_id, setup.lease)
@@ -292,7 +276,7 @@ async def _drive(
         if document.workflow.options.isolation == WORKTREE_PER_STEP:
             context.worktrees = Worktrees(setup.run_id, document.base_dir)
         timer = _run_timeout(context, ending.timed_out)
-        coordinator = Coordinator(context, document)
+        coordinator = CoordinatorActor(context, document)
         context.deliver = coordinator.deliver  # a post is placed (or refused) at once
         supervisor.spawn(COORDINATOR, lambda: coordinator, inbox_size=INBOX_SIZE)
         if document.workflow.loop is None:
@@ -318,18 +302,11 @@ async def _drive(
 def _context(setup: RunSetup, supervisor: Supervisor, providers: ProviderRegistry) -> RunContext:
     """The run's shared context, with a resumed run's waiting mail and agents' memories."""
     context = RunContext(
-        run_id=setup.run_id,
-        document=setup.document,
-        inputs=setup.inputs,
-        journal=setup.journal,
+        **setup.shared(),
         supervisor=supervisor,
-        clock=setup.clock,
         limiter=Slots(setup.max_concurrency),
-        max_concurrency=setup.max_concurrency,
         step_ids=document_step_ids(setup.document),
         providers=providers,
-        default_model=setup.default_model,
-        dispatcher=setup.dispatcher,
         spawn_step=spawn_step,
     )
     control = setup.control
@@ -346,7 +323,7 @@ def _context(setup: RunSetup, supervisor: Supervisor, providers: ProviderRegistr
     return context
 
 
-def _run_timeout(context: RunContext, timed_out: list[str]) -> Cancellable | None:
+def _run_timeout(context: RunContext, timed_out: list[str]) -> Timer | None:
     """Starts the clock of ``options.timeout``, if the workflow has one."""
     limit = context.options.timeout
     if not limit:
@@ -382,7 +359,7 @@ def report_undelivered(
         if not letters:
             continue
         journal.emit(
-            MESSAGE_UNDELIVERED,
+            EventType.MESSAGE_UNDELIVERED,
             step_id=target,
             message=f"{len(letters)} message(s) for {target!r}: no instance of it took them",
             data=MessageUndelivered(to=target, count=len(letters)),

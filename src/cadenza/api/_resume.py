@@ -27,6 +27,7 @@ from cadenza.errors import RunNotFound, SignalRejected, StoreError
 from cadenza.protocols import (
     FINISHED,
     Event,
+    EventType,
     RunResult,
     SignalReceived,
     StepRecord,
@@ -37,7 +38,6 @@ from cadenza.store import LeaseHolder, RunRow, RunStore
 from cadenza.workflow import LoadedWorkflow, load_workflow
 
 __all__ = [
-    "SIGNAL_RECEIVED",
     "Prepared",
     "finished_result",
     "pending_inputs",
@@ -46,9 +46,6 @@ __all__ = [
     "resumable_runs",
     "runs_to_prune",
 ]
-
-SIGNAL_RECEIVED = "signal_received"
-"""A person's answer was recorded for a waiting address; data ``{answer}``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,7 +138,7 @@ async def record_signal(store: RunStore, run_id: str, address: str, data: Any) -
         store.put_step(run_id, address, answered)
         store.append_event(
             Event(
-                type=SIGNAL_RECEIVED,
+                type=EventType.SIGNAL_RECEIVED,
                 timestamp=timestamp(),
                 run_id=run_id,
                 seq=events[-1].seq + 1 if events else 1,

@@ -1,4 +1,4 @@
-"""The Python API: a `Runtime` a service owns, and a `RunHandle` per run.
+"""The Python API: a `Runtime` a service owns, and a `RunHandle` per run (``_handle.py``).
 
     async with cadenza.Runtime(store=".cadenza/runs.db") as runtime:
         handle = await runtime.start("flow.yaml", inputs={"topic": "loops"})
@@ -52,16 +52,13 @@ import httpx
 from cadenza._logging import get_logger
 from cadenza._redact import redact
 from cadenza.actors import (
-    RUN_INTERRUPTED,
     EventSink,
     RunControl,
     RunJournal,
     RunSetup,
     execute_run,
-    interrupted_result,
 )
 from cadenza.actors.run import (
-    POSTER,
     PermissionHook,
     Replay,
     StoredPolicy,
@@ -82,18 +79,12 @@ from cadenza.errors import (
     StoreError,
     StoreFailed,
 )
-from cadenza.kernel import Cancellable, Clock, SystemClock
+from cadenza.kernel import Clock, SystemClock
 from cadenza.llm import RetryPolicy
 from cadenza.protocols import (
     FINISHED,
-    ErrorInfo,
     Event,
-    EventType,
-    MessageRecord,
     RunResult,
-    StepRecord,
-    Tokens,
-    WorkflowEnd,
 )
 from cadenza.store import (
     CancelCommand,
@@ -119,6 +110,7 @@ from cadenza.workflow import (
 from cadenza.workflow import WorkflowError as WorkflowError
 
 from ._backoff import Backoff
+from ._handle import SHUTTING_DOWN, DrivenRun, RunHandle
 from ._rebuild import check_rebuildable
 from ._resume import (
     finished_result,
@@ -129,23 +121,16 @@ from ._resume import (
     resumable_runs,
     runs_to_prune,
 )
-from ._subscription import ENDINGS, EventSubscription
 from ._subscription import SubscriptionStatistics as SubscriptionStatistics
 
 if TYPE_CHECKING:
     from cadenza.remote import Dispatcher
     from cadenza.telemetry import OpenTelemetry
 
-__all__ = ["EventSubscription", "RunHandle", "Runtime", "SubscriptionStatistics", "new_run_id"]
-
-EVENT_BUFFER = 10_000
-"""Events a `RunHandle.events` subscriber may fall behind by before the oldest are dropped."""
+__all__ = ["Runtime", "new_run_id"]
 
 SHUTDOWN_DEADLINE = 10.0
 """Seconds a shutting-down runtime lets its runs' steps stop before stopping them outright."""
-
-SHUTTING_DOWN = "the runtime is shutting down"
-"""Why the runs a shutdown interrupts stopped (the ``run_interrupted`` event's message)."""
 
 COMMAND_INTERVAL = 0.5
 """Seconds between two looks for commands sent through the store to the runs a
@@ -177,208 +162,6 @@ def _passing(error: Exception) -> bool:
 def new_run_id() -> str:
     """A sortable, unique run id: UTC time plus randomness (``20261121T101500-3f9a1c``)."""
     return time.strftime("%Y%m%dT%H%M%S", time.gmtime()) + "-" + secrets.token_hex(3)
-
-
-class RunHandle:
-    """A run in progress: its id, its events, its result, and a way to cancel it."""
-
-    def __init__(
-        self,
-        run_id: str,
-        journal: RunJournal,
-        store: RunStore,
-        control: RunControl,
-        clock: Clock | None = None,
-    ) -> None:
-        self.run_id = run_id
-        self._journal = journal
-        self._store = store
-        self._control = control
-        self._clock: Clock = clock or SystemClock()
-        self._result: asyncio.Future[RunResult] = asyncio.get_running_loop().create_future()
-        # A resumed run's log holds an earlier workflow_end (a waiting run's): not the end.
-        self._resumed_after = 0
-        # Set by the runtime while the run executes: cancelling it stops the run outright.
-        self._scope: anyio.CancelScope | None = None
-        self._deadlines: list[Cancellable] = []
-        self._ended = False  # this drive emitted its workflow_end (or run_interrupted)
-        self._stored = False  # the store holds the run: its start (or resumption) committed
-        self._lease: Lease | None = None  # the lease the run is driven under
-        journal.subscribe(self._watch)
-
-    @property
-    def done(self) -> bool:
-        """True once the run has a result."""
-        return self._result.done()
-
-    async def result(self) -> RunResult:
-        """Waits for the run to end and returns its result JSON as a `RunResult`.
-
-        A run interrupted by its runtime's shutdown has not ended: its result has
-        status ``running`` and error type ``Interrupted``; `Runtime.resume` goes on.
-        """
-        return await asyncio.shield(self._result)
-
-    @property
-    def messages(self) -> list[MessageRecord]:
-        """Every message carried between agents so far, in order."""
-        return list(self._journal.messages)
-
-    async def post_message(self, target: str, text: str, *, kind: str = "info") -> None:
-        """Sends a message to a step, as the coordinator would, from ``api``.
-
-        ``target`` is a bare step id (its newest instance) or an address; the
-        message lands in that agent's next turn, or waits for the step's next
-        instance. It is recorded (``message_sent``, the result's messages) and
-        shown to the agent as from ``api``: the run's own coordinator did not
-        send it. It is placed at once: a step whose own inbox is full drops it
-        with a ``message_dropped`` event; a run that holds too much refuses it.
-
-        Raises:
-            MessageRefused: The run already holds `RUN_MAIL_SIZE` messages or
-                `RUN_MAIL_BYTES` of text waiting for delivery, all its targets
-                together, or the text is larger than a step's inbox holds
-                (`INBOX_BYTES`). Nothing is recorded.
-            CadenzaError: The run has not started its actors yet, or has ended.
-        """
-        context = self._control.context
-        if context is None or self.done:
-            raise CadenzaError(f"run {self.run_id!r} is not running; it cannot take messages")
-        context.deliver(target, text, kind, sender=POSTER)
-
-    def cancel(
-        self, reason: str = "cancelled by the caller", *, deadline: float | None = None
-    ) -> None:
-        """Cancels the run; it ends ``cancelled`` (a final status: resume will not run it).
-
-        Cancellation is cooperative: nothing new starts, and each running step's
-        work is interrupted where it waits (an async handler gets
-        ``CancelledError`` and may clean up, a command's process group is
-        terminated, a thread handler is abandoned, a model call is dropped);
-        the step is recorded ``cancelled`` and the run ends once every step has.
-
-        Args:
-            reason: Recorded as the run's and the steps' error message.
-            deadline: Seconds (on the runtime's clock) the steps get to stop. A
-                run still going then is stopped outright: its steps' tasks are
-                cancelled repeatedly until they end, steps still unrecorded
-                are recorded ``cancelled``, and the run ends ``cancelled``.
-                None (the default) waits for the steps however long they take.
-        """
-        self._control.cancel(reason)
-        if deadline is not None:
-            self._stop_after(deadline)
-
-    def _interrupt(self, reason: str, *, deadline: float | None) -> None:
-        """Stops the run like `cancel` but leaves it resumable (its runtime shuts down)."""
-        self._control.interrupt(reason)
-        if deadline is not None:
-            self._stop_after(deadline)
-
-    def _stop_after(self, seconds: float) -> None:
-        if self._scope is not None and not self.done:
-            self._deadlines.append(self._clock.call_later(seconds, self._scope.cancel))
-
-    def _lose(self) -> None:
-        """The store found the run's lease lost: stop driving the run now."""
-        if self._scope is not None and not self.done:
-            self._scope.cancel()
-
-    def _watch(self, event: Event) -> None:
-        if event.type in ENDINGS:
-            self._ended = True
-
-    async def signal(self, address: str, data: Any) -> None:
-        """Records a person's answer for this run's step waiting at ``address``.
-
-        The run must have ended ``waiting``; `Runtime.resume` then continues it.
-
-        Raises:
-            SignalRejected: Nothing waits at ``address``, or ``data`` does not fit its schema.
-            LeaseHeld: The run is still being driven.
-        """
-        await record_signal(self._store, self.run_id, address, data)
-
-    def events(self, *, buffer: int = EVENT_BUFFER) -> EventSubscription:
-        """Every event of the run, from its first, ending after ``workflow_end``.
-
-        Subscribes at once. The events the store holds come first, then the live
-        stream; a run interrupted by its runtime's shutdown ends with
-        ``run_interrupted`` instead. A consumer slower than the run never slows
-        it down: up to ``buffer`` live events wait for it; past that the oldest
-        waiting one is dropped, `EventSubscription.statistics` counts it, and
-        `Event.seq` shows the gap.
-
-        Raises:
-            ValueError: ``buffer`` is below 1.
-        """
-        return EventSubscription(
-            self.run_id,
-            self._journal,
-            self._store,
-            self._result,
-            resumed_after=self._resumed_after,
-            buffer=buffer,
-        )
-
-    async def _stopped_outright(self) -> RunResult:
-        """Records the end of a run its deadline stopped outright (see `cancel`)."""
-        journal, control, store = self._journal, self._control, self._store
-        await store.flush(self.run_id)
-        if self._ended:  # it had recorded its end already, only not returned yet
-            row = await get_row(store, self.run_id)
-            if row.status in FINISHED or row.status == "waiting":
-                return finished_result(row)
-            return interrupted_result(journal, control.interrupt_reason or SHUTTING_DOWN)
-        if control.cancel_reason is None:  # interrupted: left as after a crash
-            reason = control.interrupt_reason or SHUTTING_DOWN
-            journal.emit(RUN_INTERRUPTED, message=reason)
-            await store.flush(self.run_id)
-            return interrupted_result(journal, reason)
-        reason = control.cancel_reason
-        for address, record in list(journal.records.items()):
-            if record.status in ("running", "pending"):
-                error = ErrorInfo(type="Cancelled", message=reason, address=address)
-                stopped = StepRecord(status="cancelled", attempts=record.attempts, error=error)
-                journal.records[address] = stopped
-                store.put_step(self.run_id, address, stopped)
-        result = journal.result("cancelled", None, ErrorInfo(type="Cancelled", message=reason))
-        store.end_run(self.run_id, "cancelled", result)
-        usage = result.usage
-        total = usage.prompt_tokens + usage.completion_tokens
-        journal.emit(
-            EventType.WORKFLOW_END,
-            message="cancelled",
-            duration=time.monotonic() - journal.started,
-            tokens=Tokens(usage.prompt_tokens, usage.completion_tokens, total),
-            error=f"Cancelled: {reason}",
-            data=WorkflowEnd(status="cancelled"),
-        )
-        await store.flush(self.run_id)
-        return result
-
-    def _abandoned(self, error: BaseException) -> RunResult | BaseException:
-        """What the result is of a run whose task was cancelled under it (a forced shutdown)."""
-        reason = self._control.interrupt_reason
-        if reason is None or self._control.cancel_reason is not None or self._ended:
-            return error
-        self._journal.emit(RUN_INTERRUPTED, message=reason)  # committed as the store closes
-        return interrupted_result(self._journal, reason)
-
-    def _finish(self, result: RunResult | BaseException) -> None:
-        for deadline in self._deadlines:
-            deadline.cancel()
-        self._deadlines.clear()
-        if self._result.done():
-            return
-        if isinstance(result, asyncio.CancelledError):
-            # A cancelled future: awaiting it raises CancelledError, and nobody
-            # awaiting it is not an "exception never retrieved" at exit.
-            self._result.cancel(*result.args[:1])
-        elif isinstance(result, BaseException):
-            self._result.set_exception(result)
-        else:
-            self._result.set_result(result)
 
 
 class Runtime:
@@ -474,7 +257,8 @@ class Runtime:
         """What every run adds to its workflow's tool permissions."""
         self.default_model = default_model or os.environ.get("CADENZA_MODEL")
         self._group: anyio.abc.TaskGroup | None = None
-        self._runs: dict[str, RunHandle] = {}
+        self._runs: dict[str, DrivenRun] = {}
+        """The runs this runtime drives now, by id (a finished one is dropped)."""
         self._http: httpx.AsyncClient | None = None
         self._http_lock = anyio.Lock()
         if isinstance(workers, str):
@@ -536,9 +320,9 @@ class Runtime:
             if self._commands is not None:
                 self._commands.cancel()
             # Interrupted, not cancelled: each run stays resumable (status running).
-            for handle in list(self._runs.values()):
-                if not handle.done:
-                    handle._interrupt(SHUTTING_DOWN, deadline=self.shutdown_deadline)
+            for run in list(self._runs.values()):
+                if not run.done:
+                    run.interrupt(SHUTTING_DOWN, deadline=self.shutdown_deadline)
             if isinstance(exc, Exception):
                 # The caller's own error goes out as itself, not wrapped in a group.
                 group.cancel_scope.cancel()
@@ -607,13 +391,13 @@ class Runtime:
         journal = RunJournal(run_id, document.workflow.name, self.store)
         if on_event is not None:
             journal.subscribe(on_event)
-        handle = RunHandle(run_id, journal, self.store, RunControl(), self.clock)
-        await self._launch(handle, document, resolved, limit, LeaseHolder.for_this_process())
-        return handle
+        run = DrivenRun(run_id, journal, self.store, RunControl(), self.clock)
+        await self._launch(run, document, resolved, limit, LeaseHolder.for_this_process())
+        return run.handle
 
     async def _launch(
         self,
-        handle: RunHandle,
+        driven: DrivenRun,
         document: LoadedWorkflow,
         inputs: dict[str, Any],
         limit: int,
@@ -632,9 +416,9 @@ class Runtime:
         run's own tool policy and what this runtime adds (`resumed_policy`).
         """
         assert self._group is not None
-        run_id = handle.run_id
+        run_id = driven.run_id
         own, added = policy or (self.tool_policy, None)
-        self._runs[run_id] = handle
+        self._runs[run_id] = driven
 
         async def run(
             *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
@@ -648,26 +432,26 @@ class Runtime:
                     task_status.started()
 
             def stored() -> None:  # the run's start is committed: the store holds it
-                handle._stored = True
+                driven.stored = True
                 recorded()
 
             # Spans from the run's events (start and resume both come here).
-            detach = None if self.telemetry is None else self.telemetry.attach(handle._journal)
+            detach = None if self.telemetry is None else self.telemetry.attach(driven.journal)
             try:
                 held = lease or await self._first_lease(run_id, holder)
                 result = await self._drive(
-                    handle,
+                    driven,
                     held,
                     RunSetup(
                         run_id=run_id,
                         document=document,
                         inputs=inputs,
-                        journal=handle._journal,
+                        journal=driven.journal,
                         store=self.store,
                         clock=self.clock,
                         max_concurrency=limit,
                         default_model=self.default_model,
-                        control=handle._control,
+                        control=driven.control,
                         http=self._shared_http,
                         dispatcher=self.workers,
                         replay=replay,
@@ -680,11 +464,11 @@ class Runtime:
                 await self.store.flush(run_id)  # released before anyone hears the run ended
             except Exception as error:  # delivered to whoever awaits the result
                 self.store.release_lease(run_id, holder)
-                handle._finish(error)
+                driven.finish(error)
                 return
             except BaseException as error:  # cancellation: the awaiting caller learns it too
                 self.store.release_lease(run_id, holder)
-                handle._finish(handle._abandoned(error))
+                driven.finish(driven.abandoned(error))
                 raise
             finally:
                 recorded()
@@ -692,9 +476,9 @@ class Runtime:
                     detach()  # ends the spans a cancelled or crashed run left open
                 # A finished run lives on in the store; keeping its handle (and
                 # journal) here would grow a long-lived service without bound.
-                if self._runs.get(run_id) is handle:
+                if self._runs.get(run_id) is driven:
                     del self._runs[run_id]
-            handle._finish(result)
+            driven.finish(result)
 
         await self._group.start(run, name=f"cadenza run {run_id}")
 
@@ -711,7 +495,7 @@ class Runtime:
         except StoreError as error:
             raise _unrecorded(run_id, str(error), resumable=False) from error
 
-    async def _drive(self, handle: RunHandle, lease: Lease, setup: RunSetup) -> RunResult:
+    async def _drive(self, driven: DrivenRun, lease: Lease, setup: RunSetup) -> RunResult:
         """Runs ``setup`` to its end while a task beside it renews ``lease``.
 
         Raises:
@@ -721,11 +505,11 @@ class Runtime:
                 where it stood, and its lease is given back by the caller.
         """
         loop = asyncio.get_running_loop()
-        handle._lease = lease
+        driven.lease = lease
 
         def stop() -> None:  # any thread: the SQLite store finds it in its writer thread
             with contextlib.suppress(RuntimeError):  # a closed loop: nothing left to stop
-                loop.call_soon_threadsafe(handle._lose)
+                loop.call_soon_threadsafe(driven.lose)
 
         lease.on_stop = stop
         result: RunResult | None = None
@@ -733,7 +517,7 @@ class Runtime:
         async with anyio.create_task_group() as renewal:
             renewal.start_soon(_renew, self.store, lease, name=f"cadenza lease {setup.run_id}")
             with anyio.CancelScope() as scope:  # cancelled by a deadline, or a stopped lease
-                handle._scope = scope
+                driven.scope = scope
                 if not lease.stopped:
                     try:
                         result = await execute_run(setup)
@@ -750,13 +534,13 @@ class Runtime:
             )
             raise error
         if store_failed:
-            resumable = setup.replay is not None or handle._stored
+            resumable = setup.replay is not None or driven.stored
             why = lease.failed or str(failure)
             raise _unrecorded(setup.run_id, why, resumable=resumable) from failure
         if failure is not None:
             raise failure
         if result is None:  # its deadline passed: stopped outright
-            result = await handle._stopped_outright()
+            result = await driven.stopped_outright()
         return result
 
     async def _recover(self, scope: anyio.CancelScope) -> None:
@@ -789,7 +573,7 @@ class Runtime:
             if not self._backoff.ready(run_id, now):
                 continue
             try:
-                handle = await self.resume(run_id)
+                driven = await self._resume(run_id)
             except LeaseHeld:
                 continue  # another supervisor won the race (or its owner came back)
             except RunNeedsCode as error:  # left as it was, for the application that built it
@@ -810,7 +594,7 @@ class Runtime:
                     _log.error("cannot take the run over", run_id=run_id, error=str(error))
                 continue
             # Nobody awaits a run taken over: its end is in the store, and in the log.
-            handle._result.add_done_callback(functools.partial(self._taken_run_ended, run_id))
+            driven.when_ended(functools.partial(self._taken_run_ended, run_id))
             _log.info("took the run over", run_id=run_id)
 
     def _taken_run_ended(self, run_id: str, result: asyncio.Future[RunResult]) -> None:
@@ -869,7 +653,8 @@ class Runtime:
                 runtime has none, or this runtime's allow rules would widen
                 the run's; nothing of the run changes.
         """
-        return await self._resume(run_id, max_concurrency=max_concurrency, on_event=on_event)
+        driven = await self._resume(run_id, max_concurrency=max_concurrency, on_event=on_event)
+        return driven.handle
 
     async def _resume(
         self,
@@ -878,7 +663,7 @@ class Runtime:
         max_concurrency: int | None = None,
         on_event: EventSink | None = None,
         cancel: str | None = None,
-    ) -> RunHandle:
+    ) -> DrivenRun:
         """`resume`; with ``cancel``, the run is cancelled before any step starts."""
         if self._group is None:
             raise CadenzaError("the runtime is not running; use it as 'async with Runtime()'")
@@ -886,12 +671,12 @@ class Runtime:
         journal = RunJournal(run_id, row.workflow, self.store)
         if on_event is not None:
             journal.subscribe(on_event)
-        handle = RunHandle(run_id, journal, self.store, RunControl(), self.clock)
+        driven = DrivenRun(run_id, journal, self.store, RunControl(), self.clock)
         if cancel is not None:
-            handle._control.cancel(cancel)
+            driven.control.cancel(cancel)
         if row.status in FINISHED:
-            handle._finish(finished_result(row))
-            return handle
+            driven.finish(finished_result(row))
+            return driven
         running = self._runs.get(run_id)
         if running is not None and not running.done:
             raise LeaseHeld(f"run {run_id!r} is running in this runtime already")
@@ -906,7 +691,7 @@ class Runtime:
             self.store.release_lease(run_id, holder)
             await self.store.flush()
             raise
-        handle._resumed_after = prepared.replay.last_seq
+        driven.resumed_after = prepared.replay.last_seq
         options = prepared.document.workflow.options
         limit = (
             max_concurrency
@@ -915,7 +700,7 @@ class Runtime:
             or DEFAULT_MAX_CONCURRENCY
         )
         await self._launch(
-            handle,
+            driven,
             prepared.document,
             prepared.inputs,
             limit,
@@ -924,7 +709,7 @@ class Runtime:
             lease=lease,
             policy=resumed_policy(prepared.policy, self.tool_policy),
         )
-        return handle
+        return driven
 
     def _check_policy(
         self, run_id: str, document: LoadedWorkflow, stored: StoredPolicy | None
@@ -980,15 +765,15 @@ class Runtime:
             RunNotFound: No such run.
             CadenzaError: The run has finished.
         """
-        handle = self._runs.get(run_id)
-        if handle is not None and not handle.done:
-            handle.cancel(reason)
-            return handle
+        driven = self._runs.get(run_id)
+        if driven is not None and not driven.done:
+            driven.handle.cancel(reason)
+            return driven.handle
         row = await get_row(self.store, run_id)
         if row.status in FINISHED:
             raise CadenzaError(f"run {run_id!r} has finished ({row.status}); nothing to cancel")
         try:
-            return await self._resume(run_id, cancel=reason)
+            return (await self._resume(run_id, cancel=reason)).handle
         except LeaseHeld:  # another process drives it: that process cancels it
             await self.store.send_command(run_id, CancelCommand(reason))
             return None
@@ -1012,9 +797,9 @@ class Runtime:
             RunNotFound: No such run.
             CadenzaError: The run is not running (it has finished or waits for a person).
         """
-        handle = self._runs.get(run_id)
-        if handle is not None and not handle.done and handle._control.context is not None:
-            await handle.post_message(target, text, kind=kind)
+        driven = self._runs.get(run_id)
+        if driven is not None and driven.takes_messages:
+            await driven.handle.post_message(target, text, kind=kind)
             return
         letter_size(run_id, text)  # too large for any inbox: refused here, not by the owner
         row = await get_row(self.store, run_id)
@@ -1027,11 +812,7 @@ class Runtime:
         with scope:
             while True:
                 await anyio.sleep(self.command_interval)
-                ready = [
-                    run_id
-                    for run_id, handle in self._runs.items()
-                    if not handle.done and handle._control.context is not None
-                ]
+                ready = [run_id for run_id, driven in self._runs.items() if driven.takes_messages]
                 if not ready:
                     continue
                 try:
@@ -1047,15 +828,15 @@ class Runtime:
                     _log.warning("messages refused", run_id=run_id, refused=count)
 
     async def _carry_out(self, run_id: str, command: Command, refused: dict[str, int]) -> None:
-        handle = self._runs.get(run_id)
-        if handle is None or handle.done:  # it ended since we looked: nothing left to do
+        driven = self._runs.get(run_id)
+        if driven is None or driven.done:  # it ended since we looked: nothing left to do
             _log.info("command for an ended run dropped", run_id=run_id, command=command)
             return
         if isinstance(command, CancelCommand):
-            handle.cancel(command.reason)
+            driven.handle.cancel(command.reason)
             return
         try:
-            await handle.post_message(command.target, command.text, kind=command.kind)
+            await driven.handle.post_message(command.target, command.text, kind=command.kind)
         except MessageRefused:  # the run's backlog is full: counted, logged once a look
             refused[run_id] = refused.get(run_id, 0) + 1
         except CadenzaError as error:
@@ -1089,7 +870,8 @@ class Runtime:
         Finished runs are not kept in memory: `result` and `stored_events`
         read them from the store.
         """
-        return self._runs.get(run_id)
+        driven = self._runs.get(run_id)
+        return None if driven is None else driven.handle
 
     async def result(self, run_id: str) -> RunResult:
         """Waits for a run this runtime drives to end, or reads a finished run's result.
@@ -1101,7 +883,7 @@ class Runtime:
         """
         running = self._runs.get(run_id)
         if running is not None:
-            return await running.result()
+            return await running.handle.result()
         row = await get_row(self.store, run_id)
         if row.status not in FINISHED:
             raise CadenzaError(

@@ -25,13 +25,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final, Self
 
-from cadenza.actors import RUN_INTERRUPTED, RunJournal
+from cadenza.actors import RunJournal
 from cadenza.protocols import Event, EventType
 from cadenza.store import RunStore
 
 __all__ = ["ENDINGS", "EventSubscription", "SubscriptionStatistics"]
 
-ENDINGS: Final = frozenset((EventType.WORKFLOW_END, RUN_INTERRUPTED))
+ENDINGS: Final = frozenset((EventType.WORKFLOW_END, EventType.RUN_INTERRUPTED))
 """Event types after which a run's drive by this process is over."""
 
 

@@ -65,6 +65,7 @@ from cadenza.workflow import McpServer as McpServer
 from cadenza.workflow import Permissions as Permissions
 from cadenza.workflow import Options as Options
 from cadenza.workflow import ScriptReply as ScriptReply
+from cadenza.workflow import ScriptToolCall as ScriptToolCall
 from cadenza.workflow import Supervision as Supervision
 
 __all__ = [
@@ -80,6 +81,7 @@ __all__ = [
     "PredicateNotRegistered",
     "RunNeedsCode",
     "ScriptReply",
+    "ScriptToolCall",
     "Supervision",
     "agent",
     "check",

@@ -137,7 +137,7 @@ Condition: TypeAlias = str | Callable[[PredicateContext], bool | Awaitable[bool]
 Items: TypeAlias = (
     Sequence[Any] | str | Callable[[PredicateContext], list[Any] | Awaitable[list[Any]]]
 )
-Output: TypeAlias = str | Callable[[PredicateContext], Any]
+OutputExpression: TypeAlias = str | Callable[[PredicateContext], Any]
 
 
 def _expression(value: str | Callable[[PredicateContext], Any] | None, what: str) -> str | None:
@@ -614,7 +614,7 @@ def control(
 
     Each role is a workflow honouring its contract (inputs -> output map): built
     here, a `Workflow`, or a reference as YAML writes it. For a loop whose roles
-    are plain Python functions, `cadenza.loops.Loop` is shorter.
+    are plain Python functions, `cadenza.loops.ControlLoop` is shorter.
 
     Args:
         id: The step id.
@@ -908,7 +908,7 @@ def workflow(
     inputs: Mapping[str, InputSpec | InputType] | None = None,
     agents: Mapping[str, Agent] | None = None,
     includes: Mapping[str, str] | None = None,
-    output: Output | None = None,
+    output: OutputExpression | None = None,
     loop: Loop | None = None,
     coordinator: str | Coordinator | None = None,
     max_concurrency: int = 0,

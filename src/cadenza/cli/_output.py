@@ -28,8 +28,7 @@ from typing import TYPE_CHECKING, TextIO
 import anyio
 import msgspec
 
-from cadenza.actors import RUN_INTERRUPTED, EventSink
-from cadenza.actors.run import RUN_RESUMED, STEP_REPLAYED, STEP_WAITING
+from cadenza.actors import EventSink
 from cadenza.kernel import Clock, SystemClock
 from cadenza.protocols import (
     Event,
@@ -166,14 +165,14 @@ class LiveProgress:
         EventType.STEP_END: _MARKS["completed"],
         EventType.ERROR: _MARKS["failed"],
         EventType.STEP_SKIPPED: _MARKS["skipped"],
-        STEP_WAITING: _MARKS["waiting"],
+        EventType.STEP_WAITING: _MARKS["waiting"],
         EventType.STEP_RETRY: "↻",
     }
     SHOWN = 6
     """Running steps (and forEach loops) listed at most; the rest are counted."""
     ITEM_FAILURES = 5
     """Failures inside forEach items printed as they happen; later ones are counted."""
-    _ENDINGS = frozenset((*MARKS, STEP_REPLAYED))
+    _ENDINGS = frozenset((*MARKS, EventType.STEP_REPLAYED))
     _UP_AND_CLEAR = "\x1b[1A\x1b[2K"
 
     def __init__(self, stream: TextIO, clock: Clock | None = None) -> None:
@@ -265,7 +264,9 @@ class LiveProgress:
                 self.ended.discard(address)
                 ended = True
             return ended or counted
-        if event.type in (EventType.WORKFLOW_END, RUN_INTERRUPTED) and (self.running or self.fans):
+        if event.type in (EventType.WORKFLOW_END, EventType.RUN_INTERRUPTED) and (
+            self.running or self.fans
+        ):
             self.running.clear()
             self.writing.clear()
             self.ended.clear()
@@ -288,7 +289,7 @@ class LiveProgress:
             for item in _items_holding(address):
                 self._fan(_fan_of(item)).failed.add(item)
             return True
-        if event.type == STEP_REPLAYED:  # ended before the interruption, told once then
+        if event.type == EventType.STEP_REPLAYED:  # ended before the interruption, told once then
             self._ended(
                 _items_holding(address), failed=payload(event, StepReplayed).status == "failed"
             )
@@ -310,7 +311,7 @@ class LiveProgress:
 
     def _line(self, event: Event) -> str | None:
         """The line that scrolls up for ``event``, if any."""
-        if event.type in (EventType.WORKFLOW_START, RUN_RESUMED):
+        if event.type in (EventType.WORKFLOW_START, EventType.RUN_RESUMED):
             verb = "started" if event.type == EventType.WORKFLOW_START else "resumed"
             return f"run {event.run_id} ({event.message}) {verb}"
         if event.step_id is not None and "[" in event.step_id and not self._tells_item(event):
@@ -335,14 +336,14 @@ class LiveProgress:
             detail = f"{detail}  {fan.counts()}".strip()
         if event.error:
             detail = f"{detail} {event.error}".strip()
-        if event.type in (EventType.STEP_SKIPPED, STEP_WAITING) and event.message:
+        if event.type in (EventType.STEP_SKIPPED, EventType.STEP_WAITING) and event.message:
             detail = event.message.splitlines()[0]
         return f"  {mark} {event.step_id}  {detail}"
 
     def _tells_item(self, event: Event) -> bool:
         """Whether an event inside a forEach item gets its own line: a question, always
         (a person must answer it); a failure, while fewer than ITEM_FAILURES were told."""
-        if event.type == STEP_WAITING:
+        if event.type == EventType.STEP_WAITING:
             return True
         if event.type == EventType.ERROR and self.item_failures < self.ITEM_FAILURES:
             self.item_failures += 1

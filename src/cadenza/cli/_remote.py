@@ -61,7 +61,7 @@ def worker_command(args: argparse.Namespace) -> int:
         args.connect, concurrency=args.concurrency, name=args.name, curve_keys=args.curve_keys
     )
 
-    async def serve() -> int:
+    async def run_worker() -> int:
         with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
             async with anyio.create_task_group() as group:
 
@@ -77,4 +77,4 @@ def worker_command(args: argparse.Namespace) -> int:
                 group.cancel_scope.cancel()
         return code
 
-    return anyio.run(serve)
+    return anyio.run(run_worker)

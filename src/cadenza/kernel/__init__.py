@@ -15,9 +15,9 @@ for one release.
 from ._actor import Actor as Actor
 from ._actor import ActorState as ActorState
 from ._address import Address as Address
-from ._clock import Cancellable as Cancellable
 from ._clock import Clock as Clock
 from ._clock import SystemClock as SystemClock
+from ._clock import Timer as Timer
 from ._fake_clock import FakeClock as FakeClock
 from ._inbox import Inbox as Inbox
 from ._ref import ActorRef as ActorRef
@@ -38,7 +38,6 @@ __all__ = [
     "ActorRef",
     "ActorState",
     "Address",
-    "Cancellable",
     "Clock",
     "DeadLetter",
     "FakeClock",
@@ -53,5 +52,6 @@ __all__ = [
     "Supervisor",
     "SupervisorStatistics",
     "SystemClock",
+    "Timer",
     "call_in_thread",
 ]

@@ -1,7 +1,7 @@
 """The ``Actor`` base class and the ``ActorState`` lifecycle.
 
 Every hook and every ``receive`` call of an actor is one turn, and its turns run
-one at a time (``_dispatcher.py`` schedules them), so an actor's own attributes
+one at a time (``_ready_queue.py`` schedules them), so an actor's own attributes
 need no locks.
 """
 
@@ -44,7 +44,7 @@ class ActorState(enum.Enum):
 
 
 class Actor(ABC):
-    """Private state plus a ``receive`` method, driven one turn at a time by the dispatcher.
+    """Private state plus a ``receive`` method, driven one turn at a time by the ready queue.
 
     Subclass it and override ``receive``; the supervisor calls it with one
     message at a time, in inbox order, and the value it returns answers an

@@ -15,12 +15,12 @@ from typing import Protocol, TypeVarTuple, Unpack
 
 from anyio import CancelScope
 
-__all__ = ["Cancellable", "Clock", "SystemClock"]
+__all__ = ["Clock", "SystemClock", "Timer"]
 
 Ts = TypeVarTuple("Ts")
 
 
-class Cancellable(Protocol):
+class Timer(Protocol):
     """A scheduled callback that can be called off (``asyncio.TimerHandle`` is one)."""
 
     def cancel(self) -> None:
@@ -45,7 +45,7 @@ class Clock(Protocol):
 
     def call_later(
         self, seconds: float, callback: Callable[[Unpack[Ts]], object], *args: *Ts
-    ) -> Cancellable:
+    ) -> Timer:
         """Run ``callback(*args)`` in the event loop after ``seconds``."""
         ...
 
@@ -81,7 +81,7 @@ def _timeout_scope(clock: Clock, seconds: float, *, fail: bool) -> Iterator[Canc
 
     if seconds <= 0:
         expire()
-        handle: Cancellable | None = None
+        handle: Timer | None = None
     else:
         handle = clock.call_later(seconds, expire)
     try:
@@ -110,7 +110,7 @@ class SystemClock(Clock):
 
     def call_later(
         self, seconds: float, callback: Callable[[Unpack[Ts]], object], *args: *Ts
-    ) -> Cancellable:
+    ) -> Timer:
         """``loop.call_later``: one timer handle, cancelled cheaply when no longer needed."""
         return asyncio.get_running_loop().call_later(seconds, callback, *args)
 

@@ -1,7 +1,7 @@
 """One busy period of an actor instance: its start, the messages waiting, its exit.
 
-The dispatcher (``_dispatcher.py``) runs ``serve`` when an idle actor gets a
-message, and when a new instance is started. ``serve`` takes messages while
+The ready queue (``_ready_queue.py``) runs ``run_busy_period`` when an idle actor gets a
+message, and when a new instance is started. ``run_busy_period`` takes messages while
 the inbox holds any and returns once it is empty, leaving the inbox a
 ``_waker`` to schedule the next busy period: an idle actor is its inbox and
 its instance, with no coroutine and no task.
@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from ._inbox import Inbox
     from ._ref import ActorRef
 
-__all__ = ["exit_actor", "serve"]
+__all__ = ["exit_actor", "run_busy_period"]
 
 _STARTING = ActorState.STARTING
 _RUNNING = ActorState.RUNNING
@@ -27,7 +27,7 @@ _STOPPING = ActorState.STOPPING
 _NO_HOOK = Actor.on_stop
 
 
-async def serve(ref: ActorRef) -> None:
+async def run_busy_period(ref: ActorRef) -> None:
     """Serve the instance behind ``ref`` until its inbox is empty or it ends.
 
     The first busy period of an instance runs ``on_start``. The instance ends

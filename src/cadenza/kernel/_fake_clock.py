@@ -8,7 +8,7 @@ import itertools
 from collections.abc import Callable
 from typing import Any, Final, TypeVarTuple, Unpack
 
-from ._clock import Cancellable, Clock
+from ._clock import Clock, Timer
 
 __all__ = ["AUTOJUMP_THRESHOLD", "FakeClock"]
 
@@ -76,7 +76,7 @@ class FakeClock(Clock):
 
     def call_later(
         self, seconds: float, callback: Callable[[Unpack[Ts]], object], *args: *Ts
-    ) -> Cancellable:
+    ) -> Timer:
         """Schedule ``callback(*args)`` for ``now() + seconds`` of fake time."""
         timer = _Timer(callback, args)
         due = self._now + max(seconds, 0.0)

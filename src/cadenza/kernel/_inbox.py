@@ -6,7 +6,7 @@
 KiB idle), it is one deque, at most one wake-up future for the consumer, and a
 FIFO of waiting senders created only when a sender has to wait. The deque
 itself (760 B, even empty) is made by the first push, and dropped by
-``drain`` and by an actor going idle (``_consumer.serve``).
+``drain`` and by an actor going idle (``_consumer.run_busy_period``).
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ class Inbox(Generic[T]):
         # holds a reserved slot until its sender runs.
         self._putters: deque[asyncio.Future[None]] | None = None
         # Called once, then forgotten, at the next push or close: how an idle
-        # actor, which has no task waiting here, is scheduled by its dispatcher.
+        # actor, which has no task waiting here, is scheduled by its ready queue.
         self._waker: Callable[[], None] | None = None
 
     @property

@@ -88,7 +88,7 @@ class ActorRef:
         self._by_owner = False
         # The restart batch (ONE_FOR_ALL / REST_FOR_ONE) this ref waits in, if any.
         self._batch: RestartBatch | None = None
-        # The dispatcher's view (kernel/_dispatcher.py): the instance is started and
+        # The ready queue's view (kernel/_ready_queue.py): the instance is started and
         # not yet ended; on_start has run; it waits in the ready queue; the task
         # running its turn right now, if any; a cancellation to apply once its
         # synchronous turn ends or suspends.
@@ -219,7 +219,7 @@ class ActorRef:
 
     def _wake(self) -> None:
         """Called by the inbox of an idle actor when a message arrives or it closes."""
-        self._supervisor._dispatcher.schedule(self)
+        self._supervisor._ready_queue.schedule(self)
 
     def _instantiate(self) -> Actor:
         actor = self._factory()

@@ -22,8 +22,8 @@ from ._actor import ActorState
 from ._address import Address
 from ._clock import Clock, SystemClock
 from ._consumer import exit_actor
-from ._dispatcher import Dispatcher
 from ._inbox import Inbox
+from ._ready_queue import ReadyQueue
 from ._ref import ActorRef, RestartBatch
 from ._restart import DeadLetter, Intensity, Restart, RestartStrategy
 
@@ -69,7 +69,7 @@ class SupervisionCore:
         self._by_name: dict[str, dict[ActorRef, None]] = {}  # newest last
         self._phase = Phase.NEW
         self._running = 0  # actor instances started and not yet ended
-        self._dispatcher = Dispatcher(self._settle)
+        self._ready_queue = ReadyQueue(self._settle)
         self._idle: asyncio.Future[None] | None = None  # set once no instance nor task is left
         self._scope: CancelScope | None = None  # cancels the body of ``async with``
         self._failure: BaseException | None = None  # raised by ``async with`` at exit
@@ -79,11 +79,11 @@ class SupervisionCore:
     def _start(self, ref: ActorRef) -> None:
         ref._live = True
         self._running += 1
-        self._dispatcher.schedule(ref)
+        self._ready_queue.schedule(ref)
 
     def _busy(self) -> bool:
-        """Whether an actor instance or a dispatcher task is still alive."""
-        return self._running > 0 or self._dispatcher.tasks > 0
+        """Whether an actor instance or a task of the ready queue is still alive."""
+        return self._running > 0 or self._ready_queue.tasks > 0
 
     def _settle(self) -> None:
         """Wake ``__aexit__`` once the last instance and the last task have ended."""
@@ -224,8 +224,8 @@ class SupervisionCore:
             # Whatever becomes of the cancellation inside (user code may swallow it),
             # the actor ends as cancelled at the end of its current turn.
             ref._cancel_pending = True
-            if task is current and self._dispatcher.is_draining(task):
-                continue  # the dispatcher cancels the turn if it suspends
+            if task is current and self._ready_queue.is_draining(task):
+                continue  # the ready queue cancels the turn if it suspends
             if task.cancel() and task is not current:
                 # Should the task end without reaching the actor's own code, account
                 # for the actor from outside once it is done.

@@ -1,12 +1,12 @@
 """The ``Supervisor``: spawns actors under addresses, routes to them, stops them.
 
-Actors have no task of their own: the supervisor's dispatcher
-(``_dispatcher.py``) runs their turns, and gives an actor a task only while a
+Actors have no task of their own: the supervisor's ready queue
+(``_ready_queue.py``) runs their turns, and gives an actor a task only while a
 turn is suspended. Those tasks are plain asyncio tasks rather than anyio
 task-group children: anyio's ``start_soon`` measured 3x the spawn time and
 +0.75 KiB per task here (docs/runtime-notes.md). Structured concurrency is
 kept by hand: the supervisor counts its live actor instances and the
-dispatcher's tasks, and ``async with`` does not return until both are zero;
+ready queue's tasks, and ``async with`` does not return until both are zero;
 cancelling the block cancels every actor. The restart and failure rules live
 in ``_supervision.py``.
 """
@@ -118,7 +118,7 @@ class Supervisor(SupervisionCore):
     ) -> bool:
         assert self._scope is not None
         self._phase = Phase.STOPPING
-        self._dispatcher.close()  # its task ends once the last actor has
+        self._ready_queue.close()  # its task ends once the last actor has
         if exc is None and not self._scope.cancel_called:
             for ref in list(self._table.values()):
                 ref._request_stop(by_owner=True)

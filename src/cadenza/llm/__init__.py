@@ -41,9 +41,9 @@ from ._types import LLMClient as LLMClient
 from ._types import LLMRequest as LLMRequest
 from ._types import LLMUsage as LLMUsage
 from ._types import Message as Message
+from ._types import ModelToolCall as ModelToolCall
 from ._types import RetryHook as RetryHook
 from ._types import Role as Role
-from ._types import ToolCall as ToolCall
 from ._types import ToolSpec as ToolSpec
 
 if _typing.TYPE_CHECKING:
@@ -74,12 +74,12 @@ __all__ = [
     "LLMTimeout",
     "LLMUsage",
     "Message",
+    "ModelToolCall",
     "ProviderRegistry",
     "RetryHook",
     "RetryPolicy",
     "Role",
     "ScriptReplyLike",
-    "ToolCall",
     "ToolSpec",
     "key_variable",
     "parse_model",

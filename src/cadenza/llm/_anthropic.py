@@ -16,7 +16,7 @@ import msgspec
 
 from ._errors import LLMResponseError
 from ._stream import AnthropicStream
-from ._types import Completion, LLMRequest, LLMUsage, Message, ToolCall
+from ._types import Completion, LLMRequest, LLMUsage, Message, ModelToolCall
 from ._wire import WireFormat, sampling
 
 __all__ = [
@@ -142,7 +142,7 @@ def decode_anthropic(data: bytes, *, what: str, model: str, attempts: int) -> Co
     except msgspec.DecodeError as exc:
         raise LLMResponseError(f"{what}: malformed message: {exc}", attempts=attempts) from None
     texts: list[str] = []
-    calls: list[ToolCall] = []
+    calls: list[ModelToolCall] = []
     for index, block in enumerate(response.content):
         if block.type == "text":
             if block.text is None:
@@ -156,7 +156,7 @@ def decode_anthropic(data: bytes, *, what: str, model: str, attempts: int) -> Co
                     f"{what}: content[{index}] is a tool_use block without id, name or input",
                     attempts=attempts,
                 )
-            calls.append(ToolCall(block.id, block.name, _encoder.encode(block.input).decode()))
+            calls.append(ModelToolCall(block.id, block.name, _encoder.encode(block.input).decode()))
     usage = response.usage or _Usage()
     prompt = (
         (usage.input_tokens or 0)

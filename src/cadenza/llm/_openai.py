@@ -14,7 +14,7 @@ import msgspec
 
 from ._errors import LLMResponseError
 from ._stream import OpenAIStream
-from ._types import Completion, LLMRequest, LLMUsage, Message, ToolCall
+from ._types import Completion, LLMRequest, LLMUsage, Message, ModelToolCall
 from ._wire import WireFormat, sampling
 
 __all__ = ["OPENAI_WIRE", "decode_openai", "encode_openai"]
@@ -133,7 +133,7 @@ def decode_openai(data: bytes, *, what: str, model: str, attempts: int) -> Compl
         raise LLMResponseError(f"{what}: the response has no choices", attempts=attempts)
     choice = response.choices[0]
     calls = tuple(
-        ToolCall(
+        ModelToolCall(
             id=call.id,
             name=call.function.name,
             arguments=(

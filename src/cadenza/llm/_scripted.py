@@ -21,7 +21,7 @@ from typing import Any, Final, Protocol, Unpack
 import msgspec
 
 from ._errors import LLMConfigError
-from ._types import CallHooks, Completion, LLMRequest, LLMUsage, ToolCall
+from ._types import CallHooks, Completion, LLMRequest, LLMUsage, ModelToolCall
 
 __all__ = ["ScriptReplyLike", "ScriptedClient", "estimate_tokens"]
 
@@ -109,7 +109,7 @@ class ScriptedClient:
             self._skip_taken()
         reply = self._replies[min(turn, len(self._replies) - 1)]
         calls = tuple(
-            ToolCall(id=f"call_{turn + 1}_{index + 1}", name=name, arguments=arguments)
+            ModelToolCall(id=f"call_{turn + 1}_{index + 1}", name=name, arguments=arguments)
             for index, (name, arguments) in enumerate(reply.calls)
         )
         on_delta = hooks.get("on_delta")

@@ -22,7 +22,7 @@ from typing import Annotated, Generic, Protocol, TypeVar
 import msgspec
 
 from ._errors import LLMResponseError
-from ._types import Completion, DeltaHook, LLMUsage, ToolCall
+from ._types import Completion, DeltaHook, LLMUsage, ModelToolCall
 
 __all__ = [
     "AnthropicStream",
@@ -156,10 +156,10 @@ class _Call:
         self.name = name
         self.arguments: list[str] = []
 
-    def done(self) -> ToolCall:
-        return ToolCall(self.id, self.name, "".join(self.arguments))
+    def done(self) -> ModelToolCall:
+        return ModelToolCall(self.id, self.name, "".join(self.arguments))
 
-    def done_compact(self) -> ToolCall:
+    def done_compact(self) -> ModelToolCall:
         """The call with its arguments re-encoded, as the unstreamed reply gives them.
 
         Anthropic streams the JSON text of ``input`` in fragments of its own
@@ -170,7 +170,7 @@ class _Call:
         text = "".join(self.arguments) or "{}"
         with contextlib.suppress(msgspec.DecodeError):
             text = _compact.encode(_any.decode(text)).decode()
-        return ToolCall(self.id, self.name, text)
+        return ModelToolCall(self.id, self.name, text)
 
 
 _any = msgspec.json.Decoder()
@@ -213,7 +213,7 @@ class _Assembler(Generic[_Item]):
         raise NotImplementedError
 
     def _reply(
-        self, ended: bool, calls: tuple[ToolCall, ...], usage: LLMUsage, finish: str | None
+        self, ended: bool, calls: tuple[ModelToolCall, ...], usage: LLMUsage, finish: str | None
     ) -> Callable[[str, str, int], Completion]:
         """What `completion` gives once the family has said whether its stream ended."""
 

@@ -20,9 +20,9 @@ __all__ = [
     "LLMRequest",
     "LLMUsage",
     "Message",
+    "ModelToolCall",
     "RetryHook",
     "Role",
-    "ToolCall",
     "ToolSpec",
 ]
 
@@ -59,7 +59,7 @@ class CallHooks(TypedDict, total=False):
     on_delta: DeltaHook | None
 
 
-class ToolCall(msgspec.Struct, frozen=True):
+class ModelToolCall(msgspec.Struct, frozen=True):
     """A tool call the model asked for.
 
     Attributes:
@@ -87,7 +87,7 @@ class Message(msgspec.Struct, frozen=True):
 
     role: Role
     content: str | None = None
-    tool_calls: tuple[ToolCall, ...] = ()
+    tool_calls: tuple[ModelToolCall, ...] = ()
     tool_call_id: str | None = None
     name: str | None = None
 
@@ -128,7 +128,7 @@ class Completion(msgspec.Struct, frozen=True):
     """
 
     content: str | None
-    tool_calls: tuple[ToolCall, ...]
+    tool_calls: tuple[ModelToolCall, ...]
     usage: LLMUsage
     model: str
     finish_reason: str | None = None

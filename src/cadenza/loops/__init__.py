@@ -1,8 +1,8 @@
 """Control loops in Python: one file is the whole loop (SPEC 2.5).
 
-    from cadenza.loops import ActorInput, Evaluation, EvaluatorInput, Loop
+    from cadenza.loops import ActorInput, Evaluation, EvaluatorInput, ControlLoop
 
-    loop = Loop("Write a tagline for Cadenza", criteria="at most 60 characters")
+    loop = ControlLoop("Write a tagline for Cadenza", criteria="at most 60 characters")
     loop.check("size(result.text) <= 60", "Too long: {{ size(result.text) }} chars")
 
     @loop.actor
@@ -17,10 +17,16 @@
     for entry in result.decision_log:
         print(entry.iteration, entry.decision, entry.reason)
 
-A `Loop` runs on the same engine as a ``control:`` step in YAML: the same
+A `ControlLoop` runs on the same engine as a ``control:`` step in YAML: the same
 controller and the same `decide` policy, which is public here too so that its
 rules can be read, tested and simulated (`decide`, `admit`, `advance`).
+
+`ControlLoop` was called `Loop` until 0.1.0, a name it shared with the ``loop:``
+section (`cadenza.workflow.Loop`) that it is not; ``cadenza.loops.Loop`` still
+gives it, with a ``DeprecationWarning``, for one release.
 """
+
+import warnings as _warnings
 
 from cadenza.actors.control.decide import CheckResult as CheckResult
 from cadenza.actors.control.decide import ControlStatus as ControlStatus
@@ -45,11 +51,12 @@ from ._run import DecisionEntry as DecisionEntry
 from ._run import LoopError as LoopError
 from ._run import LoopResult as LoopResult
 from ._run import LoopRun as LoopRun
-from ._sdk import Loop as Loop
+from ._sdk import ControlLoop as ControlLoop
 
 __all__ = [
     "ActorInput",
     "CheckResult",
+    "ControlLoop",
     "ControlStatus",
     "Decision",
     "DecisionEntry",
@@ -57,7 +64,6 @@ __all__ = [
     "EvaluatorInput",
     "History",
     "InfraFailure",
-    "Loop",
     "LoopError",
     "LoopResult",
     "LoopRun",
@@ -72,3 +78,15 @@ __all__ = [
     "advance",
     "decide",
 ]
+
+
+def __getattr__(name: str) -> type[ControlLoop]:
+    if name == "Loop":
+        _warnings.warn(
+            "cadenza.loops.Loop is now cadenza.loops.ControlLoop; "
+            "the old name will be removed in the next release",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return ControlLoop
+    raise AttributeError(f"module 'cadenza.loops' has no attribute {name!r}")

@@ -1,4 +1,4 @@
-"""What a `Loop`'s functions receive and return, and the handler steps that call them.
+"""What a `ControlLoop`'s functions receive and return, and the handler steps that call them.
 
 Each decorated function gets one typed, frozen input (`PlannerInput`,
 `ActorInput`, `EvaluatorInput`, `PrePlannerInput`) built from its workflow's
@@ -32,7 +32,7 @@ __all__ = [
     "EvaluatorInput",
     "PlannerInput",
     "PrePlannerInput",
-    "handler",
+    "role_handler",
 ]
 
 PRE_PLANNER = "pre_planner"
@@ -169,7 +169,7 @@ def _shape(role: str, value: Any, given: Any) -> Any:
     return value
 
 
-def handler(role: str, function: Callable[..., Any]) -> Callable[[StepContext], Any]:
+def role_handler(role: str, function: Callable[..., Any]) -> Callable[[StepContext], Any]:
     """A handler step body that calls ``function`` with its role's typed input."""
     build = _BUILDERS[role]
     if inspect.iscoroutinefunction(function):

@@ -1,6 +1,6 @@
 """A control loop started from Python: its live decision log and its typed result.
 
-`LoopRun` wraps the `RunHandle` of the run a `Loop` started. The decision log
+`LoopRun` wraps the `RunHandle` of the run a `ControlLoop` started. The decision log
 grows as the engine decides (from the run's ``decision`` events), so a caller
 can show it while the loop works; `LoopResult` is the control step's result
 (SPEC 2.5) as a typed value.
@@ -13,12 +13,10 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from cadenza.actors import EventSink
-from cadenza.actors.control import DECISION
 from cadenza.actors.control.decide import ControlStatus, Decision
 from cadenza.api import RunHandle
 from cadenza.errors import CadenzaError
-from cadenza.protocols import Decision as DecisionData
-from cadenza.protocols import Event, payload
+from cadenza.protocols import ControlDecision, Event, EventType, payload
 
 __all__ = ["DecisionEntry", "LoopError", "LoopResult", "LoopRun", "decision_sink"]
 
@@ -55,7 +53,7 @@ class DecisionEntry:
     @classmethod
     def from_event(cls, event: Event) -> DecisionEntry:
         """The entry a ``decision`` event records."""
-        ruled = payload(event, DecisionData)
+        ruled = payload(event, ControlDecision)
         return cls(
             iteration=ruled.iteration,
             decision=cast("Decision", ruled.decision),
@@ -96,7 +94,7 @@ def decision_sink(address: str, log: list[DecisionEntry]) -> EventSink:
     """An event observer that appends the decisions of the control step at ``address``."""
 
     def observe(event: Event) -> None:
-        if event.type == DECISION and event.step_id == address and event.data:
+        if event.type == EventType.DECISION and event.step_id == address and event.data:
             log.append(DecisionEntry.from_event(event))
 
     return observe
@@ -123,7 +121,7 @@ class LoopRun:
     async def decisions(self) -> AsyncGenerator[DecisionEntry, None]:
         """Every decision, from the first, as it is made; ends when the run does."""
         async for event in self._handle.events():
-            if event.type == DECISION and event.step_id == self._address and event.data:
+            if event.type == EventType.DECISION and event.step_id == self._address and event.data:
                 yield DecisionEntry.from_event(event)
 
     def cancel(self, reason: str = "cancelled by the caller") -> None:

@@ -1,6 +1,6 @@
-"""The `Loop` builder: a control loop whose planner, actor and evaluator are Python functions.
+"""`ControlLoop`: a control loop whose planner, actor and evaluator are Python functions.
 
-A `Loop` does not run anything itself. It builds a workflow in memory: a
+A `ControlLoop` does not run anything itself. It builds a workflow in memory: a
 ``control:`` step whose planner, actor, delegate and evaluator are one-step
 workflows, each a ``handler`` step that calls the decorated function (plain
 functions run in a worker thread, ``async`` ones on the event loop), and, with
@@ -32,23 +32,23 @@ from cadenza.workflow import (
     parse_template,
 )
 
-from ._functions import HANDLERS, PRE_PLANNER, ROLE_INPUTS, handler
+from ._functions import HANDLERS, PRE_PLANNER, ROLE_INPUTS, role_handler
 from ._run import DecisionEntry, LoopResult, LoopRun, decision_sink
 
-__all__ = ["Loop"]
+__all__ = ["ControlLoop"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 _STEP_ID = re.compile(r"^[a-z][a-z0-9_-]{0,63}$")
 
 
-class Loop:
+class ControlLoop:
     """A control loop written in Python: decorate its parts, then `run` or `start` it.
 
     Example::
 
-        from cadenza.loops import ActorInput, Evaluation, EvaluatorInput, Loop
+        from cadenza.loops import ActorInput, Evaluation, EvaluatorInput, ControlLoop
 
-        loop = Loop("Write a tagline for Cadenza", criteria="at most 60 chars",
+        loop = ControlLoop("Write a tagline for Cadenza", criteria="at most 60 chars",
                     max_iterations=4)
         loop.check("size(result.text) <= 60", "Too long: {{ size(result.text) }} chars")
 
@@ -120,8 +120,8 @@ class Loop:
         self._handlers: dict[str, str] = {}  # role -> the handler reference calling it
 
     def _register(self, role: str, function: F) -> F:
-        # Registered once here, not per run: a service may run one Loop many times.
-        self._handlers[role] = HANDLERS.add(handler(role, function))
+        # Registered once here, not per run: a service may run one ControlLoop many times.
+        self._handlers[role] = HANDLERS.add(role_handler(role, function))
         return function
 
     def pre_planner(self, function: F) -> F:

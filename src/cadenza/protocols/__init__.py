@@ -16,8 +16,8 @@ from ._payloads import AgentInboxDrain as AgentInboxDrain
 from ._payloads import AgentMemory as AgentMemory
 from ._payloads import AgentTurn as AgentTurn
 from ._payloads import Checkpoint as Checkpoint
+from ._payloads import ControlDecision as ControlDecision
 from ._payloads import CoordinatorWake as CoordinatorWake
-from ._payloads import Decision as Decision
 from ._payloads import ForEachMessage as ForEachMessage
 from ._payloads import GraphEnd as GraphEnd
 from ._payloads import GraphTransition as GraphTransition
@@ -110,8 +110,8 @@ __all__ = [
     "Cancel",
     "Checkpoint",
     "CommandOrder",
+    "ControlDecision",
     "CoordinatorWake",
-    "Decision",
     "Disconnect",
     "Dispatch",
     "ErrorInfo",

@@ -17,10 +17,25 @@ __all__ = ["Event", "EventType", "Tokens", "format_duration", "timestamp"]
 
 
 class EventType:
-    """The event types Cadenza emits (zenflow's names where zenflow has one)."""
+    """Every event type Cadenza emits: the one place their names are spelled.
 
+    Emitters, readers and the payload Structs (`PAYLOADS`) name a type as
+    ``EventType.STEP_START``, never as a string of their own; docs/events.md
+    lists each one, and tests/test_event_payloads.py holds the three to this
+    class. zenflow's names where zenflow has the type (its spec, section 14.2);
+    the others are Cadenza's extensions.
+    """
+
+    # The run.
     WORKFLOW_START = "workflow_start"
     WORKFLOW_END = "workflow_end"
+    RUN_RESUMED = "run_resumed"
+    """A run resumed: data ``{replayable, afterSeq}``."""
+    RUN_INTERRUPTED = "run_interrupted"
+    """The process driving a run stopped it on its way out; the run stays resumable."""
+    SIGNAL_RECEIVED = "signal_received"
+    """A person answered a waiting step (``cadenza signal``); data ``{answer}``."""
+    # Steps.
     STEP_START = "step_start"
     STEP_END = "step_end"
     STEP_SKIPPED = "step_skipped"
@@ -28,6 +43,10 @@ class EventType:
     STEP_RESTART = "step_restart"
     """Its list's supervisor runs a step again (``options.supervisor``, an extension);
     data ``{strategy, cause, restart, maxRestarts}``."""
+    STEP_REPLAYED = "step_replayed"
+    """A leaf's recorded outcome was reported again on resume instead of running it."""
+    STEP_WAITING = "step_waiting"
+    """A step waits for a person (``human``); data ``{prompt, schema}``."""
     ERROR = "error"
     MESSAGE = "message"
     DEAD_LETTER = "dead_letter"
@@ -52,6 +71,36 @@ class EventType:
     """A graph took an edge; data ``{from, to, step, edge, condition, reason}``."""
     GRAPH_END = "graph_end"
     """A graph stopped; data ``{path, terminationReason}``."""
+    CHECKPOINT = "checkpoint"
+    """A ``keepLast`` loop goes on after an iteration: what a resume restarts it from."""
+    DECISION = "decision"
+    """A control loop ruled on an iteration (`ControlDecision`)."""
+    # Agents, tools and messages.
+    AGENT_TURN = "agent_turn"
+    TOOL_CALL = "tool_call"
+    AGENT_MEMORY = "agent_memory"
+    """An agent visit's turns, kept for the loop's later visits (``memory``)."""
+    TOOL_PERMISSION = "tool_permission"
+    """The permission policy decided about a tool call."""
+    MCP_TOOL_FAILED = "mcp_tool_failed"
+    """An MCP server failed on a tool call."""
+    MESSAGE_SENT = "message_sent"
+    MESSAGE_DROPPED = "message_dropped"
+    AGENT_INBOX_DRAIN = "agent_inbox_drain"
+    MESSAGE_UNDELIVERED = "message_undelivered"
+    """At the run's end, messages still waited for a step."""
+    COORDINATOR_WAKE = "coordinator_wake"
+    """The coordinator agent woke for a message (``start``) and answered it (``end``)."""
+    COORDINATOR_NARRATION = "coordinator_narration"
+    COORDINATOR_SYNTHESIS = "coordinator_synthesis"
+    MAX_WAKE_CYCLES_WARNING = "max_wake_cycles_warning"
+    MAX_WAKE_CYCLES_REACHED = "max_wake_cycles_reached"
+    """The coordinator agent has used all its wakes; a message is not answered."""
+    # Worktree isolation (``worktree: per-step``).
+    WORKTREE_DONE = "worktree_done"
+    """A step's worktree was removed; its changes are on a branch."""
+    WORKTREE_KEPT = "worktree_kept"
+    """A failed step's worktree is kept for a person to look at."""
     # Remote workers (Cadenza extensions; docs/protocol.md).
     STEP_DISPATCHED = "step_dispatched"
     """A step attempt was sent to a worker; data ``{worker, job, dispatch}``."""
@@ -71,6 +120,13 @@ class EventType:
     and the step's record holds the whole text. Cadenza 0.1.0 called it
     ``agent_delta``, with the text in ``data`` (``{turn, attempt, text}``).
     """
+
+    @classmethod
+    def names(cls) -> frozenset[str]:
+        """Every event type's name (the values above)."""
+        return frozenset(
+            value for key, value in vars(cls).items() if key.isupper() and isinstance(value, str)
+        )
 
 
 class Tokens(msgspec.Struct, frozen=True):

@@ -43,8 +43,8 @@ __all__ = [
     "AgentMemory",
     "AgentTurn",
     "Checkpoint",
+    "ControlDecision",
     "CoordinatorWake",
-    "Decision",
     "ForEachMessage",
     "GraphEnd",
     "GraphTransition",
@@ -122,7 +122,7 @@ class WorkflowEnd(Payload, frozen=True, kw_only=True):
 class RunResumed(Payload, frozen=True, kw_only=True):
     """A run resumed: ``replayable`` recorded outcomes, after event ``after_seq``."""
 
-    event_type: ClassVar[str] = "run_resumed"
+    event_type: ClassVar[str] = EventType.RUN_RESUMED
     replayable: int
     after_seq: int = msgspec.field(name="afterSeq")
 
@@ -130,7 +130,7 @@ class RunResumed(Payload, frozen=True, kw_only=True):
 class SignalReceived(Payload, frozen=True, kw_only=True):
     """A person answered a waiting step (``cadenza signal``)."""
 
-    event_type: ClassVar[str] = "signal_received"
+    event_type: ClassVar[str] = EventType.SIGNAL_RECEIVED
     answer: Any
 
 
@@ -203,14 +203,14 @@ class StepRestart(Payload, frozen=True, kw_only=True):
 class StepReplayed(Payload, frozen=True, kw_only=True):
     """A leaf's recorded outcome was reported again instead of running it."""
 
-    event_type: ClassVar[str] = "step_replayed"
+    event_type: ClassVar[str] = EventType.STEP_REPLAYED
     status: str
 
 
 class StepWaiting(Payload, frozen=True, kw_only=True):
     """A step waits for a person: the question its record holds."""
 
-    event_type: ClassVar[str] = "step_waiting"
+    event_type: ClassVar[str] = EventType.STEP_WAITING
     prompt: str
     schema: dict[str, Any] | None
 
@@ -298,16 +298,16 @@ class GraphEnd(Payload, frozen=True, kw_only=True):
 class Checkpoint(Payload, frozen=True, kw_only=True):
     """A ``keepLast`` loop goes on after ``iteration``: what a resume restarts it from."""
 
-    event_type: ClassVar[str] = "checkpoint"
+    event_type: ClassVar[str] = EventType.CHECKPOINT
     iteration: int
     block: str
     last: StepRecord | None
 
 
-class Decision(Payload, frozen=True, kw_only=True):
+class ControlDecision(Payload, frozen=True, kw_only=True):
     """A control loop ruled on an iteration; ``status`` is its terminal status, or None."""
 
-    event_type: ClassVar[str] = "decision"
+    event_type: ClassVar[str] = EventType.DECISION
     iteration: int
     decision: str
     reason: str
@@ -326,7 +326,7 @@ class AgentTurn(Payload, frozen=True, kw_only=True):
     (``script_position``, 0-based): a resumed run gives those replies out once.
     """
 
-    event_type: ClassVar[str] = "agent_turn"
+    event_type: ClassVar[str] = EventType.AGENT_TURN
     phase: str
     turn: int | None = None
     model: str
@@ -338,7 +338,7 @@ class ToolCall(Payload, frozen=True, kw_only=True):
     """A tool call's ``start``, then its ``end`` with its output, error (null or text)
     and ``duration`` (Go-style, as the envelope's: zenflow lists it among the keys)."""
 
-    event_type: ClassVar[str] = "tool_call"
+    event_type: ClassVar[str] = EventType.TOOL_CALL
     phase: str
     tool_name: str
     tool_call_id: str
@@ -351,7 +351,7 @@ class ToolCall(Payload, frozen=True, kw_only=True):
 class AgentMemory(Payload, frozen=True, kw_only=True):
     """An agent visit's turns, kept under ``key`` for the loop's later visits."""
 
-    event_type: ClassVar[str] = "agent_memory"
+    event_type: ClassVar[str] = EventType.AGENT_MEMORY
     key: str
     turns: list[Any]
 
@@ -359,7 +359,7 @@ class AgentMemory(Payload, frozen=True, kw_only=True):
 class MessageSent(Payload, frozen=True, kw_only=True):
     """A message was sent (``msg_type``: 0 info, see ``MSG_TYPES``)."""
 
-    event_type: ClassVar[str] = "message_sent"
+    event_type: ClassVar[str] = EventType.MESSAGE_SENT
     from_: str = msgspec.field(name="from")
     to: str
     text: str
@@ -369,7 +369,7 @@ class MessageSent(Payload, frozen=True, kw_only=True):
 class MessageDropped(Payload, frozen=True, kw_only=True):
     """A message found no room; ``dropped`` counts a target's drops so far."""
 
-    event_type: ClassVar[str] = "message_dropped"
+    event_type: ClassVar[str] = EventType.MESSAGE_DROPPED
     from_: str = msgspec.field(name="from")
     to: str
     text: str | None = None
@@ -381,7 +381,7 @@ class MessageDropped(Payload, frozen=True, kw_only=True):
 class AgentInboxDrain(Payload, frozen=True, kw_only=True):
     """A step took a message from ``from_`` into its next turn."""
 
-    event_type: ClassVar[str] = "agent_inbox_drain"
+    event_type: ClassVar[str] = EventType.AGENT_INBOX_DRAIN
     from_: str = msgspec.field(name="from")
     msg_type: int
 
@@ -389,7 +389,7 @@ class AgentInboxDrain(Payload, frozen=True, kw_only=True):
 class MessageUndelivered(Payload, frozen=True, kw_only=True):
     """At the run's end, ``count`` messages still waited for ``to``."""
 
-    event_type: ClassVar[str] = "message_undelivered"
+    event_type: ClassVar[str] = EventType.MESSAGE_UNDELIVERED
     to: str
     count: int
 
@@ -401,7 +401,7 @@ class CoordinatorWake(Payload, frozen=True, kw_only=True):
     again for a message whose wake did not reach its ``end``.
     """
 
-    event_type: ClassVar[str] = "coordinator_wake"
+    event_type: ClassVar[str] = EventType.COORDINATOR_WAKE
     phase: str
     from_: str = msgspec.field(name="from")
 
@@ -409,7 +409,7 @@ class CoordinatorWake(Payload, frozen=True, kw_only=True):
 class MaxWakeCyclesWarning(Payload, frozen=True, kw_only=True):
     """The coordinator agent has used most of its wakes."""
 
-    event_type: ClassVar[str] = "max_wake_cycles_warning"
+    event_type: ClassVar[str] = EventType.MAX_WAKE_CYCLES_WARNING
     current_cycle: int
     max_cycles: int
     unread_remaining: int | None = None  # always written; None in events stored before it
@@ -418,7 +418,7 @@ class MaxWakeCyclesWarning(Payload, frozen=True, kw_only=True):
 class McpToolFailed(Payload, frozen=True, kw_only=True):
     """An MCP server failed on a tool call."""
 
-    event_type: ClassVar[str] = "mcp_tool_failed"
+    event_type: ClassVar[str] = EventType.MCP_TOOL_FAILED
     server: str
     tool: str
     error: str
@@ -427,7 +427,7 @@ class McpToolFailed(Payload, frozen=True, kw_only=True):
 class ToolPermission(Payload, frozen=True, kw_only=True):
     """The permission policy decided about a tool call, and who decided (``by``)."""
 
-    event_type: ClassVar[str] = "tool_permission"
+    event_type: ClassVar[str] = EventType.TOOL_PERMISSION
     tool_name: str
     tool_call_id: str
     allowed: bool
@@ -449,7 +449,7 @@ class Output(Payload, frozen=True, kw_only=True):
 class WorktreeDone(Payload, frozen=True, kw_only=True):
     """A step's worktree was removed; its changes are on ``branch`` (null: none)."""
 
-    event_type: ClassVar[str] = "worktree_done"
+    event_type: ClassVar[str] = EventType.WORKTREE_DONE
     branch: str | None
     commit: str | None
 
@@ -457,7 +457,7 @@ class WorktreeDone(Payload, frozen=True, kw_only=True):
 class WorktreeKept(Payload, frozen=True, kw_only=True):
     """A failed step's worktree is kept, at ``path``, for a person to look at."""
 
-    event_type: ClassVar[str] = "worktree_kept"
+    event_type: ClassVar[str] = EventType.WORKTREE_KEPT
     path: str
 
 
@@ -524,7 +524,7 @@ PAYLOADS: dict[str, type[Payload]] = {
         GraphTransition,
         GraphEnd,
         Checkpoint,
-        Decision,
+        ControlDecision,
         AgentTurn,
         ToolCall,
         AgentMemory,
@@ -552,10 +552,10 @@ NO_PAYLOAD: frozenset[str] = frozenset(
         EventType.STEP_SKIPPED,
         EventType.ACTOR_CRASHED,
         EventType.DEAD_LETTER,
-        "run_interrupted",
-        "coordinator_narration",
-        "coordinator_synthesis",
-        "max_wake_cycles_reached",
+        EventType.RUN_INTERRUPTED,
+        EventType.COORDINATOR_NARRATION,
+        EventType.COORDINATOR_SYNTHESIS,
+        EventType.MAX_WAKE_CYCLES_REACHED,
     )
 )
 """The event types that never carry data: their ``message`` or ``error`` says it all."""

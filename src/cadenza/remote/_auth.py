@@ -201,12 +201,12 @@ def why_refused(event: int, value: int, keys: WorkerKeys | None) -> Refusal:
     )
 
 
-Outcome = Callable[[Refusal | None], None]
+OnHandshake = Callable[[Refusal | None], None]
 """Told each handshake's outcome: None when it succeeded."""
 
 
 def watch_refusals(
-    socket: zmq.Socket[bytes], keys: WorkerKeys | None, outcome: Outcome, name: str
+    socket: zmq.Socket[bytes], keys: WorkerKeys | None, outcome: OnHandshake, name: str
 ) -> LoopSocket:
     """Reports each handshake of a worker's ``socket``; close what it returns first.
 

@@ -28,7 +28,7 @@ import zmq
 from cadenza._logging import get_logger
 from cadenza.actors.steps import DispatchSink
 from cadenza.errors import DispatcherClosed, RemoteError
-from cadenza.kernel import Cancellable, Clock, SystemClock
+from cadenza.kernel import Clock, SystemClock, Timer
 from cadenza.protocols import Dispatch, Result, WorkOrder, supervisor_decoder
 
 from ._auth import refuse_unknown_keys, stop_authenticator, watch_handshakes
@@ -105,7 +105,7 @@ class Dispatcher:
         self._context: zmq.Context[zmq.Socket[bytes]] | None = None
         self._router: LoopSocket | None = None
         self._monitor: LoopSocket | None = None
-        self._timer: Cancellable | None = None
+        self._timer: Timer | None = None
         self._auth: Any = None
 
     @property

@@ -36,7 +36,7 @@ import zmq
 
 from cadenza._logging import get_logger
 from cadenza.actors.steps import run_work_order
-from cadenza.kernel import Cancellable, Clock, SystemClock
+from cadenza.kernel import Clock, SystemClock, Timer
 from cadenza.protocols import (
     MAX_CAPACITY,
     PROTOCOL_VERSION,
@@ -128,7 +128,7 @@ class Worker:
         ``bad-handshake``, ``unknown-key``...), None once one succeeds."""
         self._doubt: Refusal | None = None  # said only if no sure cause comes
         self._ended: asyncio.Future[_Outcome] | None = None
-        self._timer: Cancellable | None = None
+        self._timer: Timer | None = None
         self._heard = self._due = 0.0
         self._welcomed = False
         self._draining = False

@@ -39,7 +39,7 @@ from ._guard import Guard
 from ._limits import DEFAULT_LIMITS, BodyLimit, Limits
 from ._models import ApiError, ErrorBody
 from ._openapi import openapi_document
-from ._routes import Api, Problem, json_response
+from ._routes import Api, HttpProblem, json_response
 
 __all__ = ["STATIC", "create_app"]
 
@@ -141,7 +141,7 @@ def create_app(  # noqa: PLR0913 -- keyword-only options, each documented in doc
             Middleware(BodyLimit, max_body=limits.max_body),
         ],
         exception_handlers={
-            Problem: _problem,
+            HttpProblem: _problem,
             CadenzaError: _cadenza_error,
             HTTPException: _http_error,
         },
@@ -157,7 +157,7 @@ def _error(status: int, kind: str, message: str, problems: list[str] | None = No
 
 
 async def _problem(request: Request, exc: Exception) -> Response:
-    assert isinstance(exc, Problem)
+    assert isinstance(exc, HttpProblem)
     response = _error(exc.status, exc.kind, exc.message, exc.problems)
     if exc.status == 503:  # over a limit: the connection goes too, or it would hold a place
         response.headers["connection"] = "close"

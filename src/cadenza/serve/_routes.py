@@ -25,6 +25,7 @@ from cadenza.errors import CadenzaError, LeaseHeld, PolicyRefused, RunNeedsCode
 from cadenza.protocols import (
     FINISHED,
     Event,
+    EventType,
     MessageRecord,
     MessageSent,
     RunResult,
@@ -55,7 +56,7 @@ from ._models import (
 from ._stream import EventStream
 from ._structure import run_structure
 
-__all__ = ["Api", "Problem", "json_response"]
+__all__ = ["Api", "HttpProblem", "json_response"]
 
 STATUSES: Final = ("running", "completed", "failed", "cancelled", "waiting")
 WORKFLOW_SUFFIXES: Final = (".yaml", ".yml", ".json")
@@ -66,7 +67,7 @@ _encode = msgspec.json.Encoder().encode
 T = TypeVar("T")
 
 
-class Problem(Exception):
+class HttpProblem(Exception):
     """An HTTP error answer: status, error type and message (turned into JSON by the app)."""
 
     def __init__(self, status: int, kind: str, message: str, problems: list[str] | None = None):
@@ -89,9 +90,11 @@ def _query_int(request: Request, name: str, default: int, low: int, high: int) -
     try:
         value = int(text)
     except ValueError:
-        raise Problem(400, "BadRequest", f"{name} must be a whole number, not {text!r}") from None
+        raise HttpProblem(
+            400, "BadRequest", f"{name} must be a whole number, not {text!r}"
+        ) from None
     if not low <= value <= high:
-        raise Problem(400, "BadRequest", f"{name} must be between {low} and {high}")
+        raise HttpProblem(400, "BadRequest", f"{name} must be between {low} and {high}")
     return value
 
 
@@ -100,9 +103,9 @@ async def _decode(request: Request, kind: type[T]) -> T:
     try:
         return msgspec.json.decode(body or b"{}", type=kind)
     except msgspec.ValidationError as error:
-        raise Problem(422, "Invalid", f"the request body does not fit: {error}") from None
+        raise HttpProblem(422, "Invalid", f"the request body does not fit: {error}") from None
     except msgspec.DecodeError as error:
-        raise Problem(400, "BadRequest", f"the request body is not JSON: {error}") from None
+        raise HttpProblem(400, "BadRequest", f"the request body is not JSON: {error}") from None
 
 
 class Api:
@@ -153,7 +156,7 @@ class Api:
         wanted = request.query_params.getlist("status")
         unknown = sorted(set(wanted) - set(STATUSES))
         if unknown:
-            raise Problem(
+            raise HttpProblem(
                 400,
                 "BadRequest",
                 f"unknown status {unknown[0]!r}; use one of {', '.join(STATUSES)}",
@@ -206,7 +209,7 @@ class Api:
         if last_id.isdigit() and len(last_id) < 19:
             after = max(after, int(last_id))
         if not self.streams.take():  # nothing awaited since: the slot is this response's
-            raise Problem(
+            raise HttpProblem(
                 503,
                 "Unavailable",
                 f"this server has {self.streams.cap} event streams open, its limit: "
@@ -225,11 +228,11 @@ class Api:
         if body is not None:
             return decode_document(body, row.run_id)[0]
         if row.path is None:
-            raise Problem(404, "NotFound", f"run {row.run_id!r} has no stored workflow")
+            raise HttpProblem(404, "NotFound", f"run {row.run_id!r} has no stored workflow")
         try:
             return await anyio.to_thread.run_sync(load_workflow, row.path)
         except CadenzaError as error:
-            raise Problem(
+            raise HttpProblem(
                 404, "NotFound", f"run {row.run_id!r}: its workflow file no longer loads: {error}"
             ) from None
 
@@ -285,7 +288,7 @@ class Api:
 
     def _under_root(self, text: str) -> Path:
         """The workflow file ``text`` names, refusing anything outside the root."""
-        missing = Problem(
+        missing = HttpProblem(
             404, "NotFound", f"no workflow file (.yaml, .yml, .json) {text!r} under the root"
         )
         if "\x00" in text:
@@ -295,7 +298,7 @@ class Api:
         except (OSError, ValueError, RuntimeError):
             raise missing from None
         if not path.is_relative_to(self.root):
-            raise Problem(403, "Forbidden", f"path {text!r} is outside the server's root")
+            raise HttpProblem(403, "Forbidden", f"path {text!r} is outside the server's root")
         try:
             found = path.suffix.lower() in WORKFLOW_SUFFIXES and path.is_file()
         except OSError:
@@ -309,11 +312,11 @@ class Api:
         row = await self._row(request)
         body = await _decode(request, SignalRequest)
         if row.status in FINISHED:
-            raise Problem(409, "Conflict", f"run {row.run_id!r} has finished ({row.status})")
+            raise HttpProblem(409, "Conflict", f"run {row.run_id!r} has finished ({row.status})")
         pending = await self.runtime.pending_inputs(row.run_id)
         if body.address not in pending:
             where = ", ".join(sorted(pending)) or "nothing"
-            raise Problem(
+            raise HttpProblem(
                 409, "Conflict", f"run {row.run_id!r} waits at {where}, not at {body.address!r}"
             )
         await self.runtime.signal(row.run_id, body.address, body.data)
@@ -349,7 +352,7 @@ class Api:
         row = await self._row(request)
         await _decode(request, ResumeRequest)
         if row.status in FINISHED:
-            raise Problem(409, "Conflict", f"run {row.run_id!r} has finished ({row.status})")
+            raise HttpProblem(409, "Conflict", f"run {row.run_id!r} has finished ({row.status})")
         await self.runtime.resume(row.run_id)
         status: RunStatus = "running"
         resumed = msgspec.structs.replace(summary(row, live=True), status=status)
@@ -359,7 +362,7 @@ class Api:
 def _usage(events: list[Event]) -> Usage:
     prompt = completion = calls = 0
     for event in events:
-        if event.type == "agent_turn" and event.tokens is not None:
+        if event.type == EventType.AGENT_TURN and event.tokens is not None:
             prompt += event.tokens.prompt
             completion += event.tokens.completion
             calls += 1
@@ -369,7 +372,7 @@ def _usage(events: list[Event]) -> Usage:
 def _messages(events: list[Event]) -> list[MessageRecord]:
     messages = []
     for event in events:
-        if event.type == "message_sent":
+        if event.type == EventType.MESSAGE_SENT:
             sent = payload(event, MessageSent)
             messages.append(MessageRecord(from_=sent.from_, to=sent.to, text=sent.text))
     return messages

@@ -20,11 +20,9 @@ from typing import TYPE_CHECKING, Any, Final
 from opentelemetry.trace import Span, Status, StatusCode, Tracer, set_span_in_context
 from opentelemetry.util.types import AttributeValue
 
-from cadenza.actors.control import DECISION
-from cadenza.actors.run import RUN_RESUMED, STEP_WAITING
 from cadenza.protocols import (
     AgentTurn,
-    Decision,
+    ControlDecision,
     Event,
     EventType,
     GraphEnd,
@@ -50,8 +48,6 @@ if TYPE_CHECKING:
 
 __all__ = ["RunSpans"]
 
-AGENT_TURN: Final = "agent_turn"
-TOOL_CALL: Final = "tool_call"
 INTERRUPTED: Final = "interrupted"
 """``cadenza.status`` of a span still open when its run ended or stopped being observed."""
 
@@ -100,12 +96,12 @@ class RunSpans:
         self._tools: dict[str, dict[str, Span]] = {}
         self._handlers: dict[str, Callable[[Event], None]] = {
             EventType.WORKFLOW_START: self._run_started,
-            RUN_RESUMED: self._run_started,
+            EventType.RUN_RESUMED: self._run_started,
             EventType.WORKFLOW_END: self._run_ended,
             EventType.STEP_START: self._step_started,
             EventType.STEP_END: self._step_ended,
             EventType.ERROR: self._step_ended,
-            STEP_WAITING: self._step_ended,
+            EventType.STEP_WAITING: self._step_ended,
             EventType.STEP_RETRY: self._step_retried,
             EventType.STEP_SKIPPED: self._step_skipped,
             EventType.ITERATION_START: self._scope_started,
@@ -116,10 +112,10 @@ class RunSpans:
             EventType.GRAPH_END: self._graph_ended,
             EventType.GRAPH_TRANSITION: self._graph_transition,
             EventType.JUDGE_VERDICT: self._judge_verdict,
-            DECISION: self._decision,
+            EventType.DECISION: self._decision,
             EventType.ACTOR_CRASHED: self._actor_crashed,
-            AGENT_TURN: self._agent_turn,
-            TOOL_CALL: self._tool_call,
+            EventType.AGENT_TURN: self._agent_turn,
+            EventType.TOOL_CALL: self._tool_call,
         }
 
     def on_event(self, event: Event) -> None:
@@ -138,7 +134,7 @@ class RunSpans:
         if self._run is not None:
             return
         attributes = dict(self._common)
-        if event.type == RUN_RESUMED:
+        if event.type == EventType.RUN_RESUMED:
             self._replay = self._journal.replay
             attributes["cadenza.resumed"] = True
             after = payload(event, RunResumed).after_seq
@@ -231,7 +227,7 @@ class RunSpans:
         worker: str | None = None
         if event.type == EventType.STEP_END:
             status, worker = "completed", payload(event, StepEnd).worker
-        elif event.type == STEP_WAITING:
+        elif event.type == EventType.STEP_WAITING:
             status = "waiting"
         else:
             failed = payload(event, StepError)
@@ -348,19 +344,23 @@ class RunSpans:
         graph = "cadenza.graph."
         names = ("from", "to", "step", "edge", "reason")
         values = (taken.from_, taken.to, taken.step, taken.edge, taken.reason)
-        self._annotate(event, "graph_transition", _present(zip(names, values, strict=True), graph))
+        self._annotate(
+            event, EventType.GRAPH_TRANSITION, _present(zip(names, values, strict=True), graph)
+        )
 
     def _judge_verdict(self, event: Event) -> None:
         verdict = payload(event, JudgeVerdict)
         pairs = (("iteration", verdict.iteration), ("judge.done", verdict.done))
         self._annotate(
-            event, "judge_verdict", _present((*pairs, ("error", event.error)), "cadenza.")
+            event, EventType.JUDGE_VERDICT, _present((*pairs, ("error", event.error)), "cadenza.")
         )
 
     def _decision(self, event: Event) -> None:
-        ruled = payload(event, Decision)
+        ruled = payload(event, ControlDecision)
         pairs = (("iteration", ruled.iteration), ("decision", ruled.decision))
-        self._annotate(event, "decision", _present((*pairs, ("score", ruled.score)), "cadenza."))
+        self._annotate(
+            event, EventType.DECISION, _present((*pairs, ("score", ruled.score)), "cadenza.")
+        )
 
     def _actor_crashed(self, event: Event) -> None:
         if event.error is None:

@@ -69,7 +69,9 @@ def restart_to_step(events: list[Event], launched: float) -> float | None:
     for event in events:
         if not resumed:
             # Timestamps have millisecond precision: allow for the rounding.
-            resumed = event.type == "run_resumed" and _epoch(event.timestamp) >= launched - 0.002
+            resumed = (
+                event.type == EventType.RUN_RESUMED and _epoch(event.timestamp) >= launched - 0.002
+            )
         elif event.type == EventType.STEP_START:
             return max(0.0, _epoch(event.timestamp) - launched)
     return None

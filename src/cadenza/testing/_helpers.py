@@ -22,6 +22,7 @@ from cadenza.kernel import FakeClock
 from cadenza.protocols import (
     AgentInboxDrain,
     Event,
+    EventType,
     MessageDropped,
     MessageSent,
     RunResult,
@@ -105,10 +106,10 @@ class MessageRecorder:
         """``(address, sender)`` for every message a step read from its inbox."""
 
     def __call__(self, event: Event) -> None:
-        if event.type == "message_sent":
+        if event.type == EventType.MESSAGE_SENT:
             sent = payload(event, MessageSent)
             self.messages.append(RecordedMessage(sender=sent.from_, target=sent.to, text=sent.text))
-        elif event.type == "message_dropped":
+        elif event.type == EventType.MESSAGE_DROPPED:
             dropped = payload(event, MessageDropped)
             self.messages.append(
                 RecordedMessage(
@@ -118,7 +119,7 @@ class MessageRecorder:
                     dropped=dropped.reason,
                 )
             )
-        elif event.type == "agent_inbox_drain":
+        elif event.type == EventType.AGENT_INBOX_DRAIN:
             self.drained.append((event.step_id or "", payload(event, AgentInboxDrain).from_))
 
     def texts(self, *, sender: str | None = None, target: str | None = None) -> list[str]:

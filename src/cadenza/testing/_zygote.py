@@ -18,7 +18,7 @@ import os
 import sys
 from typing import Any
 
-__all__ = ["serve"]
+__all__ = ["answer_forks"]
 
 
 def _child(request: dict[str, Any]) -> None:
@@ -61,7 +61,7 @@ def _warm_up() -> None:
     compile_expression("1 == 1")  # loads the CEL engine
 
 
-def serve() -> None:
+def answer_forks() -> None:
     """Answers fork requests until stdin closes."""
     _warm_up()
     for line in sys.stdin:
@@ -78,4 +78,4 @@ def serve() -> None:
 
 
 if __name__ == "__main__":
-    serve()
+    answer_forks()

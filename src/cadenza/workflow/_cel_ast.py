@@ -42,12 +42,12 @@ class Node:
     value: object = None
     target: Node | None = None
     args: list[Node] = field(default_factory=list)
-    loop: Loop | None = None
+    loop: Comprehension | None = None
     type: str = "dyn"
 
 
 @dataclass(slots=True)
-class Loop:
+class Comprehension:
     """A comprehension: ``for iter_var in range: accu = step while condition; result``."""
 
     iter_var: str = ""
@@ -137,8 +137,8 @@ def _expr(data: bytes) -> Node:
     return node
 
 
-def _loop(data: bytes) -> Loop:
-    loop = Loop()
+def _loop(data: bytes) -> Comprehension:
+    loop = Comprehension()
     for number, value in _fields(data):
         if not isinstance(value, bytes):
             continue

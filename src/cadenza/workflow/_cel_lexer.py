@@ -20,8 +20,8 @@ import re
 from dataclasses import dataclass
 
 __all__ = [
+    "MAX_BRACKET_NESTING",
     "MAX_MACRO_NESTING",
-    "MAX_NESTING",
     "MAX_SOURCE_LENGTH",
     "TextError",
     "Token",
@@ -37,7 +37,7 @@ __all__ = [
 
 MAX_SOURCE_LENGTH = 4096
 """Characters in one expression; a long one belongs in a step, not a condition."""
-MAX_NESTING = 32
+MAX_BRACKET_NESTING = 32
 """Open brackets at once; cel-cpp's own parser stops at the same depth."""
 MAX_MACRO_NESTING = 3
 """Comprehension macros inside one another; each level multiplies the work."""
@@ -171,9 +171,11 @@ def check_nesting(tokens: list[Token]) -> None:
             )
             stack.append(is_macro)
             macros += is_macro
-            if len(stack) > MAX_NESTING:
+            if len(stack) > MAX_BRACKET_NESTING:
                 raise TextError(
-                    f"brackets nest more than {MAX_NESTING} deep", token.start, too_complex=True
+                    f"brackets nest more than {MAX_BRACKET_NESTING} deep",
+                    token.start,
+                    too_complex=True,
                 )
             if macros > MAX_MACRO_NESTING:
                 raise TextError(

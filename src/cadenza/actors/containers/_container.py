@@ -28,8 +28,7 @@ from cadenza.actors.run import (
     StepFinished,
     cancel_parked,
 )
-from cadenza.kernel import Address
-from cadenza.kernel import Cancellable as Timer
+from cadenza.kernel import Address, Timer
 from cadenza.protocols import ErrorInfo, EventType, StepRecord, StepRetry, StepStart, StepStatus
 from cadenza.workflow import LoadedWorkflow, Step, parse_duration
 

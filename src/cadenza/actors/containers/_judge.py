@@ -20,7 +20,7 @@ from cadenza.actors.steps import AgentVisit, run_agent
 from cadenza.protocols import ErrorInfo, EventType, JudgeVerdict, StepRecord, StepStart
 from cadenza.workflow import LoadedWorkflow, Step
 
-__all__ = ["JUDGE", "Judging", "Verdict", "iteration_report", "run_judge"]
+__all__ = ["JUDGE", "Judgement", "Judging", "iteration_report", "run_judge"]
 
 JUDGE = "untilAgent"
 """The judge's address under its iteration (``loop.2.untilAgent``).
@@ -30,7 +30,7 @@ camelCase, so no step id (lowercase only) can take it.
 
 
 @dataclass(frozen=True, slots=True)
-class Verdict:
+class Judgement:
     """What the judge decided: ``done`` (None when it gave no valid verdict) and its words."""
 
     done: bool | None
@@ -83,7 +83,7 @@ class Judging:
     """The loop's place among its steps: the judge's ``step_start`` has it too."""
 
 
-async def run_judge(run: RunContext, document: LoadedWorkflow, judging: Judging) -> Verdict:
+async def run_judge(run: RunContext, document: LoadedWorkflow, judging: Judging) -> Judgement:
     """Runs the judge on one iteration and records its verdict (or why there is none).
 
     In a resumed run, a verdict recorded before the interruption is replayed:
@@ -104,7 +104,7 @@ async def run_judge(run: RunContext, document: LoadedWorkflow, judging: Judging)
     reason = result.get("reason") if isinstance(result, dict) else None
     done = result.get("done") if isinstance(result, dict) and error is None else None
     words = [t for t in ((record.content or "").strip(), reason) if isinstance(t, str) and t]
-    verdict = Verdict(done if isinstance(done, bool) else None, "\n".join(words) or None)
+    verdict = Judgement(done if isinstance(done, bool) else None, "\n".join(words) or None)
     run.journal.emit(
         EventType.JUDGE_VERDICT,
         step_id=address,

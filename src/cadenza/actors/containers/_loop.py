@@ -45,7 +45,7 @@ from cadenza.workflow import LoadedWorkflow, Loop, Step, compile_expression, par
 
 from ._container import Container, Outcome, amend
 from ._dag import DagOutcome
-from ._judge import JUDGE, Judging, Verdict, iteration_report, run_judge
+from ._judge import JUDGE, Judgement, Judging, iteration_report, run_judge
 from ._retention import checkpoint, forget, restore
 
 __all__ = ["CUMULATIVE_SEPARATOR", "ROOT_LOOP", "SAFETY_CAP", "LoopController", "spawn_root_loop"]
@@ -250,7 +250,7 @@ class LoopController(Container):
         names["status"] = record.status
         return names
 
-    def _judge(self, n: int, record: StepRecord) -> Awaitable[Verdict]:
+    def _judge(self, n: int, record: StepRecord) -> Awaitable[Judgement]:
         iteration = self.address.iteration(n)
         inner = None if self.body is not None else self.body_steps
         context = iteration_report(str(iteration), record, inner, self.current)

@@ -17,8 +17,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from cadenza.actors.run import CHECKPOINT
-from cadenza.protocols import Checkpoint
+from cadenza.protocols import Checkpoint, EventType
 from cadenza.store import is_under
 
 if TYPE_CHECKING:
@@ -47,7 +46,7 @@ def forget(loop: LoopController, n: int) -> None:
 def checkpoint(loop: LoopController, n: int, block: str) -> None:
     """The loop goes on after iteration ``n``: what a resume restarts it from."""
     point = Checkpoint(iteration=n, block=block, last=loop.last)
-    loop.run.journal.emit(CHECKPOINT, step_id=loop.here, data=point)
+    loop.run.journal.emit(EventType.CHECKPOINT, step_id=loop.here, data=point)
 
 
 def restore(loop: LoopController) -> int:

@@ -7,6 +7,5 @@ writes down.
 """
 
 from ._control import ControlController as ControlController
-from ._control_log import DECISION as DECISION
 
-__all__ = ["DECISION", "ControlController"]
+__all__ = ["ControlController"]

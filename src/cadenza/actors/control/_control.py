@@ -35,11 +35,10 @@ from typing import Any
 import msgspec
 
 from cadenza.actors.containers import Container, Outcome
-from cadenza.actors.run import STEP_REPLAYED, Placement, StepFinished, work_error
+from cadenza.actors.run import Placement, StepFinished, work_error
 from cadenza.actors.steps import ask_person
-from cadenza.kernel import Address
-from cadenza.kernel import Cancellable as Timer
-from cadenza.protocols import ErrorInfo, Event, StepRecord, StepStart
+from cadenza.kernel import Address, Timer
+from cadenza.protocols import ErrorInfo, Event, EventType, StepRecord, StepStart
 from cadenza.workflow import LoadedWorkflow, parse_duration, parse_template
 
 from ._control_log import DecisionLog
@@ -55,9 +54,9 @@ from .decide import (
     admit,
     advance,
     decide,
+    effective_score,
     heed,
 )
-from .decide import effective_score as scored
 
 __all__ = ["HUMAN", "ControlController"]
 
@@ -133,7 +132,7 @@ class ControlController(Container):
         step_id = event.step_id
         if (
             event.tokens is not None
-            and (event.type == "agent_turn" or event.type == STEP_REPLAYED)
+            and (event.type == EventType.AGENT_TURN or event.type == EventType.STEP_REPLAYED)
             and step_id is not None
             and step_id.startswith(self._prefix)
         ):
@@ -247,7 +246,7 @@ class ControlController(Container):
         verdict = read_verdict(output)
         if not isinstance(verdict, InfraFailure):
             detail["verdict"] = output
-            score = scored(verdict, checks)
+            score = effective_score(verdict, checks)
             if self.best is None or score >= self.best[0]:
                 self.best = (score, result)
         return decide(verdict, checks, self.history, self.limits, self._spent(), self.setup)

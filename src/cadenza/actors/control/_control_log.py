@@ -20,7 +20,7 @@ from typing import Any
 
 from cadenza.actors.run import Position, RunJournal
 from cadenza.protocols import (
-    Decision,
+    ControlDecision,
     ErrorInfo,
     EventType,
     IterationEnd,
@@ -34,14 +34,7 @@ from cadenza.protocols import (
 
 from .decide import Ruling
 
-__all__ = ["DECISION", "DecisionLog"]
-
-DECISION = "decision"
-"""Event type: a control loop ruled on an iteration (``stepId`` is the control step).
-
-Data: ``{iteration, decision, reason, feedback, score, status}``; ``status`` is
-the loop's terminal status, or null when it goes on.
-"""
+__all__ = ["DecisionLog"]
 
 
 class DecisionLog:
@@ -103,7 +96,7 @@ class DecisionLog:
             "feedback": ruling.feedback,
         }
         self.entries.append(entry)
-        ruled = Decision(
+        ruled = ControlDecision(
             iteration=n,
             decision=ruling.decision,
             reason=ruling.reason,
@@ -111,7 +104,9 @@ class DecisionLog:
             score=ruling.score,
             status=ruling.status,
         )
-        self.journal.emit(DECISION, step_id=self.address, message=ruling.reason, data=ruled)
+        self.journal.emit(
+            EventType.DECISION, step_id=self.address, message=ruling.reason, data=ruled
+        )
         return {**entry, "score": ruling.score, "status": ruling.status}
 
     async def interrupted(self, n: int, reason: str) -> None:

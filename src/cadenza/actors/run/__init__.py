@@ -12,6 +12,7 @@ from ._context import Brief as Brief
 from ._context import Cancellable as Cancellable
 from ._context import PlacedActor as PlacedActor
 from ._context import Placement as Placement
+from ._context import RunBasis as RunBasis
 from ._context import RunContext as RunContext
 from ._context import Scope as Scope
 from ._context import cancel_parked as cancel_parked
@@ -19,10 +20,7 @@ from ._context import document_step_ids as document_step_ids
 from ._document import RunDocument as RunDocument
 from ._document import decode_document as decode_document
 from ._document import encode_document as encode_document
-from ._journal import AGENT_MEMORY as AGENT_MEMORY
 from ._journal import MAX_RESULT_MESSAGES as MAX_RESULT_MESSAGES
-from ._journal import STEP_REPLAYED as STEP_REPLAYED
-from ._journal import STEP_WAITING as STEP_WAITING
 from ._journal import EventSink as EventSink
 from ._journal import Position as Position
 from ._journal import RunJournal as RunJournal
@@ -49,8 +47,8 @@ from ._outcome import StepFinished as StepFinished
 from ._outcome import work_error as work_error
 from ._permissions import READ_ONLY_TOOLS as READ_ONLY_TOOLS
 from ._permissions import Asker as Asker
-from ._permissions import Decision as Decision
 from ._permissions import PermissionAnswer as PermissionAnswer
+from ._permissions import PermissionDecision as PermissionDecision
 from ._permissions import PermissionHook as PermissionHook
 from ._permissions import PermissionPolicy as PermissionPolicy
 from ._permissions import PermissionRule as PermissionRule
@@ -59,22 +57,16 @@ from ._permissions import ToolPolicy as ToolPolicy
 from ._permissions import ToolRequest as ToolRequest
 from ._permissions import resume_refusal as resume_refusal
 from ._permissions import resumed_policy as resumed_policy
-from ._replay import CHECKPOINT as CHECKPOINT
 from ._replay import Replay as Replay
 from ._replay import ReplayedStep as ReplayedStep
-from ._replay_log import RUN_RESUMED as RUN_RESUMED
-from ._shell import Command as Command
 from ._shell import Reading as Reading
+from ._shell import SimpleCommand as SimpleCommand
 from ._shell import read_command as read_command
-from ._worktrees import WORKTREE_DONE as WORKTREE_DONE
-from ._worktrees import WORKTREE_KEPT as WORKTREE_KEPT
 from ._worktrees import IsolationError as IsolationError
 from ._worktrees import StepWorktree as StepWorktree
 from ._worktrees import Worktrees as Worktrees
 
 __all__ = [
-    "AGENT_MEMORY",
-    "CHECKPOINT",
     "COORDINATOR",
     "INBOX_BYTES",
     "INBOX_SIZE",
@@ -85,19 +77,12 @@ __all__ = [
     "READ_ONLY_TOOLS",
     "RUN_MAIL_BYTES",
     "RUN_MAIL_SIZE",
-    "RUN_RESUMED",
-    "STEP_REPLAYED",
-    "STEP_WAITING",
-    "WORKTREE_DONE",
-    "WORKTREE_KEPT",
     "AgentMessage",
     "Asker",
     "Backlog",
     "Brief",
     "BudgetExceeded",
     "Cancellable",
-    "Command",
-    "Decision",
     "Drain",
     "EventSink",
     "IsolationError",
@@ -105,6 +90,7 @@ __all__ = [
     "McpUnavailable",
     "Outgoing",
     "PermissionAnswer",
+    "PermissionDecision",
     "PermissionHook",
     "PermissionPolicy",
     "PermissionRule",
@@ -115,10 +101,12 @@ __all__ = [
     "Replay",
     "ReplayedStep",
     "Report",
+    "RunBasis",
     "RunContext",
     "RunDocument",
     "RunJournal",
     "Scope",
+    "SimpleCommand",
     "StepFailure",
     "StepFinished",
     "StepWorktree",

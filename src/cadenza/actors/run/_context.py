@@ -13,7 +13,7 @@ import asyncio
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from cadenza.kernel import Actor, Address, Clock, Slots, Supervisor
@@ -38,6 +38,7 @@ __all__ = [
     "Cancellable",
     "PlacedActor",
     "Placement",
+    "RunBasis",
     "RunContext",
     "Scope",
     "SpawnStep",
@@ -121,22 +122,44 @@ def _no_coordinator(target: str, text: str, kind: str, *, sender: str) -> None:
     raise RuntimeError(f"{target}: this run carries no messages (a worker runs leaf steps only)")
 
 
-@dataclass(eq=False)
-class RunContext:
-    """The state shared by every actor of one run (touched only on the event loop)."""
+@dataclass(eq=False, kw_only=True)
+class RunBasis:
+    """What a run is given: the base of `RunSetup` (what `execute_run` is handed) and
+    of `RunContext` (what its actors share), declared once for both.
+    """
 
     run_id: str
     document: LoadedWorkflow
     inputs: dict[str, Any]
     journal: RunJournal
-    supervisor: Supervisor
     clock: Clock
+    max_concurrency: int = 0
+    """Steps in parallel, the size of the run's slots (0: unknown); forEach never keeps
+    more iterations alive."""
+    default_model: str | None = None
+    """The model of agent steps that name none."""
+    dispatcher: StepDispatcher | None = None
+    """Where leaf steps run when the run has remote workers (None: in this process)."""
+
+    def shared(self) -> dict[str, Any]:
+        """These fields by name, to make a `RunContext` of a `RunSetup` (or the reverse)."""
+        return {name: getattr(self, name) for name in _BASIS}
+
+
+_BASIS = tuple(basis.name for basis in fields(RunBasis))
+
+
+@dataclass(eq=False, kw_only=True)
+class RunContext(RunBasis):
+    """The state shared by every actor of one run (touched only on the event loop).
+
+    Its `RunBasis` is what the run was set up with; the rest is made for the run.
+    """
+
+    supervisor: Supervisor
     limiter: Slots
     step_ids: frozenset[str]
     providers: ProviderRegistry
-    max_concurrency: int = 0
-    """The size of ``limiter`` (0: unknown); forEach never keeps more iterations alive."""
-    default_model: str | None = None
     cancelled: str | None = None
     failure: ErrorInfo | None = None
     active: set[Cancellable] = field(default_factory=set)
@@ -150,8 +173,6 @@ class RunContext:
     """Per sender, its messages the coordinator agent has yet to answer (see `Unanswered`)."""
     conversations: dict[str, list[list[Any]]] = field(default_factory=dict)
     """Per ``Brief.memory_key``: each earlier visit's turns, for ``memory`` other than fresh."""
-    dispatcher: StepDispatcher | None = None
-    """Where leaf steps run when the run has remote workers (None: in this process)."""
     spawn_step: SpawnStep = _no_containers
     """Starts the actor of a step; the run wires the one that knows every step kind."""
     deliver: Deliver = _no_coordinator

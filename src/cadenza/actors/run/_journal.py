@@ -51,25 +51,13 @@ if TYPE_CHECKING:
     from ._replay import Replay
 
 __all__ = [
-    "AGENT_MEMORY",
     "MAX_RESULT_MESSAGES",
-    "STEP_REPLAYED",
-    "STEP_WAITING",
     "EventSink",
     "Position",
     "RunJournal",
     "clean_message",
     "clean_record",
 ]
-
-AGENT_MEMORY = "agent_memory"
-"""An agent visit's turns, kept for later visits (loop ``memory``); data ``{key, turns}``."""
-
-STEP_REPLAYED = "step_replayed"
-"""A leaf's recorded outcome was reported to its controller instead of running it again."""
-
-STEP_WAITING = "step_waiting"
-"""A step waits for a person (SPEC 2.6); message: the prompt, data: ``{prompt, schema}``."""
 
 MAX_RESULT_MESSAGES = 1_000
 """Messages a run's result lists (the newest); older ones are counted, not kept."""
@@ -349,7 +337,10 @@ class RunJournal:
         self.records[address] = record
         tokens = self.replay.tokens(address) if self.replay is not None else None
         self.emit(
-            STEP_REPLAYED, step_id=address, tokens=tokens, data=StepReplayed(status=record.status)
+            EventType.STEP_REPLAYED,
+            step_id=address,
+            tokens=tokens,
+            data=StepReplayed(status=record.status),
         )
 
     def _announce(
@@ -370,7 +361,9 @@ class RunJournal:
         elif record.status == "waiting":
             # The data is the question the record holds (`StepWaiting`), plain already.
             question = None if record.result is None else _Plain(record.result)
-            self.emit(STEP_WAITING, step_id=address, message=record.content, data=question)
+            self.emit(
+                EventType.STEP_WAITING, step_id=address, message=record.content, data=question
+            )
         else:
             self.emit(
                 EventType.ERROR,

@@ -65,8 +65,8 @@ from ._shell import read_command
 __all__ = [
     "READ_ONLY_TOOLS",
     "Asker",
-    "Decision",
     "PermissionAnswer",
+    "PermissionDecision",
     "PermissionHook",
     "PermissionPolicy",
     "PermissionRule",
@@ -129,7 +129,7 @@ Asker: TypeAlias = Callable[[ToolRequest], Awaitable[Literal["yes", "no", "alway
 """Asks a person about one call (``cadenza run --ask``)."""
 
 
-class Decision(NamedTuple):
+class PermissionDecision(NamedTuple):
     """What the policy decided about one call, and who decided it."""
 
     allowed: bool
@@ -270,7 +270,7 @@ def _glob_subjects(arguments: dict[str, Any], directory: Path | None) -> tuple[_
 # Rules ---------------------------------------------------------------------------
 
 
-class _Verdict(NamedTuple):
+class _RuleMatch(NamedTuple):
     """What a deny rule says of a call: it covers it (``certain``), or it may."""
 
     rule: PermissionRule
@@ -314,7 +314,7 @@ class PermissionRule:
         """Whether the rule alone, as an allow rule, covers ``request`` (paths as written)."""
         return _uncovered(_Call(request, None), (self,)) is None
 
-    def denies(self, call: _Call) -> _Verdict | None:
+    def denies(self, call: _Call) -> _RuleMatch | None:
         """As a deny rule: whether it covers ``call``, or may (None: it does not).
 
         One subject it covers is enough. A call with a part that cannot be read
@@ -323,15 +323,15 @@ class PermissionRule:
         if not self.names(call.request.tool):
             return None
         if self.pattern is None:
-            return _Verdict(self, True, "")
+            return _RuleMatch(self, True, "")
         subjects, unclear = call.reading
-        maybe: _Verdict | None = None
+        maybe: _RuleMatch | None = None
         for subject in subjects:
             if self.covers(subject):
-                return _Verdict(self, True, _shown(subject))
+                return _RuleMatch(self, True, _shown(subject))
             if maybe is None and self._reaches(subject):
-                maybe = _Verdict(self, False, f"{_shown(subject)}: {subject.why}")
-        return _Verdict(self, False, unclear[0]) if unclear else maybe
+                maybe = _RuleMatch(self, False, f"{_shown(subject)}: {subject.why}")
+        return _RuleMatch(self, False, unclear[0]) if unclear else maybe
 
     def covers(self, subject: _Subject) -> bool:
         """Whether the PATTERN matches ``subject`` whatever its unknown part turns out to be."""
@@ -627,7 +627,7 @@ class PermissionPolicy:
         allow: Sequence[PermissionRule] = (),
         deny: Sequence[PermissionRule] = (),
         directory: Path | None = None,
-    ) -> Decision | None:
+    ) -> PermissionDecision | None:
         """The decision about ``request`` (None: nothing decided, it runs).
 
         ``allow`` and ``deny`` are the agent's own rules, added to the run's;
@@ -647,41 +647,41 @@ class PermissionPolicy:
         allow: Sequence[PermissionRule],
         deny: Sequence[PermissionRule],
         directory: Path | None,
-    ) -> Decision | None:
+    ) -> PermissionDecision | None:
         if self.sandbox and request.tool not in READ_ONLY_TOOLS:
             reason = "the run is sandboxed: only read, glob and grep may run"
-            return Decision(False, "sandbox", reason)
+            return PermissionDecision(False, "sandbox", reason)
         call = _Call(request, directory)
         await call.read_ahead((*self.deny, *deny, *self.allow, *allow))
         denied = _deny(call, (*self.deny, *deny))
         if denied is not None and denied.certain:
             what = f": {denied.reason}" if denied.reason else ""
-            return Decision(False, "rule", f"denied by the rule {denied.rule}{what}")
+            return PermissionDecision(False, "rule", f"denied by the rule {denied.rule}{what}")
         if denied is not None:
             if self.ask is not None:
                 return await self._ask(request, sticky=False)
             reason = f"the rule {denied.rule} may cover this call ({denied.reason})"
-            return Decision(False, "rule", f"{reason}; nobody was there to ask (--ask)")
+            return PermissionDecision(False, "rule", f"{reason}; nobody was there to ask (--ask)")
         if self.hook is not None:
             answer = self.hook(request)
             if inspect.isawaitable(answer):
                 answer = await answer
             if answer is True:
-                return Decision(True, "hook", "allowed by the permission hook")
+                return PermissionDecision(True, "hook", "allowed by the permission hook")
             if answer is False or isinstance(answer, str):
                 reason = answer if isinstance(answer, str) and answer else ""
-                return Decision(False, "hook", reason or "denied by the permission hook")
+                return PermissionDecision(False, "hook", reason or "denied by the permission hook")
         rules = (*self.allow, *allow)
         refusal = _uncovered(call, rules) if rules else None
         if rules and refusal is None:
-            return Decision(True, "rule", _allowed_by(call, rules))
+            return PermissionDecision(True, "rule", _allowed_by(call, rules))
         if self.ask is not None:
             return await self._ask(request, sticky=True)
         if refusal is not None:
-            return Decision(False, "rule", refusal)
+            return PermissionDecision(False, "rule", refusal)
         return None
 
-    async def _ask(self, request: ToolRequest, *, sticky: bool) -> Decision:
+    async def _ask(self, request: ToolRequest, *, sticky: bool) -> PermissionDecision:
         """Puts the call to the person. ``sticky``: "always" holds for the tool from now on.
 
         A call a deny rule may cover is asked about every time: an "always"
@@ -689,23 +689,23 @@ class PermissionPolicy:
         """
         if self.ask is _nobody:
             reason = "the run asks a person about this call (--ask), and nobody is here to answer"
-            return Decision(False, "ask", reason)
+            return PermissionDecision(False, "ask", reason)
         said = f"allowed: {request.tool} always, said at the terminal"
         if sticky and request.tool in self.always:
-            return Decision(True, "ask", said)
+            return PermissionDecision(True, "ask", said)
         assert self.ask is not None
         answer = await self.ask(request)
         if answer == "always" and sticky:
             self.always.add(request.tool)
-            return Decision(True, "ask", said)
+            return PermissionDecision(True, "ask", said)
         if answer in ("yes", "always"):
-            return Decision(True, "ask", "allowed at the terminal")
-        return Decision(False, "ask", "denied at the terminal")
+            return PermissionDecision(True, "ask", "allowed at the terminal")
+        return PermissionDecision(False, "ask", "denied at the terminal")
 
 
-def _deny(call: _Call, rules: Sequence[PermissionRule]) -> _Verdict | None:
+def _deny(call: _Call, rules: Sequence[PermissionRule]) -> _RuleMatch | None:
     """The first deny rule that covers the call; else the first that may; else None."""
-    maybe: _Verdict | None = None
+    maybe: _RuleMatch | None = None
     for rule in rules:
         verdict = rule.denies(call)
         if verdict is not None and verdict.certain:

@@ -32,14 +32,11 @@ from cadenza.errors import CorruptRecord
 from cadenza.kernel import Actor
 from cadenza.protocols import Event, EventType, StepRecord, Tokens
 
-from ._journal import STEP_REPLAYED, STEP_WAITING, RunJournal
+from ._journal import RunJournal
 from ._outcome import Report, StepFinished
-from ._replay_log import RUN_RESUMED, LogState, read_log
+from ._replay_log import LogState, read_log
 
-__all__ = ["CHECKPOINT", "REPLAYABLE", "RUN_RESUMED", "Replay", "ReplayedStep"]
-
-CHECKPOINT = "checkpoint"
-"""A ``keepLast`` loop's state after an iteration: what a resume restarts it from."""
+__all__ = ["REPLAYABLE", "Replay", "ReplayedStep"]
 
 REPLAYABLE = frozenset(("completed", "failed", "skipped"))
 """Statuses of a record that is final: its address is replayed, never re-executed."""
@@ -63,10 +60,10 @@ _DECISIONS = frozenset(
         EventType.ITEM_END,
         EventType.GRAPH_TRANSITION,
         EventType.GRAPH_END,
-        STEP_REPLAYED,
-        STEP_WAITING,
-        CHECKPOINT,
-        "decision",  # a control loop's ruling (``_control.DECISION``)
+        EventType.STEP_REPLAYED,
+        EventType.STEP_WAITING,
+        EventType.CHECKPOINT,
+        EventType.DECISION,  # a control loop's ruling
     )
 )
 

@@ -51,13 +51,9 @@ from cadenza.protocols import (
     payload,
 )
 
-from ._journal import AGENT_MEMORY
 from ._messages import COORDINATOR, MSG_TYPES, AgentMessage, Outgoing
 
-__all__ = ["RUN_RESUMED", "LogState", "read_log"]
-
-RUN_RESUMED = "run_resumed"
-"""The event a resumed run starts with; data ``{replayable, afterSeq}``."""
+__all__ = ["LogState", "read_log"]
 
 _KINDS = {number: kind for kind, number in MSG_TYPES.items()}
 _COORDINATOR = "coordinator"
@@ -153,25 +149,25 @@ class _Reader:
 
     def read(self, event: Event) -> None:
         kind, address = event.type, event.step_id or ""
-        if kind == "message_sent":
+        if kind == EventType.MESSAGE_SENT:
             self._sent(address, payload(event, MessageSent))
-        elif kind == "message_dropped":
+        elif kind == EventType.MESSAGE_DROPPED:
             self._dropped(address, payload(event, MessageDropped))
-        elif kind == "agent_inbox_drain":
+        elif kind == EventType.AGENT_INBOX_DRAIN:
             self._drained(address, payload(event, AgentInboxDrain))
         elif kind == EventType.DEAD_LETTER and (event.message or "").startswith("AgentMessage"):
             self._lost(address)
-        elif kind == "agent_turn":
+        elif kind == EventType.AGENT_TURN:
             self._turn(event, address)
-        elif kind == "coordinator_wake":
+        elif kind == EventType.COORDINATOR_WAKE:
             self._woke(payload(event, CoordinatorWake))
-        elif kind == "max_wake_cycles_reached" and self.waiting:
+        elif kind == EventType.MAX_WAKE_CYCLES_REACHED and self.waiting:
             self.waiting.popleft()  # answered by not waking the agent
-        elif kind == AGENT_MEMORY:
+        elif kind == EventType.AGENT_MEMORY:
             memory = payload(event, AgentMemory)
             self.memories.append((memory.key, memory.turns))
             self.unconfirmed_memories.setdefault(address, []).append(len(self.memories) - 1)
-        elif kind == "checkpoint":
+        elif kind == EventType.CHECKPOINT:
             self.state.checkpoints.setdefault(address, []).append(payload(event, Checkpoint))
         elif kind == EventType.STEP_START and payload(event, StepStart).kind == "loop":
             self.state.checkpoints.pop(address, None)  # a new attempt starts from nothing
@@ -179,7 +175,7 @@ class _Reader:
             kind == EventType.ERROR and payload(event, StepError).status == "failed"
         ):
             self._confirm(address)
-        elif kind == RUN_RESUMED:
+        elif kind == EventType.RUN_RESUMED:
             self._restart()
 
     def _turn(self, event: Event, address: str) -> None:

@@ -41,7 +41,7 @@ from cadenza.workflow import WRAPPERS
 if TYPE_CHECKING:
     from tree_sitter import Language, Node, Parser
 
-__all__ = ["Command", "Reading", "read_command"]
+__all__ = ["Reading", "SimpleCommand", "read_command"]
 
 MAX_COMMAND: Final = 128 * 1024
 """Characters of a command line read at most; a longer one is unclear."""
@@ -54,7 +54,7 @@ _Word = tuple[str, bool]
 
 
 @dataclass(frozen=True, slots=True)
-class Command:
+class SimpleCommand:
     """One simple command as a rule sees it.
 
     Attributes:
@@ -74,7 +74,7 @@ class Command:
 class Reading:
     """A command line's simple commands, and why any part of it is unclear."""
 
-    commands: tuple[Command, ...]
+    commands: tuple[SimpleCommand, ...]
     unclear: tuple[str, ...]
 
 
@@ -329,7 +329,7 @@ def _check_variable(name: str) -> None:
 
 @dataclass(slots=True)
 class _Reader:
-    commands: list[Command] = field(default_factory=list)
+    commands: list[SimpleCommand] = field(default_factory=list)
     unclear: list[str] = field(default_factory=list)
 
     def read(self, line: str, depth: int) -> None:
@@ -452,18 +452,20 @@ def _redirect_words(statement: Node) -> list[Node]:
     return words
 
 
-def _command(name: str, arguments: Sequence[_Word], *, more: bool, replaced: bool) -> Command:
+def _command(name: str, arguments: Sequence[_Word], *, more: bool, replaced: bool) -> SimpleCommand:
     words = [name]
     if replaced:
-        return Command(name + " ", "", "xargs puts what it reads into the arguments")
+        return SimpleCommand(name + " ", "", "xargs puts what it reads into the arguments")
     for text, known in arguments:
         if not known:
             start = " ".join((*words, text))
-            return Command(start, "", "its arguments hold an expansion (a variable, a glob...)")
+            return SimpleCommand(
+                start, "", "its arguments hold an expansion (a variable, a glob...)"
+            )
         words.append(text)
     if more:
-        return Command(" ".join(words), " ", "xargs adds arguments it reads from its input")
-    return Command(" ".join(words))
+        return SimpleCommand(" ".join(words), " ", "xargs adds arguments it reads from its input")
+    return SimpleCommand(" ".join(words))
 
 
 def _file_name(text: str) -> str:

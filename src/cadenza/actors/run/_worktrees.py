@@ -30,13 +30,7 @@ import anyio
 
 from cadenza.errors import CadenzaError
 
-__all__ = ["WORKTREE_DONE", "WORKTREE_KEPT", "IsolationError", "StepWorktree", "Worktrees"]
-
-WORKTREE_DONE: Final = "worktree_done"
-"""A step's worktree was removed; data ``{branch, commit}`` (null when it changed nothing)."""
-
-WORKTREE_KEPT: Final = "worktree_kept"
-"""A failed step's worktree is kept for inspection; data ``{path}``."""
+__all__ = ["IsolationError", "StepWorktree", "Worktrees"]
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 # A commit needs an author; a machine with no git identity gets this one.

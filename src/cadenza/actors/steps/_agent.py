@@ -19,7 +19,6 @@ import msgspec
 
 from cadenza._redact import redact, scrub
 from cadenza.actors.run import (
-    AGENT_MEMORY,
     Brief,
     BudgetExceeded,
     PermissionRule,
@@ -28,19 +27,18 @@ from cadenza.actors.run import (
     ToolRequest,
 )
 from cadenza.errors import CadenzaError, InboxFull
-from cadenza.llm import LLMRequest, Message, ToolCall, ToolSpec
+from cadenza.llm import LLMRequest, Message, ModelToolCall, ToolSpec
 from cadenza.protocols import (
     AgentMemory,
     AgentTurn,
     ErrorInfo,
+    EventType,
     MessageDropped,
     MessageSent,
     Tokens,
+    ToolCall,
     ToolPermission,
     format_duration,
-)
-from cadenza.protocols import (
-    ToolCall as ToolCallData,
 )
 from cadenza.workflow import Agent, LoadedWorkflow, MemoryWindow
 
@@ -48,7 +46,6 @@ from ._agent_tools import agent_builtins, builtin_names
 from ._deltas import Deltas
 from ._mcp_tools import mcp_tools
 from ._prompt import build_prompt, cap, read_context_files
-from ._tool_step import TOOL_PERMISSION
 from ._tools import Tool, ToolError, python_tool, schema_errors
 
 __all__ = ["AgentOutcome", "AgentVisit", "BudgetExceeded", "model_spec", "run_agent"]
@@ -112,7 +109,7 @@ class _Conversation:
         if internal:
             self.internal.add(tool.spec.name)
 
-    async def permitted(self, tool: Tool, call: ToolCall, arguments: dict[str, Any]) -> None:
+    async def permitted(self, tool: Tool, call: ModelToolCall, arguments: dict[str, Any]) -> None:
         """Asks the run's policy about the call; a denial is the model's to hear.
 
         Raises:
@@ -131,12 +128,12 @@ class _Conversation:
             tool_name=name, tool_call_id=call.id, allowed=allowed, by=by, reason=reason
         )
         self.run.journal.emit(
-            TOOL_PERMISSION, step_id=self.address, agent=self.agent_name, data=data
+            EventType.TOOL_PERMISSION, step_id=self.address, agent=self.agent_name, data=data
         )
         if not decision.allowed:
             raise ToolError(f"permission denied: {decision.reason}")
 
-    async def call(self, call: ToolCall) -> str:
+    async def call(self, call: ModelToolCall) -> str:
         """Runs one tool call; any failure becomes an error message for the model.
 
         Returns:
@@ -145,12 +142,10 @@ class _Conversation:
         journal = self.run.journal
         redacted = redact(call.arguments)[:_OUTPUT_PREVIEW]
         journal.emit(
-            "tool_call",
+            EventType.TOOL_CALL,
             step_id=self.address,
             agent=self.agent_name,
-            data=ToolCallData(
-                phase="start", tool_name=call.name, tool_call_id=call.id, input=redacted
-            ),
+            data=ToolCall(phase="start", tool_name=call.name, tool_call_id=call.id, input=redacted),
         )
         error: str | None = None
         clock = self.run.clock
@@ -183,12 +178,12 @@ class _Conversation:
         text = cast(str, scrub(text))
         took = clock.now() - started
         journal.emit(
-            "tool_call",
+            EventType.TOOL_CALL,
             step_id=self.address,
             agent=self.agent_name,
             duration=took,
             error=error,
-            data=ToolCallData(
+            data=ToolCall(
                 phase="end",
                 tool_name=call.name,
                 tool_call_id=call.id,
@@ -236,7 +231,7 @@ def _send_message(run: RunContext, address: str) -> Tool:
         if not isinstance(text, str) or not text:
             raise ToolError("send_message needs a non-empty 'text' string")
         data = MessageSent(from_=address, to="coordinator", text=text, msg_type=0)
-        run.journal.emit("message_sent", step_id=address, data=data)
+        run.journal.emit(EventType.MESSAGE_SENT, step_id=address, data=data)
         try:
             run.tell_coordinator(address, text)
         except InboxFull:
@@ -244,7 +239,7 @@ def _send_message(run: RunContext, address: str) -> Tool:
             dropped = MessageDropped(
                 from_=address, to="coordinator", text=text, msg_type=0, reason=reason
             )
-            run.journal.emit("message_dropped", step_id=address, data=dropped)
+            run.journal.emit(EventType.MESSAGE_DROPPED, step_id=address, data=dropped)
             raise ToolError(f"message dropped: {reason}") from None
         return '{"status": "sent"}'
 
@@ -314,7 +309,7 @@ def _remember(run: RunContext, brief: Brief, turns: list[Message], address: str)
         return
     # Recorded too: a resumed run replays this visit without calling the model again.
     data = AgentMemory(key=brief.memory_key, turns=list(turns))
-    run.journal.emit(AGENT_MEMORY, step_id=address, data=data)
+    run.journal.emit(EventType.AGENT_MEMORY, step_id=address, data=data)
     visits = run.conversations.setdefault(brief.memory_key, [])
     visits.append(turns)
     if isinstance(brief.memory, MemoryWindow):
@@ -392,7 +387,7 @@ async def run_agent(run: RunContext, document: LoadedWorkflow, visit: AgentVisit
                     inbox = "## Inbox\n" + "\n".join(f"- {m}" for m in waiting)
                     messages.append(Message("user", scrub(inbox)))
             run.journal.emit(
-                "agent_turn",
+                EventType.AGENT_TURN,
                 step_id=visit.address,
                 agent=visit.agent_name,
                 data=AgentTurn(phase="request", turn=turn, model=spec),
@@ -414,7 +409,7 @@ async def run_agent(run: RunContext, document: LoadedWorkflow, visit: AgentVisit
                 usage = completion.usage
                 run.journal.spend(visit.address, usage.prompt_tokens, usage.completion_tokens)
             run.journal.emit(
-                "agent_turn",
+                EventType.AGENT_TURN,
                 step_id=visit.address,
                 agent=visit.agent_name,
                 tokens=Tokens(

@@ -23,7 +23,7 @@ import msgspec
 
 from cadenza.actors.run import RunContext
 from cadenza.llm import ToolSpec
-from cadenza.protocols import McpToolFailed
+from cadenza.protocols import EventType, McpToolFailed
 from cadenza.workflow import Agent
 
 from ._tools import Tool, ToolError
@@ -32,9 +32,6 @@ if TYPE_CHECKING:
     from mcp import ClientSession
 
 __all__ = ["mcp_tools"]
-
-MCP_TOOL_FAILED = "mcp_tool_failed"
-"""A call to an MCP server's tool failed; data ``{server, tool, error}``."""
 
 _NAME = re.compile(r"[^a-zA-Z0-9_-]")
 
@@ -100,7 +97,7 @@ def _failed(run: RunContext, address: str, server: str, tool: str, error: str) -
     assert run.mcp is not None
     message = f"{run.mcp.describe(server)} failed on {tool}: {error}"
     data = McpToolFailed(server=server, tool=tool, error=error)
-    run.journal.emit(MCP_TOOL_FAILED, step_id=address, error=message, data=data)
+    run.journal.emit(EventType.MCP_TOOL_FAILED, step_id=address, error=message, data=data)
     raise ToolError(message)
 
 

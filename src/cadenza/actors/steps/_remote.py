@@ -133,7 +133,7 @@ class _StepSink:
                 msg_type=0,
                 reason="the coordinator's inbox is full",
             )
-            run.journal.emit("message_dropped", step_id=self.address, data=data)
+            run.journal.emit(EventType.MESSAGE_DROPPED, step_id=self.address, data=data)
 
 
 async def remote_work(

@@ -20,8 +20,6 @@ from typing import Any
 
 from cadenza.actors.run import (
     MSG_TYPES,
-    WORKTREE_DONE,
-    WORKTREE_KEPT,
     AgentMessage,
     PlacedActor,
     Placement,
@@ -211,12 +209,12 @@ class StepActor(PlacedActor):
             except BaseException:  # failed or cancelled: its files stay, for a person to see
                 message = f"the step's worktree is kept for inspection: {worktree.path}"
                 kept = WorktreeKept(path=str(worktree.path))
-                journal.emit(WORKTREE_KEPT, step_id=address, message=message, data=kept)
+                journal.emit(EventType.WORKTREE_KEPT, step_id=address, message=message, data=kept)
                 raise
             finally:
                 self.document = shared
         done = WorktreeDone(branch=worktree.branch or None, commit=worktree.commit)
-        journal.emit(WORKTREE_DONE, step_id=address, data=done)
+        journal.emit(EventType.WORKTREE_DONE, step_id=address, data=done)
         return outcome
 
     async def _run_work(self, address: str, attempt: int) -> tuple[str, Any]:
@@ -283,7 +281,7 @@ class StepActor(PlacedActor):
                 continue
             drained += len(letter.text.encode())
             self.run.journal.emit(
-                "agent_inbox_drain",
+                EventType.AGENT_INBOX_DRAIN,
                 step_id=str(self.address),
                 agent=self.step.agent,
                 data=AgentInboxDrain(from_=letter.sender, msg_type=MSG_TYPES.get(letter.kind, 0)),

@@ -41,7 +41,7 @@ from cadenza._redact import redact
 from cadenza.actors.run import StepFailure, ToolRequest
 from cadenza.errors import ExpressionEvaluationError
 from cadenza.kernel import Clock, call_in_thread
-from cadenza.protocols import ErrorInfo, ToolCall, ToolPermission, format_duration
+from cadenza.protocols import ErrorInfo, EventType, ToolCall, ToolPermission, format_duration
 from cadenza.workflow import compile_expression, preview, quote, type_name
 
 from ._command import run_command
@@ -59,7 +59,6 @@ __all__ = [
     "GREP_CAP",
     "GREP_LINE_CAP",
     "READ_CAP",
-    "TOOL_PERMISSION",
     "BashInput",
     "CallSite",
     "GlobInput",
@@ -83,9 +82,6 @@ GREP_CAP = 1000
 
 GREP_LINE_CAP = 500
 """Characters of one matching line that ``grep`` shows; a longer line is cut, marked."""
-
-TOOL_PERMISSION = "tool_permission"
-"""The permission policy decided about a tool call (`ToolPermission`)."""
 
 _PREVIEW = 2000
 """Characters of a call's input and output shown in its ``tool_call`` events."""
@@ -241,7 +237,7 @@ async def _permitted(run: RunContext, request: ToolRequest, directory: Path, cal
         by=decision.by,
         reason=decision.reason,
     )
-    run.journal.emit(TOOL_PERMISSION, step_id=address, data=data)
+    run.journal.emit(EventType.TOOL_PERMISSION, step_id=address, data=data)
     if not decision.allowed:
         message = f"{tool}: permission denied: {decision.reason}"
         raise StepFailure(ErrorInfo(type="PermissionDenied", message=message, address=address))
@@ -270,7 +266,7 @@ async def call_tool(
     shown = redact(msgspec.json.encode(arguments).decode())[:_PREVIEW]
     call_id = f"{address}:{site.attempt}"
     started = ToolCall(phase="start", tool_name=name, tool_call_id=call_id, input=shown)
-    journal.emit("tool_call", step_id=address, data=started)
+    journal.emit(EventType.TOOL_CALL, step_id=address, data=started)
     output: str | None = None
     error: str | None = None
     began = site.clock.now()
@@ -300,7 +296,7 @@ async def call_tool(
             error=error,
             duration=format_duration(took),
         )
-        journal.emit("tool_call", step_id=address, duration=took, error=error, data=ended)
+        journal.emit(EventType.TOOL_CALL, step_id=address, duration=took, error=error, data=ended)
 
 
 def _runner(name: str, call: CallSite) -> Runner | None:

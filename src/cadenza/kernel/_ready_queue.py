@@ -1,9 +1,9 @@
-"""The dispatcher: runs actors' busy periods on the event loop without a task per actor.
+"""The ready queue: runs actors' busy periods on the event loop without a task per actor.
 
 An actor with nothing to do holds no task and no coroutine: its inbox keeps a
 ``_waker`` that, at the next message (or a stop), puts the actor on this ready
 queue. One draining task runs the queued actors one after the other, each for
-one busy period (``serve``: ``on_start`` for a new instance, then every message
+one busy period (``run_busy_period``: ``on_start`` for a new instance, then every message
 waiting). A busy period that never awaits anything pending, which is most of
 them, completes inside the draining task's own step: no task, no trip through
 the event loop.
@@ -35,19 +35,19 @@ from collections import deque
 from collections.abc import Callable, Coroutine, Generator
 from typing import TYPE_CHECKING, Any
 
-from ._consumer import serve
+from ._consumer import run_busy_period
 
 if TYPE_CHECKING:
     from ._ref import ActorRef
 
-__all__ = ["Dispatcher"]
+__all__ = ["ReadyQueue"]
 
 _TURNS_PER_PASS = 64
 """Busy periods run back to back before the draining task lets the event loop
 run the rest (I/O, timers, other tasks) once."""
 
 
-class Dispatcher:
+class ReadyQueue:
     """The ready queue of one supervisor's actors and the task that drains it.
 
     Args:
@@ -64,7 +64,7 @@ class Dispatcher:
         self._closed = False  # the supervisor is closing: drain, then end
         self._ended = ended
         self.tasks = 0
-        """Tasks of this dispatcher alive: the draining one, and those of suspended actors."""
+        """Tasks of this ready queue alive: the draining one, and those of suspended actors."""
 
     def schedule(self, ref: ActorRef) -> None:
         """Queue a busy period of ``ref`` (a new instance, a message, a stop)."""
@@ -104,7 +104,7 @@ class Dispatcher:
         self._ended()
 
     def _start(self) -> asyncio.Task[None]:
-        return self._spawn(self._drain(), "cadenza dispatcher")
+        return self._spawn(self._drain(), "cadenza ready queue")
 
     async def _drain(self) -> None:
         task = asyncio.current_task()
@@ -126,7 +126,7 @@ class Dispatcher:
                 if not ref._live:  # cancelled while it waited here
                     continue
                 ref._task = task
-                busy = serve(ref)
+                busy = run_busy_period(ref)
                 try:
                     waiting = busy.send(None)
                 except StopIteration:
@@ -174,7 +174,7 @@ class Dispatcher:
         task = ref._task
         try:
             if ref._live:
-                await serve(ref)
+                await run_busy_period(ref)
         finally:
             if ref._task is task:
                 ref._task = None

@@ -1,4 +1,4 @@
-"""The dispatcher: actors without a task while idle, and what a suspended turn keeps."""
+"""The ready queue: actors without a task while idle, and what a suspended turn keeps."""
 
 from __future__ import annotations
 
@@ -43,7 +43,7 @@ class Gated(Actor):
 async def test_idle_actors_hold_no_task(settle: Settle) -> None:
     """A hundred idle actors that have each answered a message hold no task of their own.
 
-    The supervisor's dispatcher keeps one task, parked, for the next message.
+    The supervisor's ready queue keeps one task, parked, for the next message.
     """
     before = asyncio.all_tasks()
     async with Supervisor() as sup:
