@@ -1,4 +1,7 @@
-"""Shared fixtures: workflow files and handler modules in a temp dir; stores of each backend."""
+"""Shared fixtures: workflow files, a scripted chat model, stores of each backend.
+
+The helpers they are built on are in ``tests/_helpers.py``.
+"""
 
 from __future__ import annotations
 
@@ -6,19 +9,24 @@ import asyncio
 import itertools
 import textwrap
 import urllib.parse
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import pytest
 
 from cadenza import _redact
 from cadenza.kernel import RunStore, make_store
+from cadenza.testing import RuleLike, ScriptedLLMServer
+from cadenza.testing.pytest_plugin import StartLLMServer
+from cadenza.testing.pytest_plugin import llm_server as llm_server
 from tests._postgres import Cluster, started_cluster, unavailable
 
 _counter = itertools.count()
 
 WriteFlow = Callable[..., Path]
+Wire = Literal["openai", "anthropic"]
 
 
 @pytest.fixture
@@ -40,6 +48,23 @@ def write_flow(tmp_path: Path) -> WriteFlow:
         return path
 
     return write
+
+
+@pytest.fixture
+def model_server(llm_server: StartLLMServer, monkeypatch: pytest.MonkeyPatch) -> StartLLMServer:
+    """Starts a scripted chat model that the test's runs talk to.
+
+    Like ``llm_server``, and the provider's ``*_BASE_URL`` and ``*_API_KEY`` point
+    at it for the rest of the test, as a user's environment would.
+    """
+
+    def start(rules: Sequence[RuleLike], *, wire: Wire = "openai") -> ScriptedLLMServer:
+        server = llm_server(rules, wire=wire)
+        for name, value in server.environ().items():
+            monkeypatch.setenv(name, value)
+        return server
+
+    return start
 
 
 @pytest.fixture(autouse=True)

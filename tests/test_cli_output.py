@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from tests._helpers import EXAMPLES, cadenza
+
 from ._terminal import Terminal
-from .test_cli import EXAMPLES, cadenza
 
 WriteFlow = Callable[..., Path]
 

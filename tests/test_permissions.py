@@ -12,9 +12,9 @@ import pytest
 
 from cadenza import Event, Runtime, ToolPolicy, ToolRequest
 from cadenza.workflow import WorkflowError, load_workflow
+from tests._helpers import cadenza
 
 from ._terminal import Terminal
-from .test_cli import cadenza
 
 WriteFlow = Callable[..., Path]
 

@@ -13,9 +13,9 @@ import pytest
 
 from cadenza import Event, Runtime
 from cadenza.testing import ScriptedLLMServer, ServerReply, ServerRule, ServerToolCall
+from tests._helpers import cadenza
 
 from ._terminal import Terminal
-from .test_cli import cadenza
 
 WriteFlow = Callable[..., Path]
 

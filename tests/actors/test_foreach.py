@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from .conftest import RunFlow, RunWithEvents, WriteFlow
+from tests._helpers import run_flow, run_with_events
+from tests.conftest import WriteFlow
 
 PROBE = """
 import asyncio
@@ -24,9 +25,7 @@ def peak_seen(ctx):
 """
 
 
-async def test_a_literal_list_runs_the_step_once_per_item(
-    write_flow: WriteFlow, run_flow: RunFlow
-) -> None:
+async def test_a_literal_list_runs_the_step_once_per_item(write_flow: WriteFlow) -> None:
     """Iteration i runs at loop[i] with item, index and the brief's item_index."""
     path = write_flow(
         """
@@ -61,7 +60,7 @@ async def test_a_literal_list_runs_the_step_once_per_item(
     assert result.loops["greet"].termination_reason == "forEach"
 
 
-async def test_a_cel_list_feeds_a_multi_step_body(write_flow: WriteFlow, run_flow: RunFlow) -> None:
+async def test_a_cel_list_feeds_a_multi_step_body(write_flow: WriteFlow) -> None:
     """forEach CEL is evaluated when the step starts; the body runs at loop[i].<id>."""
     path = write_flow(
         """
@@ -97,7 +96,7 @@ async def test_a_cel_list_feeds_a_multi_step_body(write_flow: WriteFlow, run_flo
 
 
 async def test_a_foreach_that_is_not_a_list_fails_naming_expression_and_type(
-    write_flow: WriteFlow, run_flow: RunFlow
+    write_flow: WriteFlow,
 ) -> None:
     """A CEL forEach yielding a map fails the step with the expression and the type it got."""
     path = write_flow(
@@ -126,7 +125,7 @@ async def test_a_foreach_that_is_not_a_list_fails_naming_expression_and_type(
 
 
 async def test_max_concurrency_is_never_exceeded_and_no_item_is_dropped(
-    write_flow: WriteFlow, run_flow: RunFlow
+    write_flow: WriteFlow,
 ) -> None:
     """A probe handler counts live iterations: the peak is exactly maxConcurrency."""
     path = write_flow(
@@ -153,9 +152,7 @@ async def test_max_concurrency_is_never_exceeded_and_no_item_is_dropped(
     ]
 
 
-async def test_the_run_wide_limit_caps_live_iterations(
-    write_flow: WriteFlow, run_with_events: RunWithEvents
-) -> None:
+async def test_the_run_wide_limit_caps_live_iterations(write_flow: WriteFlow) -> None:
     """Without maxConcurrency, no more iterations are alive than the run's maxConcurrency."""
     path = write_flow(
         """
@@ -182,9 +179,7 @@ async def test_the_run_wide_limit_caps_live_iterations(
     assert sum(e.type == "item_end" for e in events) == 20
 
 
-async def test_a_failed_item_stops_new_items_and_fails_the_step(
-    write_flow: WriteFlow, run_flow: RunFlow
-) -> None:
+async def test_a_failed_item_stops_new_items_and_fails_the_step(write_flow: WriteFlow) -> None:
     """After a failure no further item starts; the step fails with the item's error."""
     path = write_flow(
         """
@@ -211,7 +206,7 @@ async def test_a_failed_item_stops_new_items_and_fails_the_step(
     assert result.loops["each"].iterations == 2
 
 
-async def test_on_error_continue_runs_every_item(write_flow: WriteFlow, run_flow: RunFlow) -> None:
+async def test_on_error_continue_runs_every_item(write_flow: WriteFlow) -> None:
     """With onError: continue every item runs; the step is failed but the run goes on."""
     path = write_flow(
         """
@@ -244,7 +239,7 @@ async def test_on_error_continue_runs_every_item(write_flow: WriteFlow, run_flow
     assert result.steps["after"].content == "failed"
 
 
-async def test_an_empty_list_completes_at_once(write_flow: WriteFlow, run_flow: RunFlow) -> None:
+async def test_an_empty_list_completes_at_once(write_flow: WriteFlow) -> None:
     """A CEL forEach yielding [] completes with empty content and no iterations."""
     path = write_flow(
         """
@@ -267,7 +262,7 @@ async def test_an_empty_list_completes_at_once(write_flow: WriteFlow, run_flow: 
 
 
 async def test_an_item_that_did_not_complete_says_so_in_the_joined_content(
-    write_flow: WriteFlow, run_flow: RunFlow
+    write_flow: WriteFlow,
 ) -> None:
     """The step's content keeps a block per item, in order: a failed item's block says it
     failed and why, where it used to be empty; its iteration's own content stays empty."""

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from .conftest import RunFlow, RunWithEvents, WriteFlow
+from tests._helpers import run_flow, run_with_events
+from tests.conftest import WriteFlow
 
 ROUTER = """
 name: router
@@ -38,9 +39,7 @@ def tool_b(ctx):
 """
 
 
-async def test_edges_route_first_match_until_end(
-    write_flow: WriteFlow, run_with_events: RunWithEvents
-) -> None:
+async def test_edges_route_first_match_until_end(write_flow: WriteFlow) -> None:
     """The path follows the first true edge; visit N of a state is graph.N.state."""
     result, events = await run_with_events(write_flow(ROUTER, handlers=ROUTER_HANDLERS))
     assert result.status == "completed", result.error
@@ -66,7 +65,7 @@ async def test_edges_route_first_match_until_end(
 
 
 async def test_a_state_hears_who_routed_to_it_and_its_previous_output(
-    write_flow: WriteFlow, run_flow: RunFlow
+    write_flow: WriteFlow,
 ) -> None:
     """routed_from/routed_content on every visit; previous on a revisit unless feedback: false."""
     path = write_flow(
@@ -107,7 +106,7 @@ async def test_a_state_hears_who_routed_to_it_and_its_previous_output(
 
 
 async def test_feedback_on_revisit_can_be_switched_off_for_the_whole_graph(
-    write_flow: WriteFlow, run_flow: RunFlow
+    write_flow: WriteFlow,
 ) -> None:
     """feedbackOnRevisit: false: no state gets its previous output."""
     path = write_flow(
@@ -137,9 +136,7 @@ async def test_feedback_on_revisit_can_be_switched_off_for_the_whole_graph(
     ("policy", "status"),
     [("returnLast", "completed"), ("fail", "failed"), ("returnWithFlag", "completed")],
 )
-async def test_max_steps_policies(
-    write_flow: WriteFlow, run_flow: RunFlow, policy: str, status: str
-) -> None:
+async def test_max_steps_policies(write_flow: WriteFlow, policy: str, status: str) -> None:
     """A graph that never reaches END stops after maxSteps visits, as onMaxSteps says."""
     path = write_flow(
         f"""
@@ -178,7 +175,7 @@ async def test_max_steps_policies(
 
 
 async def test_no_matching_edge_fails_listing_candidates_and_a_preview(
-    write_flow: WriteFlow, run_flow: RunFlow
+    write_flow: WriteFlow,
 ) -> None:
     """No edge matched: the error names each candidate and quotes the state's output."""
     path = write_flow(
@@ -211,9 +208,7 @@ async def test_no_matching_edge_fails_listing_candidates_and_a_preview(
     assert result.graphs["g"].termination_reason == "failed"
 
 
-async def test_a_failed_state_fails_the_graph_unless_it_continues(
-    write_flow: WriteFlow, run_flow: RunFlow
-) -> None:
+async def test_a_failed_state_fails_the_graph_unless_it_continues(write_flow: WriteFlow) -> None:
     """A failing state ends the graph; with onError: continue its edges still route."""
     path = write_flow(
         """

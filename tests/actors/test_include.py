@@ -5,7 +5,8 @@ from __future__ import annotations
 import textwrap
 from pathlib import Path
 
-from .conftest import RunFlow, WriteFlow
+from tests._helpers import run_flow
+from tests.conftest import WriteFlow
 
 CHILD = """
 name: greeter
@@ -34,7 +35,7 @@ def write_child(tmp_path: Path, name: str, text: str) -> None:
 
 
 async def test_an_include_runs_the_child_in_a_fresh_scope_with_rendered_inputs(
-    write_flow: WriteFlow, run_flow: RunFlow, tmp_path: Path
+    write_flow: WriteFlow, tmp_path: Path
 ) -> None:
     """Inputs are rendered in the parent (keeping types), defaults fill in, output is the result."""
     path = write_flow(
@@ -75,7 +76,7 @@ async def test_an_include_runs_the_child_in_a_fresh_scope_with_rendered_inputs(
 
 
 async def test_without_output_the_content_is_the_last_declared_step_that_ran(
-    write_flow: WriteFlow, run_flow: RunFlow, tmp_path: Path
+    write_flow: WriteFlow, tmp_path: Path
 ) -> None:
     """A child with no output gives the content of its last declared step that ran."""
     write_child(
@@ -101,7 +102,7 @@ async def test_without_output_the_content_is_the_last_declared_step_that_ran(
 
 
 async def test_bad_include_inputs_fail_the_include_step(
-    write_flow: WriteFlow, run_flow: RunFlow, tmp_path: Path
+    write_flow: WriteFlow, tmp_path: Path
 ) -> None:
     """An input of the wrong type fails the include step, naming the input."""
     write_child(
@@ -135,7 +136,7 @@ async def test_bad_include_inputs_fail_the_include_step(
 
 
 async def test_an_included_root_loop_iterates_as_parent_n_step(
-    write_flow: WriteFlow, run_flow: RunFlow, tmp_path: Path
+    write_flow: WriteFlow, tmp_path: Path
 ) -> None:
     """A child's root loop runs at parent.N.step with a fresh steps scope per iteration."""
     path = write_flow(
@@ -187,7 +188,7 @@ async def test_an_included_root_loop_iterates_as_parent_n_step(
 
 
 async def test_a_looped_include_runs_the_child_once_per_iteration(
-    write_flow: WriteFlow, run_flow: RunFlow, tmp_path: Path
+    write_flow: WriteFlow, tmp_path: Path
 ) -> None:
     """loop on an include step repeats the whole child: parent.N.<child step>."""
     write_child(
@@ -209,9 +210,7 @@ async def test_a_looped_include_runs_the_child_once_per_iteration(
     assert result.steps["twice.1"].content == "said\n"
 
 
-async def test_a_workflow_level_loop_reruns_the_whole_dag(
-    write_flow: WriteFlow, run_flow: RunFlow
-) -> None:
+async def test_a_workflow_level_loop_reruns_the_whole_dag(write_flow: WriteFlow) -> None:
     """A root loop: steps at loop.N.<id>, until over the iteration, output over the last one."""
     path = write_flow(
         """

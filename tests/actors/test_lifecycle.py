@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import asyncio
-
 from cadenza import Runtime
 from cadenza.kernel import FakeClock
-from cadenza.protocols import Event
-
-from .conftest import WriteFlow
+from tests._helpers import Watch
+from tests.conftest import WriteFlow
 
 HANDLERS = """
 import asyncio
@@ -19,33 +16,6 @@ def tick(ctx):
 async def hang(ctx):
     await asyncio.Event().wait()
 """
-
-
-class Watch:
-    """Collects events and lets a test wait for one of them."""
-
-    def __init__(self) -> None:
-        self.events: list[Event] = []
-        self._waiters: list[tuple[str, str | None, asyncio.Future[Event]]] = []
-
-    def __call__(self, event: Event) -> None:
-        self.events.append(event)
-        for waiter in list(self._waiters):
-            kind, step_id, future = waiter
-            if event.type == kind and step_id in (None, event.step_id) and not future.done():
-                future.set_result(event)
-                self._waiters.remove(waiter)
-
-    async def wait_for(self, kind: str, step_id: str | None = None) -> Event:
-        for event in self.events:
-            if event.type == kind and step_id in (None, event.step_id):
-                return event
-        future: asyncio.Future[Event] = asyncio.get_running_loop().create_future()
-        self._waiters.append((kind, step_id, future))
-        return await future
-
-    def seen(self, kind: str, step_id: str) -> bool:
-        return any(e.type == kind and e.step_id == step_id for e in self.events)
 
 
 async def test_delay_waits_on_the_clock_between_iterations(write_flow: WriteFlow) -> None:

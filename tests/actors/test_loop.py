@@ -7,12 +7,12 @@ from pathlib import Path
 import pytest
 
 from cadenza.workflow import LoadedWorkflow, Loop, Step, Workflow
-
-from .conftest import RunFlow, RunWithEvents, WriteFlow
+from tests._helpers import run_flow, run_with_events
+from tests.conftest import WriteFlow
 
 
 async def test_until_stops_a_single_step_loop_with_content_and_iteration(
-    write_flow: WriteFlow, run_flow: RunFlow
+    write_flow: WriteFlow,
 ) -> None:
     """A single-step loop runs at loop.N; until sees content and iteration; it stops when true."""
     path = write_flow(
@@ -39,9 +39,7 @@ async def test_until_stops_a_single_step_loop_with_content_and_iteration(
     assert result.loops["count"].termination_reason == "until"
 
 
-async def test_multi_step_iterations_have_their_own_steps(
-    write_flow: WriteFlow, run_flow: RunFlow
-) -> None:
+async def test_multi_step_iterations_have_their_own_steps(write_flow: WriteFlow) -> None:
     """Each iteration's steps are loop.N.<id>; until reads them; outer steps stay visible."""
     path = write_flow(
         """
@@ -87,7 +85,7 @@ async def test_multi_step_iterations_have_their_own_steps(
 
 
 async def test_on_error_continue_lets_a_failing_step_retry_until_valid(
-    write_flow: WriteFlow, run_flow: RunFlow
+    write_flow: WriteFlow,
 ) -> None:
     """With onError: continue a failed iteration is not fatal; until can test status."""
     path = write_flow(
@@ -119,7 +117,7 @@ async def test_on_error_continue_lets_a_failing_step_retry_until_valid(
     assert result.steps["fetch"].content == "valid"
 
 
-async def test_a_failed_iteration_fails_the_loop(write_flow: WriteFlow, run_flow: RunFlow) -> None:
+async def test_a_failed_iteration_fails_the_loop(write_flow: WriteFlow) -> None:
     """Without onError: continue, the first failing iteration ends the loop as failed."""
     path = write_flow(
         """
@@ -152,7 +150,7 @@ async def test_a_failed_iteration_fails_the_loop(write_flow: WriteFlow, run_flow
     ],
 )
 async def test_on_max_iterations_policies(
-    write_flow: WriteFlow, run_flow: RunFlow, policy: str, status: str, flagged: bool
+    write_flow: WriteFlow, policy: str, status: str, flagged: bool
 ) -> None:
     """Reaching maxIterations returns the last output, fails, or returns it flagged."""
     path = write_flow(
@@ -184,9 +182,7 @@ async def test_on_max_iterations_policies(
         assert record.error.type == "MaxIterations"
 
 
-async def test_a_loop_built_without_max_iterations_stops_at_the_safety_cap(
-    tmp_path: Path, run_flow: RunFlow
-) -> None:
+async def test_a_loop_built_without_max_iterations_stops_at_the_safety_cap(tmp_path: Path) -> None:
     """A loop built in Python without maxIterations runs at most 100 iterations."""
     (tmp_path / "cap_handlers.py").write_text("async def tick(ctx):\n    return 'tick'\n")
     step = Step(id="spin", handler="cap_handlers:tick", loop=Loop(until="content == 'tock'"))
@@ -200,7 +196,7 @@ async def test_a_loop_built_without_max_iterations_stops_at_the_safety_cap(
 
 
 async def test_feedback_reaches_the_first_body_step_from_iteration_one(
-    write_flow: WriteFlow, run_flow: RunFlow
+    write_flow: WriteFlow,
 ) -> None:
     """The first body step gets the previous iteration's output; later steps do not."""
     path = write_flow(
@@ -237,9 +233,7 @@ async def test_feedback_reaches_the_first_body_step_from_iteration_one(
     assert result.steps["quiet.1"].content == "draft 1 (feedback: None)"
 
 
-async def test_memory_mode_and_a_stable_key_reach_body_steps(
-    write_flow: WriteFlow, run_flow: RunFlow
-) -> None:
+async def test_memory_mode_and_a_stable_key_reach_body_steps(write_flow: WriteFlow) -> None:
     """memory: accumulate gives every iteration of a body step the same memory key."""
     path = write_flow(
         """
@@ -259,9 +253,7 @@ async def test_memory_mode_and_a_stable_key_reach_body_steps(
     assert result.steps["chat.1"].content == "accumulate chat:chat"
 
 
-async def test_cumulative_output_joins_every_iteration(
-    write_flow: WriteFlow, run_flow: RunFlow
-) -> None:
+async def test_cumulative_output_joins_every_iteration(write_flow: WriteFlow) -> None:
     """outputMode: cumulative makes the loop's content every iteration's, in order."""
     path = write_flow(
         """
@@ -280,9 +272,7 @@ async def test_cumulative_output_joins_every_iteration(
     assert result.steps["rounds"].content == "round 0\n\n---\n\nround 1\n\n---\n\nround 2"
 
 
-async def test_a_bad_until_fails_the_loop_naming_the_expression(
-    write_flow: WriteFlow, run_flow: RunFlow
-) -> None:
+async def test_a_bad_until_fails_the_loop_naming_the_expression(write_flow: WriteFlow) -> None:
     """An until that cannot be evaluated fails the loop step with the expression in the error."""
     path = write_flow(
         """
@@ -307,9 +297,7 @@ async def test_a_bad_until_fails_the_loop_naming_the_expression(
     assert "missing" in error.message
 
 
-async def test_iteration_events_carry_namespaced_addresses(
-    write_flow: WriteFlow, run_with_events: RunWithEvents
-) -> None:
+async def test_iteration_events_carry_namespaced_addresses(write_flow: WriteFlow) -> None:
     """iteration_start/iteration_end per iteration at loop.N, then loop_end with the reason."""
     path = write_flow(
         """

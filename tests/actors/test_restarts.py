@@ -16,8 +16,8 @@ from cadenza import Runtime
 from cadenza import build as b
 from cadenza.protocols import Event
 from cadenza.workflow import Supervision, WorkflowError, load_workflow
-
-from .conftest import RunWithEvents, WriteFlow
+from tests._helpers import run_with_events
+from tests.conftest import WriteFlow
 
 # Every handler appends its step id to starts.txt when it starts, so a test reads
 # how many times each step ran. `running` holds one event per step: set once it runs.
@@ -82,7 +82,7 @@ def restarts(events: list[Event]) -> list[tuple[str | None, dict[str, object]]]:
 
 
 async def test_one_for_one_runs_the_failed_command_again_and_nothing_else(
-    write_flow: WriteFlow, run_with_events: RunWithEvents
+    write_flow: WriteFlow,
 ) -> None:
     path = write_flow(
         f"""
@@ -112,9 +112,7 @@ async def test_one_for_one_runs_the_failed_command_again_and_nothing_else(
     assert result.steps["after"].status == "completed"
 
 
-async def test_one_for_all_stops_and_reruns_the_running_siblings(
-    write_flow: WriteFlow, run_with_events: RunWithEvents
-) -> None:
+async def test_one_for_all_stops_and_reruns_the_running_siblings(write_flow: WriteFlow) -> None:
     """`slow` is running when `flaky` fails: it is cancelled and runs again with it;
     `first`, finished before, keeps its record."""
     path = write_flow(
@@ -150,9 +148,7 @@ async def test_one_for_all_stops_and_reruns_the_running_siblings(
     assert [e.step_id for e in events if e.type == "step_start"].count("first") == 1
 
 
-async def test_rest_for_one_reruns_only_the_siblings_started_after(
-    write_flow: WriteFlow, run_with_events: RunWithEvents
-) -> None:
+async def test_rest_for_one_reruns_only_the_siblings_started_after(write_flow: WriteFlow) -> None:
     """a, b, c start in that order; b fails: c runs again, a runs on untouched."""
     path = write_flow(
         """
@@ -177,7 +173,7 @@ async def test_rest_for_one_reruns_only_the_siblings_started_after(
 
 
 async def test_past_max_restarts_the_supervisor_gives_up_and_the_run_fails(
-    write_flow: WriteFlow, run_with_events: RunWithEvents
+    write_flow: WriteFlow,
 ) -> None:
     """retries re-run the step in place first; then each restart runs it (and its retries)
     again; the third failure is one restart too many: the running sibling is cancelled."""
@@ -215,9 +211,7 @@ async def test_past_max_restarts_the_supervisor_gives_up_and_the_run_fails(
     assert "never" not in result.steps or result.steps["never"].status != "completed"
 
 
-async def test_a_tolerated_failure_is_not_restarted(
-    write_flow: WriteFlow, run_with_events: RunWithEvents
-) -> None:
+async def test_a_tolerated_failure_is_not_restarted(write_flow: WriteFlow) -> None:
     path = write_flow(
         """
         name: tolerated
@@ -238,9 +232,7 @@ async def test_a_tolerated_failure_is_not_restarted(
     assert restarts(events) == []
 
 
-async def test_each_loop_iteration_supervises_its_own_steps(
-    write_flow: WriteFlow, run_with_events: RunWithEvents
-) -> None:
+async def test_each_loop_iteration_supervises_its_own_steps(write_flow: WriteFlow) -> None:
     path = write_flow(
         f"""
         name: looped
@@ -262,7 +254,7 @@ async def test_each_loop_iteration_supervises_its_own_steps(
 
 
 async def test_a_container_is_restarted_whole_its_attempts_counted_on(
-    write_flow: WriteFlow, run_with_events: RunWithEvents
+    write_flow: WriteFlow,
 ) -> None:
     """A looped step whose iteration fails runs again from iteration 0, as attempt 2."""
     path = write_flow(
@@ -284,9 +276,7 @@ async def test_a_container_is_restarted_whole_its_attempts_counted_on(
     assert [start["attempt"] for start in starts if start] == [1, 2]
 
 
-async def test_without_a_supervisor_a_failure_is_final(
-    write_flow: WriteFlow, run_with_events: RunWithEvents
-) -> None:
+async def test_without_a_supervisor_a_failure_is_final(write_flow: WriteFlow) -> None:
     path = write_flow(
         f"name: plain\nsteps:\n  - id: flaky\n    command: '{FLAKY_COMMAND}'\n    cwd: .\n"
     )

@@ -10,8 +10,9 @@ from cadenza import Runtime
 from cadenza.errors import SignalRejected
 from cadenza.kernel import FakeClock
 from cadenza.workflow import validate_file
+from tests._helpers import Watch, run_flow, run_with_events
 
-from .conftest import ControlFlow, RunFlow, RunWithEvents, Watch
+from .conftest import ControlFlow
 
 FLOW = """
 name: control
@@ -43,7 +44,7 @@ def judge(ctx):
 
 
 async def test_an_iteration_runs_its_workflows_with_the_contract_inputs(
-    control_flow: ControlFlow, run_flow: RunFlow
+    control_flow: ControlFlow,
 ) -> None:
     """Planner, actor and evaluator each get SPEC 2.5's inputs, at task.N.<role>."""
     result = await run_flow(control_flow(FLOW, handlers=SEEN))
@@ -68,7 +69,7 @@ async def test_an_iteration_runs_its_workflows_with_the_contract_inputs(
 
 
 async def test_a_failing_check_beats_the_evaluator_and_its_feedback_arrives_verbatim(
-    control_flow: ControlFlow, run_flow: RunFlow
+    control_flow: ControlFlow,
 ) -> None:
     """The judge passed a 20-char draft; the check failed it; the actor heard the check."""
     result = await run_flow(control_flow(FLOW, handlers=SEEN))
@@ -84,9 +85,7 @@ async def test_a_failing_check_beats_the_evaluator_and_its_feedback_arrives_verb
     assert result.steps["task.0"].result["checks"][0]["passed"] is False
 
 
-async def test_decisions_are_events_and_iterations_are_records(
-    control_flow: ControlFlow, run_with_events: RunWithEvents
-) -> None:
+async def test_decisions_are_events_and_iterations_are_records(control_flow: ControlFlow) -> None:
     """Each ruling is a decision event and the iteration's durable record; the loop a summary."""
     result, events = await run_with_events(control_flow(FLOW, handlers=SEEN))
     decisions = [e for e in events if e.type == "decision"]
@@ -117,9 +116,7 @@ steps:
 """
 
 
-async def test_a_replan_asks_the_planner_again_with_the_history(
-    control_flow: ControlFlow, run_flow: RunFlow
-) -> None:
+async def test_a_replan_asks_the_planner_again_with_the_history(control_flow: ControlFlow) -> None:
     """Retries spent: the planner runs again, seeing the decisions so far and the feedback."""
     handlers = """
     def plan(ctx):
@@ -140,7 +137,7 @@ async def test_a_replan_asks_the_planner_again_with_the_history(
 
 
 async def test_the_delegate_takes_over_when_the_evaluator_recommends_it(
-    control_flow: ControlFlow, run_flow: RunFlow
+    control_flow: ControlFlow,
 ) -> None:
     """recommend: delegate switches later iterations to the delegate workflow."""
     flow = """
@@ -215,7 +212,7 @@ def judge(ctx):
 
 @pytest.mark.parametrize(("handler", "says"), BROKEN.values(), ids=BROKEN.keys())
 async def test_a_child_that_fails_or_returns_the_wrong_shape_is_an_infrastructure_failure(
-    control_flow: ControlFlow, run_flow: RunFlow, handler: str, says: str
+    control_flow: ControlFlow, handler: str, says: str
 ) -> None:
     """Bounded by maxInfraRetries (2): three tries, then stopped_infra_failure."""
     path = control_flow(REPLAN, handlers=FINE + handler)
@@ -233,7 +230,7 @@ async def test_a_child_that_fails_or_returns_the_wrong_shape_is_an_infrastructur
 
 
 async def test_a_child_that_requires_an_input_outside_the_contract_is_an_infra_failure(
-    control_flow: ControlFlow, run_flow: RunFlow
+    control_flow: ControlFlow,
 ) -> None:
     """The child gets only the contract inputs it declares; a required extra one fails."""
     needy = """
@@ -251,7 +248,7 @@ async def test_a_child_that_requires_an_input_outside_the_contract_is_an_infra_f
 
 
 async def test_a_reference_may_be_a_template_resolved_when_the_loop_runs(
-    control_flow: ControlFlow, run_flow: RunFlow
+    control_flow: ControlFlow,
 ) -> None:
     """actor: "{{ inputs.actor }}" picks the workflow from the run's inputs."""
     flow = """
@@ -283,7 +280,7 @@ async def test_a_reference_may_be_a_template_resolved_when_the_loop_runs(
 
 
 async def test_a_stopped_loop_fails_its_step_unless_on_error_continue(
-    control_flow: ControlFlow, run_flow: RunFlow
+    control_flow: ControlFlow,
 ) -> None:
     """stopped_no_progress fails the step; onError: continue lets the next step run."""
     flow = """
@@ -424,9 +421,7 @@ async def test_a_person_can_accept_the_result_or_stop_the_loop(
         )
 
 
-async def test_escalate_stop_ends_escalated_without_asking(
-    control_flow: ControlFlow, run_flow: RunFlow
-) -> None:
+async def test_escalate_stop_ends_escalated_without_asking(control_flow: ControlFlow) -> None:
     """The default, escalate: stop, ends the loop escalated at once; nobody is asked."""
     flow = ESCALATE.replace("escalate: human", "escalate: stop")
     result = await run_flow(control_flow(flow, handlers=HEEDS))
@@ -469,7 +464,7 @@ async def test_a_person_asked_inside_the_actor_makes_the_loop_wait(
 
 
 async def test_a_check_that_cannot_read_the_result_fails_and_says_why(
-    control_flow: ControlFlow, run_flow: RunFlow
+    control_flow: ControlFlow,
 ) -> None:
     """A result without the field a check reads fails that check; the error is the feedback."""
     flow = """
@@ -503,7 +498,7 @@ async def test_a_check_that_cannot_read_the_result_fails_and_says_why(
 
 
 async def test_an_objective_that_cannot_be_rendered_fails_the_step(
-    control_flow: ControlFlow, run_flow: RunFlow
+    control_flow: ControlFlow,
 ) -> None:
     """The objective template is rendered when the step starts; an error fails it, located."""
     flow = """
@@ -545,7 +540,7 @@ def test_validation_checks_a_templated_reference_but_does_not_load_it(
 
 
 async def test_a_child_workflow_with_a_root_loop_runs_as_an_include_would(
-    control_flow: ControlFlow, run_flow: RunFlow
+    control_flow: ControlFlow,
 ) -> None:
     """The evaluator may itself loop; its output is read after its last iteration."""
     looping = """
@@ -659,7 +654,7 @@ async def test_the_steps_own_timeout_fails_it_as_a_timeout(control_flow: Control
 
 
 async def test_retries_rerun_the_whole_loop_from_its_first_iteration(
-    control_flow: ControlFlow, run_flow: RunFlow
+    control_flow: ControlFlow,
 ) -> None:
     """retries: 1 on a control step that stopped runs it again, at the same addresses."""
     flow = """

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from cadenza import RunResult, Runtime
-
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+from tests._helpers import EXAMPLES, load_example
 
 
 async def run(name: str, **inputs: Any) -> RunResult:
@@ -109,12 +107,7 @@ async def test_a_claim_waits_for_a_persons_sign_off(tmp_path: Path) -> None:
 
 @pytest.fixture
 def sdk_example() -> Any:
-    spec = importlib.util.spec_from_file_location("control_sdk", EXAMPLES / "control_sdk.py")
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_example("control_sdk", "control_sdk")
 
 
 async def test_the_python_sdk_example_prints_its_decisions_as_they_are_made(

@@ -13,7 +13,6 @@ rules are named after the address that calls them.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 from collections import Counter
@@ -24,7 +23,6 @@ from typing import Any
 import pytest
 
 from cadenza import RunResult, Runtime
-from cadenza.kernel import make_store
 from cadenza.protocols import Event
 from cadenza.testing import (
     CrashHarness,
@@ -37,8 +35,9 @@ from cadenza.testing import (
     ServerToolCall,
     compare_results,
 )
+from tests._helpers import cadenza, read_run
 
-from .conftest import PowerCut, cadenza
+from .conftest import PowerCut
 
 FINAL = ("completed", "failed", "skipped")
 
@@ -213,17 +212,8 @@ def calls_by_step(requests: Iterable[RecordedRequest]) -> Counter[str]:
 def read_store(path: Path | str, run_id: str) -> tuple[list[Event], set[str]]:
     """The run's stored events and the addresses with a final record."""
 
-    async def read() -> tuple[list[Event], set[str]]:
-        store = make_store(path)
-        await store.open()
-        try:
-            records = await store.steps(run_id)
-            events = await store.events(run_id)
-        finally:
-            await store.close()
-        return events, {a for a, r in records.items() if r.status in FINAL}
-
-    return asyncio.run(read())
+    events, records = read_run(path, run_id)
+    return events, {a for a, r in records.items() if r.status in FINAL}
 
 
 def decisions(events: list[Event], address: str) -> list[dict[str, Any]]:

@@ -7,8 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from cadenza.testing import CrashHarness, KillPoint
-
-from .conftest import cadenza
+from tests._helpers import cadenza
 
 WriteFlow = Callable[..., Path]
 

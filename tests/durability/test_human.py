@@ -12,9 +12,8 @@ from cadenza import RunNotFound, Runtime
 from cadenza.errors import SignalRejected
 from cadenza.testing import RequestMatch, ServerReply, ServerRule, ServerToolCall
 from cadenza.testing.pytest_plugin import StartLLMServer
+from tests._helpers import cadenza
 from tests.conftest import StoreFactory, assert_no_password
-
-from .conftest import cadenza
 
 WriteFlow = Callable[..., Path]
 

@@ -13,8 +13,7 @@ from cadenza import Runtime
 from cadenza.errors import CorruptRecord
 from cadenza.kernel import SCHEMA_VERSION, SqliteRunStore
 from cadenza.testing import CrashHarness, KillPoint
-
-from .conftest import cadenza
+from tests._helpers import cadenza
 
 WriteFlow = Callable[..., Path]
 

@@ -26,10 +26,9 @@ from cadenza.kernel import (
     make_store,
 )
 from cadenza.testing import CrashHarness, KillPoint
+from tests._helpers import cadenza
 from tests._postgres import Cluster
 from tests.conftest import assert_no_password
-
-from .conftest import cadenza
 
 WriteFlow = Callable[..., Path]
 

@@ -22,8 +22,9 @@ from cadenza.testing import (
     compare_results,
 )
 from cadenza.testing.pytest_plugin import StartLLMServer
+from tests._helpers import cadenza
 
-from .conftest import PowerCut, cadenza, event_is
+from .conftest import PowerCut, event_is
 
 WriteFlow = Callable[..., Path]
 

@@ -29,10 +29,9 @@ from cadenza.actors.run import StoredPolicy, decode_document, encode_document
 from cadenza.errors import CorruptRecord, PolicyRefused
 from cadenza.protocols import ToolPermission, payload
 from cadenza.workflow import load_workflow
+from tests._helpers import cadenza
 from tests._terminal import Terminal
 from tests.conftest import WriteFlow
-
-from .conftest import cadenza
 
 # The agent's one tool call deletes the notes; a deny rule on rm must keep them.
 CLEAN = """

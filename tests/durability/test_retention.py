@@ -13,9 +13,8 @@ from cadenza.kernel import RunRow
 from cadenza.protocols import RunStatus
 from cadenza.testing import CrashHarness, KillPoint, compare_results
 from cadenza.workflow import validate_file
+from tests._helpers import cadenza
 from tests.conftest import StoreFactory
-
-from .conftest import cadenza
 
 WriteFlow = Callable[..., Path]
 

@@ -32,7 +32,8 @@ import anyio
 import httpx
 import pytest
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+from tests._helpers import EXAMPLES
+
 RUNS = 20
 
 

@@ -21,8 +21,7 @@ from cadenza import LoadedWorkflow, RunResult, Runtime, StepContext, Workflow, W
 from cadenza import build as b
 from cadenza.protocols import Event, LoopSummary
 from cadenza.workflow import Loop, Step, load_workflow_text
-
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+from tests._helpers import EXAMPLES, load_example
 
 # -- helpers ---------------------------------------------------------------------
 
@@ -1031,18 +1030,9 @@ async def test_a_lambda_handler_and_a_plain_workflow_struct_run_too() -> None:
 # -- the examples -------------------------------------------------------------------
 
 
-def example(name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(f"example_{name}", EXAMPLES / f"{name}.py")
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 async def test_the_python_reflection_example_runs_as_its_yaml_twin() -> None:
     """Three drafts, the critic approves the third; the same run as reflection.yaml."""
-    module = example("reflection_python")
+    module = load_example("reflection_python")
     main: Callable[[], Awaitable[RunResult]] = module.main
     result = await main()
     assert result.status == "completed", result.error
@@ -1056,7 +1046,7 @@ async def test_the_python_reflection_example_runs_as_its_yaml_twin() -> None:
 
 async def test_the_graph_router_example_routes_with_python_predicates() -> None:
     """search, then calc (an async predicate), then END; the tools' outputs reach the analyst."""
-    module = example("graph_router")
+    module = load_example("graph_router")
     result, events = await run_with_events(module.build())
     assert result.status == "completed", result.error
     assert result.graphs["router"].path == ["analyze", "search", "analyze", "calc", "analyze"]

@@ -9,9 +9,9 @@ import anyio
 
 from cadenza import Runtime
 from cadenza.testing import FakeClock, MessageRecorder, run_workflow
+from tests._helpers import EXAMPLES
 
 WriteFlow = Callable[..., Path]
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
 async def test_run_workflow_and_record_the_negotiation_messages() -> None:

@@ -37,7 +37,7 @@ from cadenza import Runtime, ToolPolicy, ToolRequest
 from cadenza.actors.run import PermissionPolicy, read_command
 from cadenza.protocols import ToolPermission, payload
 from cadenza.workflow import WorkflowError, load_workflow, rule_problem
-from tests.test_cli import cadenza
+from tests._helpers import cadenza, python
 
 from .conftest import FUZZ
 
@@ -867,15 +867,7 @@ def test_a_run_with_no_policy_never_reads_a_command(write_flow: WriteFlow, tmp_p
         "sys.exit(code)\n"
     )
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    proc = subprocess.run(
-        [sys.executable, "-c", probe, str(path)],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env=env,
-        check=False,
-    )
+    proc = python("-c", probe, str(path), cwd=tmp_path, env=env)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip().splitlines()[-1] == "False True"
     assert (tmp_path / "two.txt").read_text() == "two\n"

@@ -16,6 +16,7 @@ import pytest
 
 from cadenza import Runtime, ToolPolicy
 from cadenza.testing import ScriptedLLMServer, ServerReply, ServerRule, ServerToolCall
+from tests._helpers import assert_refused, cadenza
 from tests._processes import running
 
 WriteFlow = Callable[..., Path]
@@ -349,16 +350,8 @@ def test_validate_refuses_mcp_mistakes_at_load(
         f"agents:\n  a: {{model: 'openai:m', tools: {tools}}}\n"
         "steps:\n  - id: s\n    agent: a\n    instructions: hi\n"
     )
-    checked = subprocess.run(
-        [sys.executable, "-m", "cadenza", "validate", str(flow)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert checked.returncode == 2
-    assert problem in checked.stderr
-    assert f"{flow}:" in checked.stderr  # located
-    assert "Traceback" not in checked.stderr
+    checked = cadenza("validate", str(flow), cwd=tmp_path)
+    assert_refused(checked, problem, f"{flow}:")  # located
 
 
 def test_a_bare_unknown_tool_name_stays_zenflow_legal_without_mcp_servers(tmp_path: Path) -> None:

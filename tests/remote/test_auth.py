@@ -13,8 +13,9 @@ import pytest
 from cadenza import Runtime
 from cadenza.errors import InsecureEndpoint, KeysError
 from cadenza.remote import Dispatcher, Worker, WorkerEvent, generate_keys, load_worker_keys
+from tests._helpers import CLI, DEADLINE, Sink
 
-from .conftest import CLI, DEADLINE, SpawnWorker, Watch, worker_names
+from .conftest import SpawnWorker, worker_names
 
 FLOW = """
 name: guarded
@@ -48,14 +49,14 @@ async def test_only_a_worker_with_an_authorized_key_gets_work(
     flow.write_text(FLOW)
 
     dispatcher = Dispatcher("tcp://127.0.0.1:*", curve_keys=keys, heartbeat=0.2)
-    events: Watch[WorkerEvent] = Watch()
+    events: Sink[WorkerEvent] = Sink()
     dispatcher.subscribe(events)
     async with Runtime(workers=dispatcher) as runtime:
         spawn_worker(dispatcher.endpoint, "no-keys")
         spawn_worker(dispatcher.endpoint, "wrong-server", "--curve-keys", str(wrong_server))
         spawn_worker(dispatcher.endpoint, "unknown-key", "--curve-keys", str(unknown))
         spawn_worker(dispatcher.endpoint, "valid", "--curve-keys", str(keys))
-        await events.wait_for(
+        await events.until(
             lambda e: (
                 _refusals(e) >= {"no-curve", "bad-handshake", "unknown-key"}
                 and "valid" in worker_names(e, "worker_connected")
@@ -206,9 +207,9 @@ async def test_a_refused_worker_gets_in_once_the_supervisor_is_reconfigured(
             raise
     try:
         async with Dispatcher(endpoint, heartbeat=0.2) as plain:
-            events: Watch[WorkerEvent] = Watch()
+            events: Sink[WorkerEvent] = Sink()
             plain.subscribe(events)
-            await events.wait_for(lambda e: "patient" in worker_names(e, "worker_connected"))
+            await events.until(lambda e: "patient" in worker_names(e, "worker_connected"))
     finally:
         _end([worker])
 
@@ -221,10 +222,10 @@ async def test_a_second_supervisor_in_one_process_still_answers_handshakes(
     keys, unknown, _ = _keys_of_every_kind(tmp_path)
     for _ in range(2):
         async with Dispatcher("tcp://127.0.0.1:*", curve_keys=keys, heartbeat=0.2) as dispatcher:
-            events: Watch[WorkerEvent] = Watch()
+            events: Sink[WorkerEvent] = Sink()
             dispatcher.subscribe(events)
             worker = Worker(dispatcher.endpoint, curve_keys=unknown)
             async with anyio.create_task_group() as group:
                 group.start_soon(worker.run)
-                await events.wait_for(lambda e: "unknown-key" in _refusals(e))
+                await events.until(lambda e: "unknown-key" in _refusals(e))
                 worker.stop()

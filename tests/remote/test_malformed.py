@@ -22,8 +22,9 @@ from cadenza.protocols import (
     worker_decoder,
 )
 from cadenza.remote import Dispatcher, WorkerEvent
+from tests._helpers import Sink
 
-from .conftest import SpawnWorker, Watch, worker_names
+from .conftest import SpawnWorker, worker_names
 
 FLOW = """
 name: steady
@@ -62,7 +63,7 @@ async def test_a_rogue_peer_sending_garbage_does_not_disturb_a_run(
     flow = tmp_path / "flow.yaml"
     flow.write_text(FLOW)
     dispatcher = Dispatcher("tcp://127.0.0.1:*", heartbeat=0.2)
-    events: Watch[WorkerEvent] = Watch()
+    events: Sink[WorkerEvent] = Sink()
     dispatcher.subscribe(events)
     context = zmq.asyncio.Context()
     rogue = context.socket(zmq.DEALER)
@@ -74,7 +75,7 @@ async def test_a_rogue_peer_sending_garbage_does_not_disturb_a_run(
             for frames in _rogue_frames(random.Random(7)):
                 await rogue.send_multipart(frames)
             result = await handle.result()
-            await events.wait_for(lambda e: sum(x.type == "frame_rejected" for x in e) >= FRAMES)
+            await events.until(lambda e: sum(x.type == "frame_rejected" for x in e) >= FRAMES)
             # Still serving: a valid frame from the rogue is answered (it is told to say hello).
             await rogue.send(msgspec.msgpack.encode(Heartbeat()))
             reply = worker_decoder().decode(await rogue.recv())
@@ -133,7 +134,7 @@ async def test_a_hello_out_of_bounds_is_refused_with_a_reason(
 ) -> None:
     """The impostor never becomes a worker; the refusal names the field, in a warning."""
     dispatcher = Dispatcher("tcp://127.0.0.1:*", heartbeat=0.2)
-    events: Watch[WorkerEvent] = Watch()
+    events: Sink[WorkerEvent] = Sink()
     dispatcher.subscribe(events)
     context = zmq.asyncio.Context()
     rogue = context.socket(zmq.DEALER)
@@ -142,7 +143,7 @@ async def test_a_hello_out_of_bounds_is_refused_with_a_reason(
             rogue.connect(dispatcher.endpoint)
             frame = {"t": "hello", "version": PROTOCOL_VERSION, **hello}
             await rogue.send(msgspec.msgpack.encode(frame))
-            await events.wait_for(lambda e: any(x.type == "frame_rejected" for x in e))
+            await events.until(lambda e: any(x.type == "frame_rejected" for x in e))
             statistics = dispatcher.statistics()
     finally:
         rogue.close(linger=0)

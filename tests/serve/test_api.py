@@ -14,10 +14,10 @@ from starlette.routing import Mount
 from cadenza import Runtime
 from cadenza.protocols import Event
 from cadenza.serve import create_app
+from tests._helpers import EXAMPLES
 
 from .conftest import ECHO, SCRIPTED, OpenViewer, write, write_parked
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 JSON = {"content-type": "application/json"}
 
 

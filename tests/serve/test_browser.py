@@ -26,6 +26,7 @@ from cadenza.testing import (
     ServerRule,
     ServerToolCall,
 )
+from tests._helpers import EXAMPLES
 
 from .conftest import REFLECTION, HeldCritic, write
 
@@ -39,7 +40,6 @@ FLAGS = [
     "--disable-component-update",
     "--disable-sync",
 ]
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 if not CHROMIUM.exists():
     pytest.skip(

@@ -11,6 +11,7 @@ import pytest
 from opentelemetry.trace import StatusCode
 
 from cadenza import Event, Runtime
+from tests._helpers import EXAMPLES
 
 from .conftest import (
     Traces,
@@ -24,7 +25,6 @@ from .conftest import (
 )
 
 WriteFlow = Callable[..., Path]
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 FLOW = """
 name: traced

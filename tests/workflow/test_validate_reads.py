@@ -6,13 +6,12 @@ all the other work was done. Each is now a located problem.
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from cadenza.workflow import Problem, validate_file
+from tests._helpers import assert_refused, cadenza
 
 
 def problems(text: str, tmp_path: Path) -> list[Problem]:
@@ -154,15 +153,7 @@ steps:
 def test_the_cli_prints_the_location_and_exits_2(tmp_path: Path) -> None:
     path = tmp_path / "flow.yaml"
     path.write_text("name: x\nsteps:\n  - {id: a, command: cat, stdin: '{{ steps.b.content }}'}\n")
-    done = subprocess.run(
-        [sys.executable, "-m", "cadenza", "validate", str(path)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert done.returncode == 2
-    assert f"{path}:3:" in done.stderr
-    assert "Traceback" not in done.stderr
+    assert_refused(cadenza("validate", str(path), cwd=tmp_path), f"{path}:3:")
 
 
 @pytest.mark.parametrize(
