@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 import cadenza
-from cadenza import RunResult, Runtime
+from cadenza import Runtime
+from tests._helpers import run_flow
 from tests._processes import running
 
 WriteFlow = Callable[..., Path]
@@ -24,11 +25,6 @@ def gone(pid: int, *, within: float = 5.0) -> bool:
             return False
         time.sleep(0.01)
     return True
-
-
-async def run(path: Path, **kwargs: object) -> RunResult:
-    async with Runtime() as runtime:
-        return await runtime.run(path, **kwargs)  # type: ignore[arg-type]
 
 
 async def test_dependents_see_their_dependencies_outputs(write_flow: WriteFlow) -> None:
@@ -52,7 +48,7 @@ async def test_dependents_see_their_dependencies_outputs(write_flow: WriteFlow) 
             return ctx.steps["greet"].content.upper()
         """,
     )
-    result = await run(path, inputs={"who": "cadenza"})
+    result = await run_flow(path, inputs={"who": "cadenza"})
     assert result.status == "completed", result.error
     assert result.output == "HELLO CADENZA"
     assert result.steps["greet"].result == {"exitCode": 0, "stdout": "hello cadenza", "stderr": ""}
@@ -93,7 +89,7 @@ async def test_a_fast_branch_does_not_wait_for_a_slow_one(write_flow: WriteFlow)
             return "released"
         """,
     )
-    result = await run(path)
+    result = await run_flow(path)
     assert result.status == "completed"
     assert [result.steps[s].status for s in ("a1", "b1", "b2", "a2")] == ["completed"] * 4
 
@@ -121,7 +117,7 @@ async def test_a_false_condition_skips_the_step_and_dependents_still_run(
             return "deploy was " + ctx.steps["deploy"].status
         """,
     )
-    result = await run(path)
+    result = await run_flow(path)
     assert result.status == "completed"
     assert result.steps["deploy"].status == "skipped"
     assert result.steps["report"].content == "deploy was skipped"
@@ -146,7 +142,7 @@ async def test_retries_rerun_a_failing_step_and_count_attempts(write_flow: Write
             return f"ok after {calls}"
         """,
     )
-    result = await run(path)
+    result = await run_flow(path)
     assert result.status == "completed"
     assert result.steps["flaky"].attempts == 3
     assert result.steps["flaky"].content == "ok after [1, 2, 3]"
@@ -172,7 +168,7 @@ steps:
 
 async def test_cascade_cancels_every_dependent(write_flow: WriteFlow) -> None:
     """cascade: dependents of a failed step are cancelled, with no error of their own."""
-    result = await run(write_flow(FAILING.format(strategy="cascade")))
+    result = await run_flow(write_flow(FAILING.format(strategy="cascade")))
     assert result.status == "failed"
     assert result.error is not None
     assert result.error.address == "broken"
@@ -192,7 +188,7 @@ async def test_skip_dependents_skips_the_direct_ones_and_runs_the_rest(
     write_flow: WriteFlow,
 ) -> None:
     """skip-dependents: direct dependents are skipped; a skipped step counts as finished."""
-    result = await run(write_flow(FAILING.format(strategy="skip-dependents")))
+    result = await run_flow(write_flow(FAILING.format(strategy="skip-dependents")))
     assert result.status == "failed"
     assert result.steps["after-broken"].status == "skipped"
     assert result.steps["after-broken"].error is None
@@ -223,7 +219,7 @@ async def test_abort_cancels_running_steps_and_starts_nothing_new(write_flow: Wr
             raise ValueError("bad value")
         """,
     )
-    result = await run(path)
+    result = await run_flow(path)
     assert result.status == "failed"
     assert result.error is not None
     assert result.error.type == "ValueError"
@@ -246,7 +242,7 @@ async def test_on_error_continue_lets_dependents_run(write_flow: WriteFlow) -> N
             command: "echo fixed"
         """
     )
-    result = await run(path)
+    result = await run_flow(path)
     assert result.status == "completed"
     assert result.steps["test"].status == "failed"
     assert result.steps["fix"].content == "fixed\n"
@@ -268,7 +264,7 @@ async def test_a_step_timeout_fails_the_step(write_flow: WriteFlow) -> None:
             await asyncio.Event().wait()
         """,
     )
-    result = await run(path)
+    result = await run_flow(path)
     assert result.steps["slow"].status == "failed"
     assert result.error is not None
     assert (result.error.type, result.error.message) == ("Timeout", "timed out after 1s")
@@ -286,7 +282,7 @@ async def test_command_timeout_kills_grandchildren(write_flow: WriteFlow, tmp_pa
             command: 'sh -c "echo \\$\\$ > {pid_file}; exec sleep 300" & wait'
         """
     )
-    result = await run(path)
+    result = await run_flow(path)
     assert result.steps["spawn"].status == "failed"
     assert gone(int(pid_file.read_text()))
 
@@ -308,7 +304,7 @@ async def test_stdin_reaches_the_command_verbatim(write_flow: WriteFlow) -> None
             env: {TEXT: "{{ inputs.text }}"}
         """
     )
-    result = await run(path, inputs={"text": hostile})
+    result = await run_flow(path, inputs={"text": hostile})
     assert result.steps["echo"].content == hostile
     assert result.steps["env"].content == hostile
     assert not (path.parent / "pwned").exists()
@@ -333,7 +329,7 @@ async def test_max_concurrency_is_never_exceeded(write_flow: WriteFlow) -> None:
             return str(peak)
         """,
     )
-    result = await run(path)
+    result = await run_flow(path)
     peaks = [int(record.content or 0) for record in result.steps.values()]
     assert max(peaks) == 3
 
@@ -351,7 +347,7 @@ async def test_missing_input_is_an_input_error(write_flow: WriteFlow) -> None:
         """
     )
     with pytest.raises(cadenza.InputError, match="missing required input"):
-        await run(path)
+        await run_flow(path)
 
 
 async def test_cancel_records_cancelled_steps_and_leaves_no_task(write_flow: WriteFlow) -> None:

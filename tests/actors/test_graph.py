@@ -5,38 +5,8 @@ from __future__ import annotations
 import pytest
 
 from tests._helpers import run_flow, run_with_events
+from tests._workflows import ROUTER, ROUTER_HANDLERS
 from tests.conftest import WriteFlow
-
-ROUTER = """
-name: router
-steps:
-  - id: router
-    graph:
-      start: analyze
-      maxSteps: 12
-      states:
-        analyze: {handler: "HANDLERS:analyze"}
-        toolA: {handler: "HANDLERS:tool_a"}
-        toolB: {handler: "HANDLERS:tool_b", feedback: false}
-      edges:
-        - {from: analyze, to: toolA, condition: "content == 'USE_A'"}
-        - {from: analyze, to: toolB, condition: "content == 'USE_B' && visits.analyze == step - 1"}
-        - {from: analyze, to: END}
-        - {from: toolA, to: analyze}
-        - {from: toolB, to: analyze}
-"""
-
-ROUTER_HANDLERS = """
-def analyze(ctx):
-    answers = {None: "USE_A", "A-result": "USE_B", "B-result": "FINISHED"}
-    return answers[ctx.brief.routed_content]
-
-def tool_a(ctx):
-    return "A-result"
-
-def tool_b(ctx):
-    return "B-result"
-"""
 
 
 async def test_edges_route_first_match_until_end(write_flow: WriteFlow) -> None:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import pytest
-
 from cadenza.testing import RequestMatch, ServerRule, ServerToolCall
 from cadenza.testing.pytest_plugin import StartLLMServer
 from tests._helpers import run_flow, run_with_events
@@ -84,11 +82,10 @@ async def test_until_is_checked_before_the_judge(write_flow: WriteFlow) -> None:
 
 async def test_the_judge_reads_each_body_steps_output(
     write_flow: WriteFlow,
-    llm_server: StartLLMServer,
-    monkeypatch: pytest.MonkeyPatch,
+    model_server: StartLLMServer,
 ) -> None:
     """The judge's prompt holds every body step's output of the iteration, labelled."""
-    server = llm_server(
+    server = model_server(
         [
             ServerRule(
                 [
@@ -99,8 +96,6 @@ async def test_the_judge_reads_each_body_steps_output(
             )
         ]
     )
-    for key, value in server.environ().items():
-        monkeypatch.setenv(key, value)
     path = write_flow(
         """
         name: reviewed

@@ -1,4 +1,4 @@
-"""Helpers for the durability tests: a store that loses power."""
+"""Helpers for the durability tests: a store that loses power, a two-step workflow."""
 
 from __future__ import annotations
 
@@ -15,6 +15,17 @@ from cadenza.kernel import (
     SqliteRunStore,
 )
 from cadenza.protocols import Event, RunResult, RunStatus, StepRecord
+
+TWO = """
+name: two
+steps:
+  - id: a
+    command: "echo a"
+  - id: b
+    dependsOn: [a]
+    command: "echo b"
+"""
+"""Two command steps, ``b`` after ``a``."""
 
 
 class PowerCut:

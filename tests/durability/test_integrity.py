@@ -15,17 +15,9 @@ from cadenza.kernel import SCHEMA_VERSION, SqliteRunStore
 from cadenza.testing import CrashHarness, KillPoint
 from tests._helpers import cadenza
 
-WriteFlow = Callable[..., Path]
+from .conftest import TWO
 
-TWO = """
-name: two
-steps:
-  - id: a
-    command: "echo a"
-  - id: b
-    dependsOn: [a]
-    command: "echo b"
-"""
+WriteFlow = Callable[..., Path]
 
 
 def interrupted(tmp_path: Path, write_flow: WriteFlow) -> Path:

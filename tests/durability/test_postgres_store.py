@@ -30,17 +30,9 @@ from tests._helpers import cadenza
 from tests._postgres import Cluster
 from tests.conftest import assert_no_password
 
-WriteFlow = Callable[..., Path]
+from .conftest import TWO
 
-TWO = """
-name: two
-steps:
-  - id: a
-    command: "echo a"
-  - id: b
-    dependsOn: [a]
-    command: "echo b"
-"""
+WriteFlow = Callable[..., Path]
 
 
 async def sql(url: str, statement: str) -> None:

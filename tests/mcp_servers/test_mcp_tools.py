@@ -15,7 +15,8 @@ import msgspec
 import pytest
 
 from cadenza import Runtime, ToolPolicy
-from cadenza.testing import ScriptedLLMServer, ServerReply, ServerRule, ServerToolCall
+from cadenza.testing import ServerReply, ServerRule, ServerToolCall
+from cadenza.testing.pytest_plugin import StartLLMServer
 from tests._helpers import assert_refused, cadenza
 from tests._processes import running
 
@@ -37,16 +38,14 @@ steps:
 
 
 async def test_an_agent_calls_a_tool_of_a_real_mcp_server(
-    write_flow: WriteFlow, mcp_path: str, monkeypatch: pytest.MonkeyPatch
+    write_flow: WriteFlow, mcp_path: str, model_server: StartLLMServer
 ) -> None:
     call = ServerToolCall("time__get_current_time", {"timezone": "Asia/Tokyo"})
     rules = [ServerRule([ServerReply("", tool_calls=[call]), ServerReply("It is late.")])]
-    with ScriptedLLMServer(rules) as server:
-        for name, value in server.environ().items():
-            monkeypatch.setenv(name, value)
-        async with Runtime() as runtime:
-            result = await runtime.run(write_flow(TIME_FLOW))
-        requests = server.requests
+    server = model_server(rules)
+    async with Runtime() as runtime:
+        result = await runtime.run(write_flow(TIME_FLOW))
+    requests = server.requests
     assert result.status == "completed", result.error
     offered = {tool["function"]["name"] for tool in requests[0].body["tools"]}
     assert {"time__get_current_time", "time__convert_time"} <= offered
@@ -56,16 +55,14 @@ async def test_an_agent_calls_a_tool_of_a_real_mcp_server(
 
 
 async def test_a_tool_that_fails_is_told_to_the_model_and_the_step_goes_on(
-    write_flow: WriteFlow, mcp_path: str, monkeypatch: pytest.MonkeyPatch
+    write_flow: WriteFlow, mcp_path: str, model_server: StartLLMServer
 ) -> None:
     call = ServerToolCall("time__get_current_time", {"timezone": "Nowhere/Atlantis"})
     rules = [ServerRule([ServerReply("", tool_calls=[call]), ServerReply("No such place.")])]
-    with ScriptedLLMServer(rules) as server:
-        for name, value in server.environ().items():
-            monkeypatch.setenv(name, value)
-        async with Runtime() as runtime:
-            result = await runtime.run(write_flow(TIME_FLOW))
-        requests = server.requests
+    server = model_server(rules)
+    async with Runtime() as runtime:
+        result = await runtime.run(write_flow(TIME_FLOW))
+    requests = server.requests
     assert result.status == "completed", result.error
     assert "Nowhere/Atlantis" in tool_answers(requests[1].body)[0]
 
@@ -81,19 +78,17 @@ async def test_a_tool_that_fails_is_told_to_the_model_and_the_step_goes_on(
 async def test_permissions_name_mcp_tools_as_tools_does(
     write_flow: WriteFlow,
     mcp_path: str,
-    monkeypatch: pytest.MonkeyPatch,
+    model_server: StartLLMServer,
     policy: ToolPolicy,
     refusal: str,
 ) -> None:
     """Rules say ``SERVER.TOOL`` (globs too); the model hears the refusal as the tool's answer."""
     call = ServerToolCall("time__get_current_time", {"timezone": "Asia/Tokyo"})
     rules = [ServerRule([ServerReply("", tool_calls=[call]), ServerReply("Refused.")])]
-    with ScriptedLLMServer(rules) as server:
-        for name, value in server.environ().items():
-            monkeypatch.setenv(name, value)
-        async with Runtime(permissions=policy) as runtime:
-            result = await runtime.run(write_flow(TIME_FLOW))
-        requests = server.requests
+    server = model_server(rules)
+    async with Runtime(permissions=policy) as runtime:
+        result = await runtime.run(write_flow(TIME_FLOW))
+    requests = server.requests
     assert result.status == "completed", result.error
     answer = json.loads(tool_answers(requests[1].body)[0])
     assert answer["status"] == "error"
@@ -102,14 +97,12 @@ async def test_permissions_name_mcp_tools_as_tools_does(
 
 
 async def test_a_server_that_does_not_start_fails_the_step_naming_it(
-    write_flow: WriteFlow, mcp_path: str, monkeypatch: pytest.MonkeyPatch
+    write_flow: WriteFlow, mcp_path: str, model_server: StartLLMServer
 ) -> None:
     flow = TIME_FLOW.replace("command: mcp-server-time", "command: no-such-mcp-server-here")
-    with ScriptedLLMServer([ServerRule(["never asked"])]) as server:
-        for name, value in server.environ().items():
-            monkeypatch.setenv(name, value)
-        async with Runtime() as runtime:
-            result = await runtime.run(write_flow(flow))
+    model_server([ServerRule(["never asked"])])
+    async with Runtime() as runtime:
+        result = await runtime.run(write_flow(flow))
     assert result.status == "failed"
     error = result.steps["tell"].error
     assert error is not None
@@ -212,18 +205,20 @@ def tool_answers(request_body: dict[str, object]) -> list[str]:
     ],
 )
 async def test_a_server_that_hangs_or_crashes_fails_the_call_not_the_run(
-    write_flow: WriteFlow, monkeypatch: pytest.MonkeyPatch, tool: str, heard: str
+    write_flow: WriteFlow,
+    monkeypatch: pytest.MonkeyPatch,
+    tool: str,
+    heard: str,
+    model_server: StartLLMServer,
 ) -> None:
     monkeypatch.setenv("DESK_TOKEN", "unused-token-value-1234")
     rules = [ServerRule([ServerReply("", tool_calls=[ServerToolCall(tool, {})]), "Noted."])]
     events: list[object] = []
-    with ScriptedLLMServer(rules) as server:
-        for name, value in server.environ().items():
-            monkeypatch.setenv(name, value)
-        async with Runtime() as runtime:
-            handle = await runtime.start(desk_flow(write_flow), on_event=events.append)
-            result = await handle.result()
-        requests = server.requests
+    server = model_server(rules)
+    async with Runtime() as runtime:
+        handle = await runtime.start(desk_flow(write_flow), on_event=events.append)
+        result = await handle.result()
+    requests = server.requests
     assert result.status == "completed", result.error
     answer = json.loads(tool_answers(requests[1].body)[0])["message"]
     assert answer.startswith(f"MCP server 'desk' ({sys.executable} ")  # named, with its command
@@ -233,21 +228,22 @@ async def test_a_server_that_hangs_or_crashes_fails_the_call_not_the_run(
 
 
 async def test_a_token_given_to_a_server_is_never_recorded(
-    write_flow: WriteFlow, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    write_flow: WriteFlow,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    model_server: StartLLMServer,
 ) -> None:
     token = "desk-canary-7f3a9c21e5b84d06"
     monkeypatch.setenv("DESK_TOKEN", token)
     reveal = ServerToolCall("desk__reveal", {"variable": "DESK_TOKEN"})
     rules = [ServerRule([ServerReply("", tool_calls=[reveal]), f"The token is {token}."])]
     store = tmp_path / "runs.db"
-    with ScriptedLLMServer(rules) as server:
-        for name, value in server.environ().items():
-            monkeypatch.setenv(name, value)
-        async with Runtime(store=store) as runtime:
-            handle = await runtime.start(desk_flow(write_flow))
-            result = await handle.result()
-            events = await runtime.stored_events(handle.run_id)
-        requests = server.requests
+    server = model_server(rules)
+    async with Runtime(store=store) as runtime:
+        handle = await runtime.start(desk_flow(write_flow))
+        result = await handle.result()
+        events = await runtime.stored_events(handle.run_id)
+    requests = server.requests
     assert result.status == "completed", result.error
     # The server handed it back; the model provider gets it masked, like every record.
     answer = tool_answers(requests[1].body)[0]
@@ -287,7 +283,10 @@ def desk_url(tmp_path: Path) -> Iterator[str]:
 
 
 async def test_a_streamable_http_server_serves_an_agent(
-    write_flow: WriteFlow, monkeypatch: pytest.MonkeyPatch, desk_url: str
+    write_flow: WriteFlow,
+    monkeypatch: pytest.MonkeyPatch,
+    desk_url: str,
+    model_server: StartLLMServer,
 ) -> None:
     flow = f"""
 name: http
@@ -303,12 +302,10 @@ steps:
     monkeypatch.setenv("DESK_TOKEN", "http-token-value-5678")
     shout = ServerToolCall("desk__shout", {"text": "hello"})
     rules = [ServerRule([ServerReply("", tool_calls=[shout]), "Done."])]
-    with ScriptedLLMServer(rules) as server:
-        for name, value in server.environ().items():
-            monkeypatch.setenv(name, value)
-        async with Runtime() as runtime:
-            result = await runtime.run(write_flow(flow))
-        requests = server.requests
+    server = model_server(rules)
+    async with Runtime() as runtime:
+        result = await runtime.run(write_flow(flow))
+    requests = server.requests
     assert result.status == "completed", result.error
     assert tool_answers(requests[1].body)[0] == "HELLO"
 

@@ -24,6 +24,18 @@ WAIT_FOR_GATE = (
 )
 
 
+ECHO_EACH = """
+name: echo-each
+inputs:
+  items: {type: array}
+steps:
+  - id: each
+    command: 'echo "$ITEM"'
+    env: {ITEM: "{{ item }}"}
+    loop: {forEach: "inputs.items"}
+"""
+"""One command step per item of the input ``items``, each echoing its item."""
+
 SpawnWorker = Callable[..., subprocess.Popen[bytes]]
 
 

@@ -15,18 +15,7 @@ from cadenza.errors import InsecureEndpoint, KeysError
 from cadenza.remote import Dispatcher, Worker, WorkerEvent, generate_keys, load_worker_keys
 from tests._helpers import CLI, DEADLINE, Sink
 
-from .conftest import SpawnWorker, worker_names
-
-FLOW = """
-name: guarded
-inputs:
-  items: {type: array}
-steps:
-  - id: each
-    command: 'echo "$ITEM"'
-    env: {ITEM: "{{ item }}"}
-    loop: {forEach: "inputs.items"}
-"""
+from .conftest import ECHO_EACH, SpawnWorker, worker_names
 
 
 def _refusals(events: list[WorkerEvent]) -> set[str]:
@@ -46,7 +35,7 @@ async def test_only_a_worker_with_an_authorized_key_gets_work(
     for name in ("worker.key", "worker.key_secret"):
         shutil.copyfile(keys / name, wrong_server / name)
     flow = tmp_path / "flow.yaml"
-    flow.write_text(FLOW)
+    flow.write_text(ECHO_EACH)
 
     dispatcher = Dispatcher("tcp://127.0.0.1:*", curve_keys=keys, heartbeat=0.2)
     events: Sink[WorkerEvent] = Sink()

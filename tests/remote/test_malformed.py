@@ -24,18 +24,7 @@ from cadenza.protocols import (
 from cadenza.remote import Dispatcher, WorkerEvent
 from tests._helpers import Sink
 
-from .conftest import SpawnWorker, worker_names
-
-FLOW = """
-name: steady
-inputs:
-  items: {type: array}
-steps:
-  - id: each
-    command: 'echo "$ITEM"'
-    env: {ITEM: "{{ item }}"}
-    loop: {forEach: "inputs.items"}
-"""
+from .conftest import ECHO_EACH, SpawnWorker, worker_names
 
 FRAMES = 1000
 
@@ -61,7 +50,7 @@ async def test_a_rogue_peer_sending_garbage_does_not_disturb_a_run(
     """1,000 malformed frames from a rogue DEALER are each rejected and counted; the run
     completes on a real worker, and the rogue never becomes a worker."""
     flow = tmp_path / "flow.yaml"
-    flow.write_text(FLOW)
+    flow.write_text(ECHO_EACH)
     dispatcher = Dispatcher("tcp://127.0.0.1:*", heartbeat=0.2)
     events: Sink[WorkerEvent] = Sink()
     dispatcher.subscribe(events)

@@ -14,6 +14,7 @@ from cadenza.remote import Dispatcher
 from cadenza.testing import ScriptedLLMServer, ServerRule
 from tests._helpers import Sink
 from tests._processes import running
+from tests._workflows import MESSAGING
 
 from .conftest import SpawnWorker
 
@@ -88,40 +89,12 @@ async def test_handlers_run_on_the_worker_with_their_context(
     assert retry.error == "RuntimeError: first try fails"
 
 
-AGENTS = """
-name: remote-agents
-coordinator: {agent: boss}
-agents:
-  boss:
-    prompt: "You coordinate."
-    script:
-      - toolCalls:
-          - name: forward_to_agent
-            arguments: {target_step_id: listener, text: "price is 42"}
-      - "done"
-  teller:
-    script:
-      - {toolCalls: [{name: send_message, arguments: {text: "tell the listener: price is 42"}}]}
-      - "told"
-  listener:
-    model: "openai:test-model"
-steps:
-  - id: tell
-    agent: teller
-    instructions: "Tell."
-  - id: listener
-    dependsOn: [tell]
-    agent: listener
-    instructions: "Listen."
-"""
-
-
 async def test_agents_run_on_the_worker_with_its_own_keys(
     write_flow: WriteFlow, spawn_worker: SpawnWorker
 ) -> None:
     """Agents run their tool loop on the worker, with the worker's model keys; their messages
     reach the supervisor's coordinator, their events and usage reach the run."""
-    flow = write_flow(AGENTS)
+    flow = write_flow(MESSAGING)
     events: Sink[Event] = Sink()
     with ScriptedLLMServer([ServerRule(["heard"])]) as server:
         env = {**os.environ, **server.environ()}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import textwrap
 import threading
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 
@@ -14,6 +14,7 @@ import pytest
 from cadenza import Runtime
 from cadenza.serve import Limits, create_app
 from cadenza.testing import RequestMatch, ServerReply, ServerRule
+from cadenza.testing.pytest_plugin import StartLLMServer
 
 OpenViewer = Callable[..., AbstractAsyncContextManager[tuple[Runtime, httpx.AsyncClient]]]
 
@@ -146,3 +147,14 @@ class HeldCritic:
         """Lets every held answer go (at teardown, so nothing waits)."""
         self.first.set()
         self.second.set()
+
+
+@pytest.fixture
+def critic(model_server: StartLLMServer) -> Iterator[HeldCritic]:
+    """A chat model whose critic waits for the test; OPENAI_* point at it."""
+    held = HeldCritic()
+    model_server(held.rules)
+    try:
+        yield held
+    finally:
+        held.release()

@@ -82,19 +82,6 @@ def shoot(page: Page, where: Path, name: str, docs: str | None = None) -> None:
         shutil.copyfile(path, Path(target) / docs)
 
 
-@pytest.fixture
-def critic(monkeypatch: pytest.MonkeyPatch) -> Iterator[HeldCritic]:
-    """A chat model whose critic waits for the test; OPENAI_* point at it."""
-    held = HeldCritic()
-    with ScriptedLLMServer(held.rules) as server:
-        for name, value in server.environ().items():
-            monkeypatch.setenv(name, value)
-        try:
-            yield held
-        finally:
-            held.release()
-
-
 def test_watch_a_reflection_loop_then_answer_the_human_step(
     tmp_path: Path, page: Page, critic: HeldCritic
 ) -> None:

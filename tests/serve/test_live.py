@@ -11,10 +11,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
-import pytest
 
 from cadenza.serve import BackgroundServer, ServeOptions
-from cadenza.testing import ScriptedLLMServer
 
 from .conftest import REFLECTION, HeldCritic, write
 
@@ -41,19 +39,6 @@ def until_step_starts(stream: Iterator[dict[str, str]], address: str) -> list[di
         if event.get("type") == "step_start" and event.get("stepId") == address:
             return seen
     raise AssertionError(f"the stream ended before {address} started: {seen}")
-
-
-@pytest.fixture
-def critic(monkeypatch: pytest.MonkeyPatch) -> Iterator[HeldCritic]:
-    """A chat model whose critic waits for the test; OPENAI_* point at it."""
-    held = HeldCritic()
-    with ScriptedLLMServer(held.rules) as server:
-        for name, value in server.environ().items():
-            monkeypatch.setenv(name, value)
-        try:
-            yield held
-        finally:
-            held.release()
 
 
 def test_the_stream_follows_a_run_as_it_happens(tmp_path: Path, critic: HeldCritic) -> None:

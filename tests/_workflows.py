@@ -1,0 +1,87 @@
+"""Workflow texts that more than one test file runs, each written once.
+
+A file's own workflows stay in it; one moves here when a second file needs it.
+``HANDLERS`` stands for the handler module ``write_flow`` saves.
+"""
+
+from __future__ import annotations
+
+LISTENER = """
+name: inbox
+agents:
+  ear: {model: "openai:m"}
+steps:
+  - id: listen
+    agent: ear
+    instructions: Listen.
+"""
+"""One agent step, ``listen``, on a chat model at ``OPENAI_BASE_URL``: a step to post to."""
+
+TELL_THEN_LISTEN = """
+steps:
+  - id: tell
+    agent: teller
+    instructions: "Tell."
+  - id: listener
+    dependsOn: [tell]
+    agent: listener
+    instructions: "Listen."
+"""
+"""The steps of a desk: ``tell`` talks, then ``listener`` listens."""
+
+MESSAGING = (
+    """
+name: messaging
+coordinator: {agent: boss}
+agents:
+  boss:
+    prompt: "You coordinate."
+    script:
+      - toolCalls:
+          - name: forward_to_agent
+            arguments: {target_step_id: listener, text: "price is 42"}
+      - "done"
+  teller:
+    script:
+      - {toolCalls: [{name: send_message, arguments: {text: "tell the listener: price is 42"}}]}
+      - "told"
+  listener:
+    model: "openai:test-model"
+"""
+    + TELL_THEN_LISTEN
+)
+"""``tell`` sends a message; the scripted coordinator forwards it to ``listener``,
+whose model (at ``OPENAI_BASE_URL``) should find it in its inbox."""
+
+ROUTER = """
+name: router
+steps:
+  - id: router
+    graph:
+      start: analyze
+      maxSteps: 12
+      states:
+        analyze: {handler: "HANDLERS:analyze"}
+        toolA: {handler: "HANDLERS:tool_a"}
+        toolB: {handler: "HANDLERS:tool_b", feedback: false}
+      edges:
+        - {from: analyze, to: toolA, condition: "content == 'USE_A'"}
+        - {from: analyze, to: toolB, condition: "content == 'USE_B' && visits.analyze == step - 1"}
+        - {from: analyze, to: END}
+        - {from: toolA, to: analyze}
+        - {from: toolB, to: analyze, description: back}
+"""
+"""A graph that routes analyze -> toolA -> analyze -> toolB -> analyze -> END with
+`ROUTER_HANDLERS`."""
+
+ROUTER_HANDLERS = """
+def analyze(ctx):
+    answers = {None: "USE_A", "A-result": "USE_B", "B-result": "FINISHED"}
+    return answers[ctx.brief.routed_content]
+
+def tool_a(ctx):
+    return "A-result"
+
+def tool_b(ctx):
+    return "B-result"
+"""
