@@ -49,6 +49,26 @@ CHILDREN = {
 ControlFlow = Callable[..., Path]
 
 
+def task(
+    *control: str,
+    step: str = "",
+    inputs: str = "",
+    objective: str = "Do it",
+    actor: str = "actor.yaml",
+) -> str:
+    """A workflow whose one step, ``task``, is a control loop of ``actor`` judged by
+    ``evaluator.yaml``.
+
+    ``control`` are lines added under ``control:`` (indent nested ones by two
+    spaces), ``step`` a line added to the step, ``inputs`` the workflow's inputs
+    (a flow map).
+    """
+    head = ["name: control", *([f"inputs: {inputs}"] if inputs else []), "steps:", "  - id: task"]
+    loop = [f'objective: "{objective}"', f"actor: {actor}", "evaluator: evaluator.yaml", *control]
+    body = [*([f"    {step}"] if step else []), "    control:", *(f"      {line}" for line in loop)]
+    return "\n".join([*head, *body, ""])
+
+
 @pytest.fixture
 def control_flow(tmp_path: Path) -> ControlFlow:
     """Writes a control workflow, its child workflows and a handler module; returns its path.

@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
 
-from cadenza import Runtime
+from cadenza import RunHandle, Runtime
 from cadenza.errors import SignalRejected
 from cadenza.kernel import FakeClock
 from cadenza.workflow import validate_file
 from tests._helpers import Watch, run_flow, run_with_events
 
-from .conftest import ControlFlow
+from .conftest import ControlFlow, task
 
 FLOW = """
 name: control
@@ -103,17 +105,10 @@ async def test_decisions_are_events_and_iterations_are_records(control_flow: Con
     assert result.loops["task"].iterations == 2
 
 
-REPLAN = """
-name: control
-steps:
-  - id: task
-    control:
-      objective: "Do it"
-      planner: planner.yaml
-      actor: actor.yaml
-      evaluator: evaluator.yaml
-      limits: {maxIterations: 4, maxRetries: 1, maxReplans: 1, noProgressAfter: 5}
-"""
+REPLAN = task(
+    "planner: planner.yaml",
+    "limits: {maxIterations: 4, maxRetries: 1, maxReplans: 1, noProgressAfter: 5}",
+)
 
 
 async def test_a_replan_asks_the_planner_again_with_the_history(control_flow: ControlFlow) -> None:
@@ -140,16 +135,7 @@ async def test_the_delegate_takes_over_when_the_evaluator_recommends_it(
     control_flow: ControlFlow,
 ) -> None:
     """recommend: delegate switches later iterations to the delegate workflow."""
-    flow = """
-    name: control
-    steps:
-      - id: task
-        control:
-          objective: "Do it"
-          actor: actor.yaml
-          delegate: delegate.yaml
-          evaluator: evaluator.yaml
-    """
+    flow = task("delegate: delegate.yaml")
     handlers = """
     def act(ctx):
         return {"by": "actor"}
@@ -251,17 +237,11 @@ async def test_a_reference_may_be_a_template_resolved_when_the_loop_runs(
     control_flow: ControlFlow,
 ) -> None:
     """actor: "{{ inputs.actor }}" picks the workflow from the run's inputs."""
-    flow = """
-    name: control
-    inputs: {actor: {type: string, default: "missing.yaml"}}
-    steps:
-      - id: task
-        control:
-          objective: "Do it"
-          actor: "{{ inputs.actor }}"
-          evaluator: evaluator.yaml
-          limits: {maxInfraRetries: 0}
-    """
+    flow = task(
+        "limits: {maxInfraRetries: 0}",
+        inputs='{actor: {type: string, default: "missing.yaml"}}',
+        actor='"{{ inputs.actor }}"',
+    )
     other = """
     name: other
     inputs: {iteration: {type: integer}}
@@ -283,20 +263,9 @@ async def test_a_stopped_loop_fails_its_step_unless_on_error_continue(
     control_flow: ControlFlow,
 ) -> None:
     """stopped_no_progress fails the step; onError: continue lets the next step run."""
-    flow = """
-    name: control
-    steps:
-      - id: task
-        onError: continue
-        control:
-          objective: "Do it"
-          actor: actor.yaml
-          evaluator: evaluator.yaml
-          limits: {maxIterations: 9, noProgressAfter: 2}
-      - id: after
-        dependsOn: [task]
-        handler: "HANDLERS:after"
-    """
+    flow = task("limits: {maxIterations: 9, noProgressAfter: 2}", step="onError: continue") + (
+        '  - {id: after, dependsOn: [task], handler: "HANDLERS:after"}\n'
+    )
     handlers = """
     def act(ctx):
         return {"text": "same"}
@@ -467,20 +436,13 @@ async def test_a_check_that_cannot_read_the_result_fails_and_says_why(
     control_flow: ControlFlow,
 ) -> None:
     """A result without the field a check reads fails that check; the error is the feedback."""
-    flow = """
-    name: control
-    steps:
-      - id: task
-        control:
-          objective: "Do it"
-          actor: actor.yaml
-          evaluator: evaluator.yaml
-          checks:
-            - {expr: "size(result.text) > 0"}
-            - {expr: "result.n > 1"}
-            - {expr: "result.n > 2", feedback: "n is {{ result.m }}"}
-          limits: {maxIterations: 1}
-    """
+    flow = task(
+        "checks:",
+        '  - {expr: "size(result.text) > 0"}',
+        '  - {expr: "result.n > 1"}',
+        '  - {expr: "result.n > 2", feedback: "n is {{ result.m }}"}',
+        "limits: {maxIterations: 1}",
+    )
     handlers = """
     def act(ctx):
         return {"n": 1}
@@ -501,16 +463,10 @@ async def test_an_objective_that_cannot_be_rendered_fails_the_step(
     control_flow: ControlFlow,
 ) -> None:
     """The objective template is rendered when the step starts; an error fails it, located."""
-    flow = """
-    name: control
-    inputs: {topic: {type: string, default: "loops"}}
-    steps:
-      - id: task
-        control:
-          objective: "Write about {{ inputs.topic.name }}"
-          actor: actor.yaml
-          evaluator: evaluator.yaml
-    """
+    flow = task(
+        inputs='{topic: {type: string, default: "loops"}}',
+        objective="Write about {{ inputs.topic.name }}",
+    )
     result = await run_flow(control_flow(flow, handlers=FINE))
     record = result.steps["task"]
     assert record.status == "failed"
@@ -525,15 +481,7 @@ def test_validation_checks_a_templated_reference_but_does_not_load_it(
     control_flow: ControlFlow,
 ) -> None:
     """A template is resolved when the loop runs; its syntax is checked when it loads."""
-    flow = """
-    name: control
-    steps:
-      - id: task
-        control:
-          objective: "Do it"
-          actor: "{{ inputs.actor + }}"
-          evaluator: evaluator.yaml
-    """
+    flow = task(actor='"{{ inputs.actor + }}"')
     problems = validate_file(control_flow(flow))
     assert [p.path for p in problems] == ["steps[0].control.actor"]
     assert "invalid template in actor" in problems[0].message
@@ -550,14 +498,10 @@ async def test_a_child_workflow_with_a_root_loop_runs_as_an_include_would(
     steps: [{id: judge, handler: "HANDLERS:judge"}]
     output: steps.judge.result
     """
-    handlers = """
-    def plan(ctx):
-        return {"plan": "p"}
-    def act(ctx):
-        return {"text": "ok"}
-    def judge(ctx):
-        return {"passed": ctx.iteration == 1, "score": ctx.iteration}
-    """
+    handlers = (  # FINE, with a judge of its own: a later def wins
+        FINE
+        + "def judge(ctx):\n    return {'passed': ctx.iteration == 1, 'score': ctx.iteration}\n"
+    )
     path = control_flow(REPLAN, handlers=handlers, children={"evaluator.yaml": looping})
     result = await run_flow(path)
     assert result.steps["task"].result["status"] == "succeeded"
@@ -578,29 +522,29 @@ def judge(ctx):
 """
 
 
+@asynccontextmanager
+async def hanging(
+    path: Path, clock: FakeClock | None = None
+) -> AsyncIterator[tuple[RunHandle, Watch]]:
+    """A run of ``path`` (on ``clock``) whose actor, HANG's, has started and waits forever."""
+    watch = Watch()
+    async with Runtime(clock=clock) as runtime:
+        handle = await runtime.start(path, on_event=watch)
+        await watch.wait_for("step_start", "task.0.actor.act")
+        yield handle, watch
+
+
 async def test_limits_timeout_stops_a_running_call_on_the_run_clock(
     control_flow: ControlFlow,
 ) -> None:
     """When limits.timeout passes, the actor is cancelled and the loop is stopped_budget."""
-    flow = """
-    name: control
-    steps:
-      - id: task
-        control:
-          objective: "Do it"
-          actor: actor.yaml
-          evaluator: evaluator.yaml
-          limits: {timeout: 10m}
-    """
     clock = FakeClock()
-    watch = Watch()
-    async with Runtime(clock=clock) as runtime:
-        handle = await runtime.start(control_flow(flow, handlers=HANG), on_event=watch)
-        await watch.wait_for("step_start", "task.0.actor.act")
+    path = control_flow(task("limits: {timeout: 10m}"), handlers=HANG)
+    async with hanging(path, clock) as (run, watch):
         await clock.advance(599)
         assert not any(e.type == "decision" for e in watch.events)
         await clock.advance(1)
-        result = await handle.result()
+        result = await run.result()
     control = result.steps["task"].result
     assert control["status"] == "stopped_budget"
     assert (
@@ -614,13 +558,10 @@ async def test_cancelling_the_run_cancels_the_loop_and_its_running_call(
     control_flow: ControlFlow,
 ) -> None:
     """A cancelled run ends the control step cancelled, with its actor."""
-    watch = Watch()
-    async with Runtime() as runtime:
-        path = control_flow(REPLAN, handlers=HANG + "def plan(ctx):\n    return {'plan': 1}\n")
-        handle = await runtime.start(path, on_event=watch)
-        await watch.wait_for("step_start", "task.0.actor.act")
-        handle.cancel("enough")
-        result = await handle.result()
+    path = control_flow(REPLAN, handlers=HANG + "def plan(ctx):\n    return {'plan': 1}\n")
+    async with hanging(path) as (run, _):
+        run.cancel("enough")
+        result = await run.result()
     assert result.status == "cancelled"
     assert result.steps["task"].status == "cancelled"
     assert result.steps["task.0"].status == "cancelled"
@@ -629,23 +570,10 @@ async def test_cancelling_the_run_cancels_the_loop_and_its_running_call(
 
 async def test_the_steps_own_timeout_fails_it_as_a_timeout(control_flow: ControlFlow) -> None:
     """timeout on the control step bounds the whole loop, as for every container."""
-    flow = """
-    name: control
-    steps:
-      - id: task
-        timeout: 30s
-        control:
-          objective: "Do it"
-          actor: actor.yaml
-          evaluator: evaluator.yaml
-    """
     clock = FakeClock()
-    watch = Watch()
-    async with Runtime(clock=clock) as runtime:
-        handle = await runtime.start(control_flow(flow, handlers=HANG), on_event=watch)
-        await watch.wait_for("step_start", "task.0.actor.act")
+    async with hanging(control_flow(task(step="timeout: 30s"), handlers=HANG), clock) as (run, _):
         await clock.advance(30)
-        result = await handle.result()
+        result = await run.result()
     record = result.steps["task"]
     assert record.status == "failed"
     assert record.error is not None
@@ -657,17 +585,7 @@ async def test_retries_rerun_the_whole_loop_from_its_first_iteration(
     control_flow: ControlFlow,
 ) -> None:
     """retries: 1 on a control step that stopped runs it again, at the same addresses."""
-    flow = """
-    name: control
-    steps:
-      - id: task
-        retries: 1
-        control:
-          objective: "Do it"
-          actor: actor.yaml
-          evaluator: evaluator.yaml
-          limits: {maxIterations: 2}
-    """
+    flow = task("limits: {maxIterations: 2}", step="retries: 1")
     handlers = """
     calls = []
     def act(ctx):
