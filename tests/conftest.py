@@ -9,23 +9,38 @@ import asyncio
 import itertools
 import textwrap
 import urllib.parse
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal, Protocol
 
 import pytest
 
-from cadenza import _redact
+from cadenza import RunResult, _redact
 from cadenza.kernel import RunStore, make_store
 from cadenza.testing import RuleLike, ScriptedLLMServer
 from cadenza.testing.pytest_plugin import StartLLMServer
 from cadenza.testing.pytest_plugin import llm_server as llm_server
+from tests._helpers import run_flow
 from tests._postgres import Cluster, started_cluster, unavailable
 
 _counter = itertools.count()
 
 WriteFlow = Callable[..., Path]
+
+
+class RunYaml(Protocol):
+    """The ``run_yaml`` fixture: write a workflow as ``write_flow`` does, run it."""
+
+    def __call__(
+        self,
+        yaml_text: str,
+        *,
+        handlers: str | None = None,
+        inputs: Mapping[str, Any] | None = None,
+    ) -> Awaitable[RunResult]: ...
+
+
 Wire = Literal["openai", "anthropic"]
 
 
@@ -48,6 +63,18 @@ def write_flow(tmp_path: Path) -> WriteFlow:
         return path
 
     return write
+
+
+@pytest.fixture
+def run_yaml(write_flow: WriteFlow) -> RunYaml:
+    """Writes a workflow (and its handler module) as ``write_flow`` does; runs it to its result."""
+
+    async def run(
+        yaml_text: str, *, handlers: str | None = None, inputs: Mapping[str, Any] | None = None
+    ) -> RunResult:
+        return await run_flow(write_flow(yaml_text, handlers=handlers), inputs=inputs)
+
+    return run
 
 
 @pytest.fixture

@@ -10,7 +10,6 @@ were offered nothing.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,8 +18,7 @@ import pytest
 from cadenza.testing import RequestMatch, ServerReply, ServerRule, ServerToolCall
 from cadenza.testing.pytest_plugin import StartLLMServer
 from tests._helpers import run_flow
-
-WriteFlow = Callable[..., Path]
+from tests.conftest import WriteFlow
 
 FLOW = """
 name: coder

@@ -6,7 +6,6 @@ import json
 import sqlite3
 import subprocess
 import threading
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,19 +17,11 @@ from cadenza import Event, Runtime
 from cadenza.actors.run import INBOX_BYTES
 from cadenza.errors import MessageRefused
 from cadenza.protocols import MessageSent, ToolCall, payload
-from cadenza.testing import (
-    RecordedRequest,
-    RequestMatch,
-    ScriptedLLMServer,
-    ServerReply,
-    ServerRule,
-    ServerToolCall,
-)
+from cadenza.testing import RecordedRequest, RequestMatch, ServerReply, ServerRule, ServerToolCall
 from cadenza.testing.pytest_plugin import StartLLMServer
 from tests._helpers import CLI, run_flow
 from tests._workflows import LISTENER, MESSAGING, TELL_THEN_LISTEN
-
-WriteFlow = Callable[..., Path]
+from tests.conftest import WriteFlow
 
 REVIEWED = """
 name: reviewed
@@ -161,23 +152,21 @@ async def test_token_budget_stops_the_run_after_one_call_past_it(
 CANARY = "sk-canary-7f3a9c1e5b"
 
 
-def test_api_key_never_leaks(write_flow: WriteFlow, tmp_path: Path) -> None:
+def test_api_key_never_leaks(
+    write_flow: WriteFlow, tmp_path: Path, llm_server: StartLLMServer
+) -> None:
     """A run that fails on purpose: the key is nowhere in stdout, stderr, result, events, store."""
     rules = [ServerRule([{"status": 401, "body": {"error": {"message": f"bad key {CANARY}"}}}])]
     path = write_flow(REVIEWED.format(provider="openai"))
-    with ScriptedLLMServer(rules) as server:
-        env = {
-            **server.environ(api_key=CANARY),
-            "PATH": "/usr/bin:/bin",
-            "CADENZA_LOG_LEVEL": "debug",
-        }
-        proc = subprocess.run(
-            [*CLI, "run", str(path), "--json", "--events", "--store", str(tmp_path / "runs.db")],
-            capture_output=True,
-            text=True,
-            env=env,
-            timeout=60,
-        )
+    server = llm_server(rules)
+    env = {**server.environ(api_key=CANARY), "PATH": "/usr/bin:/bin", "CADENZA_LOG_LEVEL": "debug"}
+    proc = subprocess.run(
+        [*CLI, "run", str(path), "--json", "--events", "--store", str(tmp_path / "runs.db")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
     assert proc.returncode == 1, proc.stderr
     assert json.loads(proc.stdout)["status"] == "failed"
     assert CANARY not in proc.stdout + proc.stderr

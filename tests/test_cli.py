@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from tests._helpers import EXAMPLES, assert_clean_failure, cadenza
+from tests.conftest import WriteFlow
 
 from ._terminal import Terminal
-
-WriteFlow = Callable[..., Path]
 
 
 def test_run_json_prints_only_the_result(tmp_path: Path) -> None:

@@ -8,16 +8,14 @@ import shlex
 import signal
 import subprocess
 import sys
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from tests._helpers import EXAMPLES, cadenza
+from tests.conftest import WriteFlow
 
 from ._terminal import Terminal
-
-WriteFlow = Callable[..., Path]
 
 SLOW = """
 name: live

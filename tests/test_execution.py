@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -13,8 +12,7 @@ import cadenza
 from cadenza import Runtime
 from tests._helpers import run_flow
 from tests._processes import running
-
-WriteFlow = Callable[..., Path]
+from tests.conftest import RunYaml, WriteFlow
 
 
 def gone(pid: int, *, within: float = 5.0) -> bool:
@@ -27,9 +25,9 @@ def gone(pid: int, *, within: float = 5.0) -> bool:
     return True
 
 
-async def test_dependents_see_their_dependencies_outputs(write_flow: WriteFlow) -> None:
+async def test_dependents_see_their_dependencies_outputs(run_yaml: RunYaml) -> None:
     """A step's env templates and handler context see the outputs of the steps before it."""
-    path = write_flow(
+    result = await run_yaml(
         """
         name: chain
         inputs:
@@ -47,17 +45,17 @@ async def test_dependents_see_their_dependencies_outputs(write_flow: WriteFlow) 
         def shout(ctx):
             return ctx.steps["greet"].content.upper()
         """,
+        inputs={"who": "cadenza"},
     )
-    result = await run_flow(path, inputs={"who": "cadenza"})
     assert result.status == "completed", result.error
     assert result.output == "HELLO CADENZA"
     assert result.steps["greet"].result == {"exitCode": 0, "stdout": "hello cadenza", "stderr": ""}
     assert result.steps["shout"].attempts == 1
 
 
-async def test_a_fast_branch_does_not_wait_for_a_slow_one(write_flow: WriteFlow) -> None:
+async def test_a_fast_branch_does_not_wait_for_a_slow_one(run_yaml: RunYaml) -> None:
     """No superstep barrier: b2 runs while a1 is still blocked, because it only needs b1."""
-    path = write_flow(
+    result = await run_yaml(
         """
         name: branches
         steps:
@@ -89,16 +87,15 @@ async def test_a_fast_branch_does_not_wait_for_a_slow_one(write_flow: WriteFlow)
             return "released"
         """,
     )
-    result = await run_flow(path)
     assert result.status == "completed"
     assert [result.steps[s].status for s in ("a1", "b1", "b2", "a2")] == ["completed"] * 4
 
 
 async def test_a_false_condition_skips_the_step_and_dependents_still_run(
-    write_flow: WriteFlow,
+    run_yaml: RunYaml,
 ) -> None:
     """condition false → skipped; a dependent can read the skipped step's status."""
-    path = write_flow(
+    result = await run_yaml(
         """
         name: cond
         steps:
@@ -117,15 +114,14 @@ async def test_a_false_condition_skips_the_step_and_dependents_still_run(
             return "deploy was " + ctx.steps["deploy"].status
         """,
     )
-    result = await run_flow(path)
     assert result.status == "completed"
     assert result.steps["deploy"].status == "skipped"
     assert result.steps["report"].content == "deploy was skipped"
 
 
-async def test_retries_rerun_a_failing_step_and_count_attempts(write_flow: WriteFlow) -> None:
+async def test_retries_rerun_a_failing_step_and_count_attempts(run_yaml: RunYaml) -> None:
     """retries: 2 gives three attempts; the third succeeds and attempts says 3."""
-    path = write_flow(
+    result = await run_yaml(
         """
         name: flaky
         steps:
@@ -142,7 +138,6 @@ async def test_retries_rerun_a_failing_step_and_count_attempts(write_flow: Write
             return f"ok after {calls}"
         """,
     )
-    result = await run_flow(path)
     assert result.status == "completed"
     assert result.steps["flaky"].attempts == 3
     assert result.steps["flaky"].content == "ok after [1, 2, 3]"
@@ -196,9 +191,9 @@ async def test_skip_dependents_skips_the_direct_ones_and_runs_the_rest(
     assert result.steps["independent"].status == "completed"
 
 
-async def test_abort_cancels_running_steps_and_starts_nothing_new(write_flow: WriteFlow) -> None:
+async def test_abort_cancels_running_steps_and_starts_nothing_new(run_yaml: RunYaml) -> None:
     """abort: a running step is cancelled and recorded so; dependents never start."""
-    path = write_flow(
+    result = await run_yaml(
         """
         name: abort
         options: {onStepFailure: abort}
@@ -219,7 +214,6 @@ async def test_abort_cancels_running_steps_and_starts_nothing_new(write_flow: Wr
             raise ValueError("bad value")
         """,
     )
-    result = await run_flow(path)
     assert result.status == "failed"
     assert result.error is not None
     assert result.error.type == "ValueError"
@@ -227,9 +221,9 @@ async def test_abort_cancels_running_steps_and_starts_nothing_new(write_flow: Wr
     assert "after" not in result.steps
 
 
-async def test_on_error_continue_lets_dependents_run(write_flow: WriteFlow) -> None:
+async def test_on_error_continue_lets_dependents_run(run_yaml: RunYaml) -> None:
     """onError: continue records the failure but the run and its dependents go on."""
-    path = write_flow(
+    result = await run_yaml(
         """
         name: tolerant
         steps:
@@ -242,15 +236,14 @@ async def test_on_error_continue_lets_dependents_run(write_flow: WriteFlow) -> N
             command: "echo fixed"
         """
     )
-    result = await run_flow(path)
     assert result.status == "completed"
     assert result.steps["test"].status == "failed"
     assert result.steps["fix"].content == "fixed\n"
 
 
-async def test_a_step_timeout_fails_the_step(write_flow: WriteFlow) -> None:
+async def test_a_step_timeout_fails_the_step(run_yaml: RunYaml) -> None:
     """A step that outlives its timeout fails with a Timeout error naming the limit."""
-    path = write_flow(
+    result = await run_yaml(
         """
         name: slow
         steps:
@@ -264,16 +257,15 @@ async def test_a_step_timeout_fails_the_step(write_flow: WriteFlow) -> None:
             await asyncio.Event().wait()
         """,
     )
-    result = await run_flow(path)
     assert result.steps["slow"].status == "failed"
     assert result.error is not None
     assert (result.error.type, result.error.message) == ("Timeout", "timed out after 1s")
 
 
-async def test_command_timeout_kills_grandchildren(write_flow: WriteFlow, tmp_path: Path) -> None:
+async def test_command_timeout_kills_grandchildren(run_yaml: RunYaml, tmp_path: Path) -> None:
     """The whole process group goes on timeout: a grandchild writing its pid is killed."""
     pid_file = tmp_path / "grandchild.pid"
-    path = write_flow(
+    result = await run_yaml(
         f"""
         name: grandchild
         steps:
@@ -282,7 +274,6 @@ async def test_command_timeout_kills_grandchildren(write_flow: WriteFlow, tmp_pa
             command: 'sh -c "echo \\$\\$ > {pid_file}; exec sleep 300" & wait'
         """
     )
-    result = await run_flow(path)
     assert result.steps["spawn"].status == "failed"
     assert gone(int(pid_file.read_text()))
 
@@ -310,10 +301,10 @@ async def test_stdin_reaches_the_command_verbatim(write_flow: WriteFlow) -> None
     assert not (path.parent / "pwned").exists()
 
 
-async def test_max_concurrency_is_never_exceeded(write_flow: WriteFlow) -> None:
+async def test_max_concurrency_is_never_exceeded(run_yaml: RunYaml) -> None:
     """A probe handler counts how many run at once: never more than maxConcurrency."""
     steps = "\n".join(f"  - id: s{i}\n    handler: 'HANDLERS:probe'" for i in range(12))
-    path = write_flow(
+    result = await run_yaml(
         "name: wide\noptions: {maxConcurrency: 3}\nsteps:\n" + steps + "\noutput: \"'done'\"\n",
         handlers="""
         import asyncio
@@ -329,7 +320,6 @@ async def test_max_concurrency_is_never_exceeded(write_flow: WriteFlow) -> None:
             return str(peak)
         """,
     )
-    result = await run_flow(path)
     peaks = [int(record.content or 0) for record in result.steps.values()]
     assert max(peaks) == 3
 

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Callable
-from pathlib import Path
 
 import anyio
 
@@ -21,8 +19,7 @@ from cadenza.testing import (
     ServerToolCall,
 )
 from cadenza.testing.pytest_plugin import StartLLMServer
-
-WriteFlow = Callable[..., Path]
+from tests.conftest import WriteFlow
 
 FLOW = """
 name: follow

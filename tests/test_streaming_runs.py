@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import anyio
@@ -15,10 +14,9 @@ from cadenza import Event, Runtime
 from cadenza.testing import ScriptedLLMServer, ServerReply, ServerRule, ServerToolCall
 from cadenza.testing.pytest_plugin import StartLLMServer
 from tests._helpers import cadenza
+from tests.conftest import WriteFlow
 
 from ._terminal import Terminal
-
-WriteFlow = Callable[..., Path]
 
 STORY = " ".join(f"word{n}" for n in range(400))  # 2,389 characters
 FLOW = """

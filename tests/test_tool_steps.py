@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -21,8 +20,7 @@ from cadenza.testing.pytest_plugin import StartLLMServer
 from cadenza.workflow import WorkflowError, load_workflow
 from tests._helpers import run_flow
 from tests._processes import running
-
-WriteFlow = Callable[..., Path]
+from tests.conftest import RunYaml, WriteFlow
 
 
 def error_of(result: RunResult, address: str) -> tuple[str, str]:
@@ -138,12 +136,12 @@ async def test_read_fails_clearly_for_a_missing_or_too_large_file(
     assert exact == "y" * (1024 * 1024)
 
 
-async def test_glob_lists_matches_sorted(write_flow: WriteFlow, tmp_path: Path) -> None:
+async def test_glob_lists_matches_sorted(run_yaml: RunYaml, tmp_path: Path) -> None:
     """glob: ** crosses directories; with `path`, matches are shown under it; none is ''."""
     for name in ("src/b.py", "src/a.py", "src/pkg/c.py", "src/notes.txt", "top.py"):
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text("")
-    path = write_flow(
+    result = await run_yaml(
         """
         name: globs
         steps:
@@ -152,22 +150,19 @@ async def test_glob_lists_matches_sorted(write_flow: WriteFlow, tmp_path: Path) 
           - {id: nothing, tool: glob, toolInput: {pattern: "*.rs"}}
         """
     )
-    result = await run_flow(path)
     assert result.steps["everywhere"].content == "src/a.py\nsrc/b.py\nsrc/pkg/c.py\ntop.py"
     assert result.steps["under"].content == "src/a.py\nsrc/b.py"
     assert (result.steps["nothing"].status, result.steps["nothing"].content) == ("completed", "")
 
 
-async def test_grep_prints_file_line_text_and_is_bounded(
-    write_flow: WriteFlow, tmp_path: Path
-) -> None:
+async def test_grep_prints_file_line_text_and_is_bounded(run_yaml: RunYaml, tmp_path: Path) -> None:
     """Fixed strings by default (zenflow), regex: true for patterns, glob filters file names."""
     (tmp_path / "src").mkdir()
     (tmp_path / "src" / "a.py").write_text("x = 1\n# TODO: a.b\nTODO later\n")
     (tmp_path / "src" / "b.txt").write_text("TODO in text\n")
     (tmp_path / "src" / "blob.bin").write_bytes(b"TODO\0binary")
     (tmp_path / "many.log").write_text("hit\n" * 1005)
-    path = write_flow(
+    result = await run_yaml(
         """
         name: greps
         steps:
@@ -178,7 +173,6 @@ async def test_grep_prints_file_line_text_and_is_bounded(
           - {id: bad, tool: grep, toolInput: {pattern: "(", regex: true}}
         """
     )
-    result = await run_flow(path)
     assert result.steps["fixed"].content == "src/a.py:2:# TODO: a.b"
     assert result.steps["regex"].content == "src/a.py:3:TODO later\nsrc/b.txt:1:TODO in text"
     assert result.steps["only-py"].content == "src/a.py:2:# TODO: a.b\nsrc/a.py:3:TODO later"
@@ -245,9 +239,9 @@ async def test_bash_timeouts_kill_the_command(write_flow: WriteFlow, tmp_path: P
 # Python tools ----------------------------------------------------------------------------
 
 
-async def test_a_python_tool_gets_tool_input_as_checked_arguments(write_flow: WriteFlow) -> None:
+async def test_a_python_tool_gets_tool_input_as_checked_arguments(run_yaml: RunYaml) -> None:
     """toolInput becomes keyword arguments, converted and checked as a model's call would be."""
-    path = write_flow(
+    result = await run_yaml(
         """
         name: python-tools
         steps:
@@ -281,7 +275,6 @@ async def test_a_python_tool_gets_tool_input_as_checked_arguments(write_flow: Wr
             return " ".join([text.upper()] * times)
         ''',
     )
-    result = await run_flow(path)
     add = result.steps["add"]
     assert (add.status, add.content, add.result) == ("completed", '{"sum":5}', None)
     assert result.steps["shout"].content == "WORLD WORLD"
@@ -440,7 +433,7 @@ def test_a_bash_command_from_an_expression_is_rejected(write_flow: WriteFlow) ->
 
 
 async def test_links_inside_the_tree_work_and_links_out_are_skipped_with_a_note(
-    write_flow: WriteFlow, tmp_path: Path
+    run_yaml: RunYaml, tmp_path: Path
 ) -> None:
     """Real paths decide: a link to a file or folder of the tree is followed by read, listed
     by glob and searched by grep; one leading out is named in a note, never opened."""
@@ -450,7 +443,7 @@ async def test_links_inside_the_tree_work_and_links_out_are_skipped_with_a_note(
     (tmp_path / "readme.py").symlink_to(tmp_path / "src" / "main.py")  # absolute, inside
     (tmp_path.parent / f"{tmp_path.name}-outside.py").write_text("TODO: leaked\n")
     (tmp_path / "leak.py").symlink_to(tmp_path.parent / f"{tmp_path.name}-outside.py")
-    path = write_flow(
+    result = await run_yaml(
         """
         name: links
         steps:
@@ -462,7 +455,6 @@ async def test_links_inside_the_tree_work_and_links_out_are_skipped_with_a_note(
           - {id: found, tool: grep, toolInput: {pattern: TODO, glob: "*.py"}}
         """.replace("TREE", str(tmp_path))
     )
-    result = await run_flow(path)
     assert result.status == "completed", result.error
     for address in ("via-folder", "via-file", "absolute"):
         assert result.steps[address].content == "TODO: ship\n"

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from tests._helpers import run_flow, run_with_events
-from tests.conftest import WriteFlow
+from tests._helpers import run_with_events
+from tests.conftest import RunYaml, WriteFlow
 
 PROBE = """
 import asyncio
@@ -25,9 +25,9 @@ def peak_seen(ctx):
 """
 
 
-async def test_a_literal_list_runs_the_step_once_per_item(write_flow: WriteFlow) -> None:
+async def test_a_literal_list_runs_the_step_once_per_item(run_yaml: RunYaml) -> None:
     """Iteration i runs at loop[i] with item, index and the brief's item_index."""
-    path = write_flow(
+    result = await run_yaml(
         """
         name: greet
         steps:
@@ -41,7 +41,6 @@ async def test_a_literal_list_runs_the_step_once_per_item(write_flow: WriteFlow)
             return f"{ctx.index}/{ctx.brief.item_index}: {ctx.item}"
         """,
     )
-    result = await run_flow(path)
     assert result.status == "completed", result.error
     assert result.steps["greet[1]"].content == "1/1: {'name': 'bob'}"
     assert (
@@ -60,9 +59,9 @@ async def test_a_literal_list_runs_the_step_once_per_item(write_flow: WriteFlow)
     assert result.loops["greet"].termination_reason == "forEach"
 
 
-async def test_a_cel_list_feeds_a_multi_step_body(write_flow: WriteFlow) -> None:
+async def test_a_cel_list_feeds_a_multi_step_body(run_yaml: RunYaml) -> None:
     """forEach CEL is evaluated when the step starts; the body runs at loop[i].<id>."""
-    path = write_flow(
+    result = await run_yaml(
         """
         name: deploy
         steps:
@@ -87,7 +86,6 @@ async def test_a_cel_list_feeds_a_multi_step_body(write_flow: WriteFlow) -> None
             return f"deployed {ctx.item} ({ctx.brief.item_index})"
         """,
     )
-    result = await run_flow(path)
     assert result.status == "completed", result.error
     assert result.steps["deploy-each[1].deploy"].content == "deployed billing (1)"
     assert result.steps["deploy-each[0].verify"].content == "verified auth\n"
@@ -96,10 +94,10 @@ async def test_a_cel_list_feeds_a_multi_step_body(write_flow: WriteFlow) -> None
 
 
 async def test_a_foreach_that_is_not_a_list_fails_naming_expression_and_type(
-    write_flow: WriteFlow,
+    run_yaml: RunYaml,
 ) -> None:
     """A CEL forEach yielding a map fails the step with the expression and the type it got."""
-    path = write_flow(
+    result = await run_yaml(
         """
         name: wrong
         steps:
@@ -115,7 +113,6 @@ async def test_a_foreach_that_is_not_a_list_fails_naming_expression_and_type(
             return {"not": "a list"}
         """,
     )
-    result = await run_flow(path)
     assert result.status == "failed"
     error = result.steps["each"].error
     assert error is not None
@@ -125,10 +122,10 @@ async def test_a_foreach_that_is_not_a_list_fails_naming_expression_and_type(
 
 
 async def test_max_concurrency_is_never_exceeded_and_no_item_is_dropped(
-    write_flow: WriteFlow,
+    run_yaml: RunYaml,
 ) -> None:
     """A probe handler counts live iterations: the peak is exactly maxConcurrency."""
-    path = write_flow(
+    result = await run_yaml(
         """
         name: probe
         options: {maxConcurrency: 10}
@@ -144,7 +141,6 @@ async def test_max_concurrency_is_never_exceeded_and_no_item_is_dropped(
         """,
         handlers=PROBE,
     )
-    result = await run_flow(path)
     assert result.status == "completed", result.error
     assert result.steps["report"].result == {"peak": 3}
     assert [result.steps[f"fan[{i}]"].content for i in range(11)] == [
@@ -179,9 +175,9 @@ async def test_the_run_wide_limit_caps_live_iterations(write_flow: WriteFlow) ->
     assert sum(e.type == "item_end" for e in events) == 20
 
 
-async def test_a_failed_item_stops_new_items_and_fails_the_step(write_flow: WriteFlow) -> None:
+async def test_a_failed_item_stops_new_items_and_fails_the_step(run_yaml: RunYaml) -> None:
     """After a failure no further item starts; the step fails with the item's error."""
-    path = write_flow(
+    result = await run_yaml(
         """
         name: halt
         steps:
@@ -196,7 +192,6 @@ async def test_a_failed_item_stops_new_items_and_fails_the_step(write_flow: Writ
             return "ok"
         """,
     )
-    result = await run_flow(path)
     assert result.status == "failed"
     record = result.steps["each"]
     assert record.status == "failed"
@@ -206,9 +201,9 @@ async def test_a_failed_item_stops_new_items_and_fails_the_step(write_flow: Writ
     assert result.loops["each"].iterations == 2
 
 
-async def test_on_error_continue_runs_every_item(write_flow: WriteFlow) -> None:
+async def test_on_error_continue_runs_every_item(run_yaml: RunYaml) -> None:
     """With onError: continue every item runs; the step is failed but the run goes on."""
-    path = write_flow(
+    result = await run_yaml(
         """
         name: tolerant
         steps:
@@ -229,7 +224,6 @@ async def test_on_error_continue_runs_every_item(write_flow: WriteFlow) -> None:
             return ctx.steps["each"].status
         """,
     )
-    result = await run_flow(path)
     assert result.status == "completed", result.error
     assert [result.steps[f"each[{i}]"].status for i in range(3)] == [
         "failed",
@@ -239,9 +233,9 @@ async def test_on_error_continue_runs_every_item(write_flow: WriteFlow) -> None:
     assert result.steps["after"].content == "failed"
 
 
-async def test_an_empty_list_completes_at_once(write_flow: WriteFlow) -> None:
+async def test_an_empty_list_completes_at_once(run_yaml: RunYaml) -> None:
     """A CEL forEach yielding [] completes with empty content and no iterations."""
-    path = write_flow(
+    result = await run_yaml(
         """
         name: none
         steps:
@@ -254,7 +248,6 @@ async def test_an_empty_list_completes_at_once(write_flow: WriteFlow) -> None:
             raise AssertionError("no item, no call")
         """,
     )
-    result = await run_flow(path)
     assert result.status == "completed", result.error
     assert result.steps["each"].content == ""
     assert result.steps["each"].result == {"iterations": []}
@@ -262,11 +255,11 @@ async def test_an_empty_list_completes_at_once(write_flow: WriteFlow) -> None:
 
 
 async def test_an_item_that_did_not_complete_says_so_in_the_joined_content(
-    write_flow: WriteFlow,
+    run_yaml: RunYaml,
 ) -> None:
     """The step's content keeps a block per item, in order: a failed item's block says it
     failed and why, where it used to be empty; its iteration's own content stays empty."""
-    path = write_flow(
+    result = await run_yaml(
         """
         name: tolerant
         steps:
@@ -282,7 +275,6 @@ async def test_an_item_that_did_not_complete_says_so_in_the_joined_content(
             return f"ok {ctx.item}"
         """,
     )
-    result = await run_flow(path)
     record = result.steps["each"]
     assert record.content == "\n\n---\n\n".join(
         ["ok 0", "[item 1 failed: ValueError: one is bad]", "ok 2"]

@@ -6,7 +6,7 @@ import pytest
 
 from tests._helpers import run_flow, run_with_events
 from tests._workflows import ROUTER, ROUTER_HANDLERS
-from tests.conftest import WriteFlow
+from tests.conftest import RunYaml, WriteFlow
 
 
 async def test_edges_route_first_match_until_end(write_flow: WriteFlow) -> None:
@@ -76,10 +76,10 @@ async def test_a_state_hears_who_routed_to_it_and_its_previous_output(
 
 
 async def test_feedback_on_revisit_can_be_switched_off_for_the_whole_graph(
-    write_flow: WriteFlow,
+    run_yaml: RunYaml,
 ) -> None:
     """feedbackOnRevisit: false: no state gets its previous output."""
-    path = write_flow(
+    result = await run_yaml(
         """
         name: forgetful
         steps:
@@ -98,7 +98,6 @@ async def test_feedback_on_revisit_can_be_switched_off_for_the_whole_graph(
             return f"previous={ctx.brief.previous}"
         """,
     )
-    result = await run_flow(path)
     assert result.steps["g.1.a"].content == "previous=None"
 
 
@@ -145,10 +144,10 @@ async def test_max_steps_policies(write_flow: WriteFlow, policy: str, status: st
 
 
 async def test_no_matching_edge_fails_listing_candidates_and_a_preview(
-    write_flow: WriteFlow,
+    run_yaml: RunYaml,
 ) -> None:
     """No edge matched: the error names each candidate and quotes the state's output."""
-    path = write_flow(
+    result = await run_yaml(
         """
         name: stuck
         steps:
@@ -166,7 +165,6 @@ async def test_no_matching_edge_fails_listing_candidates_and_a_preview(
             return "something else " * 40
         """,
     )
-    result = await run_flow(path)
     assert result.status == "failed"
     error = result.steps["g"].error
     assert error is not None

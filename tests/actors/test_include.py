@@ -6,7 +6,7 @@ import textwrap
 from pathlib import Path
 
 from tests._helpers import run_flow
-from tests.conftest import WriteFlow
+from tests.conftest import RunYaml, WriteFlow
 
 CHILD = """
 name: greeter
@@ -101,9 +101,7 @@ async def test_without_output_the_content_is_the_last_declared_step_that_ran(
     assert result.steps["sub"].result is None
 
 
-async def test_bad_include_inputs_fail_the_include_step(
-    write_flow: WriteFlow, tmp_path: Path
-) -> None:
+async def test_bad_include_inputs_fail_the_include_step(run_yaml: RunYaml, tmp_path: Path) -> None:
     """An input of the wrong type fails the include step, naming the input."""
     write_child(
         tmp_path,
@@ -118,7 +116,7 @@ async def test_bad_include_inputs_fail_the_include_step(
             env: {N: "{{ inputs.n }}"}
         """,
     )
-    path = write_flow(
+    result = await run_yaml(
         """
         name: p
         steps:
@@ -127,7 +125,6 @@ async def test_bad_include_inputs_fail_the_include_step(
             inputs: {n: "not a number {{ 1 }}"}
         """
     )
-    result = await run_flow(path)
     assert result.status == "failed"
     error = result.steps["sub"].error
     assert error is not None
@@ -188,7 +185,7 @@ async def test_an_included_root_loop_iterates_as_parent_n_step(
 
 
 async def test_a_looped_include_runs_the_child_once_per_iteration(
-    write_flow: WriteFlow, tmp_path: Path
+    run_yaml: RunYaml, tmp_path: Path
 ) -> None:
     """loop on an include step repeats the whole child: parent.N.<child step>."""
     write_child(
@@ -201,18 +198,17 @@ async def test_a_looped_include_runs_the_child_once_per_iteration(
             command: "echo said"
         """,
     )
-    path = write_flow(
+    result = await run_yaml(
         "name: p\nsteps:\n  - id: twice\n    include: once.yaml\n    loop: {maxIterations: 2}\n"
     )
-    result = await run_flow(path)
     assert result.status == "completed", result.error
     assert result.steps["twice.1.say"].content == "said\n"
     assert result.steps["twice.1"].content == "said\n"
 
 
-async def test_a_workflow_level_loop_reruns_the_whole_dag(write_flow: WriteFlow) -> None:
+async def test_a_workflow_level_loop_reruns_the_whole_dag(run_yaml: RunYaml) -> None:
     """A root loop: steps at loop.N.<id>, until over the iteration, output over the last one."""
-    path = write_flow(
+    result = await run_yaml(
         """
         name: again
         loop:
@@ -233,7 +229,6 @@ async def test_a_workflow_level_loop_reruns_the_whole_dag(write_flow: WriteFlow)
             return {"value": 10 * int(ctx.steps["work"].content)}
         """,
     )
-    result = await run_flow(path)
     assert result.status == "completed", result.error
     assert result.output == 20
     assert result.steps["loop.2.score"].result == {"value": 20}

@@ -5,7 +5,7 @@ from __future__ import annotations
 from cadenza.testing import RequestMatch, ServerRule, ServerToolCall
 from cadenza.testing.pytest_plugin import StartLLMServer
 from tests._helpers import run_flow, run_with_events
-from tests.conftest import WriteFlow
+from tests.conftest import RunYaml, WriteFlow
 
 JUDGED = """
 name: judged
@@ -81,7 +81,7 @@ async def test_until_is_checked_before_the_judge(write_flow: WriteFlow) -> None:
 
 
 async def test_the_judge_reads_each_body_steps_output(
-    write_flow: WriteFlow,
+    run_yaml: RunYaml,
     model_server: StartLLMServer,
 ) -> None:
     """The judge's prompt holds every body step's output of the iteration, labelled."""
@@ -96,7 +96,7 @@ async def test_the_judge_reads_each_body_steps_output(
             )
         ]
     )
-    path = write_flow(
+    result = await run_yaml(
         """
         name: reviewed
         agents:
@@ -126,7 +126,6 @@ async def test_the_judge_reads_each_body_steps_output(
             return {"warnings": 0}
         """,
     )
-    result = await run_flow(path)
     assert result.loops["review"].termination_reason == "judge", result.error
     [request] = server.requests
     prompt = "\n".join(str(m.get("content")) for m in request.messages)

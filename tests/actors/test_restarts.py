@@ -12,11 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from cadenza import Runtime
 from cadenza import build as b
 from cadenza.protocols import Event
 from cadenza.workflow import Supervision, WorkflowError, load_workflow
-from tests._helpers import run_with_events
+from tests._helpers import run_flow, run_with_events
 from tests.conftest import WriteFlow
 
 # Every handler appends its step id to starts.txt when it starts, so a test reads
@@ -355,7 +354,6 @@ def note_attempt(ctx):
     return "ok"
 """,
     )
-    async with Runtime() as runtime:
-        result = await runtime.run(path)
+    result = await run_flow(path)
     assert result.status == "completed", result.error
     assert path.with_name("attempts.txt").read_text().split() == ["1", "2", "3"]

@@ -13,14 +13,13 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Callable
 from pathlib import Path
 
 from cadenza import Runtime
 from cadenza.testing import ScriptedLLMServer, ServerReply, ServerRule
 from cadenza.testing.pytest_plugin import StartLLMServer
+from tests.conftest import WriteFlow
 
-WriteFlow = Callable[..., Path]
 CLI = [sys.executable, "-m", "cadenza"]
 
 CHAIN = """

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -13,9 +12,7 @@ from cadenza.errors import SignalRejected
 from cadenza.testing import RequestMatch, ServerReply, ServerRule, ServerToolCall
 from cadenza.testing.pytest_plugin import StartLLMServer
 from tests._helpers import cadenza
-from tests.conftest import StoreFactory, assert_no_password
-
-WriteFlow = Callable[..., Path]
+from tests.conftest import StoreFactory, WriteFlow, assert_no_password
 
 APPROVAL = """
 name: approval

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import re
 import sqlite3
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -14,10 +13,9 @@ from cadenza.errors import CorruptRecord
 from cadenza.kernel import SCHEMA_VERSION, SqliteRunStore
 from cadenza.testing import CrashHarness, KillPoint
 from tests._helpers import cadenza
+from tests.conftest import WriteFlow
 
 from .conftest import TWO
-
-WriteFlow = Callable[..., Path]
 
 
 def interrupted(tmp_path: Path, write_flow: WriteFlow) -> Path:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import re
 import socket
-from collections.abc import Callable
 from pathlib import Path
 
 import anyio
@@ -28,11 +27,9 @@ from cadenza.kernel import (
 from cadenza.testing import CrashHarness, KillPoint
 from tests._helpers import cadenza
 from tests._postgres import Cluster
-from tests.conftest import assert_no_password
+from tests.conftest import WriteFlow, assert_no_password
 
 from .conftest import TWO
-
-WriteFlow = Callable[..., Path]
 
 
 async def sql(url: str, statement: str) -> None:

@@ -9,15 +9,13 @@ twice in all (its first, failing run and one restart) and the log holds one
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from cadenza.testing import CrashHarness, KillPoint
 from tests._helpers import read_run
-
-WriteFlow = Callable[..., Path]
+from tests.conftest import WriteFlow
 
 FLAKY = """
 name: restarted

@@ -6,7 +6,6 @@ import json
 import os
 import threading
 from collections import Counter
-from collections.abc import Callable
 from pathlib import Path
 
 import anyio
@@ -23,10 +22,9 @@ from cadenza.testing import (
 )
 from cadenza.testing.pytest_plugin import StartLLMServer
 from tests._helpers import cadenza
+from tests.conftest import WriteFlow
 
 from .conftest import PowerCut, event_is
-
-WriteFlow = Callable[..., Path]
 
 LOGGING = """
 import json

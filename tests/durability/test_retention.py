@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from pathlib import Path
 
 from cadenza import Runtime
@@ -14,9 +14,7 @@ from cadenza.protocols import RunStatus
 from cadenza.testing import CrashHarness, KillPoint, compare_results
 from cadenza.workflow import validate_file
 from tests._helpers import cadenza
-from tests.conftest import StoreFactory
-
-WriteFlow = Callable[..., Path]
+from tests.conftest import StoreFactory, WriteFlow
 
 LONG = """
 name: long

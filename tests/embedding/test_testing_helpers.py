@@ -2,16 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from pathlib import Path
-
 import anyio
 
 from cadenza import Runtime
 from cadenza.testing import FakeClock, MessageRecorder, run_workflow
 from tests._helpers import EXAMPLES
-
-WriteFlow = Callable[..., Path]
+from tests.conftest import WriteFlow
 
 
 async def test_run_workflow_and_record_the_negotiation_messages() -> None:

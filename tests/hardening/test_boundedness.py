@@ -13,24 +13,23 @@ from __future__ import annotations
 import sys
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from cadenza import RunResult, Runtime
+from cadenza import RunResult
 from cadenza.testing import ScriptedLLMServer, ServerReply, ServerRule, ServerToolCall
+from tests._helpers import run_flow
+from tests.conftest import WriteFlow
 
-WriteFlow = Callable[..., Path]
 LIMIT = 30.0
 """Wall seconds any of these runs may take: each is bounded at 1-3 s by its own limits."""
 
 
 async def run_bounded(path: Path, **kwargs: Any) -> tuple[RunResult, float]:
     started = time.monotonic()
-    async with Runtime() as runtime:
-        result = await runtime.run(path, **kwargs)
+    result = await run_flow(path, **kwargs)
     elapsed = time.monotonic() - started
     assert elapsed < LIMIT, f"the run took {elapsed:.1f}s"
     assert result.status in ("completed", "failed"), result.status

@@ -12,7 +12,6 @@ back to the model as tool errors, and the run completes.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -20,8 +19,7 @@ import pytest
 from cadenza import Runtime
 from cadenza.testing import ScriptedLLMServer, ServerReply, ServerRule, ServerToolCall
 from cadenza.testing.pytest_plugin import StartLLMServer
-
-WriteFlow = Callable[..., Path]
+from tests.conftest import WriteFlow
 
 FLOW = """
 name: malformed

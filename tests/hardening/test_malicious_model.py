@@ -46,6 +46,7 @@ import pytest
 
 from cadenza import RunResult, Runtime, ToolPolicy
 from cadenza.testing import RequestMatch, ScriptedLLMServer, ServerReply, ServerRule, ServerToolCall
+from tests._helpers import run_flow
 
 # The modes ------------------------------------------------------------------------------
 
@@ -537,8 +538,7 @@ async def test_a_hard_link_is_a_file_of_the_tree(tmp_path: Path) -> None:
     (tree / "flow.yaml").write_text(
         "name: h\nsteps:\n  - {id: r, tool: read, toolInput: {path: hard.txt}}\n"
     )
-    async with Runtime() as runtime:
-        result = await runtime.run(tree / "flow.yaml")
+    result = await run_flow(tree / "flow.yaml")
     assert result.steps["r"].content == "linked\n"
 
 

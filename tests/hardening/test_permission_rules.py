@@ -23,7 +23,6 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -38,10 +37,10 @@ from cadenza.actors.run import PermissionPolicy, read_command
 from cadenza.protocols import ToolPermission, payload
 from cadenza.workflow import WorkflowError, load_workflow, rule_problem
 from tests._helpers import cadenza, python
+from tests.conftest import WriteFlow
 
 from .conftest import FUZZ
 
-WriteFlow = Callable[..., Path]
 Expect = Literal["run", "deny", "ask"]
 
 

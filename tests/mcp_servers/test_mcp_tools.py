@@ -8,7 +8,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import msgspec
@@ -17,10 +17,9 @@ import pytest
 from cadenza import Runtime, ToolPolicy
 from cadenza.testing import ServerReply, ServerRule, ServerToolCall
 from cadenza.testing.pytest_plugin import StartLLMServer
-from tests._helpers import assert_refused, cadenza
+from tests._helpers import assert_refused, cadenza, run_flow
 from tests._processes import running
-
-WriteFlow = Callable[..., Path]
+from tests.conftest import WriteFlow
 
 TIME_FLOW = """
 name: clock
@@ -43,8 +42,7 @@ async def test_an_agent_calls_a_tool_of_a_real_mcp_server(
     call = ServerToolCall("time__get_current_time", {"timezone": "Asia/Tokyo"})
     rules = [ServerRule([ServerReply("", tool_calls=[call]), ServerReply("It is late.")])]
     server = model_server(rules)
-    async with Runtime() as runtime:
-        result = await runtime.run(write_flow(TIME_FLOW))
+    result = await run_flow(write_flow(TIME_FLOW))
     requests = server.requests
     assert result.status == "completed", result.error
     offered = {tool["function"]["name"] for tool in requests[0].body["tools"]}
@@ -60,8 +58,7 @@ async def test_a_tool_that_fails_is_told_to_the_model_and_the_step_goes_on(
     call = ServerToolCall("time__get_current_time", {"timezone": "Nowhere/Atlantis"})
     rules = [ServerRule([ServerReply("", tool_calls=[call]), ServerReply("No such place.")])]
     server = model_server(rules)
-    async with Runtime() as runtime:
-        result = await runtime.run(write_flow(TIME_FLOW))
+    result = await run_flow(write_flow(TIME_FLOW))
     requests = server.requests
     assert result.status == "completed", result.error
     assert "Nowhere/Atlantis" in tool_answers(requests[1].body)[0]
@@ -101,8 +98,7 @@ async def test_a_server_that_does_not_start_fails_the_step_naming_it(
 ) -> None:
     flow = TIME_FLOW.replace("command: mcp-server-time", "command: no-such-mcp-server-here")
     model_server([ServerRule(["never asked"])])
-    async with Runtime() as runtime:
-        result = await runtime.run(write_flow(flow))
+    result = await run_flow(write_flow(flow))
     assert result.status == "failed"
     error = result.steps["tell"].error
     assert error is not None
@@ -303,8 +299,7 @@ steps:
     shout = ServerToolCall("desk__shout", {"text": "hello"})
     rules = [ServerRule([ServerReply("", tool_calls=[shout]), "Done."])]
     server = model_server(rules)
-    async with Runtime() as runtime:
-        result = await runtime.run(write_flow(flow))
+    result = await run_flow(write_flow(flow))
     requests = server.requests
     assert result.status == "completed", result.error
     assert tool_answers(requests[1].body)[0] == "HELLO"

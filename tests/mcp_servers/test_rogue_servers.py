@@ -14,7 +14,6 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -22,9 +21,9 @@ import pytest
 import cadenza
 from cadenza import Runtime
 from cadenza.testing import ScriptedLLMServer, ServerReply, ServerRule, ServerToolCall
+from tests._helpers import run_flow
 from tests._processes import running
-
-WriteFlow = Callable[..., Path]
+from tests.conftest import WriteFlow
 
 ROGUE = Path(__file__).with_name("rogue_server.py")
 
@@ -180,8 +179,7 @@ async def test_a_server_that_never_answers_initialize_fails_the_step_within_its_
 ) -> None:
     with ScriptedLLMServer([ServerRule(["never asked"])]) as server:
         environ_for(server, monkeypatch)
-        async with Runtime() as runtime:
-            result = await runtime.run(rogue_flow(tmp_path, "hang-init"))
+        result = await run_flow(rogue_flow(tmp_path, "hang-init"))
     assert result.status == "failed"
     error = result.steps["work"].error
     assert error is not None
@@ -197,8 +195,7 @@ async def test_a_call_that_never_ends_is_answered_within_the_timeout_and_the_ser
     rules = [ServerRule([ServerReply("", tool_calls=[CALL_WAIT]), "Noted."])]
     with ScriptedLLMServer(rules) as server:
         environ_for(server, monkeypatch)
-        async with Runtime() as runtime:
-            result = await runtime.run(rogue_flow(tmp_path, "hang-call"))
+        result = await run_flow(rogue_flow(tmp_path, "hang-call"))
         requests = server.requests
     assert result.status == "completed", result.error
     assert tool_answer(requests[1].body).endswith(") failed on wait: no answer within 5s")
@@ -247,8 +244,7 @@ async def test_an_unreachable_url_server_is_named_with_its_url_and_cause(
     )
     with ScriptedLLMServer([ServerRule(["never asked"])]) as server:
         environ_for(server, monkeypatch)
-        async with Runtime() as runtime:
-            result = await runtime.run(flow)
+        result = await run_flow(flow)
     error = result.steps["s"].error
     assert error is not None
     assert error.message == f"MCP server 'github' ({url}): connection refused"

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -15,10 +14,9 @@ from cadenza.testing import ScriptedLLMServer, ServerRule
 from tests._helpers import Sink
 from tests._processes import running
 from tests._workflows import MESSAGING
+from tests.conftest import WriteFlow
 
 from .conftest import SpawnWorker
-
-WriteFlow = Callable[..., Path]
 
 HANDLERS = """
 name: handlers

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -12,6 +11,7 @@ from opentelemetry.trace import StatusCode
 
 from cadenza import Event, Runtime
 from tests._helpers import EXAMPLES
+from tests.conftest import WriteFlow
 
 from .conftest import (
     Traces,
@@ -23,8 +23,6 @@ from .conftest import (
     parent,
     run_span,
 )
-
-WriteFlow = Callable[..., Path]
 
 FLOW = """
 name: traced
