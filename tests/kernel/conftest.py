@@ -9,6 +9,11 @@ import pytest
 from cadenza.kernel import FakeClock
 
 Settle = Callable[[], Awaitable[None]]
+"""The ``settle`` fixture."""
+
+
+class Ping:
+    """A message type with a recognisable name."""
 
 
 @pytest.fixture

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -22,11 +21,7 @@ from cadenza.kernel import (
     SupervisorStatistics,
 )
 
-Settle = Callable[[], Awaitable[None]]  # the `settle` fixture from conftest.py
-
-
-class Ping:
-    """A message type with a recognisable name."""
+from .conftest import Ping, Settle
 
 
 class Named(Actor):

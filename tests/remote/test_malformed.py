@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import msgspec
@@ -44,6 +46,26 @@ def _rogue_frames(rng: random.Random) -> list[list[bytes]]:
     return [rng.choice(shapes)() for _ in range(FRAMES)]
 
 
+@contextmanager
+def dealer() -> Iterator[zmq.asyncio.Socket]:
+    """A DEALER socket of the test's own, as a rogue peer opens one; closed after the block."""
+    context = zmq.asyncio.Context()
+    socket = context.socket(zmq.DEALER)
+    try:
+        yield socket
+    finally:
+        socket.close(linger=0)
+        context.term()
+
+
+def watched_dispatcher() -> tuple[Dispatcher, Sink[WorkerEvent]]:
+    """A dispatcher on a free port, and the worker events it emits."""
+    dispatcher = Dispatcher("tcp://127.0.0.1:*", heartbeat=0.2)
+    events: Sink[WorkerEvent] = Sink()
+    dispatcher.subscribe(events)
+    return dispatcher, events
+
+
 async def test_a_rogue_peer_sending_garbage_does_not_disturb_a_run(
     tmp_path: Path, spawn_worker: SpawnWorker
 ) -> None:
@@ -51,12 +73,8 @@ async def test_a_rogue_peer_sending_garbage_does_not_disturb_a_run(
     completes on a real worker, and the rogue never becomes a worker."""
     flow = tmp_path / "flow.yaml"
     flow.write_text(ECHO_EACH)
-    dispatcher = Dispatcher("tcp://127.0.0.1:*", heartbeat=0.2)
-    events: Sink[WorkerEvent] = Sink()
-    dispatcher.subscribe(events)
-    context = zmq.asyncio.Context()
-    rogue = context.socket(zmq.DEALER)
-    try:
+    dispatcher, events = watched_dispatcher()
+    with dealer() as rogue:
         async with Runtime(workers=dispatcher) as runtime:
             rogue.connect(dispatcher.endpoint)
             spawn_worker(dispatcher.endpoint, "honest")
@@ -69,9 +87,6 @@ async def test_a_rogue_peer_sending_garbage_does_not_disturb_a_run(
             await rogue.send(msgspec.msgpack.encode(Heartbeat()))
             reply = worker_decoder().decode(await rogue.recv())
             statistics = dispatcher.statistics()
-    finally:
-        rogue.close(linger=0)
-        context.term()
 
     assert result.status == "completed", result.error
     assert all(r.worker == "honest" for a, r in result.steps.items() if a.startswith("each["))
@@ -83,17 +98,12 @@ async def test_a_rogue_peer_sending_garbage_does_not_disturb_a_run(
 
 async def test_a_peer_speaking_another_protocol_version_is_refused() -> None:
     """A hello with another version gets a version error and no work; the peer is no worker."""
-    context = zmq.asyncio.Context()
-    peer = context.socket(zmq.DEALER)
-    try:
+    with dealer() as peer:
         async with Dispatcher("tcp://127.0.0.1:*", heartbeat=0.2) as dispatcher:
             peer.connect(dispatcher.endpoint)
             await peer.send(msgspec.msgpack.encode(Hello(PROTOCOL_VERSION + 1, "future", 8)))
             reply = worker_decoder().decode(await peer.recv())
             workers = dispatcher.workers
-    finally:
-        peer.close(linger=0)
-        context.term()
     assert isinstance(reply, WireError)
     assert reply.code == "version"
     assert workers == []
@@ -122,21 +132,14 @@ async def test_a_hello_out_of_bounds_is_refused_with_a_reason(
     hello: dict[str, object], field: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     """The impostor never becomes a worker; the refusal names the field, in a warning."""
-    dispatcher = Dispatcher("tcp://127.0.0.1:*", heartbeat=0.2)
-    events: Sink[WorkerEvent] = Sink()
-    dispatcher.subscribe(events)
-    context = zmq.asyncio.Context()
-    rogue = context.socket(zmq.DEALER)
-    try:
+    dispatcher, events = watched_dispatcher()
+    with dealer() as rogue:
         async with Runtime(workers=dispatcher):
             rogue.connect(dispatcher.endpoint)
             frame = {"t": "hello", "version": PROTOCOL_VERSION, **hello}
             await rogue.send(msgspec.msgpack.encode(frame))
             await events.until(lambda e: any(x.type == "frame_rejected" for x in e))
             statistics = dispatcher.statistics()
-    finally:
-        rogue.close(linger=0)
-        context.term()
     assert statistics.workers == 0
     (rejected,) = [e for e in events.items if e.type == "frame_rejected"]
     assert rejected.data is not None
