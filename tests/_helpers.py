@@ -23,8 +23,8 @@ from typing import Any, Generic, NamedTuple, TypeVar
 import anyio
 import pytest
 
-from cadenza import RunResult, Runtime
-from cadenza.kernel import RunStore, make_store
+from cadenza import RunHandle, RunResult, Runtime
+from cadenza.kernel import Clock, RunStore, make_store
 from cadenza.protocols import Event, StepRecord
 from cadenza.workflow import LoadedWorkflow, Workflow
 
@@ -59,6 +59,21 @@ async def run_with_events(
     async with Runtime() as runtime:
         handle = await runtime.start(workflow, inputs=inputs, on_event=events.append)
         return await handle.result(), events
+
+
+@asynccontextmanager
+async def started(
+    workflow: Runnable,
+    *,
+    clock: Clock | None = None,
+    inputs: Mapping[str, Any] | None = None,
+    run_id: str | None = None,
+) -> AsyncIterator[tuple[RunHandle, Watch]]:
+    """A run of ``workflow`` started on a fresh runtime (on ``clock``), and a `Watch` of
+    its events; the runtime shuts down when the block ends."""
+    watch = Watch()
+    async with Runtime(clock=clock) as runtime:
+        yield await runtime.start(workflow, inputs=inputs, run_id=run_id, on_event=watch), watch
 
 
 def python(

@@ -16,7 +16,7 @@ from typing import Any, Literal, Protocol
 
 import pytest
 
-from cadenza import RunResult, _redact
+from cadenza import RunResult, Runtime, _redact
 from cadenza.kernel import RunStore, make_store
 from cadenza.testing import RuleLike, ScriptedLLMServer
 from cadenza.testing.pytest_plugin import StartLLMServer
@@ -75,6 +75,13 @@ def run_yaml(write_flow: WriteFlow) -> RunYaml:
         return await run_flow(write_flow(yaml_text, handlers=handlers), inputs=inputs)
 
     return run
+
+
+@pytest.fixture
+async def runtime(tmp_path: Path) -> AsyncIterator[Runtime]:
+    """A runtime on the SQLite store ``tmp_path / "runs.db"``, open for the whole test."""
+    async with Runtime(store=tmp_path / "runs.db") as runtime:
+        yield runtime
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ import pytest
 
 import cadenza
 from cadenza import Runtime
-from tests._helpers import run_flow
+from tests._helpers import run_flow, started
 from tests._processes import running
 from tests.conftest import RunYaml, WriteFlow
 
@@ -383,8 +383,7 @@ async def test_events_stream_from_start_to_end(write_flow: WriteFlow) -> None:
             command: "echo 2"
         """
     )
-    async with Runtime() as runtime:
-        handle = await runtime.start(path)
+    async with started(path) as (handle, _):
         events = [event async for event in handle.events()]
     types = [event.type for event in events]
     assert types[0] == "workflow_start"

@@ -7,9 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from cadenza import Runtime
 from cadenza.workflow import WorkflowError, load_workflow
-from tests._helpers import run_flow
+from tests._helpers import run_flow, started
 from tests.conftest import WriteFlow
 
 # Each writes out.txt, says so in a directory outside the repository, waits for
@@ -91,8 +90,7 @@ async def test_a_failed_step_keeps_its_worktree_and_says_where(
         """
     )
     repository(path.parent)
-    async with Runtime() as runtime:
-        handle = await runtime.start(path)
+    async with started(path) as (handle, _):
         events = [event async for event in handle.events()]
     result = await handle.result()
     assert result.status == "failed"

@@ -13,7 +13,7 @@ import pytest
 from cadenza import Event, Runtime
 from cadenza.testing import ScriptedLLMServer, ServerReply, ServerRule, ServerToolCall
 from cadenza.testing.pytest_plugin import StartLLMServer
-from tests._helpers import cadenza
+from tests._helpers import cadenza, started
 from tests.conftest import WriteFlow
 
 from ._terminal import Terminal
@@ -153,8 +153,7 @@ async def test_each_replys_text_ends_with_done(
 ) -> None:
     """zenflow's ``done``: the last ``output`` of every model call says its text ends."""
     model_server(_turns(ServerReply(content="Deal.")))
-    async with Runtime() as runtime:
-        handle = await runtime.start(write_flow(TURNS))
+    async with started(write_flow(TURNS)) as (handle, _):
         events = [event async for event in handle.events()]
     replies: list[str] = [""]
     for event in events:

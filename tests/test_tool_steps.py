@@ -18,7 +18,7 @@ from cadenza import RunResult, Runtime, ToolPolicy
 from cadenza.testing import ServerRule
 from cadenza.testing.pytest_plugin import StartLLMServer
 from cadenza.workflow import WorkflowError, load_workflow
-from tests._helpers import run_flow
+from tests._helpers import run_flow, started
 from tests._processes import running
 from tests.conftest import RunYaml, WriteFlow
 
@@ -558,8 +558,7 @@ async def test_a_tool_step_announces_its_call(write_flow: WriteFlow, tmp_path: P
     """step_start (kind tool), a tool_call start/end pair with input and output, step_end."""
     (tmp_path / "in.txt").write_text("content")
     path = write_flow("name: ev\nsteps:\n  - {id: r, tool: read, toolInput: {path: in.txt}}\n")
-    async with Runtime() as runtime:
-        handle = await runtime.start(path)
+    async with started(path) as (handle, _):
         events = [e for e in [event async for event in handle.events()] if e.step_id == "r"]
     assert [e.type for e in events] == ["step_start", "tool_call", "tool_call", "step_end"]
     assert (events[0].data or {}).get("kind") == "tool"

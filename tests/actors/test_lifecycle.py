@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from cadenza import Runtime
 from cadenza.kernel import FakeClock
-from tests._helpers import Watch
+from tests._helpers import started
 from tests.conftest import WriteFlow
 
 HANDLERS = """
@@ -31,9 +30,7 @@ async def test_delay_waits_on_the_clock_between_iterations(write_flow: WriteFlow
         handlers=HANDLERS,
     )
     clock = FakeClock()
-    watch = Watch()
-    async with Runtime(clock=clock) as runtime:
-        handle = await runtime.start(path, on_event=watch)
+    async with started(path, clock=clock) as (handle, watch):
         await watch.wait_for("iteration_end", "poll.0")
         await clock.advance(29)
         assert not watch.seen("iteration_start", "poll.1")
@@ -60,9 +57,7 @@ async def test_a_loop_timeout_bounds_all_iterations_and_retries_restart_it(
         handlers=HANDLERS,
     )
     clock = FakeClock()
-    watch = Watch()
-    async with Runtime(clock=clock) as runtime:
-        handle = await runtime.start(path, on_event=watch)
+    async with started(path, clock=clock) as (handle, watch):
         await watch.wait_for("step_start", "slow.0")
         await clock.advance(10)
         await watch.wait_for("step_retry", "slow")
@@ -93,9 +88,7 @@ async def test_cancelling_a_run_interrupts_a_loop_waiting_out_its_delay(
         handlers=HANDLERS,
     )
     clock = FakeClock()
-    watch = Watch()
-    async with Runtime(clock=clock) as runtime:
-        handle = await runtime.start(path, on_event=watch)
+    async with started(path, clock=clock) as (handle, watch):
         await watch.wait_for("iteration_end", "wait.0")
         handle.cancel("enough")
         result = await handle.result()
@@ -126,9 +119,7 @@ async def test_cancelling_a_run_cancels_running_foreach_items_and_graph_states(
         """,
         handlers=HANDLERS,
     )
-    watch = Watch()
-    async with Runtime() as runtime:
-        handle = await runtime.start(path, on_event=watch)
+    async with started(path) as (handle, watch):
         for address in ("fan[0]", "fan[1]", "fan[2]", "machine.0.wait"):
             await watch.wait_for("step_start", address)
         handle.cancel("stop")

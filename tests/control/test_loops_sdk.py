@@ -29,6 +29,11 @@ def test_all_is_complete_and_sorted() -> None:
     assert cadenza.loops.__all__ == sorted(cadenza.loops.__all__)
 
 
+def passes(task: EvaluatorInput) -> Evaluation:
+    """An evaluator that passes every result."""
+    return Evaluation(passed=True, score=1)
+
+
 def tagline_loop(**options: Any) -> Loop:
     loop = Loop("Write a tagline", criteria="short", **options)
     loop.check("size(result.text) <= 20", "Too long: {{ size(result.text) }} chars")
@@ -125,9 +130,7 @@ async def test_the_decision_log_grows_live_while_the_loop_runs() -> None:
             return "short"
         return "much too long for twenty"
 
-    @loop.evaluator
-    def judge(task: EvaluatorInput) -> Evaluation:
-        return Evaluation(passed=True, score=1)
+    loop.evaluator(passes)
 
     async with Runtime() as runtime:
         run = await loop.start(runtime)
@@ -151,9 +154,7 @@ async def test_the_loop_runs_on_the_engine_as_a_control_step() -> None:
     def write(task: ActorInput) -> str:
         return "fine"
 
-    @loop.evaluator
-    def judge(task: EvaluatorInput) -> Evaluation:
-        return Evaluation(passed=True, score=1)
+    loop.evaluator(passes)
 
     async with Runtime() as runtime:
         result = await loop.run(runtime)
@@ -177,9 +178,7 @@ async def test_a_function_that_raises_or_returns_the_wrong_shape_is_an_infra_fai
             raise RuntimeError("model unavailable")
         return ["not", "a", "map"]
 
-    @loop.evaluator
-    def judge(task: EvaluatorInput) -> Evaluation:
-        return Evaluation(passed=True, score=1)
+    loop.evaluator(passes)
 
     result = await loop.run()
     assert result.status == "stopped_infra_failure"
@@ -234,9 +233,7 @@ async def test_a_cancelled_loop_has_no_result() -> None:
         await asyncio.Event().wait()
         return "never"
 
-    @loop.evaluator
-    def judge(task: EvaluatorInput) -> Evaluation:
-        return Evaluation(passed=True, score=1)
+    loop.evaluator(passes)
 
     async with Runtime() as runtime:
         run = await loop.start(runtime)

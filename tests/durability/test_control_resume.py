@@ -68,6 +68,20 @@ ACT = (
     " Feedback: {{ inputs.feedback }}"
 )
 
+
+def drafter(name: str, agent: str, prompt: str) -> str:
+    """An actor child workflow: one agent step ``write`` that drafts, as the ``name``."""
+    return AGENT.format(
+        name=name,
+        inputs=json.dumps(ACTING),
+        agent=agent,
+        prompt=prompt,
+        schema=json.dumps(DRAFTS),
+        step="write",
+        instructions=ACT % name,
+    )
+
+
 CHILDREN = {
     "planner.yaml": AGENT.format(
         name="planner",
@@ -78,24 +92,8 @@ CHILDREN = {
         step="plan",
         instructions="Plan {{ inputs.objective }} after {{ size(inputs.history) }} decisions.",
     ),
-    "actor.yaml": AGENT.format(
-        name="actor",
-        inputs=json.dumps(ACTING),
-        agent="writer",
-        prompt="You write drafts.",
-        schema=json.dumps(DRAFTS),
-        step="write",
-        instructions=ACT % "actor",
-    ),
-    "delegate.yaml": AGENT.format(
-        name="delegate",
-        inputs=json.dumps(ACTING),
-        agent="specialist",
-        prompt="You write drafts, better.",
-        schema=json.dumps(DRAFTS),
-        step="write",
-        instructions=ACT % "delegate",
-    ),
+    "actor.yaml": drafter("actor", "writer", "You write drafts."),
+    "delegate.yaml": drafter("delegate", "specialist", "You write drafts, better."),
     "evaluator.yaml": AGENT.format(
         name="evaluator",
         inputs=json.dumps({"objective": {}, "criteria": {}, "result": {"type": "object"}}),

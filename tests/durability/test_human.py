@@ -99,26 +99,25 @@ def test_a_person_answers_through_the_command_line(
 
 
 async def test_each_iteration_of_a_loop_waits_for_its_own_answer(
-    tmp_path: Path, write_flow: WriteFlow
+    write_flow: WriteFlow, runtime: Runtime
 ) -> None:
     """One question per address: round 0 is answered, resumed, then round 1 waits."""
     flow = write_flow(ROUNDS, handlers=DOUBLE)
-    async with Runtime(store=tmp_path / "runs.db") as runtime:
-        first = await runtime.run(flow, run_id="r")
-        assert first.status == "waiting"
-        assert first.output is None
-        questions = await runtime.pending_inputs("r")
-        assert questions == {
-            "rounds.0.ask": {"prompt": "Number for round 0?", "schema": {"type": "integer"}}
-        }
-        await runtime.signal("r", "rounds.0.ask", 3)
-        second = await runtime.resume("r")
-        assert (await second.result()).status == "waiting"
-        assert list(await runtime.pending_inputs("r")) == ["rounds.1.ask"]
-        await second.signal("rounds.1.ask", 4)
-        third = await runtime.resume("r")
-        types = [event.type async for event in third.events()]
-        result = await third.result()
+    first = await runtime.run(flow, run_id="r")
+    assert first.status == "waiting"
+    assert first.output is None
+    questions = await runtime.pending_inputs("r")
+    assert questions == {
+        "rounds.0.ask": {"prompt": "Number for round 0?", "schema": {"type": "integer"}}
+    }
+    await runtime.signal("r", "rounds.0.ask", 3)
+    second = await runtime.resume("r")
+    assert (await second.result()).status == "waiting"
+    assert list(await runtime.pending_inputs("r")) == ["rounds.1.ask"]
+    await second.signal("rounds.1.ask", 4)
+    third = await runtime.resume("r")
+    types = [event.type async for event in third.events()]
+    result = await third.result()
     assert result.status == "completed"
     assert result.steps["rounds.0.double"].result == {"value": 6}
     assert result.steps["rounds.1.double"].result == {"value": 8}
@@ -170,11 +169,10 @@ async def test_an_answer_nobody_asked_for_is_refused(tmp_path: Path, write_flow:
 async def test_a_message_for_a_step_not_yet_started_survives_the_pause(
     tmp_path: Path,
     write_flow: WriteFlow,
-    llm_server: StartLLMServer,
-    monkeypatch: pytest.MonkeyPatch,
+    model_server: StartLLMServer,
 ) -> None:
     """A message the coordinator forwarded while the run waited reaches the step after resume."""
-    server = llm_server(
+    server = model_server(
         [
             ServerRule(["noted"], match=RequestMatch(last_role="tool")),
             ServerRule(
@@ -202,8 +200,6 @@ async def test_a_message_for_a_step_not_yet_started_survives_the_pause(
             ServerRule(["read it"], match=RequestMatch(user="Read your inbox.")),
         ]
     )
-    for name, value in server.environ().items():
-        monkeypatch.setenv(name, value)
     flow = write_flow(
         """
         name: mail

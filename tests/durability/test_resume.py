@@ -231,11 +231,8 @@ def test_resume_all_continues_every_interrupted_run(tmp_path: Path, write_flow: 
         """
         name: pair
         steps:
-          - id: a
-            handler: "HANDLERS:log"
-          - id: b
-            dependsOn: [a]
-            handler: "HANDLERS:log"
+          - {id: a, handler: "HANDLERS:log"}
+          - {id: b, dependsOn: [a], handler: "HANDLERS:log"}
         """,
         handlers=LOGGING,
     )
@@ -270,18 +267,15 @@ def test_a_real_cadenza_process_is_killed_through_its_environment(
 async def test_an_agent_remembers_its_replayed_visits(
     tmp_path: Path,
     write_flow: WriteFlow,
-    llm_server: StartLLMServer,
-    monkeypatch: pytest.MonkeyPatch,
+    model_server: StartLLMServer,
 ) -> None:
     """With memory: accumulate, the visit after a resume sees the turns of replayed visits."""
-    server = llm_server(
+    server = model_server(
         [
             ServerRule([f"draft {n}"], match=RequestMatch(last=f"Draft number {n}."))
             for n in range(3)
         ]
     )
-    for name, value in server.environ().items():
-        monkeypatch.setenv(name, value)
     flow = write_flow(
         """
         name: remembering

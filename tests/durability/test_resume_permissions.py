@@ -247,14 +247,21 @@ def refuse_rm(request: ToolRequest) -> bool | str | None:
     return None
 
 
+async def waiting_hook_run(write_flow: WriteFlow, tmp_path: Path) -> tuple[Path, int]:
+    """Run r-1 started under the ``refuse_rm`` hook, waiting for the person: its store,
+    and how many events that holds of it."""
+    flow, store = notes(write_flow, APPROVED), tmp_path / "runs.db"
+    await waiting_run(flow, store, ToolPolicy(hook=refuse_rm))
+    async with Runtime(store=store) as runtime:
+        return store, len(await runtime.stored_events("r-1"))
+
+
 async def test_a_hook_run_is_left_untouched_by_a_process_without_the_hook(
     write_flow: WriteFlow, tmp_path: Path
 ) -> None:
     """Resume and recover both leave it, saying why; a runtime with the hook resumes it."""
-    flow, store = notes(write_flow, APPROVED), tmp_path / "runs.db"
-    await waiting_run(flow, store, ToolPolicy(hook=refuse_rm))
+    store, events = await waiting_hook_run(write_flow, tmp_path)
     async with Runtime(store=store) as runtime:
-        events = len(await runtime.stored_events("r-1"))
         with pytest.raises(PolicyRefused, match="started with a permission hook") as refused:
             await runtime.resume("r-1")
         assert str(refused.value).startswith("run 'r-1' is left as it is: ")
@@ -285,10 +292,7 @@ async def test_recovery_leaves_a_hook_run_and_logs_why(
     write_flow: WriteFlow, tmp_path: Path
 ) -> None:
     """``Runtime(recover=True)`` (supervise, serve --recover) without the hook: untouched."""
-    flow, store = notes(write_flow, APPROVED), tmp_path / "runs.db"
-    await waiting_run(flow, store, ToolPolicy(hook=refuse_rm))
-    async with Runtime(store=store) as looking:
-        events = len(await looking.stored_events("r-1"))
+    store, events = await waiting_hook_run(write_flow, tmp_path)
     refusals = Refusals()
     logging.getLogger("cadenza").addHandler(refusals)
     try:

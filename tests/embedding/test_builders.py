@@ -21,7 +21,7 @@ from cadenza import LoadedWorkflow, RunResult, Runtime, StepContext, Workflow, W
 from cadenza import build as b
 from cadenza.protocols import LoopSummary
 from cadenza.workflow import Loop, Step, load_workflow_text
-from tests._helpers import EXAMPLES, load_example, run_flow, run_with_events
+from tests._helpers import EXAMPLES, load_example, run_flow, run_with_events, started
 from tests._workflows import ROUTER
 
 # -- helpers ---------------------------------------------------------------------
@@ -764,8 +764,7 @@ def blocked(place: str, entered: asyncio.Event) -> LoadedWorkflow:
 async def test_cancelling_a_run_reaches_an_async_predicate(place: str) -> None:
     """A predicate stuck awaiting does not hold the run: cancel ends it ``cancelled``."""
     entered = asyncio.Event()
-    async with Runtime() as runtime:
-        handle = await runtime.start(blocked(place, entered))
+    async with started(blocked(place, entered)) as (handle, _):
         await entered.wait()
         handle.cancel("enough")
         result = await handle.result()

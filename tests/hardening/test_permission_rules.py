@@ -32,11 +32,11 @@ import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cadenza import Runtime, ToolPolicy, ToolRequest
+from cadenza import ToolPolicy, ToolRequest
 from cadenza.actors.run import PermissionPolicy, read_command
 from cadenza.protocols import ToolPermission, payload
 from cadenza.workflow import WorkflowError, load_workflow, rule_problem
-from tests._helpers import cadenza, python
+from tests._helpers import cadenza, python, started
 from tests.conftest import WriteFlow
 
 from .conftest import FUZZ
@@ -837,8 +837,7 @@ async def test_end_to_end_a_workflows_own_rules_hold_the_same(
         "    tools: [bash, read, write]\n",
         '    tools: [bash, read, write]\n    permissions: {allow: ["bash(x*)", "bash(sh *)"]}\n',
     )
-    async with Runtime() as runtime:
-        handle = await runtime.start(write_flow(text))
+    async with started(write_flow(text)) as (handle, _):
         events = [e async for e in handle.events()]
     assert (tmp_path / "CANARY").read_text() == "alive\n"
     decisions = [
