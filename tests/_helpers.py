@@ -61,6 +61,10 @@ async def run_with_events(
         return await handle.result(), events
 
 
+Started = tuple[RunHandle, "Watch"]
+"""A started run's handle and the `Watch` of its events."""
+
+
 @asynccontextmanager
 async def started(
     workflow: Runnable,
@@ -68,7 +72,7 @@ async def started(
     clock: Clock | None = None,
     inputs: Mapping[str, Any] | None = None,
     run_id: str | None = None,
-) -> AsyncIterator[tuple[RunHandle, Watch]]:
+) -> AsyncIterator[Started]:
     """A run of ``workflow`` started on a fresh runtime (on ``clock``), and a `Watch` of
     its events; the runtime shuts down when the block ends."""
     watch = Watch()

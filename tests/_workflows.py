@@ -85,3 +85,23 @@ def tool_a(ctx):
 def tool_b(ctx):
     return "B-result"
 """
+
+PROBE = """
+import asyncio
+
+alive = 0
+peak = 0
+
+async def probe(ctx):
+    global alive, peak
+    alive += 1
+    peak = max(peak, alive)
+    for _ in range(20):  # stay alive across many turns of the event loop
+        await asyncio.sleep(0)
+    alive -= 1
+    return f"{ctx.index}:{ctx.item}"
+
+def peak_seen(ctx):
+    return {"peak": peak}
+"""
+"""Handlers: ``probe`` counts the probes alive at once; ``peak_seen`` answers the most."""

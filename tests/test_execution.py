@@ -12,6 +12,7 @@ import cadenza
 from cadenza import Runtime
 from tests._helpers import run_flow, started
 from tests._processes import running
+from tests._workflows import PROBE
 from tests.conftest import RunYaml, WriteFlow
 
 
@@ -303,25 +304,14 @@ async def test_stdin_reaches_the_command_verbatim(write_flow: WriteFlow) -> None
 
 async def test_max_concurrency_is_never_exceeded(run_yaml: RunYaml) -> None:
     """A probe handler counts how many run at once: never more than maxConcurrency."""
-    steps = "\n".join(f"  - id: s{i}\n    handler: 'HANDLERS:probe'" for i in range(12))
+    ids = [f"s{i}" for i in range(12)]
+    steps = "".join(f"  - {{id: {i}, handler: 'HANDLERS:probe'}}\n" for i in ids)
+    report = f"  - {{id: report, dependsOn: [{', '.join(ids)}], handler: 'HANDLERS:peak_seen'}}\n"
     result = await run_yaml(
-        "name: wide\noptions: {maxConcurrency: 3}\nsteps:\n" + steps + "\noutput: \"'done'\"\n",
-        handlers="""
-        import asyncio
-        active = 0
-        peak = 0
-        async def probe(ctx):
-            global active, peak
-            active += 1
-            peak = max(peak, active)
-            for _ in range(20):
-                await asyncio.sleep(0)
-            active -= 1
-            return str(peak)
-        """,
+        "name: wide\noptions: {maxConcurrency: 3}\nsteps:\n" + steps + report, handlers=PROBE
     )
-    peaks = [int(record.content or 0) for record in result.steps.values()]
-    assert max(peaks) == 3
+    assert result.status == "completed", result.error
+    assert result.steps["report"].result == {"peak": 3}
 
 
 async def test_missing_input_is_an_input_error(write_flow: WriteFlow) -> None:

@@ -3,26 +3,8 @@
 from __future__ import annotations
 
 from tests._helpers import run_with_events
+from tests._workflows import PROBE
 from tests.conftest import RunYaml, WriteFlow
-
-PROBE = """
-import asyncio
-
-alive = 0
-peak = 0
-
-async def probe(ctx):
-    global alive, peak
-    alive += 1
-    peak = max(peak, alive)
-    for _ in range(20):  # stay alive across many turns of the event loop
-        await asyncio.sleep(0)
-    alive -= 1
-    return f"{ctx.index}:{ctx.item}"
-
-def peak_seen(ctx):
-    return {"peak": peak}
-"""
 
 
 async def test_a_literal_list_runs_the_step_once_per_item(run_yaml: RunYaml) -> None:

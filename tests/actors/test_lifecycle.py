@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
 from cadenza.kernel import FakeClock
-from tests._helpers import started
+from tests._helpers import Started, started
 from tests.conftest import WriteFlow
 
 HANDLERS = """
@@ -17,27 +20,29 @@ async def hang(ctx):
 """
 
 
-async def test_delay_waits_on_the_clock_between_iterations(write_flow: WriteFlow) -> None:
-    """delay: the next iteration starts only once the injected clock has moved past it."""
+@asynccontextmanager
+async def delayed(write_flow: WriteFlow, loop: str) -> AsyncIterator[tuple[FakeClock, Started]]:
+    """A loop ``wait`` of ``tick`` (``loop``: its options) started on a fake clock; the
+    block begins once iteration 0 has ended, and the delay is to be waited out."""
     path = write_flow(
-        """
-        name: paced
-        steps:
-          - id: poll
-            handler: "HANDLERS:tick"
-            loop: {maxIterations: 2, delay: 30s}
-        """,
+        f"name: paced\nsteps:\n  - {{id: wait, handler: 'HANDLERS:tick', loop: {loop}}}\n",
         handlers=HANDLERS,
     )
     clock = FakeClock()
     async with started(path, clock=clock) as (handle, watch):
-        await watch.wait_for("iteration_end", "poll.0")
+        await watch.wait_for("iteration_end", "wait.0")
+        yield clock, (handle, watch)
+
+
+async def test_delay_waits_on_the_clock_between_iterations(write_flow: WriteFlow) -> None:
+    """delay: the next iteration starts only once the injected clock has moved past it."""
+    async with delayed(write_flow, "{maxIterations: 2, delay: 30s}") as (clock, (run, watch)):
         await clock.advance(29)
-        assert not watch.seen("iteration_start", "poll.1")
+        assert not watch.seen("iteration_start", "wait.1")
         await clock.advance(1)
-        result = await handle.result()
+        result = await run.result()
     assert result.status == "completed", result.error
-    assert result.steps["poll.1"].content == "tick 1"
+    assert result.steps["wait.1"].content == "tick 1"
 
 
 async def test_a_loop_timeout_bounds_all_iterations_and_retries_restart_it(
@@ -77,21 +82,9 @@ async def test_cancelling_a_run_interrupts_a_loop_waiting_out_its_delay(
     write_flow: WriteFlow,
 ) -> None:
     """A loop parked in its delay is cancelled at once: the run and the loop end cancelled."""
-    path = write_flow(
-        """
-        name: patient
-        steps:
-          - id: wait
-            handler: "HANDLERS:tick"
-            loop: {maxIterations: 5, delay: 1h}
-        """,
-        handlers=HANDLERS,
-    )
-    clock = FakeClock()
-    async with started(path, clock=clock) as (handle, watch):
-        await watch.wait_for("iteration_end", "wait.0")
-        handle.cancel("enough")
-        result = await handle.result()
+    async with delayed(write_flow, "{maxIterations: 5, delay: 1h}") as (_, (run, _)):
+        run.cancel("enough")
+        result = await run.result()
     assert result.status == "cancelled"
     assert result.steps["wait"].status == "cancelled"
     assert result.loops["wait"].termination_reason == "cancelled"

@@ -18,14 +18,7 @@ from cadenza.kernel import (
     Supervisor,
 )
 
-from .conftest import Ping, Settle
-
-
-class Echo(Actor):
-    """Answers every message with itself."""
-
-    async def receive(self, message: Any) -> Any:
-        return message
+from .conftest import Echo, Ping, Settle
 
 
 class Journal(Actor):

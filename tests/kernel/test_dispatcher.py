@@ -11,14 +11,7 @@ import pytest
 from cadenza.errors import ActorStopped
 from cadenza.kernel import Actor, ActorState, Restart, Supervisor
 
-from .conftest import Settle
-
-
-class Echo(Actor):
-    """Answers every message with itself, without awaiting anything."""
-
-    async def receive(self, message: Any) -> Any:
-        return message
+from .conftest import Echo, Settle
 
 
 class Gated(Actor):
