@@ -119,6 +119,30 @@ def assert_refused(proc: subprocess.CompletedProcess[str], *words: str) -> None:
     assert "Traceback" not in proc.stderr
 
 
+class EventStream:
+    """Reads a server-sent event stream line by line: `feed` returns each message as it
+    ends, as its fields (``id``, ``event``, ``data``: those present)."""
+
+    def __init__(self) -> None:
+        self._fields: dict[str, str] = {}
+
+    def feed(self, line: str) -> dict[str, str] | None:
+        """The message that ``line`` ends, if it ends one (a blank line does)."""
+        if not line:
+            message, self._fields = self._fields, {}
+            return message or None
+        if not line.startswith(":"):  # a comment (a keep-alive, say) is no field
+            name, _, value = line.partition(":")
+            self._fields[name] = value.removeprefix(" ")
+        return None
+
+
+def sse_messages(text: str) -> list[dict[str, str]]:
+    """The messages of a whole server-sent event stream."""
+    stream = EventStream()
+    return [m for line in [*text.splitlines(), ""] if (m := stream.feed(line)) is not None]
+
+
 class Sink(Generic[T]):
     """Collects what it is given (pass it as a sink); a test awaits a condition on that.
 

@@ -10,6 +10,7 @@ import itertools
 import textwrap
 import urllib.parse
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
+from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Protocol
@@ -169,6 +170,16 @@ class StoreFactory:
 
     def __call__(self) -> RunStore:
         return make_store(self.spec)
+
+    @asynccontextmanager
+    async def opened(self, count: int) -> AsyncIterator[list[RunStore]]:
+        """``count`` stores on this data, as that many processes have, open for the block."""
+        async with AsyncExitStack() as stack:
+            stores = [self() for _ in range(count)]
+            for store in stores:
+                await store.open()
+                stack.push_async_callback(store.close)
+            yield stores
 
 
 def assert_no_password(spec: str | None, *texts: str) -> None:

@@ -14,26 +14,11 @@ from starlette.routing import Mount
 from cadenza import Runtime
 from cadenza.protocols import Event
 from cadenza.serve import create_app
-from tests._helpers import EXAMPLES
+from tests._helpers import EXAMPLES, sse_messages
 
 from .conftest import ECHO, SCRIPTED, OpenViewer, write, write_parked
 
 JSON = {"content-type": "application/json"}
-
-
-def sse_messages(text: str) -> list[dict[str, str]]:
-    """The messages of a server-sent event stream, each as its fields."""
-    messages = []
-    for block in text.split("\n\n"):
-        fields: dict[str, str] = {}
-        for line in block.splitlines():
-            if line.startswith(":") or ": " not in line:
-                continue
-            name, value = line.split(": ", 1)
-            fields[name] = value
-        if fields:
-            messages.append(fields)
-    return messages
 
 
 async def test_run_list_is_newest_first_filtered_and_paged(

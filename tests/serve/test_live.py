@@ -13,21 +13,17 @@ from pathlib import Path
 import httpx
 
 from cadenza.serve import BackgroundServer, ServeOptions
+from tests._helpers import EventStream
 
 from .conftest import REFLECTION, HeldCritic, write
 
 
 def messages(response: httpx.Response) -> Iterator[dict[str, str]]:
     """The server-sent messages of a streamed response, as they arrive."""
-    fields: dict[str, str] = {}
+    stream = EventStream()
     for line in response.iter_lines():
-        if not line:
-            if fields:
-                yield fields
-            fields = {}
-        elif not line.startswith(":"):
-            name, _, value = line.partition(": ")
-            fields[name] = value
+        if (message := stream.feed(line)) is not None:
+            yield message
 
 
 def until_step_starts(stream: Iterator[dict[str, str]], address: str) -> list[dict[str, str]]:
