@@ -6,6 +6,16 @@ from tests._helpers import run_with_events
 from tests._workflows import PROBE
 from tests.conftest import RunYaml, WriteFlow
 
+TOLERANT = """
+name: tolerant
+steps:
+  - id: each
+    handler: "HANDLERS:check"
+    onError: continue
+    loop: {forEach: [0, 1, 2], maxConcurrency: 1}
+"""
+"""``check`` runs on items 0, 1, 2, one at a time; a failed item does not stop the rest."""
+
 
 async def test_a_literal_list_runs_the_step_once_per_item(run_yaml: RunYaml) -> None:
     """Iteration i runs at loop[i] with item, index and the brief's item_index."""
@@ -186,17 +196,7 @@ async def test_a_failed_item_stops_new_items_and_fails_the_step(run_yaml: RunYam
 async def test_on_error_continue_runs_every_item(run_yaml: RunYaml) -> None:
     """With onError: continue every item runs; the step is failed but the run goes on."""
     result = await run_yaml(
-        """
-        name: tolerant
-        steps:
-          - id: each
-            handler: "HANDLERS:check"
-            onError: continue
-            loop: {forEach: [0, 1, 2], maxConcurrency: 1}
-          - id: after
-            dependsOn: [each]
-            handler: "HANDLERS:after"
-        """,
+        TOLERANT + '  - {id: after, dependsOn: [each], handler: "HANDLERS:after"}\n',
         handlers="""
         def check(ctx):
             if ctx.item == 0:
@@ -242,14 +242,7 @@ async def test_an_item_that_did_not_complete_says_so_in_the_joined_content(
     """The step's content keeps a block per item, in order: a failed item's block says it
     failed and why, where it used to be empty; its iteration's own content stays empty."""
     result = await run_yaml(
-        """
-        name: tolerant
-        steps:
-          - id: each
-            handler: "HANDLERS:check"
-            onError: continue
-            loop: {forEach: [0, 1, 2], maxConcurrency: 1}
-        """,
+        TOLERANT,
         handlers="""
         def check(ctx):
             if ctx.item == 1:

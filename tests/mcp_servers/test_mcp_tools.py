@@ -14,8 +14,8 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from cadenza import Runtime, ToolPolicy
-from cadenza.testing import ServerReply, ServerRule, ServerToolCall
+from cadenza import RunResult, Runtime, ToolPolicy
+from cadenza.testing import RecordedRequest, ServerReply, ServerRule, ServerToolCall
 from cadenza.testing.pytest_plugin import StartLLMServer
 from tests._helpers import assert_refused, cadenza, run_flow
 from tests._processes import running
@@ -36,14 +36,20 @@ steps:
 """
 
 
+async def ask_the_time(
+    zone: str, then: str, write_flow: WriteFlow, model_server: StartLLMServer
+) -> tuple[RunResult, list[RecordedRequest]]:
+    """TIME_FLOW, its model asking the time server for the time in ``zone``, then saying
+    ``then``; the result, and the requests the model got."""
+    call = ServerToolCall("time__get_current_time", {"timezone": zone})
+    server = model_server([ServerRule([ServerReply("", tool_calls=[call]), ServerReply(then)])])
+    return await run_flow(write_flow(TIME_FLOW)), server.requests
+
+
 async def test_an_agent_calls_a_tool_of_a_real_mcp_server(
     write_flow: WriteFlow, mcp_path: str, model_server: StartLLMServer
 ) -> None:
-    call = ServerToolCall("time__get_current_time", {"timezone": "Asia/Tokyo"})
-    rules = [ServerRule([ServerReply("", tool_calls=[call]), ServerReply("It is late.")])]
-    server = model_server(rules)
-    result = await run_flow(write_flow(TIME_FLOW))
-    requests = server.requests
+    result, requests = await ask_the_time("Asia/Tokyo", "It is late.", write_flow, model_server)
     assert result.status == "completed", result.error
     offered = {tool["function"]["name"] for tool in requests[0].body["tools"]}
     assert {"time__get_current_time", "time__convert_time"} <= offered
@@ -55,11 +61,9 @@ async def test_an_agent_calls_a_tool_of_a_real_mcp_server(
 async def test_a_tool_that_fails_is_told_to_the_model_and_the_step_goes_on(
     write_flow: WriteFlow, mcp_path: str, model_server: StartLLMServer
 ) -> None:
-    call = ServerToolCall("time__get_current_time", {"timezone": "Nowhere/Atlantis"})
-    rules = [ServerRule([ServerReply("", tool_calls=[call]), ServerReply("No such place.")])]
-    server = model_server(rules)
-    result = await run_flow(write_flow(TIME_FLOW))
-    requests = server.requests
+    result, requests = await ask_the_time(
+        "Nowhere/Atlantis", "No such place.", write_flow, model_server
+    )
     assert result.status == "completed", result.error
     assert "Nowhere/Atlantis" in tool_answers(requests[1].body)[0]
 

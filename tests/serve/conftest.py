@@ -11,12 +11,15 @@ from pathlib import Path
 import httpx
 import pytest
 
-from cadenza import Runtime
+from cadenza import RunResult, Runtime
 from cadenza.serve import Limits, create_app
 from cadenza.testing import RequestMatch, ServerReply, ServerRule
 from cadenza.testing.pytest_plugin import StartLLMServer
 
 OpenViewer = Callable[..., AbstractAsyncContextManager[tuple[Runtime, httpx.AsyncClient]]]
+ViewRun = Callable[
+    [str, str, str], AbstractAsyncContextManager[tuple[Runtime, httpx.AsyncClient, RunResult]]
+]
 
 REFLECTION = """\
 name: watched-reflection
@@ -117,6 +120,23 @@ def open_viewer() -> OpenViewer:
                 yield runtime, client
 
     return open_
+
+
+@pytest.fixture
+def view_run(tmp_path: Path, open_viewer: OpenViewer) -> ViewRun:
+    """The viewer over ``tmp_path`` after a first run: ``view_run(name, text, run_id)``
+    writes ``text`` as ``name``, runs it as ``run_id`` to its end or its first wait, and
+    opens the viewer; it gives the runtime, the client and that run's result."""
+
+    @asynccontextmanager
+    async def view(
+        name: str, text: str, run_id: str
+    ) -> AsyncIterator[tuple[Runtime, httpx.AsyncClient, RunResult]]:
+        write(tmp_path, name, text)
+        async with open_viewer(tmp_path) as (runtime, client):
+            yield runtime, client, await runtime.run(tmp_path / name, run_id=run_id)
+
+    return view
 
 
 class HeldCritic:
