@@ -105,3 +105,11 @@ def peak_seen(ctx):
     return {"peak": peak}
 """
 """Handlers: ``probe`` counts the probes alive at once; ``peak_seen`` answers the most."""
+
+HANG = """
+import asyncio
+
+async def hang(ctx):
+    await asyncio.Event().wait()
+"""
+"""A handler, ``hang``, that runs until it is cancelled."""

@@ -12,7 +12,7 @@ import cadenza
 from cadenza import Runtime
 from tests._helpers import run_flow, started
 from tests._processes import running
-from tests._workflows import PROBE
+from tests._workflows import HANG, PROBE
 from tests.conftest import RunYaml, WriteFlow
 
 
@@ -207,13 +207,7 @@ async def test_abort_cancels_running_steps_and_starts_nothing_new(run_yaml: RunY
             dependsOn: [broken]
             command: "echo never"
         """,
-        handlers="""
-        import asyncio
-        async def hang(ctx):
-            await asyncio.Event().wait()
-        async def broken(ctx):
-            raise ValueError("bad value")
-        """,
+        handlers=HANG + "async def broken(ctx):\n    raise ValueError('bad value')\n",
     )
     assert result.status == "failed"
     assert result.error is not None
@@ -252,11 +246,7 @@ async def test_a_step_timeout_fails_the_step(run_yaml: RunYaml) -> None:
             timeout: 1s
             handler: "HANDLERS:hang"
         """,
-        handlers="""
-        import asyncio
-        async def hang(ctx):
-            await asyncio.Event().wait()
-        """,
+        handlers=HANG,
     )
     assert result.steps["slow"].status == "failed"
     assert result.error is not None
@@ -339,11 +329,7 @@ async def test_cancel_records_cancelled_steps_and_leaves_no_task(write_flow: Wri
           - id: hang
             handler: "HANDLERS:hang"
         """,
-        handlers="""
-        import asyncio
-        async def hang(ctx):
-            await asyncio.Event().wait()
-        """,
+        handlers=HANG,
     )
     before = set(asyncio.all_tasks())
     handles: list[cadenza.RunHandle] = []

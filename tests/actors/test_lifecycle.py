@@ -7,17 +7,16 @@ from contextlib import asynccontextmanager
 
 from cadenza.kernel import FakeClock
 from tests._helpers import Started, started
+from tests._workflows import HANG
 from tests.conftest import WriteFlow
 
-HANDLERS = """
-import asyncio
-
+HANDLERS = (
+    HANG
+    + """
 def tick(ctx):
     return f"tick {ctx.iteration}"
-
-async def hang(ctx):
-    await asyncio.Event().wait()
 """
+)
 
 
 @asynccontextmanager

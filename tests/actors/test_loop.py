@@ -227,41 +227,32 @@ async def test_feedback_reaches_the_first_body_step_from_iteration_one(
     assert result.steps["quiet.1"].content == "draft 1 (feedback: None)"
 
 
-async def test_memory_mode_and_a_stable_key_reach_body_steps(run_yaml: RunYaml) -> None:
-    """memory: accumulate gives every iteration of a body step the same memory key."""
+@pytest.mark.parametrize(
+    ("loop", "returns", "contents"),
+    [
+        pytest.param(  # memory: accumulate gives every iteration the same memory key
+            "{maxIterations: 2, memory: accumulate}",
+            "f'{ctx.brief.memory} {ctx.brief.memory_key}'",
+            {"each.0": "accumulate each:each", "each.1": "accumulate each:each"},
+            id="memory-and-a-stable-key",
+        ),
+        pytest.param(  # outputMode: cumulative makes the content every iteration's, in order
+            "{maxIterations: 3, outputMode: cumulative}",
+            "f'round {ctx.iteration}'",
+            {"each": "round 0\n\n---\n\nround 1\n\n---\n\nround 2"},
+            id="cumulative-output",
+        ),
+    ],
+)
+async def test_a_loop_option_reaches_the_steps_or_the_loops_content(
+    run_yaml: RunYaml, loop: str, returns: str, contents: dict[str, str]
+) -> None:
+    """A one-step loop ``each`` whose handler returns ``returns``: the contents it gives."""
     result = await run_yaml(
-        """
-        name: remember
-        steps:
-          - id: chat
-            handler: "HANDLERS:chat"
-            loop: {maxIterations: 2, memory: accumulate}
-        """,
-        handlers="""
-        def chat(ctx):
-            return f"{ctx.brief.memory} {ctx.brief.memory_key}"
-        """,
+        f"name: one\nsteps:\n  - {{id: each, handler: 'HANDLERS:each', loop: {loop}}}\n",
+        handlers=f"def each(ctx):\n    return {returns}\n",
     )
-    assert result.steps["chat.0"].content == "accumulate chat:chat"
-    assert result.steps["chat.1"].content == "accumulate chat:chat"
-
-
-async def test_cumulative_output_joins_every_iteration(run_yaml: RunYaml) -> None:
-    """outputMode: cumulative makes the loop's content every iteration's, in order."""
-    result = await run_yaml(
-        """
-        name: rounds
-        steps:
-          - id: rounds
-            handler: "HANDLERS:round"
-            loop: {maxIterations: 3, outputMode: cumulative}
-        """,
-        handlers="""
-        def round(ctx):
-            return f"round {ctx.iteration}"
-        """,
-    )
-    assert result.steps["rounds"].content == "round 0\n\n---\n\nround 1\n\n---\n\nround 2"
+    assert {address: result.steps[address].content for address in contents} == contents
 
 
 async def test_a_bad_until_fails_the_loop_naming_the_expression(run_yaml: RunYaml) -> None:
