@@ -238,6 +238,11 @@ class StoredRun(NamedTuple):
     steps: dict[str, StepRecord]
     """The latest record of each address."""
 
+    @property
+    def finished(self) -> set[str]:
+        """The addresses whose record is final: completed, failed or skipped."""
+        return {a for a, r in self.steps.items() if r.status in ("completed", "failed", "skipped")}
+
 
 def read_run(spec: str | Path, run_id: str) -> StoredRun:
     """What the store at ``spec`` holds of ``run_id`` (from synchronous code)."""

@@ -113,3 +113,17 @@ async def hang(ctx):
     await asyncio.Event().wait()
 """
 """A handler, ``hang``, that runs until it is cancelled."""
+
+FLAKY_COMMAND = (
+    "n=$(cat flaky.count 2>/dev/null || echo 0); n=$((n + 1)); echo $n > flaky.count;"
+    ' test "$n" -ge 2 && echo "ran $n times"'
+)
+"""A shell command that fails its first run and then says how many runs it took, counting
+them in ``flaky.count`` in its working directory."""
+
+
+def flaky(**more: str) -> str:
+    """The step ``flaky`` (`FLAKY_COMMAND`, run in the workflow's folder) as a YAML flow
+    map; ``more`` adds keys (YAML values)."""
+    keys = {"id": "flaky", "command": f"'{FLAKY_COMMAND}'", "cwd": ".", **more}
+    return "{" + ", ".join(f"{key}: {value}" for key, value in keys.items()) + "}"

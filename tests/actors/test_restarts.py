@@ -16,6 +16,7 @@ from cadenza import build as b
 from cadenza.protocols import Event
 from cadenza.workflow import Supervision, WorkflowError, load_workflow
 from tests._helpers import run_flow, run_with_events
+from tests._workflows import flaky
 from tests.conftest import WriteFlow
 
 # Every handler appends its step id to starts.txt when it starts, so a test reads
@@ -63,13 +64,6 @@ async def always_fail(ctx):
     raise RuntimeError("always fails")
 """
 
-# A command step that fails its first run, counting its runs in a file (with `cwd: .`,
-# beside the workflow).
-FLAKY_COMMAND = (
-    "n=$(cat flaky.count 2>/dev/null || echo 0); n=$((n + 1)); echo $n > flaky.count;"
-    ' test "$n" -ge 2 && echo "ran $n times"'
-)
-
 
 def starts(path: Path) -> list[str]:
     file = path.with_name("starts.txt")
@@ -88,9 +82,7 @@ async def test_one_for_one_runs_the_failed_command_again_and_nothing_else(
         name: one
         options: {{supervisor: {{strategy: one_for_one}}}}
         steps:
-          - id: flaky
-            command: '{FLAKY_COMMAND}'
-            cwd: .
+          - {flaky()}
           - id: steady
             handler: "HANDLERS:wait_release"
           - id: after
@@ -241,9 +233,7 @@ async def test_each_loop_iteration_supervises_its_own_steps(write_flow: WriteFlo
             loop:
               maxIterations: 1
               steps:
-                - id: flaky
-                  command: '{FLAKY_COMMAND}'
-                  cwd: .
+                - {flaky()}
         """
     )
     result, events = await run_with_events(path)
@@ -261,10 +251,7 @@ async def test_a_container_is_restarted_whole_its_attempts_counted_on(
         name: container
         options: {{supervisor: {{strategy: one_for_one}}}}
         steps:
-          - id: flaky
-            command: '{FLAKY_COMMAND}'
-            cwd: .
-            loop: {{maxIterations: 1}}
+          - {flaky(loop="{maxIterations: 1}")}
         """
     )
     result, events = await run_with_events(path)
@@ -276,9 +263,7 @@ async def test_a_container_is_restarted_whole_its_attempts_counted_on(
 
 
 async def test_without_a_supervisor_a_failure_is_final(write_flow: WriteFlow) -> None:
-    path = write_flow(
-        f"name: plain\nsteps:\n  - id: flaky\n    command: '{FLAKY_COMMAND}'\n    cwd: .\n"
-    )
+    path = write_flow(f"name: plain\nsteps:\n  - {flaky()}\n")
     result, events = await run_with_events(path)
     assert result.status == "failed"
     assert path.with_name("flaky.count").read_text() == "1\n"

@@ -39,8 +39,6 @@ from tests._helpers import cadenza, read_run
 
 from .conftest import PowerCut
 
-FINAL = ("completed", "failed", "skipped")
-
 AGENT = """\
 name: {name}
 inputs: {inputs}
@@ -209,9 +207,8 @@ def calls_by_step(requests: Iterable[RecordedRequest]) -> Counter[str]:
 
 def read_store(path: Path | str, run_id: str) -> tuple[list[Event], set[str]]:
     """The run's stored events and the addresses with a final record."""
-
-    events, records = read_run(path, run_id)
-    return events, {a for a, r in records.items() if r.status in FINAL}
+    stored = read_run(path, run_id)
+    return stored.events, stored.finished
 
 
 def decisions(events: list[Event], address: str) -> list[dict[str, Any]]:

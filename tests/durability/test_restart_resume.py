@@ -15,17 +15,14 @@ import pytest
 
 from cadenza.testing import CrashHarness, KillPoint
 from tests._helpers import read_run
+from tests._workflows import flaky
 from tests.conftest import WriteFlow
 
-FLAKY = """
+FLAKY = f"""
 name: restarted
-options: {supervisor: {strategy: one_for_one}}
+options: {{supervisor: {{strategy: one_for_one}}}}
 steps:
-  - id: flaky
-    cwd: .
-    command: >-
-      n=$(cat flaky.count 2>/dev/null || echo 0); n=$((n + 1)); echo $n > flaky.count;
-      test "$n" -ge 2 && echo "ran $n times"
+  - {flaky()}
   - id: after
     dependsOn: [flaky]
     command: echo after

@@ -30,7 +30,6 @@ from cadenza.testing import (
 from tests._helpers import read_run
 
 ITERATIONS = 20
-FINAL = ("completed", "failed", "skipped")
 ITEMS = ("alpha", "beta", "gamma", "delta")
 
 WORKFLOW = f"""\
@@ -179,8 +178,7 @@ class Tally:
 
 def finished_steps(harness: CrashHarness, run_id: str) -> set[str]:
     """The addresses the store holds a final record for, read from the store."""
-    records = read_run(harness.store, run_id).steps
-    return {address for address, record in records.items() if record.status in FINAL}
+    return read_run(harness.store, run_id).finished
 
 
 def crash_and_count(
