@@ -43,6 +43,9 @@ DEADLINE = 30.0
 """Seconds a condition a test awaits may take before the test fails as hung."""
 
 
+# -- runs ------------------------------------------------------------------------------
+
+
 async def run_flow(
     workflow: Runnable, *, inputs: Mapping[str, Any] | None = None, run_id: str | None = None
 ) -> RunResult:
@@ -59,88 +62,6 @@ async def run_with_events(
     async with Runtime() as runtime:
         handle = await runtime.start(workflow, inputs=inputs, on_event=events.append)
         return await handle.result(), events
-
-
-Started = tuple[RunHandle, "Watch"]
-"""A started run's handle and the `Watch` of its events."""
-
-
-@asynccontextmanager
-async def started(
-    workflow: Runnable,
-    *,
-    clock: Clock | None = None,
-    inputs: Mapping[str, Any] | None = None,
-    run_id: str | None = None,
-) -> AsyncIterator[Started]:
-    """A run of ``workflow`` started on a fresh runtime (on ``clock``), and a `Watch` of
-    its events; the runtime shuts down when the block ends."""
-    watch = Watch()
-    async with Runtime(clock=clock) as runtime:
-        yield await runtime.start(workflow, inputs=inputs, run_id=run_id, on_event=watch), watch
-
-
-def python(
-    *args: str, cwd: Path, env: Mapping[str, str] | None = None, timeout: float = 60
-) -> subprocess.CompletedProcess[str]:
-    """``python ARGS`` (this interpreter) in ``cwd``; its output as text."""
-    return subprocess.run(
-        [sys.executable, *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=env,
-        check=False,
-    )
-
-
-def cadenza(
-    *args: str, cwd: Path, env: Mapping[str, str] | None = None, timeout: float = 60
-) -> subprocess.CompletedProcess[str]:
-    """``python -m cadenza ARGS`` in ``cwd``, as a user runs it; its output as text."""
-    return python(*CLI[1:], *args, cwd=cwd, env=env, timeout=timeout)
-
-
-def assert_clean_failure(proc: subprocess.CompletedProcess[str], code: int, *words: str) -> None:
-    """The command exited with ``code``, said each of ``words``, and showed no traceback."""
-    text = proc.stdout + proc.stderr
-    assert proc.returncode == code, text
-    assert "Traceback" not in text
-    for word in words:
-        assert word in text, text
-
-
-def assert_refused(proc: subprocess.CompletedProcess[str], *words: str) -> None:
-    """Bad input: exit code 2, and stderr says each of ``words``, with no traceback."""
-    assert proc.returncode == 2, proc.stdout + proc.stderr
-    for word in words:
-        assert word in proc.stderr, proc.stderr
-    assert "Traceback" not in proc.stderr
-
-
-class EventStream:
-    """Reads a server-sent event stream line by line: `feed` returns each message as it
-    ends, as its fields (``id``, ``event``, ``data``: those present)."""
-
-    def __init__(self) -> None:
-        self._fields: dict[str, str] = {}
-
-    def feed(self, line: str) -> dict[str, str] | None:
-        """The message that ``line`` ends, if it ends one (a blank line does)."""
-        if not line:
-            message, self._fields = self._fields, {}
-            return message or None
-        if not line.startswith(":"):  # a comment (a keep-alive, say) is no field
-            name, _, value = line.partition(":")
-            self._fields[name] = value.removeprefix(" ")
-        return None
-
-
-def sse_messages(text: str) -> list[dict[str, str]]:
-    """The messages of a whole server-sent event stream."""
-    stream = EventStream()
-    return [m for line in [*text.splitlines(), ""] if (m := stream.feed(line)) is not None]
 
 
 class Sink(Generic[T]):
@@ -193,6 +114,97 @@ class Watch(Sink[Event]):
         return found
 
 
+Started = tuple[RunHandle, Watch]
+"""A started run's handle and the `Watch` of its events."""
+
+
+@asynccontextmanager
+async def started(
+    workflow: Runnable,
+    *,
+    clock: Clock | None = None,
+    inputs: Mapping[str, Any] | None = None,
+    run_id: str | None = None,
+) -> AsyncIterator[Started]:
+    """A run of ``workflow`` started on a fresh runtime (on ``clock``), and a `Watch` of
+    its events; the runtime shuts down when the block ends."""
+    watch = Watch()
+    async with Runtime(clock=clock) as runtime:
+        yield await runtime.start(workflow, inputs=inputs, run_id=run_id, on_event=watch), watch
+
+
+# -- the command line ------------------------------------------------------------------
+
+
+def python(
+    *args: str, cwd: Path, env: Mapping[str, str] | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    """``python ARGS`` (this interpreter) in ``cwd``; its output as text."""
+    return subprocess.run(
+        [sys.executable, *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        check=False,
+    )
+
+
+def cadenza(
+    *args: str, cwd: Path, env: Mapping[str, str] | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    """``python -m cadenza ARGS`` in ``cwd``, as a user runs it; its output as text."""
+    return python(*CLI[1:], *args, cwd=cwd, env=env, timeout=timeout)
+
+
+def assert_clean_failure(proc: subprocess.CompletedProcess[str], code: int, *words: str) -> None:
+    """The command exited with ``code``, said each of ``words``, and showed no traceback."""
+    text = proc.stdout + proc.stderr
+    assert proc.returncode == code, text
+    assert "Traceback" not in text
+    for word in words:
+        assert word in text, text
+
+
+def assert_refused(proc: subprocess.CompletedProcess[str], *words: str) -> None:
+    """Bad input: exit code 2, and stderr says each of ``words``, with no traceback."""
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    for word in words:
+        assert word in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+# -- server-sent events ----------------------------------------------------------------
+
+
+class EventStream:
+    """Reads a server-sent event stream line by line: `feed` returns each message as it
+    ends, as its fields (``id``, ``event``, ``data``: those present)."""
+
+    def __init__(self) -> None:
+        self._fields: dict[str, str] = {}
+
+    def feed(self, line: str) -> dict[str, str] | None:
+        """The message that ``line`` ends, if it ends one (a blank line does)."""
+        if not line:
+            message, self._fields = self._fields, {}
+            return message or None
+        if not line.startswith(":"):  # a comment (a keep-alive, say) is no field
+            name, _, value = line.partition(":")
+            self._fields[name] = value.removeprefix(" ")
+        return None
+
+
+def sse_messages(text: str) -> list[dict[str, str]]:
+    """The messages of a whole server-sent event stream."""
+    stream = EventStream()
+    return [m for line in [*text.splitlines(), ""] if (m := stream.feed(line)) is not None]
+
+
+# -- modules ---------------------------------------------------------------------------
+
+
 def import_source(
     directory: Path, source: str, monkeypatch: pytest.MonkeyPatch, *, prefix: str = "steps"
 ) -> ModuleType:
@@ -218,6 +230,9 @@ def load_example(name: str, as_module: str | None = None) -> ModuleType:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+# -- stores ----------------------------------------------------------------------------
 
 
 @asynccontextmanager

@@ -1,4 +1,6 @@
-"""Shared fixtures: workflow files, a scripted chat model, stores of each backend.
+"""Shared fixtures: workflow files and runs of them (``write_flow``, ``run_yaml``), a
+runtime on disk (``runtime``), a scripted chat model (``llm_server``,
+``model_server``), and run stores of each backend.
 
 The helpers they are built on are in ``tests/_helpers.py``.
 """
@@ -43,6 +45,7 @@ class RunYaml(Protocol):
 
 
 Wire = Literal["openai", "anthropic"]
+"""The wire formats a scripted chat model speaks."""
 
 
 @pytest.fixture

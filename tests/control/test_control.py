@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from cadenza import RunHandle, Runtime
+from cadenza import Runtime
 from cadenza.errors import SignalRejected
 from cadenza.kernel import FakeClock
 from cadenza.workflow import validate_file
-from tests._helpers import Watch, run_flow, run_with_events, started
+from tests._helpers import Started, run_flow, run_with_events, started
 
 from .conftest import ControlFlow, task
 
@@ -522,9 +522,7 @@ def judge(ctx):
 
 
 @asynccontextmanager
-async def hanging(
-    path: Path, clock: FakeClock | None = None
-) -> AsyncIterator[tuple[RunHandle, Watch]]:
+async def hanging(path: Path, clock: FakeClock | None = None) -> AsyncIterator[Started]:
     """A run of ``path`` (on ``clock``) whose actor, HANG's, has started and waits forever."""
     async with started(path, clock=clock) as (handle, watch):
         await watch.wait_for("step_start", "task.0.actor.act")
