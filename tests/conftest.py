@@ -1,6 +1,5 @@
 """Shared fixtures: workflow files and runs of them (``write_flow``, ``run_yaml``), a
-runtime on disk (``runtime``), a scripted chat model (``llm_server``,
-``model_server``), and run stores of each backend.
+scripted chat model (``llm_server``, ``model_server``), run stores of each backend.
 
 The helpers they are built on are in ``tests/_helpers.py``.
 """
@@ -19,7 +18,7 @@ from typing import Any, Literal, Protocol
 
 import pytest
 
-from cadenza import RunResult, Runtime, _redact
+from cadenza import RunResult, _redact
 from cadenza.kernel import RunStore, make_store
 from cadenza.testing import RuleLike, ScriptedLLMServer
 from cadenza.testing.pytest_plugin import StartLLMServer
@@ -79,13 +78,6 @@ def run_yaml(write_flow: WriteFlow) -> RunYaml:
         return await run_flow(write_flow(yaml_text, handlers=handlers), inputs=inputs)
 
     return run
-
-
-@pytest.fixture
-async def runtime(tmp_path: Path) -> AsyncIterator[Runtime]:
-    """A runtime on the SQLite store ``tmp_path / "runs.db"``, open for the whole test."""
-    async with Runtime(store=tmp_path / "runs.db") as runtime:
-        yield runtime
 
 
 @pytest.fixture

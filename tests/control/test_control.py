@@ -310,32 +310,33 @@ def judge(ctx):
 
 
 async def test_escalate_human_waits_for_a_person_and_heeds_their_retry(
-    control_flow: ControlFlow, runtime: Runtime
+    control_flow: ControlFlow, tmp_path: Path
 ) -> None:
     """The run waits at task.0.human; a checked answer is recorded; resume goes on with it."""
     flow = control_flow(ESCALATE, handlers=HEEDS)
-    paused = await runtime.run(flow, run_id="r")
-    assert paused.status == "waiting"
-    assert paused.output is None
-    assert paused.steps["task"].status == "waiting"
-    iteration = paused.steps["task.0"]
-    assert iteration.status == "completed"
-    assert iteration.content == (
-        "escalate: the evaluator did not pass it (score 0.4); "
-        "retries and replans are spent; escalate: human asks a person"
-    )
-    questions = await runtime.pending_inputs("r")
-    assert list(questions) == ["task.0.human"]
-    prompt = questions["task.0.human"]["prompt"]
-    assert prompt.startswith("The control loop 'task' escalated iteration 0: ")
-    assert 'Result: {"text":"draft 0","heard":""}' in prompt
-    assert questions["task.0.human"]["schema"]["required"] == ["decision"]
-    assert paused.loops["task"].termination_reason == "waiting"
+    async with Runtime(store=tmp_path / "runs.db") as runtime:
+        paused = await runtime.run(flow, run_id="r")
+        assert paused.status == "waiting"
+        assert paused.output is None
+        assert paused.steps["task"].status == "waiting"
+        iteration = paused.steps["task.0"]
+        assert iteration.status == "completed"
+        assert iteration.content == (
+            "escalate: the evaluator did not pass it (score 0.4); "
+            "retries and replans are spent; escalate: human asks a person"
+        )
+        questions = await runtime.pending_inputs("r")
+        assert list(questions) == ["task.0.human"]
+        prompt = questions["task.0.human"]["prompt"]
+        assert prompt.startswith("The control loop 'task' escalated iteration 0: ")
+        assert 'Result: {"text":"draft 0","heard":""}' in prompt
+        assert questions["task.0.human"]["schema"]["required"] == ["decision"]
+        assert paused.loops["task"].termination_reason == "waiting"
 
-    with pytest.raises(SignalRejected, match="decision: 'later' is not one of"):
-        await runtime.signal("r", "task.0.human", {"decision": "later"})
-    await runtime.signal("r", "task.0.human", {"decision": "retry", "feedback": "Say fast"})
-    result = await (await runtime.resume("r")).result()
+        with pytest.raises(SignalRejected, match="decision: 'later' is not one of"):
+            await runtime.signal("r", "task.0.human", {"decision": "later"})
+        await runtime.signal("r", "task.0.human", {"decision": "retry", "feedback": "Say fast"})
+        result = await (await runtime.resume("r")).result()
     assert result.status == "completed", result.error
     control = result.steps["task"].result
     assert control["status"] == "succeeded"

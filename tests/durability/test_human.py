@@ -99,25 +99,26 @@ def test_a_person_answers_through_the_command_line(
 
 
 async def test_each_iteration_of_a_loop_waits_for_its_own_answer(
-    write_flow: WriteFlow, runtime: Runtime
+    tmp_path: Path, write_flow: WriteFlow
 ) -> None:
     """One question per address: round 0 is answered, resumed, then round 1 waits."""
     flow = write_flow(ROUNDS, handlers=DOUBLE)
-    first = await runtime.run(flow, run_id="r")
-    assert first.status == "waiting"
-    assert first.output is None
-    questions = await runtime.pending_inputs("r")
-    assert questions == {
-        "rounds.0.ask": {"prompt": "Number for round 0?", "schema": {"type": "integer"}}
-    }
-    await runtime.signal("r", "rounds.0.ask", 3)
-    second = await runtime.resume("r")
-    assert (await second.result()).status == "waiting"
-    assert list(await runtime.pending_inputs("r")) == ["rounds.1.ask"]
-    await second.signal("rounds.1.ask", 4)
-    third = await runtime.resume("r")
-    types = [event.type async for event in third.events()]
-    result = await third.result()
+    async with Runtime(store=tmp_path / "runs.db") as runtime:
+        first = await runtime.run(flow, run_id="r")
+        assert first.status == "waiting"
+        assert first.output is None
+        questions = await runtime.pending_inputs("r")
+        assert questions == {
+            "rounds.0.ask": {"prompt": "Number for round 0?", "schema": {"type": "integer"}}
+        }
+        await runtime.signal("r", "rounds.0.ask", 3)
+        second = await runtime.resume("r")
+        assert (await second.result()).status == "waiting"
+        assert list(await runtime.pending_inputs("r")) == ["rounds.1.ask"]
+        await second.signal("rounds.1.ask", 4)
+        third = await runtime.resume("r")
+        types = [event.type async for event in third.events()]
+        result = await third.result()
     assert result.status == "completed"
     assert result.steps["rounds.0.double"].result == {"value": 6}
     assert result.steps["rounds.1.double"].result == {"value": 8}

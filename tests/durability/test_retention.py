@@ -48,12 +48,13 @@ def kept(addresses: Iterable[str]) -> list[str]:
 
 
 async def test_keep_last_keeps_only_the_newest_iterations(
-    write_flow: WriteFlow, runtime: Runtime
+    tmp_path: Path, write_flow: WriteFlow
 ) -> None:
     """With keepLast: 3, the result and the store hold iterations 9-11 only; the count is 12."""
     flow = write_flow(LONG, handlers=STEP)
-    result = await runtime.run(flow, run_id="r")
-    stored = await runtime.store.steps("r")
+    async with Runtime(store=tmp_path / "runs.db") as runtime:
+        result = await runtime.run(flow, run_id="r")
+        stored = await runtime.store.steps("r")
     assert result.loops["spin"].iterations == 12
     expected = [f"spin.{n}{s}" for n in (10, 11, 9) for s in ("", ".a", ".b")]
     assert kept(result.steps) == sorted(expected)
