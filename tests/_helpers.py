@@ -36,6 +36,9 @@ EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 Runnable = LoadedWorkflow | Workflow | str | os.PathLike[str]
 """What `Runtime.run` takes: a loaded or built workflow, or its file."""
 
+Store = RunStore | str | os.PathLike[str] | None
+"""What `Runtime` takes as its store: one, a file or URL, or None (in memory)."""
+
 CLI = (sys.executable, "-m", "cadenza")
 """The command line as a user runs it, from this interpreter."""
 
@@ -47,10 +50,15 @@ DEADLINE = 30.0
 
 
 async def run_flow(
-    workflow: Runnable, *, inputs: Mapping[str, Any] | None = None, run_id: str | None = None
+    workflow: Runnable,
+    *,
+    inputs: Mapping[str, Any] | None = None,
+    run_id: str | None = None,
+    store: Store = None,
 ) -> RunResult:
-    """Runs ``workflow`` to its result on a fresh runtime (in memory)."""
-    async with Runtime() as runtime:
+    """Runs ``workflow`` to its result (or its first wait) on a fresh runtime, on ``store``
+    (default: in memory)."""
+    async with Runtime(store=store) as runtime:
         return await runtime.run(workflow, inputs=inputs, run_id=run_id)
 
 
@@ -131,6 +139,16 @@ async def started(
     watch = Watch()
     async with Runtime(clock=clock) as runtime:
         yield await runtime.start(workflow, inputs=inputs, run_id=run_id, on_event=watch), watch
+
+
+@asynccontextmanager
+async def run_on(
+    store: Store, workflow: Runnable, run_id: str = "r"
+) -> AsyncIterator[tuple[Runtime, RunResult]]:
+    """A runtime on ``store`` once ``workflow`` has run on it as ``run_id`` (to its end or
+    its first wait), and that result; the runtime stays open for the block."""
+    async with Runtime(store=store) as runtime:
+        yield runtime, await runtime.run(workflow, run_id=run_id)
 
 
 # -- the command line ------------------------------------------------------------------

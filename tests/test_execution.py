@@ -375,8 +375,7 @@ async def test_sqlite_store_keeps_the_result(write_flow: WriteFlow, tmp_path: Pa
     """A run recorded in SQLite can be read back by a new runtime: result and events."""
     path = write_flow("name: kept\nsteps:\n  - id: a\n    command: 'echo kept'\n")
     store = tmp_path / "runs.db"
-    async with Runtime(store=store) as runtime:
-        result = await runtime.run(path, run_id="r1")
+    result = await run_flow(path, run_id="r1", store=store)
     async with Runtime(store=store) as runtime:
         row = await runtime.get_run("r1")
         events = await runtime.stored_events("r1")

@@ -12,7 +12,7 @@ from cadenza import Runtime
 from cadenza.errors import SignalRejected
 from cadenza.kernel import FakeClock
 from cadenza.workflow import validate_file
-from tests._helpers import Started, run_flow, run_with_events, started
+from tests._helpers import Started, run_flow, run_on, run_with_events, started
 
 from .conftest import ControlFlow, task
 
@@ -314,8 +314,7 @@ async def test_escalate_human_waits_for_a_person_and_heeds_their_retry(
 ) -> None:
     """The run waits at task.0.human; a checked answer is recorded; resume goes on with it."""
     flow = control_flow(ESCALATE, handlers=HEEDS)
-    async with Runtime(store=tmp_path / "runs.db") as runtime:
-        paused = await runtime.run(flow, run_id="r")
+    async with run_on(tmp_path / "runs.db", flow) as (runtime, paused):
         assert paused.status == "waiting"
         assert paused.output is None
         assert paused.steps["task"].status == "waiting"
@@ -419,8 +418,7 @@ async def test_a_person_asked_inside_the_actor_makes_the_loop_wait(
         return {"passed": True, "score": 1}
     """
     flow = control_flow(ESCALATE, handlers=handlers, children={"actor.yaml": asking})
-    async with Runtime(store=tmp_path / "runs.db") as runtime:
-        paused = await runtime.run(flow, run_id="r")
+    async with run_on(tmp_path / "runs.db", flow) as (runtime, paused):
         assert paused.status == "waiting"
         assert paused.steps["task.0"].status == "waiting"
         assert list(await runtime.pending_inputs("r")) == ["task.0.actor.ask"]

@@ -7,13 +7,12 @@ from typing import Any
 
 import pytest
 
-from cadenza import RunResult, Runtime
-from tests._helpers import EXAMPLES, load_example
+from cadenza import RunResult
+from tests._helpers import EXAMPLES, load_example, run_flow, run_on
 
 
 async def run(name: str, **inputs: Any) -> RunResult:
-    async with Runtime() as runtime:
-        return await runtime.run(EXAMPLES / name, inputs=inputs)
+    return await run_flow(EXAMPLES / name, inputs=inputs)
 
 
 def decisions(result: RunResult, step: str) -> list[str]:
@@ -90,8 +89,10 @@ async def test_a_coding_loop_is_judged_by_real_pytest_in_a_sandbox() -> None:
 
 async def test_a_claim_waits_for_a_persons_sign_off(tmp_path: Path) -> None:
     """escalate: human: the run waits at signoff.0.human; "drop the number" gets a plain draft."""
-    async with Runtime(store=tmp_path / "runs.db") as runtime:
-        paused = await runtime.run(EXAMPLES / "control-signoff.yaml", run_id="demo")
+    async with run_on(tmp_path / "runs.db", EXAMPLES / "control-signoff.yaml", "demo") as (
+        runtime,
+        paused,
+    ):
         assert paused.status == "waiting"
         question = (await runtime.pending_inputs("demo"))["signoff.0.human"]
         assert "It claims '10x'; only a person can sign that off." in question["prompt"]

@@ -35,7 +35,7 @@ from cadenza.testing import (
     ServerToolCall,
     compare_results,
 )
-from tests._helpers import cadenza, read_run
+from tests._helpers import cadenza, read_run, run_flow
 
 from .conftest import PowerCut
 
@@ -396,8 +396,7 @@ async def test_tokens_spent_counts_the_replayed_steps_and_the_budget_holds(
         tmp_path / "runs.db", lambda e: e.type == "step_end" and e.step_id == "budget.1"
     )
 
-    async with Runtime(store=store) as runtime:
-        await runtime.run(flows[0], run_id="r")
+    await run_flow(flows[0], run_id="r", store=store)
     async with Runtime(store=tmp_path / "runs.db") as runtime:
         result = await (await runtime.resume("r")).result()
     assert store.dead

@@ -21,7 +21,7 @@ from cadenza.testing import (
     compare_results,
 )
 from cadenza.testing.pytest_plugin import StartLLMServer
-from tests._helpers import cadenza
+from tests._helpers import cadenza, run_flow, run_on
 from tests.conftest import WriteFlow
 
 from .conftest import PowerCut, event_is
@@ -95,8 +95,7 @@ async def test_a_finished_run_resumes_to_its_stored_result(
     flow = write_flow(
         "name: done\nsteps:\n  - id: a\n    handler: 'HANDLERS:log'\n", handlers=LOGGING
     )
-    async with Runtime(store=tmp_path / "runs.db") as runtime:
-        first = await runtime.run(flow, run_id="r")
+    async with run_on(tmp_path / "runs.db", flow) as (runtime, first):
         handle = await runtime.resume("r")
         assert handle.done
         assert await handle.result() == first
@@ -118,8 +117,7 @@ async def test_containers_resume_where_the_power_went(
     write_flow(CHILD, name="child.yaml", handlers=LOGGING)
     flow = write_flow(NESTED, handlers=LOGGING)
     store = PowerCut(tmp_path / "runs.db", event_is("step_end", "route.0.first"))
-    async with Runtime(store=store) as runtime:
-        uninterrupted = await runtime.run(flow, run_id="r")
+    uninterrupted = await run_flow(flow, run_id="r", store=store)
     before = calls(tmp_path)
     async with Runtime(store=tmp_path / "runs.db") as runtime:
         resumed = await (await runtime.resume("r")).result()
@@ -289,8 +287,7 @@ async def test_an_agent_remembers_its_replayed_visits(
         """
     )
     store = PowerCut(tmp_path / "runs.db", event_is("iteration_start", "drafts.2"))
-    async with Runtime(store=store) as runtime:
-        uninterrupted = await runtime.run(flow, run_id="r")
+    uninterrupted = await run_flow(flow, run_id="r", store=store)
     asked = len(server.requests)
     async with Runtime(store=tmp_path / "runs.db") as runtime:
         resumed = await (await runtime.resume("r")).result()

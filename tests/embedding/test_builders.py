@@ -21,7 +21,7 @@ from cadenza import LoadedWorkflow, RunResult, Runtime, StepContext, Workflow, W
 from cadenza import build as b
 from cadenza.protocols import LoopSummary
 from cadenza.workflow import Loop, Step, load_workflow_text
-from tests._helpers import EXAMPLES, load_example, run_flow, run_with_events, started
+from tests._helpers import EXAMPLES, load_example, run_flow, run_on, run_with_events, started
 from tests._workflows import ROUTER
 
 # -- helpers ---------------------------------------------------------------------
@@ -879,8 +879,7 @@ async def test_a_run_resumes_in_a_new_process_once_the_workflow_is_built_there(
         flow = module.build(str(tmp_path))
     finally:
         del sys.modules["resumable_flow"]
-    async with Runtime(store=store) as runtime:
-        result = await runtime.run(flow, run_id="r")
+    async with run_on(store, flow) as (runtime, result):
         assert result.status == "waiting"
         await runtime.signal("r", "approve", {"ok": True})
         events = len(await runtime.stored_events("r"))
