@@ -1,4 +1,8 @@
-"""Shared fixtures: workflow files and handler modules in a temp dir; stores of each backend."""
+"""Shared fixtures: workflow files and runs of them (``write_flow``, ``run_yaml``), a
+scripted chat model (``llm_server``, ``model_server``), run stores of each backend.
+
+The helpers they are built on are in ``tests/_helpers.py``.
+"""
 
 from __future__ import annotations
 
@@ -6,19 +10,41 @@ import asyncio
 import itertools
 import textwrap
 import urllib.parse
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
+from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Literal, Protocol
 
 import pytest
 
-from cadenza import _redact
+from cadenza import RunResult, _redact
 from cadenza.store import RunStore, make_store
+from cadenza.testing import RuleLike, ScriptedLLMServer
+from cadenza.testing.pytest_plugin import StartLLMServer
+from cadenza.testing.pytest_plugin import llm_server as llm_server
+from tests._helpers import run_flow
 from tests._postgres import Cluster, started_cluster, unavailable
 
 _counter = itertools.count()
 
 WriteFlow = Callable[..., Path]
+
+
+class RunYaml(Protocol):
+    """The ``run_yaml`` fixture: write a workflow as ``write_flow`` does, run it."""
+
+    def __call__(
+        self,
+        yaml_text: str,
+        *,
+        handlers: str | None = None,
+        inputs: Mapping[str, Any] | None = None,
+    ) -> Awaitable[RunResult]: ...
+
+
+Wire = Literal["openai", "anthropic"]
+"""The wire formats a scripted chat model speaks."""
 
 
 @pytest.fixture
@@ -40,6 +66,35 @@ def write_flow(tmp_path: Path) -> WriteFlow:
         return path
 
     return write
+
+
+@pytest.fixture
+def run_yaml(write_flow: WriteFlow) -> RunYaml:
+    """Writes a workflow (and its handler module) as ``write_flow`` does; runs it to its result."""
+
+    async def run(
+        yaml_text: str, *, handlers: str | None = None, inputs: Mapping[str, Any] | None = None
+    ) -> RunResult:
+        return await run_flow(write_flow(yaml_text, handlers=handlers), inputs=inputs)
+
+    return run
+
+
+@pytest.fixture
+def model_server(llm_server: StartLLMServer, monkeypatch: pytest.MonkeyPatch) -> StartLLMServer:
+    """Starts a scripted chat model that the test's runs talk to.
+
+    Like ``llm_server``, and the provider's ``*_BASE_URL`` and ``*_API_KEY`` point
+    at it for the rest of the test, as a user's environment would.
+    """
+
+    def start(rules: Sequence[RuleLike], *, wire: Wire = "openai") -> ScriptedLLMServer:
+        server = llm_server(rules, wire=wire)
+        for name, value in server.environ().items():
+            monkeypatch.setenv(name, value)
+        return server
+
+    return start
 
 
 @pytest.fixture(autouse=True)
@@ -110,6 +165,16 @@ class StoreFactory:
 
     def __call__(self) -> RunStore:
         return make_store(self.spec)
+
+    @asynccontextmanager
+    async def opened(self, count: int) -> AsyncIterator[list[RunStore]]:
+        """``count`` stores on this data, as that many processes have, open for the block."""
+        async with AsyncExitStack() as stack:
+            stores = [self() for _ in range(count)]
+            for store in stores:
+                await store.open()
+                stack.push_async_callback(store.close)
+            yield stores
 
 
 def assert_no_password(spec: str | None, *texts: str) -> None:

@@ -10,16 +10,15 @@ were offered nothing.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from cadenza import Runtime
-from cadenza.testing import RequestMatch, ScriptedLLMServer, ServerReply, ServerRule, ServerToolCall
-
-WriteFlow = Callable[..., Path]
+from cadenza.testing import RequestMatch, ServerReply, ServerRule, ServerToolCall
+from cadenza.testing.pytest_plugin import StartLLMServer
+from tests._helpers import run_flow
+from tests.conftest import WriteFlow
 
 FLOW = """
 name: coder
@@ -42,15 +41,8 @@ def tool_answers(request: Any) -> list[str]:
     return [m["content"] for m in request.body["messages"] if m["role"] == "tool"]
 
 
-async def run(path: Path, server: ScriptedLLMServer, monkeypatch: pytest.MonkeyPatch) -> Any:
-    for name, value in server.environ().items():
-        monkeypatch.setenv(name, value)
-    async with Runtime() as runtime:
-        return await runtime.run(path)
-
-
 async def test_an_agent_writes_runs_and_reads_inside_its_directory(
-    write_flow: WriteFlow, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    write_flow: WriteFlow, model_server: StartLLMServer, tmp_path: Path
 ) -> None:
     path = write_flow(FLOW.format(tools=""))
     (tmp_path / "secret.txt").write_text("outside the tree")
@@ -64,9 +56,9 @@ async def test_an_agent_writes_runs_and_reads_inside_its_directory(
         ServerRule(["done"], match=RequestMatch(model="coder", last_role="tool")),
         ServerRule([ServerReply("", tool_calls=calls)], match=RequestMatch(model="coder")),
     ]
-    with ScriptedLLMServer(rules) as server:
-        result = await run(path, server, monkeypatch)
-        first, second = server.requests
+    server = model_server(rules)
+    result = await run_flow(path)
+    first, second = server.requests
     assert result.status == "completed", result.error
     assert offered(first) >= {"bash", "read", "write", "glob", "grep"}
     assert (path.parent / "out" / "hello.py").read_text() == "print('hi')\n"
@@ -88,12 +80,12 @@ async def test_an_agent_writes_runs_and_reads_inside_its_directory(
     ],
 )
 async def test_tools_and_disallowed_tools_decide_what_is_offered(
-    write_flow: WriteFlow, monkeypatch: pytest.MonkeyPatch, tools: str, expected: set[str]
+    write_flow: WriteFlow, model_server: StartLLMServer, tools: str, expected: set[str]
 ) -> None:
     path = write_flow(FLOW.format(tools=tools))
-    with ScriptedLLMServer([ServerRule(["done"])]) as server:
-        result = await run(path, server, monkeypatch)
-        (request,) = server.requests
+    server = model_server([ServerRule(["done"])])
+    result = await run_flow(path)
+    (request,) = server.requests
     assert result.status == "completed", result.error
     builtins = {"bash", "read", "write", "glob", "grep"}
     assert offered(request) & builtins == expected

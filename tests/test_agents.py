@@ -5,9 +5,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import subprocess
-import sys
 import threading
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -15,20 +13,15 @@ import anyio
 import pytest
 
 import cadenza
-from cadenza import Event, RunResult, Runtime
+from cadenza import Event, Runtime
 from cadenza.actors.run import INBOX_BYTES
 from cadenza.errors import MessageRefused
 from cadenza.protocols import MessageSent, ToolCall, payload
-from cadenza.testing import (
-    RecordedRequest,
-    RequestMatch,
-    ScriptedLLMServer,
-    ServerReply,
-    ServerRule,
-    ServerToolCall,
-)
-
-WriteFlow = Callable[..., Path]
+from cadenza.testing import RecordedRequest, RequestMatch, ServerReply, ServerRule, ServerToolCall
+from cadenza.testing.pytest_plugin import StartLLMServer
+from tests._helpers import CLI, run_flow
+from tests._workflows import LISTENER, MESSAGING, TELL_THEN_LISTEN
+from tests.conftest import WriteFlow
 
 REVIEWED = """
 name: reviewed
@@ -85,21 +78,14 @@ def text_of(request: RecordedRequest) -> str:
     return json.dumps(request.body)
 
 
-async def run_flow(path: Path, **kwargs: Any) -> RunResult:
-    async with Runtime() as runtime:
-        return await runtime.run(path, **kwargs)
-
-
 @pytest.mark.parametrize("wire", ["openai", "anthropic"])
 async def test_writer_and_reviewer_against_a_real_server(
-    wire: str, write_flow: WriteFlow, monkeypatch: pytest.MonkeyPatch
+    wire: str, write_flow: WriteFlow, model_server: StartLLMServer
 ) -> None:
     """A two-agent DAG: the reviewer sees the draft, its bad submit is corrected, result kept."""
-    with ScriptedLLMServer(RULES, wire=wire) as server:  # type: ignore[arg-type]
-        for name, value in server.environ().items():
-            monkeypatch.setenv(name, value)
-        result = await run_flow(write_flow(REVIEWED.format(provider=wire)))
-        requests = server.requests
+    server = model_server(RULES, wire=wire)  # type: ignore[arg-type]
+    result = await run_flow(write_flow(REVIEWED.format(provider=wire)))
+    requests = server.requests
     assert result.status == "completed", result.error
     assert result.output == {"verdict": "ok", "score": 8}
     assert result.steps["review"].content == "Solid draft."
@@ -112,14 +98,12 @@ async def test_writer_and_reviewer_against_a_real_server(
 
 
 async def test_never_submitting_fails_the_step(
-    write_flow: WriteFlow, monkeypatch: pytest.MonkeyPatch
+    write_flow: WriteFlow, model_server: StartLLMServer
 ) -> None:
     """An agent with a resultSchema that never calls submit_result fails with zenflow's words."""
     rules = [ServerRule(["I will not call the tool."])]
-    with ScriptedLLMServer(rules) as server:
-        for name, value in server.environ().items():
-            monkeypatch.setenv(name, value)
-        result = await run_flow(write_flow(REVIEWED.format(provider="openai")))
+    model_server(rules)
+    result = await run_flow(write_flow(REVIEWED.format(provider="openai")))
     assert result.status == "failed"
     assert result.error is not None
     assert result.error.address == "review"
@@ -148,17 +132,15 @@ steps:
 
 
 async def test_token_budget_stops_the_run_after_one_call_past_it(
-    write_flow: WriteFlow, monkeypatch: pytest.MonkeyPatch
+    write_flow: WriteFlow, model_server: StartLLMServer
 ) -> None:
     """maxTokens: checked before each call, so the run overshoots by at most one call."""
     rules = [
         ServerRule([{"content": "words", "usage": {"prompt_tokens": 60, "completion_tokens": 20}}])
     ]
-    with ScriptedLLMServer(rules) as server:
-        for name, value in server.environ().items():
-            monkeypatch.setenv(name, value)
-        result = await run_flow(write_flow(BUDGET))
-        calls = len(server.requests)
+    server = model_server(rules)
+    result = await run_flow(write_flow(BUDGET))
+    calls = len(server.requests)
     assert calls == 2  # 80 tokens < 100 allows a second call; 160 >= 100 stops the third
     assert result.status == "failed"
     assert result.error is not None
@@ -168,26 +150,23 @@ async def test_token_budget_stops_the_run_after_one_call_past_it(
 
 
 CANARY = "sk-canary-7f3a9c1e5b"
-CLI = [sys.executable, "-m", "cadenza"]
 
 
-def test_api_key_never_leaks(write_flow: WriteFlow, tmp_path: Path) -> None:
+def test_api_key_never_leaks(
+    write_flow: WriteFlow, tmp_path: Path, llm_server: StartLLMServer
+) -> None:
     """A run that fails on purpose: the key is nowhere in stdout, stderr, result, events, store."""
     rules = [ServerRule([{"status": 401, "body": {"error": {"message": f"bad key {CANARY}"}}}])]
     path = write_flow(REVIEWED.format(provider="openai"))
-    with ScriptedLLMServer(rules) as server:
-        env = {
-            **server.environ(api_key=CANARY),
-            "PATH": "/usr/bin:/bin",
-            "CADENZA_LOG_LEVEL": "debug",
-        }
-        proc = subprocess.run(
-            [*CLI, "run", str(path), "--json", "--events", "--store", str(tmp_path / "runs.db")],
-            capture_output=True,
-            text=True,
-            env=env,
-            timeout=60,
-        )
+    server = llm_server(rules)
+    env = {**server.environ(api_key=CANARY), "PATH": "/usr/bin:/bin", "CADENZA_LOG_LEVEL": "debug"}
+    proc = subprocess.run(
+        [*CLI, "run", str(path), "--json", "--events", "--store", str(tmp_path / "runs.db")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
     assert proc.returncode == 1, proc.stderr
     assert json.loads(proc.stdout)["status"] == "failed"
     assert CANARY not in proc.stdout + proc.stderr
@@ -199,43 +178,13 @@ def test_api_key_never_leaks(write_flow: WriteFlow, tmp_path: Path) -> None:
         assert CANARY.encode() not in stored.read_bytes(), stored
 
 
-MESSAGING = """
-name: messaging
-coordinator: {agent: boss}
-agents:
-  boss:
-    prompt: "You coordinate."
-    script:
-      - toolCalls:
-          - name: forward_to_agent
-            arguments: {target_step_id: listener, text: "price is 42"}
-      - "done"
-  teller:
-    script:
-      - {toolCalls: [{name: send_message, arguments: {text: "tell the listener: price is 42"}}]}
-      - "told"
-  listener:
-    model: "openai:test-model"
-steps:
-  - id: tell
-    agent: teller
-    instructions: "Tell."
-  - id: listener
-    dependsOn: [tell]
-    agent: listener
-    instructions: "Listen."
-"""
-
-
 async def test_coordinator_forwards_a_message_into_the_next_step(
-    write_flow: WriteFlow, monkeypatch: pytest.MonkeyPatch
+    write_flow: WriteFlow, model_server: StartLLMServer
 ) -> None:
     """send_message wakes the coordinator agent; its forward lands in the listener's Inbox."""
-    with ScriptedLLMServer([ServerRule(["heard"])]) as server:
-        for name, value in server.environ().items():
-            monkeypatch.setenv(name, value)
-        result = await run_flow(write_flow(MESSAGING))
-        prompt = text_of(server.requests[0])
+    server = model_server([ServerRule(["heard"])])
+    result = await run_flow(write_flow(MESSAGING))
+    prompt = text_of(server.requests[0])
     assert result.status == "completed", result.error
     assert "## Inbox" in prompt
     assert "price is 42" in prompt
@@ -246,22 +195,17 @@ async def test_coordinator_forwards_a_message_into_the_next_step(
     ]
 
 
-SLOW_DESK = """
+SLOW_DESK = (
+    """
 name: slow-desk
 coordinator: {agent: boss}
 agents:
   boss: {model: "openai:boss", prompt: "You coordinate."}
   teller: {model: "openai:teller"}
   listener: {model: "openai:listener"}
-steps:
-  - id: tell
-    agent: teller
-    instructions: "Tell."
-  - id: listener
-    dependsOn: [tell]
-    agent: listener
-    instructions: "Listen."
 """
+    + TELL_THEN_LISTEN
+)
 
 
 def slow_desk_rules(*holds: threading.Event) -> list[ServerRule]:
@@ -288,7 +232,7 @@ def forwarded_before_listening(events: list[Event]) -> bool:
 
 
 async def test_a_dependent_starts_after_the_coordinator_answered_its_dependency(
-    write_flow: WriteFlow, monkeypatch: pytest.MonkeyPatch
+    write_flow: WriteFlow, model_server: StartLLMServer
 ) -> None:
     """The forward a step's message caused is in its dependent's first prompt, however slow.
 
@@ -304,13 +248,11 @@ async def test_a_dependent_starts_after_the_coordinator_answered_its_dependency(
         if event.type == "step_end" and event.step_id == "tell":
             boss_may_answer.set()
 
-    with ScriptedLLMServer(slow_desk_rules(boss_may_answer)) as server:
-        for name, value in server.environ().items():
-            monkeypatch.setenv(name, value)
-        async with Runtime() as runtime:
-            handle = await runtime.start(write_flow(SLOW_DESK), on_event=watch)
-            result = await handle.result()
-        (listening,) = [r for r in server.requests if r.rule == "listener"]
+    server = model_server(slow_desk_rules(boss_may_answer))
+    async with Runtime() as runtime:
+        handle = await runtime.start(write_flow(SLOW_DESK), on_event=watch)
+        result = await handle.result()
+    (listening,) = [r for r in server.requests if r.rule == "listener"]
     assert result.status == "completed", result.error
     assert "price is 42" in text_of(listening)
     assert result.undelivered == []
@@ -318,7 +260,7 @@ async def test_a_dependent_starts_after_the_coordinator_answered_its_dependency(
 
 
 async def test_a_resumed_run_answers_a_replayed_step_before_its_dependent_starts(
-    write_flow: WriteFlow, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    write_flow: WriteFlow, model_server: StartLLMServer, tmp_path: Path
 ) -> None:
     """Interrupted inside the wake ``tell``'s message caused: on resume, ``tell`` is replayed
     and the coordinator answers its message again; ``listener`` starts after that forward.
@@ -336,17 +278,15 @@ async def test_a_resumed_run_answers_a_replayed_step_before_its_dependent_starts
             boss_may_answer.set()
 
     path, store = write_flow(SLOW_DESK), tmp_path / "runs.db"
-    with ScriptedLLMServer(slow_desk_rules(never, boss_may_answer)) as server:
-        for name, value in server.environ().items():
-            monkeypatch.setenv(name, value)
-        async with Runtime(store=store, shutdown_deadline=0) as runtime:
-            handle = await runtime.start(path, run_id="desk", on_event=first)
-            await ended.wait()
-            await anyio.to_thread.run_sync(server.wait_for_requests, 3)  # the boss's is in
-        assert (await handle.result()).status == "running"
-        async with Runtime(store=store) as runtime:
-            result = await (await runtime.resume("desk", on_event=again)).result()
-        listening = [r for r in server.requests if r.rule == "listener"]
+    server = model_server(slow_desk_rules(never, boss_may_answer))
+    async with Runtime(store=store, shutdown_deadline=0) as runtime:
+        handle = await runtime.start(path, run_id="desk", on_event=first)
+        await ended.wait()
+        await anyio.to_thread.run_sync(server.wait_for_requests, 3)  # the boss's is in
+    assert (await handle.result()).status == "running"
+    async with Runtime(store=store) as runtime:
+        result = await (await runtime.resume("desk", on_event=again)).result()
+    listening = [r for r in server.requests if r.rule == "listener"]
     assert result.status == "completed", result.error
     assert [("price is 42" in text_of(r)) for r in listening] == [True]
     assert result.undelivered == []
@@ -367,7 +307,7 @@ steps:
 
 
 async def test_python_tools_get_schemas_and_errors_go_back_to_the_model(
-    write_flow: WriteFlow, monkeypatch: pytest.MonkeyPatch
+    write_flow: WriteFlow, model_server: StartLLMServer
 ) -> None:
     """A Python tool's schema comes from its signature; bad arguments and raises are reported."""
     rules = [
@@ -390,11 +330,9 @@ async def test_python_tools_get_schemas_and_errors_go_back_to_the_model(
             return a + b
         ''',
     )
-    with ScriptedLLMServer(rules) as server:
-        for name, value in server.environ().items():
-            monkeypatch.setenv(name, value)
-        result = await run_flow(path)
-        bodies = [r.body for r in server.requests]
+    server = model_server(rules)
+    result = await run_flow(path)
+    bodies = [r.body for r in server.requests]
     assert result.status == "completed", result.error
     assert result.steps["sum"].content == "The sum is 5."
     offered = {t["function"]["name"]: t["function"] for t in bodies[0]["tools"]}
@@ -408,25 +346,20 @@ async def test_python_tools_get_schemas_and_errors_go_back_to_the_model(
 
 
 async def test_a_full_step_inbox_drops_with_an_event(
-    write_flow: WriteFlow, monkeypatch: pytest.MonkeyPatch
+    write_flow: WriteFlow, model_server: StartLLMServer
 ) -> None:
     """Messages past a step's 10,000-message inbox are dropped, counted, with a reason."""
     hold = threading.Event()
-    path = write_flow(
-        "name: inbox\nagents:\n  ear: {model: 'openai:m'}\n"
-        "steps:\n  - id: listen\n    agent: ear\n    instructions: Listen.\n"
-    )
+    path = write_flow(LISTENER)
     events: list[cadenza.Event] = []
-    with ScriptedLLMServer([ServerRule([{"content": "heard", "hold": hold}])]) as server:
-        for name, value in server.environ().items():
-            monkeypatch.setenv(name, value)
-        async with Runtime() as runtime:
-            handle = await runtime.start(path, on_event=events.append)
-            await anyio.to_thread.run_sync(server.wait_for_requests, 1)
-            for n in range(10_003):
-                await handle.post_message("listen", f"message {n}")
-            hold.set()
-            result = await handle.result()
+    server = model_server([ServerRule([{"content": "heard", "hold": hold}])])
+    async with Runtime() as runtime:
+        handle = await runtime.start(path, on_event=events.append)
+        await anyio.to_thread.run_sync(server.wait_for_requests, 1)
+        for n in range(10_003):
+            await handle.post_message("listen", f"message {n}")
+        hold.set()
+        result = await handle.result()
     assert result.status == "completed"
     dropped = [e.data for e in events if e.type == "message_dropped" and e.data is not None]
     assert [d["dropped"] for d in dropped] == [1, 3]  # the first drop, then the run's total
@@ -436,28 +369,23 @@ async def test_a_full_step_inbox_drops_with_an_event(
 
 
 async def test_a_posted_message_is_from_api_not_the_coordinator(
-    write_flow: WriteFlow, monkeypatch: pytest.MonkeyPatch
+    write_flow: WriteFlow, model_server: StartLLMServer
 ) -> None:
     """A post from outside the run is recorded, and shown to the agent, as from ``api``:
     the run's coordinator never sent it."""
     first_turn = threading.Event()
-    path = write_flow(
-        "name: inbox\nagents:\n  ear: {model: 'openai:m'}\n"
-        "steps:\n  - id: listen\n    agent: ear\n    instructions: Listen.\n"
-    )
+    path = write_flow(LISTENER)
     said = {"name": "send_message", "arguments": {"text": "listening"}}
     replies: list[Any] = [{"tool_calls": [said], "hold": first_turn}, {"content": "heard"}]
     events: list[cadenza.Event] = []
-    with ScriptedLLMServer([ServerRule(replies)]) as server:
-        for name, value in server.environ().items():
-            monkeypatch.setenv(name, value)
-        async with Runtime() as runtime:
-            handle = await runtime.start(path, on_event=events.append)
-            await anyio.to_thread.run_sync(server.wait_for_requests, 1)
-            await runtime.post_message(handle.run_id, "listen", "use plan B")
-            first_turn.set()
-            result = await handle.result()
-            requests = server.requests
+    server = model_server([ServerRule(replies)])
+    async with Runtime() as runtime:
+        handle = await runtime.start(path, on_event=events.append)
+        await anyio.to_thread.run_sync(server.wait_for_requests, 1)
+        await runtime.post_message(handle.run_id, "listen", "use plan B")
+        first_turn.set()
+        result = await handle.result()
+        requests = server.requests
     assert result.status == "completed", result.error
     assert "from api (info): use plan B" in json.dumps(requests[1].body)
     posted = [m for m in result.messages if m.text == "use plan B"]
@@ -467,14 +395,11 @@ async def test_a_posted_message_is_from_api_not_the_coordinator(
 
 
 async def test_a_step_inbox_holds_at_most_a_mebibyte_of_undrained_text(
-    write_flow: WriteFlow, monkeypatch: pytest.MonkeyPatch
+    write_flow: WriteFlow, model_server: StartLLMServer
 ) -> None:
     """Past 1 MiB of undrained text a message is dropped; a drain makes room again."""
     first_turn, second_turn = threading.Event(), threading.Event()
-    path = write_flow(
-        "name: inbox\nagents:\n  ear: {model: 'openai:m'}\n"
-        "steps:\n  - id: listen\n    agent: ear\n    instructions: Listen.\n"
-    )
+    path = write_flow(LISTENER)
     said = {"name": "send_message", "arguments": {"text": "listening"}}
     replies: list[Any] = [
         {"tool_calls": [said], "hold": first_turn},
@@ -482,19 +407,17 @@ async def test_a_step_inbox_holds_at_most_a_mebibyte_of_undrained_text(
     ]
     events: list[cadenza.Event] = []
     big = 400 * 1024
-    with ScriptedLLMServer([ServerRule(replies)]) as server:
-        for name, value in server.environ().items():
-            monkeypatch.setenv(name, value)
-        async with Runtime() as runtime:
-            handle = await runtime.start(path, on_event=events.append)
-            await anyio.to_thread.run_sync(server.wait_for_requests, 1)
-            for mark in "ABC":  # C would make 1.2 MiB
-                await handle.post_message("listen", mark * big)
-            first_turn.set()
-            requests = await anyio.to_thread.run_sync(server.wait_for_requests, 2)
-            await handle.post_message("listen", "D" * big)  # A and B were drained
-            second_turn.set()
-            result = await handle.result()
+    server = model_server([ServerRule(replies)])
+    async with Runtime() as runtime:
+        handle = await runtime.start(path, on_event=events.append)
+        await anyio.to_thread.run_sync(server.wait_for_requests, 1)
+        for mark in "ABC":  # C would make 1.2 MiB
+            await handle.post_message("listen", mark * big)
+        first_turn.set()
+        requests = await anyio.to_thread.run_sync(server.wait_for_requests, 2)
+        await handle.post_message("listen", "D" * big)  # A and B were drained
+        second_turn.set()
+        result = await handle.result()
     assert result.status == "completed", result.error
     inbox = json.dumps(requests[1].body)
     assert "A" * big in inbox
@@ -538,24 +461,22 @@ steps:
 
 
 async def test_a_run_holding_its_bound_of_messages_refuses_posts_and_forwards(
-    write_flow: WriteFlow, monkeypatch: pytest.MonkeyPatch
+    write_flow: WriteFlow, model_server: StartLLMServer
 ) -> None:
     """4 MiB wait for steps that never start: a post raises, a forward is a tool error."""
     hold = threading.Event()
     said = {"name": "send_message", "arguments": {"text": "tell the listener"}}
     events: list[cadenza.Event] = []
-    with ScriptedLLMServer([ServerRule([{"tool_calls": [said], "hold": hold}, "told"])]) as server:
-        for name, value in server.environ().items():
-            monkeypatch.setenv(name, value)
-        async with Runtime() as runtime:
-            handle = await runtime.start(write_flow(FULL_RUN), on_event=events.append)
-            await anyio.to_thread.run_sync(server.wait_for_requests, 1)
-            for target in "abcd":  # four full inboxes of steps that do not exist
-                await handle.post_message(target, "m" * INBOX_BYTES)
-            with pytest.raises(MessageRefused, match="bytes of messages already wait"):
-                await handle.post_message("listener", "one byte too many")
-            hold.set()
-            result = await handle.result()
+    server = model_server([ServerRule([{"tool_calls": [said], "hold": hold}, "told"])])
+    async with Runtime() as runtime:
+        handle = await runtime.start(write_flow(FULL_RUN), on_event=events.append)
+        await anyio.to_thread.run_sync(server.wait_for_requests, 1)
+        for target in "abcd":  # four full inboxes of steps that do not exist
+            await handle.post_message(target, "m" * INBOX_BYTES)
+        with pytest.raises(MessageRefused, match="bytes of messages already wait"):
+            await handle.post_message("listener", "one byte too many")
+        hold.set()
+        result = await handle.result()
     assert result.status == "completed", result.error
     calls = [payload(e, ToolCall) for e in events if e.type == "tool_call"]
     ended = [(c.tool_name, c.error) for c in calls if c.phase == "end"]
@@ -576,15 +497,13 @@ async def test_a_run_holding_its_bound_of_messages_refuses_posts_and_forwards(
     ],
 )
 async def test_loop_memory_modes_decide_what_an_agent_remembers(
-    write_flow: WriteFlow, monkeypatch: pytest.MonkeyPatch, memory: str, seen_in_third: list[str]
+    write_flow: WriteFlow, model_server: StartLLMServer, memory: str, seen_in_third: list[str]
 ) -> None:
     """memory: fresh forgets, accumulate keeps every visit, window: N keeps the last N."""
     rules = [ServerRule(["verse one", "verse two", "verse three"])]
-    with ScriptedLLMServer(rules) as server:
-        for name, value in server.environ().items():
-            monkeypatch.setenv(name, value)
-        result = await run_flow(write_flow(MEMORY.format(memory=memory)))
-        third = server.requests[2].messages
+    server = model_server(rules)
+    result = await run_flow(write_flow(MEMORY.format(memory=memory)))
+    third = server.requests[2].messages
     assert result.status == "completed", result.error
     remembered = [m["content"] for m in third if m["role"] == "assistant"]
     assert remembered == seen_in_third
@@ -603,7 +522,7 @@ steps:
 
 
 async def test_agents_running_at_once_each_count_only_their_own_tokens(
-    write_flow: WriteFlow, monkeypatch: pytest.MonkeyPatch
+    write_flow: WriteFlow, model_server: StartLLMServer
 ) -> None:
     """Two agent steps in flight together: each step_end carries its own usage, not the sum."""
     rules = [
@@ -616,12 +535,10 @@ async def test_agents_running_at_once_each_count_only_their_own_tokens(
             match={"system": "beta"},
         ),
     ]
-    with ScriptedLLMServer(rules) as server:
-        for name, value in server.environ().items():
-            monkeypatch.setenv(name, value)
-        async with Runtime() as runtime:
-            result = await runtime.run(write_flow(PARALLEL))
-            events = await runtime.stored_events(result.run_id)
+    model_server(rules)
+    async with Runtime() as runtime:
+        result = await runtime.run(write_flow(PARALLEL))
+        events = await runtime.stored_events(result.run_id)
     ends = {
         e.step_id: (e.tokens.prompt, e.tokens.completion)
         for e in events
@@ -654,7 +571,7 @@ steps:
 )
 async def test_max_retries_bounds_each_model_call(
     write_flow: WriteFlow,
-    monkeypatch: pytest.MonkeyPatch,
+    model_server: StartLLMServer,
     workflow: int,
     step: str,
     calls: int,
@@ -663,11 +580,9 @@ async def test_max_retries_bounds_each_model_call(
     """zenflow's maxRetries: retries of one model call on 5xx, from the step, else options."""
     flaky = ServerReply(status=500, headers={"Retry-After": "0"})
     rules = [ServerRule([flaky, flaky, ServerReply(content="Done.")])]
-    with ScriptedLLMServer(rules) as server:
-        for name, value in server.environ().items():
-            monkeypatch.setenv(name, value)
-        result = await run_flow(write_flow(RETRIES.format(workflow=workflow, step=step)))
-        assert server.request_count == calls
+    server = model_server(rules)
+    result = await run_flow(write_flow(RETRIES.format(workflow=workflow, step=step)))
+    assert server.request_count == calls
     assert result.status == status
     if status == "failed":
         assert result.error is not None
@@ -675,20 +590,18 @@ async def test_max_retries_bounds_each_model_call(
 
 
 async def test_runs_of_one_runtime_share_its_http_client(
-    write_flow: WriteFlow, monkeypatch: pytest.MonkeyPatch
+    write_flow: WriteFlow, model_server: StartLLMServer
 ) -> None:
     """The runtime's one HTTP client serves every run: later runs reuse its connection."""
-    with ScriptedLLMServer([ServerRule(["done"])]) as server:
-        for name, value in server.environ().items():
-            monkeypatch.setenv(name, value)
-        path = write_flow(
-            'name: one\nagents:\n  a: {model: "openai:m", prompt: "p"}\n'
-            "steps:\n  - {id: s, agent: a, instructions: go}\n"
-        )
-        async with Runtime() as runtime:
-            for _ in range(3):
-                result = await runtime.run(path)
-                assert result.status == "completed"
-        ports = {request.client_port for request in server.requests}
+    server = model_server([ServerRule(["done"])])
+    path = write_flow(
+        'name: one\nagents:\n  a: {model: "openai:m", prompt: "p"}\n'
+        "steps:\n  - {id: s, agent: a, instructions: go}\n"
+    )
+    async with Runtime() as runtime:
+        for _ in range(3):
+            result = await runtime.run(path)
+            assert result.status == "completed"
+    ports = {request.client_port for request in server.requests}
     assert len(server.requests) == 3
     assert len(ports) == 1, f"each run opened its own connection: ports {sorted(ports)}"

@@ -3,36 +3,14 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from tests._helpers import EXAMPLES, assert_clean_failure, cadenza
+from tests.conftest import WriteFlow
+
 from ._terminal import Terminal
-
-WriteFlow = Callable[..., Path]
-
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
-
-
-def cadenza(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "cadenza", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-
-
-def assert_clean_failure(proc: subprocess.CompletedProcess[str], code: int, *words: str) -> None:
-    text = proc.stdout + proc.stderr
-    assert proc.returncode == code, text
-    assert "Traceback" not in text
-    for word in words:
-        assert word in text, text
 
 
 def test_run_json_prints_only_the_result(tmp_path: Path) -> None:

@@ -8,15 +8,14 @@ import shlex
 import signal
 import subprocess
 import sys
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from ._terminal import Terminal
-from .test_cli import EXAMPLES, cadenza
+from tests._helpers import EXAMPLES, cadenza
+from tests.conftest import WriteFlow
 
-WriteFlow = Callable[..., Path]
+from ._terminal import Terminal
 
 SLOW = """
 name: live
@@ -170,15 +169,19 @@ def test_hints_for_the_default_store_stay_short(write_flow: WriteFlow, tmp_path:
     assert "    answer: cadenza signal r approve --data JSON\n" in waiting.stdout
 
 
-def test_the_summary_names_steps_that_failed_while_the_run_went_on(
-    write_flow: WriteFlow, tmp_path: Path
-) -> None:
+def run_beside(flow: Path) -> subprocess.CompletedProcess[str]:
+    """``cadenza run FLOW --store runs.db`` in the workflow's folder, as a user runs it."""
+    return cadenza("run", str(flow), "--store", "runs.db", cwd=flow.parent)
+
+
+def test_the_summary_names_steps_that_failed_while_the_run_went_on(write_flow: WriteFlow) -> None:
     """onError: continue: the run completes, and the summary says which step failed and why."""
-    flow = write_flow(
-        "name: tolerant\nsteps:\n  - id: lint\n    command: 'echo two warnings >&2; exit 3'\n"
-        "    onError: continue\n  - id: build\n    command: 'echo built'\n"
+    proc = run_beside(
+        write_flow(
+            "name: tolerant\nsteps:\n  - id: lint\n    command: 'echo two warnings >&2; exit 3'\n"
+            "    onError: continue\n  - id: build\n    command: 'echo built'\n"
+        )
     )
-    proc = cadenza("run", str(flow), "--store", "runs.db", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert "✗ lint failed, the run went on: CommandFailed: exit code 3: two warnings" in (
         proc.stdout
@@ -186,15 +189,14 @@ def test_the_summary_names_steps_that_failed_while_the_run_went_on(
     assert "build" not in proc.stdout.split("went on")[0]
 
 
-def test_a_run_whose_output_failed_prints_no_fallback_output(
-    write_flow: WriteFlow, tmp_path: Path
-) -> None:
+def test_a_run_whose_output_failed_prints_no_fallback_output(write_flow: WriteFlow) -> None:
     """The output expression fails: the error is printed, not the last step's text."""
-    flow = write_flow(
-        "name: no-output\nsteps:\n  - id: a\n    command: 'echo FALLBACK-TEXT'\n"
-        "output: 'int(steps.a.content)'\n"
+    proc = run_beside(
+        write_flow(
+            "name: no-output\nsteps:\n  - id: a\n    command: 'echo FALLBACK-TEXT'\n"
+            "output: 'int(steps.a.content)'\n"
+        )
     )
-    proc = cadenza("run", str(flow), "--store", "runs.db", cwd=tmp_path)
     assert proc.returncode == 1
     assert "error: ExpressionEvaluationError: output:" in proc.stdout
     assert "FALLBACK-TEXT" not in proc.stdout

@@ -22,6 +22,7 @@ import re
 import subprocess
 import sys
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 
 import msgspec
@@ -331,29 +332,44 @@ def _troubleshooting() -> str:
     return (DOCS / "troubleshooting.md").read_text()
 
 
-def test_troubleshooting_names_every_exception_class() -> None:
-    classes = _error_classes()
-    names = {cls.__name__ for cls in classes}
-    assert {"WorkflowError", "LLMHTTPError", "LeaseHeld", "HandlerError", "BudgetExceeded"} <= names
-    section = _section(_troubleshooting(), "## Exceptions")
-    missing = sorted(name for name in names if f"| `{name}` |" not in section)
-    assert not missing, f"## Exceptions has no row for {missing}"
+def _exception_names() -> set[str]:
+    return {cls.__name__ for cls in _error_classes()}
 
 
-def test_troubleshooting_names_every_recorded_error_type() -> None:
-    types = _recorded_error_types()
-    assert {"CommandFailed", "Timeout", "Cancelled", "NoEdgeMatched", "ControlStopped"} <= types
-    section = _section(_troubleshooting(), "## Error types in a run")
-    missing = sorted(name for name in types if f"| `{name}` |" not in section)
-    assert not missing, f"## Error types in a run has no row for {missing}"
+ERROR_TABLES = {
+    "exception-classes": (
+        _exception_names,
+        {"WorkflowError", "LLMHTTPError", "LeaseHeld", "HandlerError", "BudgetExceeded"},
+        "## Exceptions",
+        "| `{}` |",
+    ),
+    "recorded-error-types": (
+        _recorded_error_types,
+        {"CommandFailed", "Timeout", "Cancelled", "NoEdgeMatched", "ControlStopped"},
+        "## Error types in a run",
+        "| `{}` |",
+    ),
+    "http-error-types": (
+        _http_error_types,
+        {"BadRequest", "NotFound", "Unauthorized", "UnsupportedMediaType"},
+        "## HTTP API errors",
+        "`{}`",
+    ),
+}
 
 
-def test_troubleshooting_names_every_http_error_type() -> None:
-    types = _http_error_types()
-    assert {"BadRequest", "NotFound", "Unauthorized", "UnsupportedMediaType"} <= types
-    section = _section(_troubleshooting(), "## HTTP API errors")
-    missing = sorted(name for name in types if f"`{name}`" not in section)
-    assert not missing, f"## HTTP API errors has no row for {missing}"
+@pytest.mark.parametrize(
+    ("names_of", "known", "heading", "row"), ERROR_TABLES.values(), ids=ERROR_TABLES.keys()
+)
+def test_troubleshooting_names_every_error(
+    names_of: Callable[[], set[str]], known: set[str], heading: str, row: str
+) -> None:
+    """Every exception class, recorded error type and HTTP error type has its row."""
+    names = names_of()
+    assert known <= names  # the finder finds
+    section = _section(_troubleshooting(), heading)
+    missing = sorted(name for name in names if row.format(name) not in section)
+    assert not missing, f"{heading} has no row for {missing}"
 
 
 def test_troubleshooting_explains_every_exit_code() -> None:

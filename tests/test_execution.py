@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 import cadenza
-from cadenza import RunResult, Runtime
+from cadenza import Runtime
+from tests._helpers import run_flow, started
 from tests._processes import running
-
-WriteFlow = Callable[..., Path]
+from tests._workflows import HANG, PROBE
+from tests.conftest import RunYaml, WriteFlow
 
 
 def gone(pid: int, *, within: float = 5.0) -> bool:
@@ -26,14 +26,9 @@ def gone(pid: int, *, within: float = 5.0) -> bool:
     return True
 
 
-async def run(path: Path, **kwargs: object) -> RunResult:
-    async with Runtime() as runtime:
-        return await runtime.run(path, **kwargs)  # type: ignore[arg-type]
-
-
-async def test_dependents_see_their_dependencies_outputs(write_flow: WriteFlow) -> None:
+async def test_dependents_see_their_dependencies_outputs(run_yaml: RunYaml) -> None:
     """A step's env templates and handler context see the outputs of the steps before it."""
-    path = write_flow(
+    result = await run_yaml(
         """
         name: chain
         inputs:
@@ -51,17 +46,17 @@ async def test_dependents_see_their_dependencies_outputs(write_flow: WriteFlow) 
         def shout(ctx):
             return ctx.steps["greet"].content.upper()
         """,
+        inputs={"who": "cadenza"},
     )
-    result = await run(path, inputs={"who": "cadenza"})
     assert result.status == "completed", result.error
     assert result.output == "HELLO CADENZA"
     assert result.steps["greet"].result == {"exitCode": 0, "stdout": "hello cadenza", "stderr": ""}
     assert result.steps["shout"].attempts == 1
 
 
-async def test_a_fast_branch_does_not_wait_for_a_slow_one(write_flow: WriteFlow) -> None:
+async def test_a_fast_branch_does_not_wait_for_a_slow_one(run_yaml: RunYaml) -> None:
     """No superstep barrier: b2 runs while a1 is still blocked, because it only needs b1."""
-    path = write_flow(
+    result = await run_yaml(
         """
         name: branches
         steps:
@@ -93,16 +88,15 @@ async def test_a_fast_branch_does_not_wait_for_a_slow_one(write_flow: WriteFlow)
             return "released"
         """,
     )
-    result = await run(path)
     assert result.status == "completed"
     assert [result.steps[s].status for s in ("a1", "b1", "b2", "a2")] == ["completed"] * 4
 
 
 async def test_a_false_condition_skips_the_step_and_dependents_still_run(
-    write_flow: WriteFlow,
+    run_yaml: RunYaml,
 ) -> None:
     """condition false → skipped; a dependent can read the skipped step's status."""
-    path = write_flow(
+    result = await run_yaml(
         """
         name: cond
         steps:
@@ -121,15 +115,14 @@ async def test_a_false_condition_skips_the_step_and_dependents_still_run(
             return "deploy was " + ctx.steps["deploy"].status
         """,
     )
-    result = await run(path)
     assert result.status == "completed"
     assert result.steps["deploy"].status == "skipped"
     assert result.steps["report"].content == "deploy was skipped"
 
 
-async def test_retries_rerun_a_failing_step_and_count_attempts(write_flow: WriteFlow) -> None:
+async def test_retries_rerun_a_failing_step_and_count_attempts(run_yaml: RunYaml) -> None:
     """retries: 2 gives three attempts; the third succeeds and attempts says 3."""
-    path = write_flow(
+    result = await run_yaml(
         """
         name: flaky
         steps:
@@ -146,7 +139,6 @@ async def test_retries_rerun_a_failing_step_and_count_attempts(write_flow: Write
             return f"ok after {calls}"
         """,
     )
-    result = await run(path)
     assert result.status == "completed"
     assert result.steps["flaky"].attempts == 3
     assert result.steps["flaky"].content == "ok after [1, 2, 3]"
@@ -172,7 +164,7 @@ steps:
 
 async def test_cascade_cancels_every_dependent(write_flow: WriteFlow) -> None:
     """cascade: dependents of a failed step are cancelled, with no error of their own."""
-    result = await run(write_flow(FAILING.format(strategy="cascade")))
+    result = await run_flow(write_flow(FAILING.format(strategy="cascade")))
     assert result.status == "failed"
     assert result.error is not None
     assert result.error.address == "broken"
@@ -192,7 +184,7 @@ async def test_skip_dependents_skips_the_direct_ones_and_runs_the_rest(
     write_flow: WriteFlow,
 ) -> None:
     """skip-dependents: direct dependents are skipped; a skipped step counts as finished."""
-    result = await run(write_flow(FAILING.format(strategy="skip-dependents")))
+    result = await run_flow(write_flow(FAILING.format(strategy="skip-dependents")))
     assert result.status == "failed"
     assert result.steps["after-broken"].status == "skipped"
     assert result.steps["after-broken"].error is None
@@ -200,9 +192,9 @@ async def test_skip_dependents_skips_the_direct_ones_and_runs_the_rest(
     assert result.steps["independent"].status == "completed"
 
 
-async def test_abort_cancels_running_steps_and_starts_nothing_new(write_flow: WriteFlow) -> None:
+async def test_abort_cancels_running_steps_and_starts_nothing_new(run_yaml: RunYaml) -> None:
     """abort: a running step is cancelled and recorded so; dependents never start."""
-    path = write_flow(
+    result = await run_yaml(
         """
         name: abort
         options: {onStepFailure: abort}
@@ -215,15 +207,8 @@ async def test_abort_cancels_running_steps_and_starts_nothing_new(write_flow: Wr
             dependsOn: [broken]
             command: "echo never"
         """,
-        handlers="""
-        import asyncio
-        async def hang(ctx):
-            await asyncio.Event().wait()
-        async def broken(ctx):
-            raise ValueError("bad value")
-        """,
+        handlers=HANG + "async def broken(ctx):\n    raise ValueError('bad value')\n",
     )
-    result = await run(path)
     assert result.status == "failed"
     assert result.error is not None
     assert result.error.type == "ValueError"
@@ -231,9 +216,9 @@ async def test_abort_cancels_running_steps_and_starts_nothing_new(write_flow: Wr
     assert "after" not in result.steps
 
 
-async def test_on_error_continue_lets_dependents_run(write_flow: WriteFlow) -> None:
+async def test_on_error_continue_lets_dependents_run(run_yaml: RunYaml) -> None:
     """onError: continue records the failure but the run and its dependents go on."""
-    path = write_flow(
+    result = await run_yaml(
         """
         name: tolerant
         steps:
@@ -246,15 +231,14 @@ async def test_on_error_continue_lets_dependents_run(write_flow: WriteFlow) -> N
             command: "echo fixed"
         """
     )
-    result = await run(path)
     assert result.status == "completed"
     assert result.steps["test"].status == "failed"
     assert result.steps["fix"].content == "fixed\n"
 
 
-async def test_a_step_timeout_fails_the_step(write_flow: WriteFlow) -> None:
+async def test_a_step_timeout_fails_the_step(run_yaml: RunYaml) -> None:
     """A step that outlives its timeout fails with a Timeout error naming the limit."""
-    path = write_flow(
+    result = await run_yaml(
         """
         name: slow
         steps:
@@ -262,22 +246,17 @@ async def test_a_step_timeout_fails_the_step(write_flow: WriteFlow) -> None:
             timeout: 1s
             handler: "HANDLERS:hang"
         """,
-        handlers="""
-        import asyncio
-        async def hang(ctx):
-            await asyncio.Event().wait()
-        """,
+        handlers=HANG,
     )
-    result = await run(path)
     assert result.steps["slow"].status == "failed"
     assert result.error is not None
     assert (result.error.type, result.error.message) == ("Timeout", "timed out after 1s")
 
 
-async def test_command_timeout_kills_grandchildren(write_flow: WriteFlow, tmp_path: Path) -> None:
+async def test_command_timeout_kills_grandchildren(run_yaml: RunYaml, tmp_path: Path) -> None:
     """The whole process group goes on timeout: a grandchild writing its pid is killed."""
     pid_file = tmp_path / "grandchild.pid"
-    path = write_flow(
+    result = await run_yaml(
         f"""
         name: grandchild
         steps:
@@ -286,7 +265,6 @@ async def test_command_timeout_kills_grandchildren(write_flow: WriteFlow, tmp_pa
             command: 'sh -c "echo \\$\\$ > {pid_file}; exec sleep 300" & wait'
         """
     )
-    result = await run(path)
     assert result.steps["spawn"].status == "failed"
     assert gone(int(pid_file.read_text()))
 
@@ -308,34 +286,22 @@ async def test_stdin_reaches_the_command_verbatim(write_flow: WriteFlow) -> None
             env: {TEXT: "{{ inputs.text }}"}
         """
     )
-    result = await run(path, inputs={"text": hostile})
+    result = await run_flow(path, inputs={"text": hostile})
     assert result.steps["echo"].content == hostile
     assert result.steps["env"].content == hostile
     assert not (path.parent / "pwned").exists()
 
 
-async def test_max_concurrency_is_never_exceeded(write_flow: WriteFlow) -> None:
+async def test_max_concurrency_is_never_exceeded(run_yaml: RunYaml) -> None:
     """A probe handler counts how many run at once: never more than maxConcurrency."""
-    steps = "\n".join(f"  - id: s{i}\n    handler: 'HANDLERS:probe'" for i in range(12))
-    path = write_flow(
-        "name: wide\noptions: {maxConcurrency: 3}\nsteps:\n" + steps + "\noutput: \"'done'\"\n",
-        handlers="""
-        import asyncio
-        active = 0
-        peak = 0
-        async def probe(ctx):
-            global active, peak
-            active += 1
-            peak = max(peak, active)
-            for _ in range(20):
-                await asyncio.sleep(0)
-            active -= 1
-            return str(peak)
-        """,
+    ids = [f"s{i}" for i in range(12)]
+    steps = "".join(f"  - {{id: {i}, handler: 'HANDLERS:probe'}}\n" for i in ids)
+    report = f"  - {{id: report, dependsOn: [{', '.join(ids)}], handler: 'HANDLERS:peak_seen'}}\n"
+    result = await run_yaml(
+        "name: wide\noptions: {maxConcurrency: 3}\nsteps:\n" + steps + report, handlers=PROBE
     )
-    result = await run(path)
-    peaks = [int(record.content or 0) for record in result.steps.values()]
-    assert max(peaks) == 3
+    assert result.status == "completed", result.error
+    assert result.steps["report"].result == {"peak": 3}
 
 
 async def test_missing_input_is_an_input_error(write_flow: WriteFlow) -> None:
@@ -351,7 +317,7 @@ async def test_missing_input_is_an_input_error(write_flow: WriteFlow) -> None:
         """
     )
     with pytest.raises(cadenza.InputError, match="missing required input"):
-        await run(path)
+        await run_flow(path)
 
 
 async def test_cancel_records_cancelled_steps_and_leaves_no_task(write_flow: WriteFlow) -> None:
@@ -363,11 +329,7 @@ async def test_cancel_records_cancelled_steps_and_leaves_no_task(write_flow: Wri
           - id: hang
             handler: "HANDLERS:hang"
         """,
-        handlers="""
-        import asyncio
-        async def hang(ctx):
-            await asyncio.Event().wait()
-        """,
+        handlers=HANG,
     )
     before = set(asyncio.all_tasks())
     handles: list[cadenza.RunHandle] = []
@@ -397,8 +359,7 @@ async def test_events_stream_from_start_to_end(write_flow: WriteFlow) -> None:
             command: "echo 2"
         """
     )
-    async with Runtime() as runtime:
-        handle = await runtime.start(path)
+    async with started(path) as (handle, _):
         events = [event async for event in handle.events()]
     types = [event.type for event in events]
     assert types[0] == "workflow_start"
@@ -414,8 +375,7 @@ async def test_sqlite_store_keeps_the_result(write_flow: WriteFlow, tmp_path: Pa
     """A run recorded in SQLite can be read back by a new runtime: result and events."""
     path = write_flow("name: kept\nsteps:\n  - id: a\n    command: 'echo kept'\n")
     store = tmp_path / "runs.db"
-    async with Runtime(store=store) as runtime:
-        result = await runtime.run(path, run_id="r1")
+    result = await run_flow(path, run_id="r1", store=store)
     async with Runtime(store=store) as runtime:
         row = await runtime.get_run("r1")
         events = await runtime.stored_events("r1")

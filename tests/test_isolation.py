@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import subprocess
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from cadenza import Runtime
 from cadenza.workflow import WorkflowError, load_workflow
-
-WriteFlow = Callable[..., Path]
+from tests._helpers import run_flow, started
+from tests.conftest import WriteFlow
 
 # Each writes out.txt, says so in a directory outside the repository, waits for
 # the other to have written too, then reads out.txt back: in one shared
@@ -61,8 +59,7 @@ async def test_parallel_steps_writing_one_path_do_not_see_each_other(
     repo = repository(path.parent)
     sync = tmp_path.parent / f"{tmp_path.name}-sync"
     sync.mkdir()
-    async with Runtime() as runtime:
-        result = await runtime.run(path, inputs={"sync": str(sync)}, run_id="r-iso")
+    result = await run_flow(path, inputs={"sync": str(sync)}, run_id="r-iso")
     assert result.status == "completed", result.error
     assert str(result.steps["left"].content).split() == ["left", "README", "flow.yaml", "out.txt"]
     assert str(result.steps["right"].content).split() == [
@@ -93,8 +90,7 @@ async def test_a_failed_step_keeps_its_worktree_and_says_where(
         """
     )
     repository(path.parent)
-    async with Runtime() as runtime:
-        handle = await runtime.start(path)
+    async with started(path) as (handle, _):
         events = [event async for event in handle.events()]
     result = await handle.result()
     assert result.status == "failed"
@@ -130,8 +126,7 @@ async def test_an_agents_tools_work_inside_its_worktree(
         """
     )
     repo = repository(path.parent)
-    async with Runtime() as runtime:
-        result = await runtime.run(path, run_id="r-agent")
+    result = await run_flow(path, run_id="r-agent")
     assert result.status == "completed", result.error
     assert not (repo / "notes").exists()
     assert not (repo / "where.txt").exists()
@@ -153,8 +148,7 @@ async def test_outside_a_git_repository_the_step_fails_saying_why(write_flow: Wr
             command: "echo x > x.txt"
         """
     )
-    async with Runtime() as runtime:
-        result = await runtime.run(path)
+    result = await run_flow(path)
     assert result.status == "failed"
     assert result.error is not None
     assert "worktree-per-step needs the workflow's directory" in result.error.message

@@ -12,15 +12,12 @@ import logging
 import os
 import subprocess
 import sys
-from collections.abc import Callable
-from pathlib import Path
 
 import pytest
 
 from cadenza._logging import EVENT, FIELDS, get_logger
 from cadenza.testing import ScriptedLLMServer, ServerReply, ServerRule
-
-WriteFlow = Callable[..., Path]
+from tests.conftest import WriteFlow
 
 
 def _bare_environment(extra: dict[str, str]) -> dict[str, str]:

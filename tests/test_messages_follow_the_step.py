@@ -8,22 +8,18 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Callable
-from pathlib import Path
 
 import anyio
-import pytest
 
 from cadenza import Event, Runtime
 from cadenza.testing import (
     RequestMatch,
-    ScriptedLLMServer,
     ServerReply,
     ServerRule,
     ServerToolCall,
 )
-
-WriteFlow = Callable[..., Path]
+from cadenza.testing.pytest_plugin import StartLLMServer
+from tests.conftest import WriteFlow
 
 FLOW = """
 name: follow
@@ -50,7 +46,7 @@ def forward(target: str, text: str) -> ServerToolCall:
 
 
 async def test_a_forward_to_a_finished_iteration_reaches_the_next_one(
-    write_flow: WriteFlow, monkeypatch: pytest.MonkeyPatch
+    write_flow: WriteFlow, model_server: StartLLMServer
 ) -> None:
     boss_may_answer, worker_may_finish = threading.Event(), threading.Event()
     rules = [
@@ -78,19 +74,17 @@ async def test_a_forward_to_a_finished_iteration_reaches_the_next_one(
         ),
     ]
     events: list[Event] = []
-    with ScriptedLLMServer(rules) as server:
-        for name, value in server.environ().items():
-            monkeypatch.setenv(name, value)
-        async with Runtime() as runtime:
-            handle = await runtime.start(write_flow(FLOW), on_event=events.append)
-            # Worker turn 1 and 2 and the boss's first call are all in: the worker has
-            # drained its inbox for its last turn before the boss forwards anything.
-            await anyio.to_thread.run_sync(server.wait_for_requests, 3)
-            boss_may_answer.set()
-            await anyio.to_thread.run_sync(server.wait_for_requests, 4)  # forwarded
-            worker_may_finish.set()
-            result = await handle.result()
-        requests = server.requests
+    server = model_server(rules)
+    async with Runtime() as runtime:
+        handle = await runtime.start(write_flow(FLOW), on_event=events.append)
+        # Worker turn 1 and 2 and the boss's first call are all in: the worker has
+        # drained its inbox for its last turn before the boss forwards anything.
+        await anyio.to_thread.run_sync(server.wait_for_requests, 3)
+        boss_may_answer.set()
+        await anyio.to_thread.run_sync(server.wait_for_requests, 4)  # forwarded
+        worker_may_finish.set()
+        result = await handle.result()
+    requests = server.requests
     assert result.status == "completed", result.error
     (next_request,) = [r for r in requests if r.rule == "next"]
     user = "\n".join(m["content"] for m in next_request.body["messages"] if m["role"] == "user")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -12,11 +11,10 @@ import pytest
 
 from cadenza import Event, Runtime, ToolPolicy, ToolRequest
 from cadenza.workflow import WorkflowError, load_workflow
+from tests._helpers import cadenza, run_flow
+from tests.conftest import WriteFlow
 
 from ._terminal import Terminal
-from .test_cli import cadenza
-
-WriteFlow = Callable[..., Path]
 
 # One turn asks for two calls (a write through bash, a read), the next ends the step.
 FLOW = """
@@ -128,8 +126,7 @@ async def test_workflow_rules_allow_and_deny_by_tool_and_argument(
     write_flow: WriteFlow, tmp_path: Path, permissions: str, bash_ran: bool
 ) -> None:
     """A deny rule wins; once allow rules exist, what they do not match is refused."""
-    async with Runtime() as runtime:
-        result = await runtime.run(flow(write_flow, permissions))
+    result = await run_flow(flow(write_flow, permissions))
     assert result.status == "completed"
     assert (tmp_path / "touched.txt").exists() is bash_ran
 

@@ -266,10 +266,7 @@ async def test_a_stale_writers_batch_is_refused_whole_and_others_commit(
 ) -> None:
     """Two processes' stores on one database: once B took the run over, A's writes of it
     are refused with LeaseLost and none of them is recorded; A's other runs still commit."""
-    a_store, b_store = durable_store_factory(), durable_store_factory()
-    await a_store.open()
-    await b_store.open()
-    try:
+    async with durable_store_factory.opened(2) as (a_store, b_store):
         a, b = LeaseHolder.for_this_process(), LeaseHolder.for_this_process()
         await a_store.acquire_lease("r", a, ttl=0.0)
         a_store.begin_run(row("r"))
@@ -297,19 +294,13 @@ async def test_a_stale_writers_batch_is_refused_whole_and_others_commit(
         b_store.put_step("r", "two", StepRecord(status="completed", attempts=2))
         await b_store.flush("r")
         assert set(await b_store.steps("r")) == {"one", "two"}
-    finally:
-        await a_store.close()
-        await b_store.close()
 
 
 async def test_a_lease_taken_by_two_at_once_goes_to_one(
     durable_store_factory: StoreFactory,
 ) -> None:
     """Claimants racing for an expired lease from separate stores: exactly one wins."""
-    stores = [durable_store_factory() for _ in range(4)]
-    for each in stores:
-        await each.open()
-    try:
+    async with durable_store_factory.opened(4) as stores:
         await stores[0].acquire_lease("r", LeaseHolder.for_this_process(), ttl=0.0)
         won: list[int] = []
 
@@ -321,9 +312,6 @@ async def test_a_lease_taken_by_two_at_once_goes_to_one(
             for each in stores[1:]:
                 group.start_soon(claim, each)
         assert won == [2]
-    finally:
-        for each in stores:
-            await each.close()
 
 
 async def test_commands_are_taken_once_by_run_in_the_order_sent(store: RunStore) -> None:
@@ -392,18 +380,12 @@ async def test_a_command_sent_through_one_store_is_taken_through_another(
     durable_store_factory: StoreFactory,
 ) -> None:
     """Two processes' stores on one file or database: what one sends, the other takes."""
-    sender, owner = durable_store_factory(), durable_store_factory()
-    await sender.open()
-    await owner.open()
-    try:
+    async with durable_store_factory.opened(2) as (sender, owner):
         await sender.send_command("r", MessageCommand("critic", "look again", kind="request"))
         assert await owner.take_commands(["r"]) == [
             ("r", MessageCommand("critic", "look again", kind="request"))
         ]
         assert await sender.take_commands(["r"]) == []
-    finally:
-        await sender.close()
-        await owner.close()
 
 
 async def test_answered_runs_are_waiting_runs_whose_newest_event_is_an_answer(

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import anyio
@@ -13,11 +12,11 @@ import pytest
 
 from cadenza import Event, Runtime
 from cadenza.testing import ScriptedLLMServer, ServerReply, ServerRule, ServerToolCall
+from cadenza.testing.pytest_plugin import StartLLMServer
+from tests._helpers import cadenza, started
+from tests.conftest import WriteFlow
 
 from ._terminal import Terminal
-from .test_cli import cadenza
-
-WriteFlow = Callable[..., Path]
 
 STORY = " ".join(f"word{n}" for n in range(400))  # 2,389 characters
 FLOW = """
@@ -32,12 +31,9 @@ steps:
 
 
 @pytest.fixture
-def server(monkeypatch: pytest.MonkeyPatch) -> Iterator[ScriptedLLMServer]:
+def server(model_server: StartLLMServer) -> ScriptedLLMServer:
     """An OpenAI-compatible server that streams STORY one character a delta."""
-    with ScriptedLLMServer([ServerRule([ServerReply(content=STORY, chunk=1)])]) as running:
-        for name, value in running.environ().items():
-            monkeypatch.setenv(name, value)
-        yield running
+    return model_server([ServerRule([ServerReply(content=STORY, chunk=1)])])
 
 
 async def test_deltas_reach_the_events_coalesced_and_the_store_keeps_none(
@@ -97,30 +93,28 @@ def test_a_terminal_shows_what_the_agent_is_writing(
 
 
 async def test_a_subscriber_joining_mid_reply_gets_the_text_so_far_first(
-    write_flow: WriteFlow, monkeypatch: pytest.MonkeyPatch
+    write_flow: WriteFlow, model_server: StartLLMServer
 ) -> None:
     """Half the reply streamed, then a new subscriber: one `whole` output, then the rest."""
     pause = threading.Event()
     reply = ServerReply(content=STORY, chunk=1, pause=pause)
-    with ScriptedLLMServer([ServerRule([reply])]) as server:
-        for name, value in server.environ().items():
-            monkeypatch.setenv(name, value)
-        async with Runtime() as runtime:
-            early: list[str] = []
-            streaming = anyio.Event()
+    model_server([ServerRule([reply])])
+    async with Runtime() as runtime:
+        early: list[str] = []
+        streaming = anyio.Event()
 
-            def watch(event: Event) -> None:
-                if event.type == "output":
-                    early.append(event.delta or "")
-                    streaming.set()
+        def watch(event: Event) -> None:
+            if event.type == "output":
+                early.append(event.delta or "")
+                streaming.set()
 
-            handle = await runtime.start(write_flow(FLOW), on_event=watch)
-            await streaming.wait()  # the server holds the second half back
-            late = handle.events()
-            so_far = "".join(early)
-            pause.set()
-            deltas = [e async for e in late if e.type == "output"]
-            result = await handle.result()
+        handle = await runtime.start(write_flow(FLOW), on_event=watch)
+        await streaming.wait()  # the server holds the second half back
+        late = handle.events()
+        so_far = "".join(early)
+        pause.set()
+        deltas = [e async for e in late if e.type == "output"]
+        result = await handle.result()
     assert result.output == STORY
     first, *rest = deltas
     assert first.data == {"whole": True}
@@ -155,15 +149,12 @@ def _turns(last: ServerReply) -> list[ServerRule]:
 
 
 async def test_each_replys_text_ends_with_done(
-    write_flow: WriteFlow, monkeypatch: pytest.MonkeyPatch
+    write_flow: WriteFlow, model_server: StartLLMServer
 ) -> None:
     """zenflow's ``done``: the last ``output`` of every model call says its text ends."""
-    with ScriptedLLMServer(_turns(ServerReply(content="Deal."))) as server:
-        for name, value in server.environ().items():
-            monkeypatch.setenv(name, value)
-        async with Runtime() as runtime:
-            handle = await runtime.start(write_flow(TURNS))
-            events = [event async for event in handle.events()]
+    model_server(_turns(ServerReply(content="Deal.")))
+    async with started(write_flow(TURNS)) as (handle, _):
+        events = [event async for event in handle.events()]
     replies: list[str] = [""]
     for event in events:
         if event.type == "output":
@@ -174,16 +165,14 @@ async def test_each_replys_text_ends_with_done(
 
 
 def test_a_terminal_does_not_run_one_replys_words_into_the_next(
-    write_flow: WriteFlow, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    write_flow: WriteFlow, tmp_path: Path, model_server: StartLLMServer
 ) -> None:
     """The line of a running agent shows its newest words: a turn's end is a break."""
     held = threading.Event()
-    with ScriptedLLMServer(_turns(ServerReply(content="Deal.", hold=held))) as server:
-        for name, value in server.environ().items():
-            monkeypatch.setenv(name, value)
-        path = str(write_flow(TURNS))
-        with Terminal("run", path, "--store", "runs.db", cwd=tmp_path) as tty:
-            tty.read_until(r"│ It is in mint condition\. Offer sent\.")  # the third call waits
-            held.set()
-            assert tty.wait() == 0
+    model_server(_turns(ServerReply(content="Deal.", hold=held)))
+    path = str(write_flow(TURNS))
+    with Terminal("run", path, "--store", "runs.db", cwd=tmp_path) as tty:
+        tty.read_until(r"│ It is in mint condition\. Offer sent\.")  # the third call waits
+        held.set()
+        assert tty.wait() == 0
     assert "condition.Offer" not in tty.text

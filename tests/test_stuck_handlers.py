@@ -12,12 +12,11 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-WriteFlow = Callable[..., Path]
+from tests.conftest import WriteFlow
 
 HANG = 30.0
 """Seconds after which a process that has not ended is taken for hung."""

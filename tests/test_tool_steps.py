@@ -10,23 +10,17 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from cadenza import RunResult, Runtime, ToolPolicy
-from cadenza.testing import ScriptedLLMServer, ServerRule
+from cadenza.testing import ServerRule
+from cadenza.testing.pytest_plugin import StartLLMServer
 from cadenza.workflow import WorkflowError, load_workflow
+from tests._helpers import run_flow, started
 from tests._processes import running
-
-WriteFlow = Callable[..., Path]
-
-
-async def run(path: Path, **kwargs: Any) -> RunResult:
-    async with Runtime() as runtime:
-        return await runtime.run(path, **kwargs)
+from tests.conftest import RunYaml, WriteFlow
 
 
 def error_of(result: RunResult, address: str) -> tuple[str, str]:
@@ -39,7 +33,7 @@ def error_of(result: RunResult, address: str) -> tuple[str, str]:
 
 
 async def test_zenflow_three_step_example(
-    write_flow: WriteFlow, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    write_flow: WriteFlow, tmp_path: Path, model_server: StartLLMServer
 ) -> None:
     """An agent names a file, `read` reads it (the `$` path), and the next agent sees it."""
     (tmp_path / "config").mkdir()
@@ -69,11 +63,9 @@ async def test_zenflow_three_step_example(
             instructions: Review the config and suggest improvements.
         """
     )
-    with ScriptedLLMServer([ServerRule(["Use more workers."])]) as server:
-        for name, value in server.environ().items():
-            monkeypatch.setenv(name, value)
-        result = await run(path)
-        requests = server.requests
+    server = model_server([ServerRule(["Use more workers."])])
+    result = await run_flow(path)
+    requests = server.requests
     assert result.status == "completed", result.error
     read = result.steps["read-config"]
     assert (read.status, read.result) == ("completed", None)
@@ -106,7 +98,7 @@ async def test_write_then_read_round_trips_and_stays_inside_the_workflow_dir(
             toolInput: {path: ../escaped.txt, content: "no"}
         """
     )
-    result = await run(path)
+    result = await run_flow(path)
     assert result.steps["save"].content == "wrote 28 bytes to out/notes.md"
     assert (tmp_path / "out" / "notes.md").read_text() == "héllo {{ not a template }}\n"
     assert result.steps["load"].content == "héllo {{ not a template }}\n"
@@ -132,7 +124,7 @@ async def test_read_fails_clearly_for_a_missing_or_too_large_file(
           - {id: exact, tool: read, toolInput: {path: exact.txt}}
         """
     )
-    result = await run(path)
+    result = await run_flow(path)
     assert error_of(result, "missing") == (
         "ToolError",
         f"read: no file 'nope.txt' (looked for {tmp_path / 'nope.txt'})",
@@ -144,12 +136,12 @@ async def test_read_fails_clearly_for_a_missing_or_too_large_file(
     assert exact == "y" * (1024 * 1024)
 
 
-async def test_glob_lists_matches_sorted(write_flow: WriteFlow, tmp_path: Path) -> None:
+async def test_glob_lists_matches_sorted(run_yaml: RunYaml, tmp_path: Path) -> None:
     """glob: ** crosses directories; with `path`, matches are shown under it; none is ''."""
     for name in ("src/b.py", "src/a.py", "src/pkg/c.py", "src/notes.txt", "top.py"):
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text("")
-    path = write_flow(
+    result = await run_yaml(
         """
         name: globs
         steps:
@@ -158,22 +150,19 @@ async def test_glob_lists_matches_sorted(write_flow: WriteFlow, tmp_path: Path) 
           - {id: nothing, tool: glob, toolInput: {pattern: "*.rs"}}
         """
     )
-    result = await run(path)
     assert result.steps["everywhere"].content == "src/a.py\nsrc/b.py\nsrc/pkg/c.py\ntop.py"
     assert result.steps["under"].content == "src/a.py\nsrc/b.py"
     assert (result.steps["nothing"].status, result.steps["nothing"].content) == ("completed", "")
 
 
-async def test_grep_prints_file_line_text_and_is_bounded(
-    write_flow: WriteFlow, tmp_path: Path
-) -> None:
+async def test_grep_prints_file_line_text_and_is_bounded(run_yaml: RunYaml, tmp_path: Path) -> None:
     """Fixed strings by default (zenflow), regex: true for patterns, glob filters file names."""
     (tmp_path / "src").mkdir()
     (tmp_path / "src" / "a.py").write_text("x = 1\n# TODO: a.b\nTODO later\n")
     (tmp_path / "src" / "b.txt").write_text("TODO in text\n")
     (tmp_path / "src" / "blob.bin").write_bytes(b"TODO\0binary")
     (tmp_path / "many.log").write_text("hit\n" * 1005)
-    path = write_flow(
+    result = await run_yaml(
         """
         name: greps
         steps:
@@ -184,7 +173,6 @@ async def test_grep_prints_file_line_text_and_is_bounded(
           - {id: bad, tool: grep, toolInput: {pattern: "(", regex: true}}
         """
     )
-    result = await run(path)
     assert result.steps["fixed"].content == "src/a.py:2:# TODO: a.b"
     assert result.steps["regex"].content == "src/a.py:3:TODO later\nsrc/b.txt:1:TODO in text"
     assert result.steps["only-py"].content == "src/a.py:2:# TODO: a.b\nsrc/a.py:3:TODO later"
@@ -215,7 +203,7 @@ async def test_bash_runs_like_a_command_step(write_flow: WriteFlow, tmp_path: Pa
         """
     )
     (tmp_path / "sub").mkdir()
-    result = await run(path)
+    result = await run_flow(path)
     ok = result.steps["ok"]
     assert (ok.status, ok.content, ok.result) == ("completed", f"{tmp_path}\nok\n", None)
     assert error_of(result, "broken") == ("CommandFailed", "exit code 3: it broke")
@@ -240,7 +228,7 @@ async def test_bash_timeouts_kill_the_command(write_flow: WriteFlow, tmp_path: P
               timeout_seconds: 1
         """
     )
-    result = await run(path)
+    result = await run_flow(path)
     assert error_of(result, "step-timeout") == ("Timeout", "timed out after 1s")
     own = error_of(result, "own-timeout")
     assert own == ("Timeout", "timed out after 1s (its timeout_seconds)")
@@ -251,9 +239,9 @@ async def test_bash_timeouts_kill_the_command(write_flow: WriteFlow, tmp_path: P
 # Python tools ----------------------------------------------------------------------------
 
 
-async def test_a_python_tool_gets_tool_input_as_checked_arguments(write_flow: WriteFlow) -> None:
+async def test_a_python_tool_gets_tool_input_as_checked_arguments(run_yaml: RunYaml) -> None:
     """toolInput becomes keyword arguments, converted and checked as a model's call would be."""
-    path = write_flow(
+    result = await run_yaml(
         """
         name: python-tools
         steps:
@@ -287,7 +275,6 @@ async def test_a_python_tool_gets_tool_input_as_checked_arguments(write_flow: Wr
             return " ".join([text.upper()] * times)
         ''',
     )
-    result = await run(path)
     add = result.steps["add"]
     assert (add.status, add.content, add.result) == ("completed", '{"sum":5}', None)
     assert result.steps["shout"].content == "WORLD WORLD"
@@ -321,7 +308,7 @@ async def test_a_blocked_sync_python_tool_is_ended_by_the_step_timeout(
         """,
     )
     try:
-        result = await run(path)
+        result = await run_flow(path)
     finally:  # let the abandoned thread finish
         for module in list(sys.modules.values()):
             if (getattr(module, "__file__", None) or "").startswith(str(tmp_path)):
@@ -332,7 +319,7 @@ async def test_a_blocked_sync_python_tool_is_ended_by_the_step_timeout(
 async def test_an_unknown_tool_fails_naming_the_built_ins(write_flow: WriteFlow) -> None:
     """zenflow's custom tools have no Cadenza equivalent by name: the step says what exists."""
     path = write_flow("name: x\nsteps:\n  - {id: deploy, tool: deploy}\n")
-    result = await run(path)
+    result = await run_flow(path)
     kind, message = error_of(result, "deploy")
     assert kind == "ToolError"
     assert message == (
@@ -382,7 +369,7 @@ async def test_expression_errors_at_run_time_name_the_field(write_flow: WriteFlo
             toolInput: {path: $steps.info.result.file}
         """
     )
-    result = await run(path)
+    result = await run_flow(path)
     assert error_of(result, "not-a-string") == (
         "ExpressionEvaluationError",
         "toolInput.path: 'steps.info.result.exitCode' must give a string, but it gave int 0 "
@@ -413,7 +400,7 @@ async def test_dollar_values_are_data_never_code(write_flow: WriteFlow, tmp_path
         """,
         handlers=f"def model(ctx):\n    return {hostile!r}\n",
     )
-    result = await run(path)
+    result = await run_flow(path)
     assert result.status == "completed", result.error
     assert (tmp_path / "saved.txt").read_text() == hostile
     assert result.steps["listed"].content == ""
@@ -446,7 +433,7 @@ def test_a_bash_command_from_an_expression_is_rejected(write_flow: WriteFlow) ->
 
 
 async def test_links_inside_the_tree_work_and_links_out_are_skipped_with_a_note(
-    write_flow: WriteFlow, tmp_path: Path
+    run_yaml: RunYaml, tmp_path: Path
 ) -> None:
     """Real paths decide: a link to a file or folder of the tree is followed by read, listed
     by glob and searched by grep; one leading out is named in a note, never opened."""
@@ -456,7 +443,7 @@ async def test_links_inside_the_tree_work_and_links_out_are_skipped_with_a_note(
     (tmp_path / "readme.py").symlink_to(tmp_path / "src" / "main.py")  # absolute, inside
     (tmp_path.parent / f"{tmp_path.name}-outside.py").write_text("TODO: leaked\n")
     (tmp_path / "leak.py").symlink_to(tmp_path.parent / f"{tmp_path.name}-outside.py")
-    path = write_flow(
+    result = await run_yaml(
         """
         name: links
         steps:
@@ -468,7 +455,6 @@ async def test_links_inside_the_tree_work_and_links_out_are_skipped_with_a_note(
           - {id: found, tool: grep, toolInput: {pattern: TODO, glob: "*.py"}}
         """.replace("TREE", str(tmp_path))
     )
-    result = await run(path)
     assert result.status == "completed", result.error
     for address in ("via-folder", "via-file", "absolute"):
         assert result.steps[address].content == "TODO: ship\n"
@@ -559,7 +545,7 @@ async def test_condition_retries_and_foreach_apply_to_tool_steps(
                   toolInput: {path: $item}
         """
     )
-    result = await run(path)
+    result = await run_flow(path)
     assert result.steps["never"].status == "skipped"
     assert not (tmp_path / "never.txt").exists()
     flaky = result.steps["flaky"]
@@ -572,8 +558,7 @@ async def test_a_tool_step_announces_its_call(write_flow: WriteFlow, tmp_path: P
     """step_start (kind tool), a tool_call start/end pair with input and output, step_end."""
     (tmp_path / "in.txt").write_text("content")
     path = write_flow("name: ev\nsteps:\n  - {id: r, tool: read, toolInput: {path: in.txt}}\n")
-    async with Runtime() as runtime:
-        handle = await runtime.start(path)
+    async with started(path) as (handle, _):
         events = [e for e in [event async for event in handle.events()] if e.step_id == "r"]
     assert [e.type for e in events] == ["step_start", "tool_call", "tool_call", "step_end"]
     assert (events[0].data or {}).get("kind") == "tool"

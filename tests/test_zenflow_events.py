@@ -15,7 +15,6 @@ in docs/events.md, whose tables are checked against the one registry in code
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
 import shutil
@@ -25,7 +24,6 @@ from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import msgspec
@@ -34,6 +32,7 @@ import pytest
 from cadenza import Event, LoadedWorkflow, Runtime
 from cadenza.protocols import ADDED_TYPES, NO_PAYLOAD, PAYLOADS, ZENFLOW, EventType, extra_keys
 from cadenza.workflow import Step, load_workflow
+from tests._helpers import load_example
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
@@ -348,15 +347,6 @@ def _needs(name: str) -> None:
         pytest.skip(f"{name} needs {program} on PATH (pip install {program})")
 
 
-def _module(name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(f"zenflow_{name}", EXAMPLES / f"{name}.py")
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def _lines(events: Iterable[Event]) -> list[Line]:
     """The NDJSON lines a consumer reads: each event as it goes out."""
     return [json.loads(msgspec.json.encode(event)) for event in events]
@@ -403,7 +393,7 @@ async def test_the_python_apis_stream_is_zenflows(name: str, tmp_path: Path) -> 
 @pytest.mark.parametrize("name", PYTHON_EXAMPLES)
 async def test_the_python_examples_streams_are_zenflows(name: str) -> None:
     """The workflows built in Python (a graph, a loop, the control-loop SDK) stream alike."""
-    module = _module(name)
+    module = load_example(name, f"zenflow_{name}")
     async with Runtime() as runtime:
         if name == "control_sdk":
             run_id = (await module.loop.start(runtime)).run_id

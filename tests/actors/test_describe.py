@@ -5,8 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from cadenza.workflow import describe_workflow, load_workflow, to_mermaid
-
-from .conftest import WriteFlow
+from tests.conftest import WriteFlow
 
 FLOW = """
 name: shapes

@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
 
 from cadenza import RunResult, Runtime
 from cadenza.kernel import SystemClock
-
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+from tests._helpers import EXAMPLES
 
 
 class InstantSleepClock(SystemClock):

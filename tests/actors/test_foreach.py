@@ -2,33 +2,24 @@
 
 from __future__ import annotations
 
-from .conftest import RunFlow, RunWithEvents, WriteFlow
+from tests._helpers import run_with_events
+from tests._workflows import PROBE
+from tests.conftest import RunYaml, WriteFlow
 
-PROBE = """
-import asyncio
-
-alive = 0
-peak = 0
-
-async def probe(ctx):
-    global alive, peak
-    alive += 1
-    peak = max(peak, alive)
-    for _ in range(20):  # stay alive across many turns of the event loop
-        await asyncio.sleep(0)
-    alive -= 1
-    return f"{ctx.index}:{ctx.item}"
-
-def peak_seen(ctx):
-    return {"peak": peak}
+TOLERANT = """
+name: tolerant
+steps:
+  - id: each
+    handler: "HANDLERS:check"
+    onError: continue
+    loop: {forEach: [0, 1, 2], maxConcurrency: 1}
 """
+"""``check`` runs on items 0, 1, 2, one at a time; a failed item does not stop the rest."""
 
 
-async def test_a_literal_list_runs_the_step_once_per_item(
-    write_flow: WriteFlow, run_flow: RunFlow
-) -> None:
+async def test_a_literal_list_runs_the_step_once_per_item(run_yaml: RunYaml) -> None:
     """Iteration i runs at loop[i] with item, index and the brief's item_index."""
-    path = write_flow(
+    result = await run_yaml(
         """
         name: greet
         steps:
@@ -42,7 +33,6 @@ async def test_a_literal_list_runs_the_step_once_per_item(
             return f"{ctx.index}/{ctx.brief.item_index}: {ctx.item}"
         """,
     )
-    result = await run_flow(path)
     assert result.status == "completed", result.error
     assert result.steps["greet[1]"].content == "1/1: {'name': 'bob'}"
     assert (
@@ -61,9 +51,9 @@ async def test_a_literal_list_runs_the_step_once_per_item(
     assert result.loops["greet"].termination_reason == "forEach"
 
 
-async def test_a_cel_list_feeds_a_multi_step_body(write_flow: WriteFlow, run_flow: RunFlow) -> None:
+async def test_a_cel_list_feeds_a_multi_step_body(run_yaml: RunYaml) -> None:
     """forEach CEL is evaluated when the step starts; the body runs at loop[i].<id>."""
-    path = write_flow(
+    result = await run_yaml(
         """
         name: deploy
         steps:
@@ -88,7 +78,6 @@ async def test_a_cel_list_feeds_a_multi_step_body(write_flow: WriteFlow, run_flo
             return f"deployed {ctx.item} ({ctx.brief.item_index})"
         """,
     )
-    result = await run_flow(path)
     assert result.status == "completed", result.error
     assert result.steps["deploy-each[1].deploy"].content == "deployed billing (1)"
     assert result.steps["deploy-each[0].verify"].content == "verified auth\n"
@@ -97,10 +86,10 @@ async def test_a_cel_list_feeds_a_multi_step_body(write_flow: WriteFlow, run_flo
 
 
 async def test_a_foreach_that_is_not_a_list_fails_naming_expression_and_type(
-    write_flow: WriteFlow, run_flow: RunFlow
+    run_yaml: RunYaml,
 ) -> None:
     """A CEL forEach yielding a map fails the step with the expression and the type it got."""
-    path = write_flow(
+    result = await run_yaml(
         """
         name: wrong
         steps:
@@ -116,7 +105,6 @@ async def test_a_foreach_that_is_not_a_list_fails_naming_expression_and_type(
             return {"not": "a list"}
         """,
     )
-    result = await run_flow(path)
     assert result.status == "failed"
     error = result.steps["each"].error
     assert error is not None
@@ -126,10 +114,10 @@ async def test_a_foreach_that_is_not_a_list_fails_naming_expression_and_type(
 
 
 async def test_max_concurrency_is_never_exceeded_and_no_item_is_dropped(
-    write_flow: WriteFlow, run_flow: RunFlow
+    run_yaml: RunYaml,
 ) -> None:
     """A probe handler counts live iterations: the peak is exactly maxConcurrency."""
-    path = write_flow(
+    result = await run_yaml(
         """
         name: probe
         options: {maxConcurrency: 10}
@@ -145,7 +133,6 @@ async def test_max_concurrency_is_never_exceeded_and_no_item_is_dropped(
         """,
         handlers=PROBE,
     )
-    result = await run_flow(path)
     assert result.status == "completed", result.error
     assert result.steps["report"].result == {"peak": 3}
     assert [result.steps[f"fan[{i}]"].content for i in range(11)] == [
@@ -153,9 +140,7 @@ async def test_max_concurrency_is_never_exceeded_and_no_item_is_dropped(
     ]
 
 
-async def test_the_run_wide_limit_caps_live_iterations(
-    write_flow: WriteFlow, run_with_events: RunWithEvents
-) -> None:
+async def test_the_run_wide_limit_caps_live_iterations(write_flow: WriteFlow) -> None:
     """Without maxConcurrency, no more iterations are alive than the run's maxConcurrency."""
     path = write_flow(
         """
@@ -182,11 +167,9 @@ async def test_the_run_wide_limit_caps_live_iterations(
     assert sum(e.type == "item_end" for e in events) == 20
 
 
-async def test_a_failed_item_stops_new_items_and_fails_the_step(
-    write_flow: WriteFlow, run_flow: RunFlow
-) -> None:
+async def test_a_failed_item_stops_new_items_and_fails_the_step(run_yaml: RunYaml) -> None:
     """After a failure no further item starts; the step fails with the item's error."""
-    path = write_flow(
+    result = await run_yaml(
         """
         name: halt
         steps:
@@ -201,7 +184,6 @@ async def test_a_failed_item_stops_new_items_and_fails_the_step(
             return "ok"
         """,
     )
-    result = await run_flow(path)
     assert result.status == "failed"
     record = result.steps["each"]
     assert record.status == "failed"
@@ -211,20 +193,10 @@ async def test_a_failed_item_stops_new_items_and_fails_the_step(
     assert result.loops["each"].iterations == 2
 
 
-async def test_on_error_continue_runs_every_item(write_flow: WriteFlow, run_flow: RunFlow) -> None:
+async def test_on_error_continue_runs_every_item(run_yaml: RunYaml) -> None:
     """With onError: continue every item runs; the step is failed but the run goes on."""
-    path = write_flow(
-        """
-        name: tolerant
-        steps:
-          - id: each
-            handler: "HANDLERS:check"
-            onError: continue
-            loop: {forEach: [0, 1, 2], maxConcurrency: 1}
-          - id: after
-            dependsOn: [each]
-            handler: "HANDLERS:after"
-        """,
+    result = await run_yaml(
+        TOLERANT + '  - {id: after, dependsOn: [each], handler: "HANDLERS:after"}\n',
         handlers="""
         def check(ctx):
             if ctx.item == 0:
@@ -234,7 +206,6 @@ async def test_on_error_continue_runs_every_item(write_flow: WriteFlow, run_flow
             return ctx.steps["each"].status
         """,
     )
-    result = await run_flow(path)
     assert result.status == "completed", result.error
     assert [result.steps[f"each[{i}]"].status for i in range(3)] == [
         "failed",
@@ -244,9 +215,9 @@ async def test_on_error_continue_runs_every_item(write_flow: WriteFlow, run_flow
     assert result.steps["after"].content == "failed"
 
 
-async def test_an_empty_list_completes_at_once(write_flow: WriteFlow, run_flow: RunFlow) -> None:
+async def test_an_empty_list_completes_at_once(run_yaml: RunYaml) -> None:
     """A CEL forEach yielding [] completes with empty content and no iterations."""
-    path = write_flow(
+    result = await run_yaml(
         """
         name: none
         steps:
@@ -259,7 +230,6 @@ async def test_an_empty_list_completes_at_once(write_flow: WriteFlow, run_flow: 
             raise AssertionError("no item, no call")
         """,
     )
-    result = await run_flow(path)
     assert result.status == "completed", result.error
     assert result.steps["each"].content == ""
     assert result.steps["each"].result == {"iterations": []}
@@ -267,19 +237,12 @@ async def test_an_empty_list_completes_at_once(write_flow: WriteFlow, run_flow: 
 
 
 async def test_an_item_that_did_not_complete_says_so_in_the_joined_content(
-    write_flow: WriteFlow, run_flow: RunFlow
+    run_yaml: RunYaml,
 ) -> None:
     """The step's content keeps a block per item, in order: a failed item's block says it
     failed and why, where it used to be empty; its iteration's own content stays empty."""
-    path = write_flow(
-        """
-        name: tolerant
-        steps:
-          - id: each
-            handler: "HANDLERS:check"
-            onError: continue
-            loop: {forEach: [0, 1, 2], maxConcurrency: 1}
-        """,
+    result = await run_yaml(
+        TOLERANT,
         handlers="""
         def check(ctx):
             if ctx.item == 1:
@@ -287,7 +250,6 @@ async def test_an_item_that_did_not_complete_says_so_in_the_joined_content(
             return f"ok {ctx.item}"
         """,
     )
-    result = await run_flow(path)
     record = result.steps["each"]
     assert record.content == "\n\n---\n\n".join(
         ["ok 0", "[item 1 failed: ValueError: one is bad]", "ok 2"]

@@ -4,43 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from .conftest import RunFlow, RunWithEvents, WriteFlow
-
-ROUTER = """
-name: router
-steps:
-  - id: router
-    graph:
-      start: analyze
-      maxSteps: 12
-      states:
-        analyze: {handler: "HANDLERS:analyze"}
-        toolA: {handler: "HANDLERS:tool_a"}
-        toolB: {handler: "HANDLERS:tool_b", feedback: false}
-      edges:
-        - {from: analyze, to: toolA, condition: "content == 'USE_A'"}
-        - {from: analyze, to: toolB, condition: "content == 'USE_B' && visits.analyze == step - 1"}
-        - {from: analyze, to: END}
-        - {from: toolA, to: analyze}
-        - {from: toolB, to: analyze}
-"""
-
-ROUTER_HANDLERS = """
-def analyze(ctx):
-    answers = {None: "USE_A", "A-result": "USE_B", "B-result": "FINISHED"}
-    return answers[ctx.brief.routed_content]
-
-def tool_a(ctx):
-    return "A-result"
-
-def tool_b(ctx):
-    return "B-result"
-"""
+from tests._helpers import run_flow, run_with_events
+from tests._workflows import ROUTER, ROUTER_HANDLERS
+from tests.conftest import RunYaml, WriteFlow
 
 
-async def test_edges_route_first_match_until_end(
-    write_flow: WriteFlow, run_with_events: RunWithEvents
-) -> None:
+async def test_edges_route_first_match_until_end(write_flow: WriteFlow) -> None:
     """The path follows the first true edge; visit N of a state is graph.N.state."""
     result, events = await run_with_events(write_flow(ROUTER, handlers=ROUTER_HANDLERS))
     assert result.status == "completed", result.error
@@ -66,7 +35,7 @@ async def test_edges_route_first_match_until_end(
 
 
 async def test_a_state_hears_who_routed_to_it_and_its_previous_output(
-    write_flow: WriteFlow, run_flow: RunFlow
+    write_flow: WriteFlow,
 ) -> None:
     """routed_from/routed_content on every visit; previous on a revisit unless feedback: false."""
     path = write_flow(
@@ -107,10 +76,10 @@ async def test_a_state_hears_who_routed_to_it_and_its_previous_output(
 
 
 async def test_feedback_on_revisit_can_be_switched_off_for_the_whole_graph(
-    write_flow: WriteFlow, run_flow: RunFlow
+    run_yaml: RunYaml,
 ) -> None:
     """feedbackOnRevisit: false: no state gets its previous output."""
-    path = write_flow(
+    result = await run_yaml(
         """
         name: forgetful
         steps:
@@ -129,7 +98,6 @@ async def test_feedback_on_revisit_can_be_switched_off_for_the_whole_graph(
             return f"previous={ctx.brief.previous}"
         """,
     )
-    result = await run_flow(path)
     assert result.steps["g.1.a"].content == "previous=None"
 
 
@@ -137,9 +105,7 @@ async def test_feedback_on_revisit_can_be_switched_off_for_the_whole_graph(
     ("policy", "status"),
     [("returnLast", "completed"), ("fail", "failed"), ("returnWithFlag", "completed")],
 )
-async def test_max_steps_policies(
-    write_flow: WriteFlow, run_flow: RunFlow, policy: str, status: str
-) -> None:
+async def test_max_steps_policies(write_flow: WriteFlow, policy: str, status: str) -> None:
     """A graph that never reaches END stops after maxSteps visits, as onMaxSteps says."""
     path = write_flow(
         f"""
@@ -178,10 +144,10 @@ async def test_max_steps_policies(
 
 
 async def test_no_matching_edge_fails_listing_candidates_and_a_preview(
-    write_flow: WriteFlow, run_flow: RunFlow
+    run_yaml: RunYaml,
 ) -> None:
     """No edge matched: the error names each candidate and quotes the state's output."""
-    path = write_flow(
+    result = await run_yaml(
         """
         name: stuck
         steps:
@@ -199,7 +165,6 @@ async def test_no_matching_edge_fails_listing_candidates_and_a_preview(
             return "something else " * 40
         """,
     )
-    result = await run_flow(path)
     assert result.status == "failed"
     error = result.steps["g"].error
     assert error is not None
@@ -211,9 +176,7 @@ async def test_no_matching_edge_fails_listing_candidates_and_a_preview(
     assert result.graphs["g"].termination_reason == "failed"
 
 
-async def test_a_failed_state_fails_the_graph_unless_it_continues(
-    write_flow: WriteFlow, run_flow: RunFlow
-) -> None:
+async def test_a_failed_state_fails_the_graph_unless_it_continues(write_flow: WriteFlow) -> None:
     """A failing state ends the graph; with onError: continue its edges still route."""
     path = write_flow(
         """

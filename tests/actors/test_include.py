@@ -5,7 +5,8 @@ from __future__ import annotations
 import textwrap
 from pathlib import Path
 
-from .conftest import RunFlow, WriteFlow
+from tests._helpers import run_flow
+from tests.conftest import RunYaml, WriteFlow
 
 CHILD = """
 name: greeter
@@ -34,7 +35,7 @@ def write_child(tmp_path: Path, name: str, text: str) -> None:
 
 
 async def test_an_include_runs_the_child_in_a_fresh_scope_with_rendered_inputs(
-    write_flow: WriteFlow, run_flow: RunFlow, tmp_path: Path
+    write_flow: WriteFlow, tmp_path: Path
 ) -> None:
     """Inputs are rendered in the parent (keeping types), defaults fill in, output is the result."""
     path = write_flow(
@@ -75,7 +76,7 @@ async def test_an_include_runs_the_child_in_a_fresh_scope_with_rendered_inputs(
 
 
 async def test_without_output_the_content_is_the_last_declared_step_that_ran(
-    write_flow: WriteFlow, run_flow: RunFlow, tmp_path: Path
+    write_flow: WriteFlow, tmp_path: Path
 ) -> None:
     """A child with no output gives the content of its last declared step that ran."""
     write_child(
@@ -100,9 +101,7 @@ async def test_without_output_the_content_is_the_last_declared_step_that_ran(
     assert result.steps["sub"].result is None
 
 
-async def test_bad_include_inputs_fail_the_include_step(
-    write_flow: WriteFlow, run_flow: RunFlow, tmp_path: Path
-) -> None:
+async def test_bad_include_inputs_fail_the_include_step(run_yaml: RunYaml, tmp_path: Path) -> None:
     """An input of the wrong type fails the include step, naming the input."""
     write_child(
         tmp_path,
@@ -117,7 +116,7 @@ async def test_bad_include_inputs_fail_the_include_step(
             env: {N: "{{ inputs.n }}"}
         """,
     )
-    path = write_flow(
+    result = await run_yaml(
         """
         name: p
         steps:
@@ -126,7 +125,6 @@ async def test_bad_include_inputs_fail_the_include_step(
             inputs: {n: "not a number {{ 1 }}"}
         """
     )
-    result = await run_flow(path)
     assert result.status == "failed"
     error = result.steps["sub"].error
     assert error is not None
@@ -135,7 +133,7 @@ async def test_bad_include_inputs_fail_the_include_step(
 
 
 async def test_an_included_root_loop_iterates_as_parent_n_step(
-    write_flow: WriteFlow, run_flow: RunFlow, tmp_path: Path
+    write_flow: WriteFlow, tmp_path: Path
 ) -> None:
     """A child's root loop runs at parent.N.step with a fresh steps scope per iteration."""
     path = write_flow(
@@ -187,7 +185,7 @@ async def test_an_included_root_loop_iterates_as_parent_n_step(
 
 
 async def test_a_looped_include_runs_the_child_once_per_iteration(
-    write_flow: WriteFlow, run_flow: RunFlow, tmp_path: Path
+    run_yaml: RunYaml, tmp_path: Path
 ) -> None:
     """loop on an include step repeats the whole child: parent.N.<child step>."""
     write_child(
@@ -200,20 +198,17 @@ async def test_a_looped_include_runs_the_child_once_per_iteration(
             command: "echo said"
         """,
     )
-    path = write_flow(
+    result = await run_yaml(
         "name: p\nsteps:\n  - id: twice\n    include: once.yaml\n    loop: {maxIterations: 2}\n"
     )
-    result = await run_flow(path)
     assert result.status == "completed", result.error
     assert result.steps["twice.1.say"].content == "said\n"
     assert result.steps["twice.1"].content == "said\n"
 
 
-async def test_a_workflow_level_loop_reruns_the_whole_dag(
-    write_flow: WriteFlow, run_flow: RunFlow
-) -> None:
+async def test_a_workflow_level_loop_reruns_the_whole_dag(run_yaml: RunYaml) -> None:
     """A root loop: steps at loop.N.<id>, until over the iteration, output over the last one."""
-    path = write_flow(
+    result = await run_yaml(
         """
         name: again
         loop:
@@ -234,7 +229,6 @@ async def test_a_workflow_level_loop_reruns_the_whole_dag(
             return {"value": 10 * int(ctx.steps["work"].content)}
         """,
     )
-    result = await run_flow(path)
     assert result.status == "completed", result.error
     assert result.output == 20
     assert result.steps["loop.2.score"].result == {"value": 20}

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import pytest
-
 from cadenza.testing import RequestMatch, ServerRule, ServerToolCall
 from cadenza.testing.pytest_plugin import StartLLMServer
-
-from .conftest import RunFlow, RunWithEvents, WriteFlow
+from tests._helpers import run_flow, run_with_events
+from tests.conftest import RunYaml, WriteFlow
 
 JUDGED = """
 name: judged
@@ -39,7 +37,7 @@ def draft(ctx):
 
 
 async def test_the_judge_stops_the_loop_and_a_missing_verdict_fails_open(
-    write_flow: WriteFlow, run_with_events: RunWithEvents
+    write_flow: WriteFlow,
 ) -> None:
     """No verdict: the loop goes on (recorded); done: false goes on; done: true stops it."""
     result, events = await run_with_events(write_flow(JUDGED, handlers=DRAFT))
@@ -59,7 +57,7 @@ async def test_the_judge_stops_the_loop_and_a_missing_verdict_fails_open(
 
 
 async def test_judge_feedback_reaches_the_next_iteration_and_the_cumulative_output(
-    write_flow: WriteFlow, run_flow: RunFlow
+    write_flow: WriteFlow,
 ) -> None:
     """The judge's words are revision feedback for the next iteration and part of the output."""
     result = await run_flow(write_flow(JUDGED, handlers=DRAFT))
@@ -74,7 +72,7 @@ async def test_judge_feedback_reaches_the_next_iteration_and_the_cumulative_outp
     assert blocks[2].startswith("draft 2")
 
 
-async def test_until_is_checked_before_the_judge(write_flow: WriteFlow, run_flow: RunFlow) -> None:
+async def test_until_is_checked_before_the_judge(write_flow: WriteFlow) -> None:
     """When until holds, the judge is not asked at all."""
     text = JUDGED.replace("untilAgent: judge", "untilAgent: judge\n      until: iteration == 0")
     result = await run_flow(write_flow(text, handlers=DRAFT))
@@ -83,13 +81,11 @@ async def test_until_is_checked_before_the_judge(write_flow: WriteFlow, run_flow
 
 
 async def test_the_judge_reads_each_body_steps_output(
-    write_flow: WriteFlow,
-    run_flow: RunFlow,
-    llm_server: StartLLMServer,
-    monkeypatch: pytest.MonkeyPatch,
+    run_yaml: RunYaml,
+    model_server: StartLLMServer,
 ) -> None:
     """The judge's prompt holds every body step's output of the iteration, labelled."""
-    server = llm_server(
+    server = model_server(
         [
             ServerRule(
                 [
@@ -100,9 +96,7 @@ async def test_the_judge_reads_each_body_steps_output(
             )
         ]
     )
-    for key, value in server.environ().items():
-        monkeypatch.setenv(key, value)
-    path = write_flow(
+    result = await run_yaml(
         """
         name: reviewed
         agents:
@@ -132,7 +126,6 @@ async def test_the_judge_reads_each_body_steps_output(
             return {"warnings": 0}
         """,
     )
-    result = await run_flow(path)
     assert result.loops["review"].termination_reason == "judge", result.error
     [request] = server.requests
     prompt = "\n".join(str(m.get("content")) for m in request.messages)

@@ -2,75 +2,46 @@
 
 from __future__ import annotations
 
-import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
-from cadenza import Runtime
 from cadenza.kernel import FakeClock
-from cadenza.protocols import Event
+from tests._helpers import Started, started
+from tests._workflows import HANG
+from tests.conftest import WriteFlow
 
-from .conftest import WriteFlow
-
-HANDLERS = """
-import asyncio
-
+HANDLERS = (
+    HANG
+    + """
 def tick(ctx):
     return f"tick {ctx.iteration}"
-
-async def hang(ctx):
-    await asyncio.Event().wait()
 """
+)
 
 
-class Watch:
-    """Collects events and lets a test wait for one of them."""
-
-    def __init__(self) -> None:
-        self.events: list[Event] = []
-        self._waiters: list[tuple[str, str | None, asyncio.Future[Event]]] = []
-
-    def __call__(self, event: Event) -> None:
-        self.events.append(event)
-        for waiter in list(self._waiters):
-            kind, step_id, future = waiter
-            if event.type == kind and step_id in (None, event.step_id) and not future.done():
-                future.set_result(event)
-                self._waiters.remove(waiter)
-
-    async def wait_for(self, kind: str, step_id: str | None = None) -> Event:
-        for event in self.events:
-            if event.type == kind and step_id in (None, event.step_id):
-                return event
-        future: asyncio.Future[Event] = asyncio.get_running_loop().create_future()
-        self._waiters.append((kind, step_id, future))
-        return await future
-
-    def seen(self, kind: str, step_id: str) -> bool:
-        return any(e.type == kind and e.step_id == step_id for e in self.events)
+@asynccontextmanager
+async def delayed(write_flow: WriteFlow, loop: str) -> AsyncIterator[tuple[FakeClock, Started]]:
+    """A loop ``wait`` of ``tick`` (``loop``: its options) started on a fake clock; the
+    block begins once iteration 0 has ended, and the delay is to be waited out."""
+    path = write_flow(
+        f"name: paced\nsteps:\n  - {{id: wait, handler: 'HANDLERS:tick', loop: {loop}}}\n",
+        handlers=HANDLERS,
+    )
+    clock = FakeClock()
+    async with started(path, clock=clock) as (handle, watch):
+        await watch.wait_for("iteration_end", "wait.0")
+        yield clock, (handle, watch)
 
 
 async def test_delay_waits_on_the_clock_between_iterations(write_flow: WriteFlow) -> None:
     """delay: the next iteration starts only once the injected clock has moved past it."""
-    path = write_flow(
-        """
-        name: paced
-        steps:
-          - id: poll
-            handler: "HANDLERS:tick"
-            loop: {maxIterations: 2, delay: 30s}
-        """,
-        handlers=HANDLERS,
-    )
-    clock = FakeClock()
-    watch = Watch()
-    async with Runtime(clock=clock) as runtime:
-        handle = await runtime.start(path, on_event=watch)
-        await watch.wait_for("iteration_end", "poll.0")
+    async with delayed(write_flow, "{maxIterations: 2, delay: 30s}") as (clock, (run, watch)):
         await clock.advance(29)
-        assert not watch.seen("iteration_start", "poll.1")
+        assert not watch.seen("iteration_start", "wait.1")
         await clock.advance(1)
-        result = await handle.result()
+        result = await run.result()
     assert result.status == "completed", result.error
-    assert result.steps["poll.1"].content == "tick 1"
+    assert result.steps["wait.1"].content == "tick 1"
 
 
 async def test_a_loop_timeout_bounds_all_iterations_and_retries_restart_it(
@@ -90,9 +61,7 @@ async def test_a_loop_timeout_bounds_all_iterations_and_retries_restart_it(
         handlers=HANDLERS,
     )
     clock = FakeClock()
-    watch = Watch()
-    async with Runtime(clock=clock) as runtime:
-        handle = await runtime.start(path, on_event=watch)
+    async with started(path, clock=clock) as (handle, watch):
         await watch.wait_for("step_start", "slow.0")
         await clock.advance(10)
         await watch.wait_for("step_retry", "slow")
@@ -112,23 +81,9 @@ async def test_cancelling_a_run_interrupts_a_loop_waiting_out_its_delay(
     write_flow: WriteFlow,
 ) -> None:
     """A loop parked in its delay is cancelled at once: the run and the loop end cancelled."""
-    path = write_flow(
-        """
-        name: patient
-        steps:
-          - id: wait
-            handler: "HANDLERS:tick"
-            loop: {maxIterations: 5, delay: 1h}
-        """,
-        handlers=HANDLERS,
-    )
-    clock = FakeClock()
-    watch = Watch()
-    async with Runtime(clock=clock) as runtime:
-        handle = await runtime.start(path, on_event=watch)
-        await watch.wait_for("iteration_end", "wait.0")
-        handle.cancel("enough")
-        result = await handle.result()
+    async with delayed(write_flow, "{maxIterations: 5, delay: 1h}") as (_, (run, _)):
+        run.cancel("enough")
+        result = await run.result()
     assert result.status == "cancelled"
     assert result.steps["wait"].status == "cancelled"
     assert result.loops["wait"].termination_reason == "cancelled"
@@ -156,9 +111,7 @@ async def test_cancelling_a_run_cancels_running_foreach_items_and_graph_states(
         """,
         handlers=HANDLERS,
     )
-    watch = Watch()
-    async with Runtime() as runtime:
-        handle = await runtime.start(path, on_event=watch)
+    async with started(path) as (handle, watch):
         for address in ("fan[0]", "fan[1]", "fan[2]", "machine.0.wait"):
             await watch.wait_for("step_start", address)
         handle.cancel("stop")

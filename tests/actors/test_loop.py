@@ -7,15 +7,15 @@ from pathlib import Path
 import pytest
 
 from cadenza.workflow import LoadedWorkflow, Loop, Step, Workflow
-
-from .conftest import RunFlow, RunWithEvents, WriteFlow
+from tests._helpers import run_flow, run_with_events
+from tests.conftest import RunYaml, WriteFlow
 
 
 async def test_until_stops_a_single_step_loop_with_content_and_iteration(
-    write_flow: WriteFlow, run_flow: RunFlow
+    run_yaml: RunYaml,
 ) -> None:
     """A single-step loop runs at loop.N; until sees content and iteration; it stops when true."""
-    path = write_flow(
+    result = await run_yaml(
         """
         name: count
         steps:
@@ -30,7 +30,6 @@ async def test_until_stops_a_single_step_loop_with_content_and_iteration(
             return f"n={ctx.iteration}"
         """,
     )
-    result = await run_flow(path)
     assert result.status == "completed", result.error
     assert [result.steps[f"count.{n}"].content for n in range(3)] == ["n=0", "n=1", "n=2"]
     assert "count.3" not in result.steps
@@ -39,11 +38,9 @@ async def test_until_stops_a_single_step_loop_with_content_and_iteration(
     assert result.loops["count"].termination_reason == "until"
 
 
-async def test_multi_step_iterations_have_their_own_steps(
-    write_flow: WriteFlow, run_flow: RunFlow
-) -> None:
+async def test_multi_step_iterations_have_their_own_steps(run_yaml: RunYaml) -> None:
     """Each iteration's steps are loop.N.<id>; until reads them; outer steps stay visible."""
-    path = write_flow(
+    result = await run_yaml(
         """
         name: cycle
         steps:
@@ -73,7 +70,6 @@ async def test_multi_step_iterations_have_their_own_steps(
             return {"ok": ctx.iteration == 1, "of": ctx.steps["work"].content}
         """,
     )
-    result = await run_flow(path)
     assert result.status == "completed", result.error
     assert result.steps["cycle.0.work"].content == "work 0 after ready saw-check=False"
     assert result.steps["cycle.1.check"].result == {
@@ -87,10 +83,10 @@ async def test_multi_step_iterations_have_their_own_steps(
 
 
 async def test_on_error_continue_lets_a_failing_step_retry_until_valid(
-    write_flow: WriteFlow, run_flow: RunFlow
+    run_yaml: RunYaml,
 ) -> None:
     """With onError: continue a failed iteration is not fatal; until can test status."""
-    path = write_flow(
+    result = await run_yaml(
         """
         name: retry
         steps:
@@ -108,7 +104,6 @@ async def test_on_error_continue_lets_a_failing_step_retry_until_valid(
             return "valid"
         """,
     )
-    result = await run_flow(path)
     assert result.status == "completed", result.error
     assert [result.steps[f"fetch.{n}"].status for n in range(3)] == [
         "failed",
@@ -119,9 +114,9 @@ async def test_on_error_continue_lets_a_failing_step_retry_until_valid(
     assert result.steps["fetch"].content == "valid"
 
 
-async def test_a_failed_iteration_fails_the_loop(write_flow: WriteFlow, run_flow: RunFlow) -> None:
+async def test_a_failed_iteration_fails_the_loop(run_yaml: RunYaml) -> None:
     """Without onError: continue, the first failing iteration ends the loop as failed."""
-    path = write_flow(
+    result = await run_yaml(
         """
         name: boom
         steps:
@@ -134,7 +129,6 @@ async def test_a_failed_iteration_fails_the_loop(write_flow: WriteFlow, run_flow
             raise ValueError("broken on purpose")
         """,
     )
-    result = await run_flow(path)
     assert result.status == "failed"
     assert result.steps["boom"].status == "failed"
     assert result.steps["boom"].error is not None
@@ -152,10 +146,10 @@ async def test_a_failed_iteration_fails_the_loop(write_flow: WriteFlow, run_flow
     ],
 )
 async def test_on_max_iterations_policies(
-    write_flow: WriteFlow, run_flow: RunFlow, policy: str, status: str, flagged: bool
+    run_yaml: RunYaml, policy: str, status: str, flagged: bool
 ) -> None:
     """Reaching maxIterations returns the last output, fails, or returns it flagged."""
-    path = write_flow(
+    result = await run_yaml(
         f"""
         name: capped
         steps:
@@ -172,7 +166,6 @@ async def test_on_max_iterations_policies(
             return f"try {ctx.iteration}"
         """,
     )
-    result = await run_flow(path)
     loop = result.loops["capped"]
     assert (loop.iterations, loop.termination_reason, loop.flagged) == (2, "maxIterations", flagged)
     record = result.steps["capped"]
@@ -184,9 +177,7 @@ async def test_on_max_iterations_policies(
         assert record.error.type == "MaxIterations"
 
 
-async def test_a_loop_built_without_max_iterations_stops_at_the_safety_cap(
-    tmp_path: Path, run_flow: RunFlow
-) -> None:
+async def test_a_loop_built_without_max_iterations_stops_at_the_safety_cap(tmp_path: Path) -> None:
     """A loop built in Python without maxIterations runs at most 100 iterations."""
     (tmp_path / "cap_handlers.py").write_text("async def tick(ctx):\n    return 'tick'\n")
     step = Step(id="spin", handler="cap_handlers:tick", loop=Loop(until="content == 'tock'"))
@@ -200,10 +191,10 @@ async def test_a_loop_built_without_max_iterations_stops_at_the_safety_cap(
 
 
 async def test_feedback_reaches_the_first_body_step_from_iteration_one(
-    write_flow: WriteFlow, run_flow: RunFlow
+    run_yaml: RunYaml,
 ) -> None:
     """The first body step gets the previous iteration's output; later steps do not."""
-    path = write_flow(
+    result = await run_yaml(
         """
         name: reflect
         steps:
@@ -227,7 +218,6 @@ async def test_feedback_reaches_the_first_body_step_from_iteration_one(
             return f"critique {ctx.iteration} (feedback: {ctx.brief.feedback})"
         """,
     )
-    result = await run_flow(path)
     assert result.status == "completed", result.error
     assert result.steps["reflect.0.write"].content == "draft 0 (feedback: None)"
     assert result.steps["reflect.1.write"].content == (
@@ -237,54 +227,37 @@ async def test_feedback_reaches_the_first_body_step_from_iteration_one(
     assert result.steps["quiet.1"].content == "draft 1 (feedback: None)"
 
 
-async def test_memory_mode_and_a_stable_key_reach_body_steps(
-    write_flow: WriteFlow, run_flow: RunFlow
+@pytest.mark.parametrize(
+    ("loop", "returns", "contents"),
+    [
+        pytest.param(  # memory: accumulate gives every iteration the same memory key
+            "{maxIterations: 2, memory: accumulate}",
+            "f'{ctx.brief.memory} {ctx.brief.memory_key}'",
+            {"each.0": "accumulate each:each", "each.1": "accumulate each:each"},
+            id="memory-and-a-stable-key",
+        ),
+        pytest.param(  # outputMode: cumulative makes the content every iteration's, in order
+            "{maxIterations: 3, outputMode: cumulative}",
+            "f'round {ctx.iteration}'",
+            {"each": "round 0\n\n---\n\nround 1\n\n---\n\nround 2"},
+            id="cumulative-output",
+        ),
+    ],
+)
+async def test_a_loop_option_reaches_the_steps_or_the_loops_content(
+    run_yaml: RunYaml, loop: str, returns: str, contents: dict[str, str]
 ) -> None:
-    """memory: accumulate gives every iteration of a body step the same memory key."""
-    path = write_flow(
-        """
-        name: remember
-        steps:
-          - id: chat
-            handler: "HANDLERS:chat"
-            loop: {maxIterations: 2, memory: accumulate}
-        """,
-        handlers="""
-        def chat(ctx):
-            return f"{ctx.brief.memory} {ctx.brief.memory_key}"
-        """,
+    """A one-step loop ``each`` whose handler returns ``returns``: the contents it gives."""
+    result = await run_yaml(
+        f"name: one\nsteps:\n  - {{id: each, handler: 'HANDLERS:each', loop: {loop}}}\n",
+        handlers=f"def each(ctx):\n    return {returns}\n",
     )
-    result = await run_flow(path)
-    assert result.steps["chat.0"].content == "accumulate chat:chat"
-    assert result.steps["chat.1"].content == "accumulate chat:chat"
+    assert {address: result.steps[address].content for address in contents} == contents
 
 
-async def test_cumulative_output_joins_every_iteration(
-    write_flow: WriteFlow, run_flow: RunFlow
-) -> None:
-    """outputMode: cumulative makes the loop's content every iteration's, in order."""
-    path = write_flow(
-        """
-        name: rounds
-        steps:
-          - id: rounds
-            handler: "HANDLERS:round"
-            loop: {maxIterations: 3, outputMode: cumulative}
-        """,
-        handlers="""
-        def round(ctx):
-            return f"round {ctx.iteration}"
-        """,
-    )
-    result = await run_flow(path)
-    assert result.steps["rounds"].content == "round 0\n\n---\n\nround 1\n\n---\n\nround 2"
-
-
-async def test_a_bad_until_fails_the_loop_naming_the_expression(
-    write_flow: WriteFlow, run_flow: RunFlow
-) -> None:
+async def test_a_bad_until_fails_the_loop_naming_the_expression(run_yaml: RunYaml) -> None:
     """An until that cannot be evaluated fails the loop step with the expression in the error."""
-    path = write_flow(
+    result = await run_yaml(
         """
         name: bad-until
         steps:
@@ -299,7 +272,6 @@ async def test_a_bad_until_fails_the_loop_naming_the_expression(
             return {"present": 1}
         """,
     )
-    result = await run_flow(path)
     assert result.status == "failed"
     error = result.steps["spin"].error
     assert error is not None
@@ -307,9 +279,7 @@ async def test_a_bad_until_fails_the_loop_naming_the_expression(
     assert "missing" in error.message
 
 
-async def test_iteration_events_carry_namespaced_addresses(
-    write_flow: WriteFlow, run_with_events: RunWithEvents
-) -> None:
+async def test_iteration_events_carry_namespaced_addresses(write_flow: WriteFlow) -> None:
     """iteration_start/iteration_end per iteration at loop.N, then loop_end with the reason."""
     path = write_flow(
         """

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .conftest import RunFlow, RunWithEvents, WriteFlow
+from tests._helpers import run_flow, run_with_events
+from tests.conftest import RunYaml, WriteFlow
 
 
-async def test_three_levels_compose_their_addresses(
-    write_flow: WriteFlow, run_with_events: RunWithEvents
-) -> None:
+async def test_three_levels_compose_their_addresses(write_flow: WriteFlow) -> None:
     """repeat > forEach > repeat: outer.1.fan[3].deploy.1, with events at those addresses."""
     path = write_flow(
         """
@@ -46,7 +45,7 @@ async def test_three_levels_compose_their_addresses(
     assert {"outer.1", "outer.1.fan[3]", "outer.1.fan[3].deploy.1"} <= starts
 
 
-async def test_graphs_and_loops_nest_both_ways(write_flow: WriteFlow, run_flow: RunFlow) -> None:
+async def test_graphs_and_loops_nest_both_ways(write_flow: WriteFlow) -> None:
     """A graph in a loop body, and a loop and a graph inside graph states."""
     path = write_flow(
         """
@@ -89,15 +88,13 @@ async def test_graphs_and_loops_nest_both_ways(write_flow: WriteFlow, run_flow: 
     assert result.steps["rounds"].content == "rounds.1.machine.1.inner.0.leaf"
 
 
-async def test_includes_run_inside_foreach_items(
-    write_flow: WriteFlow, run_flow: RunFlow, tmp_path: Path
-) -> None:
+async def test_includes_run_inside_foreach_items(run_yaml: RunYaml, tmp_path: Path) -> None:
     """An include in a forEach body: item inputs reach the child at loop[i].step.child."""
     (tmp_path / "child.yaml").write_text(
         "name: child\ninputs:\n  name: {type: string}\nsteps:\n"
         "  - id: hello\n    command: 'echo hi $NAME'\n    env: {NAME: '{{ inputs.name }}'}\n"
     )
-    path = write_flow(
+    result = await run_yaml(
         """
         name: each-include
         steps:
@@ -110,7 +107,6 @@ async def test_includes_run_inside_foreach_items(
                   inputs: {name: "{{ item }}"}
         """
     )
-    result = await run_flow(path)
     assert result.status == "completed", result.error
     assert result.steps["people[1].greet.hello"].content == "hi bob\n"
     assert result.steps["people[0].greet"].content == "hi ann\n"

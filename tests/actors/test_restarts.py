@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from cadenza import Runtime
 from cadenza import build as b
 from cadenza.protocols import Event
 from cadenza.workflow import Supervision, WorkflowError, load_workflow
-
-from .conftest import RunWithEvents, WriteFlow
+from tests._helpers import run_flow, run_with_events
+from tests._workflows import flaky
+from tests.conftest import WriteFlow
 
 # Every handler appends its step id to starts.txt when it starts, so a test reads
 # how many times each step ran. `running` holds one event per step: set once it runs.
@@ -64,13 +64,6 @@ async def always_fail(ctx):
     raise RuntimeError("always fails")
 """
 
-# A command step that fails its first run, counting its runs in a file (with `cwd: .`,
-# beside the workflow).
-FLAKY_COMMAND = (
-    "n=$(cat flaky.count 2>/dev/null || echo 0); n=$((n + 1)); echo $n > flaky.count;"
-    ' test "$n" -ge 2 && echo "ran $n times"'
-)
-
 
 def starts(path: Path) -> list[str]:
     file = path.with_name("starts.txt")
@@ -82,16 +75,14 @@ def restarts(events: list[Event]) -> list[tuple[str | None, dict[str, object]]]:
 
 
 async def test_one_for_one_runs_the_failed_command_again_and_nothing_else(
-    write_flow: WriteFlow, run_with_events: RunWithEvents
+    write_flow: WriteFlow,
 ) -> None:
     path = write_flow(
         f"""
         name: one
         options: {{supervisor: {{strategy: one_for_one}}}}
         steps:
-          - id: flaky
-            command: '{FLAKY_COMMAND}'
-            cwd: .
+          - {flaky()}
           - id: steady
             handler: "HANDLERS:wait_release"
           - id: after
@@ -112,9 +103,7 @@ async def test_one_for_one_runs_the_failed_command_again_and_nothing_else(
     assert result.steps["after"].status == "completed"
 
 
-async def test_one_for_all_stops_and_reruns_the_running_siblings(
-    write_flow: WriteFlow, run_with_events: RunWithEvents
-) -> None:
+async def test_one_for_all_stops_and_reruns_the_running_siblings(write_flow: WriteFlow) -> None:
     """`slow` is running when `flaky` fails: it is cancelled and runs again with it;
     `first`, finished before, keeps its record."""
     path = write_flow(
@@ -150,9 +139,7 @@ async def test_one_for_all_stops_and_reruns_the_running_siblings(
     assert [e.step_id for e in events if e.type == "step_start"].count("first") == 1
 
 
-async def test_rest_for_one_reruns_only_the_siblings_started_after(
-    write_flow: WriteFlow, run_with_events: RunWithEvents
-) -> None:
+async def test_rest_for_one_reruns_only_the_siblings_started_after(write_flow: WriteFlow) -> None:
     """a, b, c start in that order; b fails: c runs again, a runs on untouched."""
     path = write_flow(
         """
@@ -177,7 +164,7 @@ async def test_rest_for_one_reruns_only_the_siblings_started_after(
 
 
 async def test_past_max_restarts_the_supervisor_gives_up_and_the_run_fails(
-    write_flow: WriteFlow, run_with_events: RunWithEvents
+    write_flow: WriteFlow,
 ) -> None:
     """retries re-run the step in place first; then each restart runs it (and its retries)
     again; the third failure is one restart too many: the running sibling is cancelled."""
@@ -215,9 +202,7 @@ async def test_past_max_restarts_the_supervisor_gives_up_and_the_run_fails(
     assert "never" not in result.steps or result.steps["never"].status != "completed"
 
 
-async def test_a_tolerated_failure_is_not_restarted(
-    write_flow: WriteFlow, run_with_events: RunWithEvents
-) -> None:
+async def test_a_tolerated_failure_is_not_restarted(write_flow: WriteFlow) -> None:
     path = write_flow(
         """
         name: tolerated
@@ -238,9 +223,7 @@ async def test_a_tolerated_failure_is_not_restarted(
     assert restarts(events) == []
 
 
-async def test_each_loop_iteration_supervises_its_own_steps(
-    write_flow: WriteFlow, run_with_events: RunWithEvents
-) -> None:
+async def test_each_loop_iteration_supervises_its_own_steps(write_flow: WriteFlow) -> None:
     path = write_flow(
         f"""
         name: looped
@@ -250,9 +233,7 @@ async def test_each_loop_iteration_supervises_its_own_steps(
             loop:
               maxIterations: 1
               steps:
-                - id: flaky
-                  command: '{FLAKY_COMMAND}'
-                  cwd: .
+                - {flaky()}
         """
     )
     result, events = await run_with_events(path)
@@ -262,7 +243,7 @@ async def test_each_loop_iteration_supervises_its_own_steps(
 
 
 async def test_a_container_is_restarted_whole_its_attempts_counted_on(
-    write_flow: WriteFlow, run_with_events: RunWithEvents
+    write_flow: WriteFlow,
 ) -> None:
     """A looped step whose iteration fails runs again from iteration 0, as attempt 2."""
     path = write_flow(
@@ -270,10 +251,7 @@ async def test_a_container_is_restarted_whole_its_attempts_counted_on(
         name: container
         options: {{supervisor: {{strategy: one_for_one}}}}
         steps:
-          - id: flaky
-            command: '{FLAKY_COMMAND}'
-            cwd: .
-            loop: {{maxIterations: 1}}
+          - {flaky(loop="{maxIterations: 1}")}
         """
     )
     result, events = await run_with_events(path)
@@ -284,12 +262,8 @@ async def test_a_container_is_restarted_whole_its_attempts_counted_on(
     assert [start["attempt"] for start in starts if start] == [1, 2]
 
 
-async def test_without_a_supervisor_a_failure_is_final(
-    write_flow: WriteFlow, run_with_events: RunWithEvents
-) -> None:
-    path = write_flow(
-        f"name: plain\nsteps:\n  - id: flaky\n    command: '{FLAKY_COMMAND}'\n    cwd: .\n"
-    )
+async def test_without_a_supervisor_a_failure_is_final(write_flow: WriteFlow) -> None:
+    path = write_flow(f"name: plain\nsteps:\n  - {flaky()}\n")
     result, events = await run_with_events(path)
     assert result.status == "failed"
     assert path.with_name("flaky.count").read_text() == "1\n"
@@ -365,7 +339,6 @@ def note_attempt(ctx):
     return "ok"
 """,
     )
-    async with Runtime() as runtime:
-        result = await runtime.run(path)
+    result = await run_flow(path)
     assert result.status == "completed", result.error
     assert path.with_name("attempts.txt").read_text().split() == ["1", "2", "3"]

@@ -1,18 +1,13 @@
-"""Fixtures for the control-loop tests: a loop's workflow files, runs, and their events."""
+"""Fixtures for the control-loop tests: a loop's workflow file with its child workflows."""
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import textwrap
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
-
-from cadenza import RunResult, Runtime
-from cadenza.protocols import Event
 
 _modules = itertools.count()
 
@@ -52,8 +47,26 @@ CHILDREN = {
 }
 
 ControlFlow = Callable[..., Path]
-RunFlow = Callable[..., Awaitable[RunResult]]
-RunWithEvents = Callable[..., Awaitable[tuple[RunResult, list[Event]]]]
+
+
+def task(
+    *control: str,
+    step: str = "",
+    inputs: str = "",
+    objective: str = "Do it",
+    actor: str = "actor.yaml",
+) -> str:
+    """A workflow whose one step, ``task``, is a control loop of ``actor`` judged by
+    ``evaluator.yaml``.
+
+    ``control`` are lines added under ``control:`` (indent nested ones by two
+    spaces), ``step`` a line added to the step, ``inputs`` the workflow's inputs
+    (a flow map).
+    """
+    head = ["name: control", *([f"inputs: {inputs}"] if inputs else []), "steps:", "  - id: task"]
+    loop = [f'objective: "{objective}"', f"actor: {actor}", "evaluator: evaluator.yaml", *control]
+    body = [*([f"    {step}"] if step else []), "    control:", *(f"      {line}" for line in loop)]
+    return "\n".join([*head, *body, ""])
 
 
 @pytest.fixture
@@ -76,53 +89,3 @@ def control_flow(tmp_path: Path) -> ControlFlow:
         return path
 
     return write
-
-
-@pytest.fixture
-def run_flow() -> RunFlow:
-    """Runs a workflow to its result on a fresh runtime."""
-
-    async def run(workflow: Path | Any, **kwargs: Any) -> RunResult:
-        async with Runtime() as runtime:
-            return await runtime.run(workflow, **kwargs)
-
-    return run
-
-
-@pytest.fixture
-def run_with_events() -> RunWithEvents:
-    """Runs a workflow and returns its result with every event it emitted, in order."""
-
-    async def run(workflow: Path | Any, **kwargs: Any) -> tuple[RunResult, list[Event]]:
-        events: list[Event] = []
-        async with Runtime() as runtime:
-            handle = await runtime.start(workflow, on_event=events.append, **kwargs)
-            result = await handle.result()
-        return result, events
-
-    return run
-
-
-class Watch:
-    """Collects events and lets a test wait for one of them."""
-
-    def __init__(self) -> None:
-        self.events: list[Event] = []
-        self._waiters: list[tuple[str, str | None, asyncio.Future[Event]]] = []
-
-    def __call__(self, event: Event) -> None:
-        self.events.append(event)
-        for waiter in list(self._waiters):
-            kind, step_id, future = waiter
-            if event.type == kind and step_id in (None, event.step_id) and not future.done():
-                future.set_result(event)
-                self._waiters.remove(waiter)
-
-    async def wait_for(self, kind: str, step_id: str | None = None) -> Event:
-        """The first event of ``kind`` (at ``step_id``), waiting for it if need be."""
-        for event in self.events:
-            if event.type == kind and step_id in (None, event.step_id):
-                return event
-        future: asyncio.Future[Event] = asyncio.get_running_loop().create_future()
-        self._waiters.append((kind, step_id, future))
-        return await future

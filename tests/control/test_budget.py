@@ -10,8 +10,7 @@ import msgspec
 import pytest
 
 from cadenza.protocols import Event
-
-from .conftest import RunWithEvents
+from tests._helpers import run_with_events
 
 ACTOR = {
     "name": "actor",
@@ -96,7 +95,7 @@ def call_usage(events: list[Event], step: str) -> dict[str, int]:
 
 @pytest.mark.parametrize("seed", range(12))
 async def test_spent_never_exceeds_the_budget_by_more_than_one_call(
-    tmp_path: Path, run_with_events: RunWithEvents, seed: int
+    tmp_path: Path, seed: int
 ) -> None:
     """Across seeded random call sizes and budgets, the overshoot is at most one call."""
     rng = random.Random(seed)
@@ -113,9 +112,7 @@ async def test_spent_never_exceeds_the_budget_by_more_than_one_call(
     assert "token budget" in control["decisionLog"][-1]["reason"]
 
 
-async def test_each_loop_counts_only_its_own_childrens_tokens(
-    tmp_path: Path, run_with_events: RunWithEvents
-) -> None:
+async def test_each_loop_counts_only_its_own_childrens_tokens(tmp_path: Path) -> None:
     """Two control loops running side by side each count their own calls, not the other's."""
     rng = random.Random(7)
     steps = [write_loop(tmp_path, rng, name, 4000) for name in ("left", "right")]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
@@ -10,8 +12,9 @@ from cadenza import Runtime
 from cadenza.errors import SignalRejected
 from cadenza.kernel import FakeClock
 from cadenza.workflow import validate_file
+from tests._helpers import Started, run_flow, run_on, run_with_events, started
 
-from .conftest import ControlFlow, RunFlow, RunWithEvents, Watch
+from .conftest import ControlFlow, task
 
 FLOW = """
 name: control
@@ -43,7 +46,7 @@ def judge(ctx):
 
 
 async def test_an_iteration_runs_its_workflows_with_the_contract_inputs(
-    control_flow: ControlFlow, run_flow: RunFlow
+    control_flow: ControlFlow,
 ) -> None:
     """Planner, actor and evaluator each get SPEC 2.5's inputs, at task.N.<role>."""
     result = await run_flow(control_flow(FLOW, handlers=SEEN))
@@ -68,7 +71,7 @@ async def test_an_iteration_runs_its_workflows_with_the_contract_inputs(
 
 
 async def test_a_failing_check_beats_the_evaluator_and_its_feedback_arrives_verbatim(
-    control_flow: ControlFlow, run_flow: RunFlow
+    control_flow: ControlFlow,
 ) -> None:
     """The judge passed a 20-char draft; the check failed it; the actor heard the check."""
     result = await run_flow(control_flow(FLOW, handlers=SEEN))
@@ -84,9 +87,7 @@ async def test_a_failing_check_beats_the_evaluator_and_its_feedback_arrives_verb
     assert result.steps["task.0"].result["checks"][0]["passed"] is False
 
 
-async def test_decisions_are_events_and_iterations_are_records(
-    control_flow: ControlFlow, run_with_events: RunWithEvents
-) -> None:
+async def test_decisions_are_events_and_iterations_are_records(control_flow: ControlFlow) -> None:
     """Each ruling is a decision event and the iteration's durable record; the loop a summary."""
     result, events = await run_with_events(control_flow(FLOW, handlers=SEEN))
     decisions = [e for e in events if e.type == "decision"]
@@ -104,22 +105,13 @@ async def test_decisions_are_events_and_iterations_are_records(
     assert result.loops["task"].iterations == 2
 
 
-REPLAN = """
-name: control
-steps:
-  - id: task
-    control:
-      objective: "Do it"
-      planner: planner.yaml
-      actor: actor.yaml
-      evaluator: evaluator.yaml
-      limits: {maxIterations: 4, maxRetries: 1, maxReplans: 1, noProgressAfter: 5}
-"""
+REPLAN = task(
+    "planner: planner.yaml",
+    "limits: {maxIterations: 4, maxRetries: 1, maxReplans: 1, noProgressAfter: 5}",
+)
 
 
-async def test_a_replan_asks_the_planner_again_with_the_history(
-    control_flow: ControlFlow, run_flow: RunFlow
-) -> None:
+async def test_a_replan_asks_the_planner_again_with_the_history(control_flow: ControlFlow) -> None:
     """Retries spent: the planner runs again, seeing the decisions so far and the feedback."""
     handlers = """
     def plan(ctx):
@@ -140,19 +132,10 @@ async def test_a_replan_asks_the_planner_again_with_the_history(
 
 
 async def test_the_delegate_takes_over_when_the_evaluator_recommends_it(
-    control_flow: ControlFlow, run_flow: RunFlow
+    control_flow: ControlFlow,
 ) -> None:
     """recommend: delegate switches later iterations to the delegate workflow."""
-    flow = """
-    name: control
-    steps:
-      - id: task
-        control:
-          objective: "Do it"
-          actor: actor.yaml
-          delegate: delegate.yaml
-          evaluator: evaluator.yaml
-    """
+    flow = task("delegate: delegate.yaml")
     handlers = """
     def act(ctx):
         return {"by": "actor"}
@@ -215,7 +198,7 @@ def judge(ctx):
 
 @pytest.mark.parametrize(("handler", "says"), BROKEN.values(), ids=BROKEN.keys())
 async def test_a_child_that_fails_or_returns_the_wrong_shape_is_an_infrastructure_failure(
-    control_flow: ControlFlow, run_flow: RunFlow, handler: str, says: str
+    control_flow: ControlFlow, handler: str, says: str
 ) -> None:
     """Bounded by maxInfraRetries (2): three tries, then stopped_infra_failure."""
     path = control_flow(REPLAN, handlers=FINE + handler)
@@ -233,7 +216,7 @@ async def test_a_child_that_fails_or_returns_the_wrong_shape_is_an_infrastructur
 
 
 async def test_a_child_that_requires_an_input_outside_the_contract_is_an_infra_failure(
-    control_flow: ControlFlow, run_flow: RunFlow
+    control_flow: ControlFlow,
 ) -> None:
     """The child gets only the contract inputs it declares; a required extra one fails."""
     needy = """
@@ -251,20 +234,14 @@ async def test_a_child_that_requires_an_input_outside_the_contract_is_an_infra_f
 
 
 async def test_a_reference_may_be_a_template_resolved_when_the_loop_runs(
-    control_flow: ControlFlow, run_flow: RunFlow
+    control_flow: ControlFlow,
 ) -> None:
     """actor: "{{ inputs.actor }}" picks the workflow from the run's inputs."""
-    flow = """
-    name: control
-    inputs: {actor: {type: string, default: "missing.yaml"}}
-    steps:
-      - id: task
-        control:
-          objective: "Do it"
-          actor: "{{ inputs.actor }}"
-          evaluator: evaluator.yaml
-          limits: {maxInfraRetries: 0}
-    """
+    flow = task(
+        "limits: {maxInfraRetries: 0}",
+        inputs='{actor: {type: string, default: "missing.yaml"}}',
+        actor='"{{ inputs.actor }}"',
+    )
     other = """
     name: other
     inputs: {iteration: {type: integer}}
@@ -283,23 +260,12 @@ async def test_a_reference_may_be_a_template_resolved_when_the_loop_runs(
 
 
 async def test_a_stopped_loop_fails_its_step_unless_on_error_continue(
-    control_flow: ControlFlow, run_flow: RunFlow
+    control_flow: ControlFlow,
 ) -> None:
     """stopped_no_progress fails the step; onError: continue lets the next step run."""
-    flow = """
-    name: control
-    steps:
-      - id: task
-        onError: continue
-        control:
-          objective: "Do it"
-          actor: actor.yaml
-          evaluator: evaluator.yaml
-          limits: {maxIterations: 9, noProgressAfter: 2}
-      - id: after
-        dependsOn: [task]
-        handler: "HANDLERS:after"
-    """
+    flow = task("limits: {maxIterations: 9, noProgressAfter: 2}", step="onError: continue") + (
+        '  - {id: after, dependsOn: [task], handler: "HANDLERS:after"}\n'
+    )
     handlers = """
     def act(ctx):
         return {"text": "same"}
@@ -348,8 +314,7 @@ async def test_escalate_human_waits_for_a_person_and_heeds_their_retry(
 ) -> None:
     """The run waits at task.0.human; a checked answer is recorded; resume goes on with it."""
     flow = control_flow(ESCALATE, handlers=HEEDS)
-    async with Runtime(store=tmp_path / "runs.db") as runtime:
-        paused = await runtime.run(flow, run_id="r")
+    async with run_on(tmp_path / "runs.db", flow) as (runtime, paused):
         assert paused.status == "waiting"
         assert paused.output is None
         assert paused.steps["task"].status == "waiting"
@@ -424,9 +389,7 @@ async def test_a_person_can_accept_the_result_or_stop_the_loop(
         )
 
 
-async def test_escalate_stop_ends_escalated_without_asking(
-    control_flow: ControlFlow, run_flow: RunFlow
-) -> None:
+async def test_escalate_stop_ends_escalated_without_asking(control_flow: ControlFlow) -> None:
     """The default, escalate: stop, ends the loop escalated at once; nobody is asked."""
     flow = ESCALATE.replace("escalate: human", "escalate: stop")
     result = await run_flow(control_flow(flow, handlers=HEEDS))
@@ -455,8 +418,7 @@ async def test_a_person_asked_inside_the_actor_makes_the_loop_wait(
         return {"passed": True, "score": 1}
     """
     flow = control_flow(ESCALATE, handlers=handlers, children={"actor.yaml": asking})
-    async with Runtime(store=tmp_path / "runs.db") as runtime:
-        paused = await runtime.run(flow, run_id="r")
+    async with run_on(tmp_path / "runs.db", flow) as (runtime, paused):
         assert paused.status == "waiting"
         assert paused.steps["task.0"].status == "waiting"
         assert list(await runtime.pending_inputs("r")) == ["task.0.actor.ask"]
@@ -469,23 +431,16 @@ async def test_a_person_asked_inside_the_actor_makes_the_loop_wait(
 
 
 async def test_a_check_that_cannot_read_the_result_fails_and_says_why(
-    control_flow: ControlFlow, run_flow: RunFlow
+    control_flow: ControlFlow,
 ) -> None:
     """A result without the field a check reads fails that check; the error is the feedback."""
-    flow = """
-    name: control
-    steps:
-      - id: task
-        control:
-          objective: "Do it"
-          actor: actor.yaml
-          evaluator: evaluator.yaml
-          checks:
-            - {expr: "size(result.text) > 0"}
-            - {expr: "result.n > 1"}
-            - {expr: "result.n > 2", feedback: "n is {{ result.m }}"}
-          limits: {maxIterations: 1}
-    """
+    flow = task(
+        "checks:",
+        '  - {expr: "size(result.text) > 0"}',
+        '  - {expr: "result.n > 1"}',
+        '  - {expr: "result.n > 2", feedback: "n is {{ result.m }}"}',
+        "limits: {maxIterations: 1}",
+    )
     handlers = """
     def act(ctx):
         return {"n": 1}
@@ -503,19 +458,13 @@ async def test_a_check_that_cannot_read_the_result_fails_and_says_why(
 
 
 async def test_an_objective_that_cannot_be_rendered_fails_the_step(
-    control_flow: ControlFlow, run_flow: RunFlow
+    control_flow: ControlFlow,
 ) -> None:
     """The objective template is rendered when the step starts; an error fails it, located."""
-    flow = """
-    name: control
-    inputs: {topic: {type: string, default: "loops"}}
-    steps:
-      - id: task
-        control:
-          objective: "Write about {{ inputs.topic.name }}"
-          actor: actor.yaml
-          evaluator: evaluator.yaml
-    """
+    flow = task(
+        inputs='{topic: {type: string, default: "loops"}}',
+        objective="Write about {{ inputs.topic.name }}",
+    )
     result = await run_flow(control_flow(flow, handlers=FINE))
     record = result.steps["task"]
     assert record.status == "failed"
@@ -530,22 +479,14 @@ def test_validation_checks_a_templated_reference_but_does_not_load_it(
     control_flow: ControlFlow,
 ) -> None:
     """A template is resolved when the loop runs; its syntax is checked when it loads."""
-    flow = """
-    name: control
-    steps:
-      - id: task
-        control:
-          objective: "Do it"
-          actor: "{{ inputs.actor + }}"
-          evaluator: evaluator.yaml
-    """
+    flow = task(actor='"{{ inputs.actor + }}"')
     problems = validate_file(control_flow(flow))
     assert [p.path for p in problems] == ["steps[0].control.actor"]
     assert "invalid template in actor" in problems[0].message
 
 
 async def test_a_child_workflow_with_a_root_loop_runs_as_an_include_would(
-    control_flow: ControlFlow, run_flow: RunFlow
+    control_flow: ControlFlow,
 ) -> None:
     """The evaluator may itself loop; its output is read after its last iteration."""
     looping = """
@@ -555,14 +496,10 @@ async def test_a_child_workflow_with_a_root_loop_runs_as_an_include_would(
     steps: [{id: judge, handler: "HANDLERS:judge"}]
     output: steps.judge.result
     """
-    handlers = """
-    def plan(ctx):
-        return {"plan": "p"}
-    def act(ctx):
-        return {"text": "ok"}
-    def judge(ctx):
-        return {"passed": ctx.iteration == 1, "score": ctx.iteration}
-    """
+    handlers = (  # FINE, with a judge of its own: a later def wins
+        FINE
+        + "def judge(ctx):\n    return {'passed': ctx.iteration == 1, 'score': ctx.iteration}\n"
+    )
     path = control_flow(REPLAN, handlers=handlers, children={"evaluator.yaml": looping})
     result = await run_flow(path)
     assert result.steps["task"].result["status"] == "succeeded"
@@ -583,29 +520,25 @@ def judge(ctx):
 """
 
 
+@asynccontextmanager
+async def hanging(path: Path, clock: FakeClock | None = None) -> AsyncIterator[Started]:
+    """A run of ``path`` (on ``clock``) whose actor, HANG's, has started and waits forever."""
+    async with started(path, clock=clock) as (handle, watch):
+        await watch.wait_for("step_start", "task.0.actor.act")
+        yield handle, watch
+
+
 async def test_limits_timeout_stops_a_running_call_on_the_run_clock(
     control_flow: ControlFlow,
 ) -> None:
     """When limits.timeout passes, the actor is cancelled and the loop is stopped_budget."""
-    flow = """
-    name: control
-    steps:
-      - id: task
-        control:
-          objective: "Do it"
-          actor: actor.yaml
-          evaluator: evaluator.yaml
-          limits: {timeout: 10m}
-    """
     clock = FakeClock()
-    watch = Watch()
-    async with Runtime(clock=clock) as runtime:
-        handle = await runtime.start(control_flow(flow, handlers=HANG), on_event=watch)
-        await watch.wait_for("step_start", "task.0.actor.act")
+    path = control_flow(task("limits: {timeout: 10m}"), handlers=HANG)
+    async with hanging(path, clock) as (run, watch):
         await clock.advance(599)
         assert not any(e.type == "decision" for e in watch.events)
         await clock.advance(1)
-        result = await handle.result()
+        result = await run.result()
     control = result.steps["task"].result
     assert control["status"] == "stopped_budget"
     assert (
@@ -619,13 +552,10 @@ async def test_cancelling_the_run_cancels_the_loop_and_its_running_call(
     control_flow: ControlFlow,
 ) -> None:
     """A cancelled run ends the control step cancelled, with its actor."""
-    watch = Watch()
-    async with Runtime() as runtime:
-        path = control_flow(REPLAN, handlers=HANG + "def plan(ctx):\n    return {'plan': 1}\n")
-        handle = await runtime.start(path, on_event=watch)
-        await watch.wait_for("step_start", "task.0.actor.act")
-        handle.cancel("enough")
-        result = await handle.result()
+    path = control_flow(REPLAN, handlers=HANG + "def plan(ctx):\n    return {'plan': 1}\n")
+    async with hanging(path) as (run, _):
+        run.cancel("enough")
+        result = await run.result()
     assert result.status == "cancelled"
     assert result.steps["task"].status == "cancelled"
     assert result.steps["task.0"].status == "cancelled"
@@ -634,23 +564,10 @@ async def test_cancelling_the_run_cancels_the_loop_and_its_running_call(
 
 async def test_the_steps_own_timeout_fails_it_as_a_timeout(control_flow: ControlFlow) -> None:
     """timeout on the control step bounds the whole loop, as for every container."""
-    flow = """
-    name: control
-    steps:
-      - id: task
-        timeout: 30s
-        control:
-          objective: "Do it"
-          actor: actor.yaml
-          evaluator: evaluator.yaml
-    """
     clock = FakeClock()
-    watch = Watch()
-    async with Runtime(clock=clock) as runtime:
-        handle = await runtime.start(control_flow(flow, handlers=HANG), on_event=watch)
-        await watch.wait_for("step_start", "task.0.actor.act")
+    async with hanging(control_flow(task(step="timeout: 30s"), handlers=HANG), clock) as (run, _):
         await clock.advance(30)
-        result = await handle.result()
+        result = await run.result()
     record = result.steps["task"]
     assert record.status == "failed"
     assert record.error is not None
@@ -659,20 +576,10 @@ async def test_the_steps_own_timeout_fails_it_as_a_timeout(control_flow: Control
 
 
 async def test_retries_rerun_the_whole_loop_from_its_first_iteration(
-    control_flow: ControlFlow, run_flow: RunFlow
+    control_flow: ControlFlow,
 ) -> None:
     """retries: 1 on a control step that stopped runs it again, at the same addresses."""
-    flow = """
-    name: control
-    steps:
-      - id: task
-        retries: 1
-        control:
-          objective: "Do it"
-          actor: actor.yaml
-          evaluator: evaluator.yaml
-          limits: {maxIterations: 2}
-    """
+    flow = task("limits: {maxIterations: 2}", step="retries: 1")
     handlers = """
     calls = []
     def act(ctx):

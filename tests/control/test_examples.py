@@ -2,20 +2,17 @@
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from cadenza import RunResult, Runtime
-
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+from cadenza import RunResult
+from tests._helpers import EXAMPLES, load_example, run_flow, run_on
 
 
 async def run(name: str, **inputs: Any) -> RunResult:
-    async with Runtime() as runtime:
-        return await runtime.run(EXAMPLES / name, inputs=inputs)
+    return await run_flow(EXAMPLES / name, inputs=inputs)
 
 
 def decisions(result: RunResult, step: str) -> list[str]:
@@ -92,8 +89,10 @@ async def test_a_coding_loop_is_judged_by_real_pytest_in_a_sandbox() -> None:
 
 async def test_a_claim_waits_for_a_persons_sign_off(tmp_path: Path) -> None:
     """escalate: human: the run waits at signoff.0.human; "drop the number" gets a plain draft."""
-    async with Runtime(store=tmp_path / "runs.db") as runtime:
-        paused = await runtime.run(EXAMPLES / "control-signoff.yaml", run_id="demo")
+    async with run_on(tmp_path / "runs.db", EXAMPLES / "control-signoff.yaml", "demo") as (
+        runtime,
+        paused,
+    ):
         assert paused.status == "waiting"
         question = (await runtime.pending_inputs("demo"))["signoff.0.human"]
         assert "It claims '10x'; only a person can sign that off." in question["prompt"]
@@ -109,12 +108,7 @@ async def test_a_claim_waits_for_a_persons_sign_off(tmp_path: Path) -> None:
 
 @pytest.fixture
 def sdk_example() -> Any:
-    spec = importlib.util.spec_from_file_location("control_sdk", EXAMPLES / "control_sdk.py")
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_example("control_sdk", "control_sdk")
 
 
 async def test_the_python_sdk_example_prints_its_decisions_as_they_are_made(

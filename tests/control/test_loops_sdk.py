@@ -38,6 +38,11 @@ def test_the_old_name_is_an_alias_that_warns() -> None:
         _ = cadenza.loops.Lop
 
 
+def passes(task: EvaluatorInput) -> Evaluation:
+    """An evaluator that passes every result."""
+    return Evaluation(passed=True, score=1)
+
+
 def tagline_loop(**options: Any) -> ControlLoop:
     loop = ControlLoop("Write a tagline", criteria="short", **options)
     loop.check("size(result.text) <= 20", "Too long: {{ size(result.text) }} chars")
@@ -134,9 +139,7 @@ async def test_the_decision_log_grows_live_while_the_loop_runs() -> None:
             return "short"
         return "much too long for twenty"
 
-    @loop.evaluator
-    def judge(task: EvaluatorInput) -> Evaluation:
-        return Evaluation(passed=True, score=1)
+    loop.evaluator(passes)
 
     async with Runtime() as runtime:
         run = await loop.start(runtime)
@@ -160,9 +163,7 @@ async def test_the_loop_runs_on_the_engine_as_a_control_step() -> None:
     def write(task: ActorInput) -> str:
         return "fine"
 
-    @loop.evaluator
-    def judge(task: EvaluatorInput) -> Evaluation:
-        return Evaluation(passed=True, score=1)
+    loop.evaluator(passes)
 
     async with Runtime() as runtime:
         result = await loop.run(runtime)
@@ -186,9 +187,7 @@ async def test_a_function_that_raises_or_returns_the_wrong_shape_is_an_infra_fai
             raise RuntimeError("model unavailable")
         return ["not", "a", "map"]
 
-    @loop.evaluator
-    def judge(task: EvaluatorInput) -> Evaluation:
-        return Evaluation(passed=True, score=1)
+    loop.evaluator(passes)
 
     result = await loop.run()
     assert result.status == "stopped_infra_failure"
@@ -243,9 +242,7 @@ async def test_a_cancelled_loop_has_no_result() -> None:
         await asyncio.Event().wait()
         return "never"
 
-    @loop.evaluator
-    def judge(task: EvaluatorInput) -> Evaluation:
-        return Evaluation(passed=True, score=1)
+    loop.evaluator(passes)
 
     async with Runtime() as runtime:
         run = await loop.start(runtime)

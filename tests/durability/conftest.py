@@ -1,31 +1,24 @@
-"""Helpers for the durability tests: the command line, and a store that loses power."""
+"""Helpers for the durability tests: a store that loses power, a two-step workflow."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from cadenza.protocols import Event, RunResult, RunStatus, StepRecord
 from cadenza.store import DEFAULT_LEASE_TTL, Command, Lease, LeaseHolder, RunRow, SqliteRunStore
-from cadenza.testing.pytest_plugin import llm_server as llm_server
 
-
-def cadenza(
-    *args: str, cwd: Path, env: dict[str, str] | None = None
-) -> subprocess.CompletedProcess[str]:
-    """``python -m cadenza ARGS`` in ``cwd``, as a user runs it."""
-    return subprocess.run(
-        [sys.executable, "-m", "cadenza", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env=env,
-        check=False,
-    )
+TWO = """
+name: two
+steps:
+  - id: a
+    command: "echo a"
+  - id: b
+    dependsOn: [a]
+    command: "echo b"
+"""
+"""Two command steps, ``b`` after ``a``."""
 
 
 class PowerCut:

@@ -13,15 +13,13 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Callable
 from pathlib import Path
-
-import pytest
 
 from cadenza import Runtime
 from cadenza.testing import ScriptedLLMServer, ServerReply, ServerRule
+from cadenza.testing.pytest_plugin import StartLLMServer
+from tests.conftest import WriteFlow
 
-WriteFlow = Callable[..., Path]
 CLI = [sys.executable, "-m", "cadenza"]
 
 CHAIN = """
@@ -72,15 +70,13 @@ def test_a_chain_over_budget_on_sqlite_fails_at_once(write_flow: WriteFlow, tmp_
 
 
 async def test_runtime_result_returns_for_a_run_over_budget_on_sqlite(
-    write_flow: WriteFlow, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    write_flow: WriteFlow, tmp_path: Path, model_server: StartLLMServer
 ) -> None:
     path = write_flow(CHAIN)
-    with ScriptedLLMServer([ServerRule([ServerReply("hi", usage=(50, 29))])]) as server:
-        for name, value in server.environ().items():
-            monkeypatch.setenv(name, value)
-        async with Runtime(store=tmp_path / "runs.db") as runtime:
-            handle = await runtime.start(path)
-            result = await handle.result()
+    model_server([ServerRule([ServerReply("hi", usage=(50, 29))])])
+    async with Runtime(store=tmp_path / "runs.db") as runtime:
+        handle = await runtime.start(path)
+        result = await handle.result()
     assert result.status == "failed"
     assert result.error is not None
     assert result.error.type == "BudgetExceeded"

@@ -13,7 +13,6 @@ rules are named after the address that calls them.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 from collections import Counter
@@ -25,7 +24,6 @@ import pytest
 
 from cadenza import RunResult, Runtime
 from cadenza.protocols import Event
-from cadenza.store import make_store
 from cadenza.testing import (
     CrashHarness,
     KillPoint,
@@ -37,10 +35,9 @@ from cadenza.testing import (
     ServerToolCall,
     compare_results,
 )
+from tests._helpers import cadenza, read_run, run_flow
 
-from .conftest import PowerCut, cadenza
-
-FINAL = ("completed", "failed", "skipped")
+from .conftest import PowerCut
 
 AGENT = """\
 name: {name}
@@ -69,6 +66,20 @@ ACT = (
     " Feedback: {{ inputs.feedback }}"
 )
 
+
+def drafter(name: str, agent: str, prompt: str) -> str:
+    """An actor child workflow: one agent step ``write`` that drafts, as the ``name``."""
+    return AGENT.format(
+        name=name,
+        inputs=json.dumps(ACTING),
+        agent=agent,
+        prompt=prompt,
+        schema=json.dumps(DRAFTS),
+        step="write",
+        instructions=ACT % name,
+    )
+
+
 CHILDREN = {
     "planner.yaml": AGENT.format(
         name="planner",
@@ -79,24 +90,8 @@ CHILDREN = {
         step="plan",
         instructions="Plan {{ inputs.objective }} after {{ size(inputs.history) }} decisions.",
     ),
-    "actor.yaml": AGENT.format(
-        name="actor",
-        inputs=json.dumps(ACTING),
-        agent="writer",
-        prompt="You write drafts.",
-        schema=json.dumps(DRAFTS),
-        step="write",
-        instructions=ACT % "actor",
-    ),
-    "delegate.yaml": AGENT.format(
-        name="delegate",
-        inputs=json.dumps(ACTING),
-        agent="specialist",
-        prompt="You write drafts, better.",
-        schema=json.dumps(DRAFTS),
-        step="write",
-        instructions=ACT % "delegate",
-    ),
+    "actor.yaml": drafter("actor", "writer", "You write drafts."),
+    "delegate.yaml": drafter("delegate", "specialist", "You write drafts, better."),
     "evaluator.yaml": AGENT.format(
         name="evaluator",
         inputs=json.dumps({"objective": {}, "criteria": {}, "result": {"type": "object"}}),
@@ -212,18 +207,8 @@ def calls_by_step(requests: Iterable[RecordedRequest]) -> Counter[str]:
 
 def read_store(path: Path | str, run_id: str) -> tuple[list[Event], set[str]]:
     """The run's stored events and the addresses with a final record."""
-
-    async def read() -> tuple[list[Event], set[str]]:
-        store = make_store(path)
-        await store.open()
-        try:
-            records = await store.steps(run_id)
-            events = await store.events(run_id)
-        finally:
-            await store.close()
-        return events, {a for a, r in records.items() if r.status in FINAL}
-
-    return asyncio.run(read())
+    stored = read_run(path, run_id)
+    return stored.events, stored.finished
 
 
 def decisions(events: list[Event], address: str) -> list[dict[str, Any]]:
@@ -411,8 +396,7 @@ async def test_tokens_spent_counts_the_replayed_steps_and_the_budget_holds(
         tmp_path / "runs.db", lambda e: e.type == "step_end" and e.step_id == "budget.1"
     )
 
-    async with Runtime(store=store) as runtime:
-        await runtime.run(flows[0], run_id="r")
+    await run_flow(flows[0], run_id="r", store=store)
     async with Runtime(store=tmp_path / "runs.db") as runtime:
         result = await (await runtime.resume("r")).result()
     assert store.dead

@@ -3,14 +3,11 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 from pathlib import Path
 
 from cadenza.testing import CrashHarness, KillPoint
-
-from .conftest import cadenza
-
-WriteFlow = Callable[..., Path]
+from tests._helpers import cadenza
+from tests.conftest import WriteFlow
 
 
 def test_a_misspelt_failpoint_stops_cadenza_at_once(tmp_path: Path, write_flow: WriteFlow) -> None:

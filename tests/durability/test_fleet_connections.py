@@ -20,13 +20,10 @@ Nothing here sleeps to synchronise: every wait is for something observable
 from __future__ import annotations
 
 import json
-import os
 import random
 import re
-import subprocess
-import sys
 import time
-from collections import Counter, defaultdict
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from functools import partial
 from pathlib import Path
@@ -36,27 +33,15 @@ import anyio
 import asyncpg
 import pytest
 
-from cadenza import Runtime
 from cadenza.api._backoff import Backoff
-from cadenza.store import make_store
 from tests.conftest import WriteFlow
+
+from ._fleet import WORK, assert_each_effect_once, at_least, start_orphans, stop, supervisor
 
 RUNS = 12
 ITERATIONS = 24
-TTL = 2.0
 DEADLINE = 60.0
 """Seconds any one wait may take: a bound on a hang, not a measure of speed."""
-
-FLOW = """
-name: fleet
-steps:
-  - id: work
-    loop:
-      maxIterations: {iterations}
-    command: >-
-      id=$$.$(date +%s%N); sleep 0.05;
-      echo "$CADENZA_RUN_ID $CADENZA_STEP_ADDRESS $id" >> {effects}; echo $id
-"""
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -109,46 +94,11 @@ async def statuses(url: str) -> Counter[str]:
     return Counter(row["status"] for row in await query(url, "SELECT status FROM cadenza_runs"))
 
 
-def effect_lines(path: Path) -> list[list[str]]:
-    if not path.exists():
-        return []
-    return [line.split() for line in path.read_text().splitlines() if line.strip()]
-
-
-def supervisor(url: str, cwd: Path, n: int) -> tuple[subprocess.Popen[bytes], Path]:
-    log = cwd / f"supervisor-{n}.log"
-    with log.open("wb") as stderr:  # the child has its own copy of the descriptor
-        process = subprocess.Popen(
-            [sys.executable, "-m", "cadenza", "supervise", "--store", url, "--lease-ttl", str(TTL)],
-            cwd=cwd,
-            stdout=subprocess.DEVNULL,
-            stderr=stderr,
-            env={**os.environ, "CADENZA_LOG_LEVEL": "info"},
-        )
-    return process, log
-
-
-def stop(processes: list[tuple[subprocess.Popen[bytes], Path]]) -> None:
-    for process, _ in processes:
-        if process.poll() is None:
-            process.terminate()
-    for process, _ in processes:
-        process.wait(timeout=30)
-
-
-async def start_orphans(url: str, flow: Path, run_ids: list[str]) -> None:
-    """Starts the runs and leaves them at once: this runtime shuts down, so each is
-    left running with its lease released, for the supervisors."""
-    async with Runtime(store=url, lease_ttl=TTL, shutdown_deadline=0.0) as starter:
-        for run_id in run_ids:
-            await starter.start(flow, run_id=run_id)
-
-
 async def test_three_supervisors_finish_every_run_through_two_connection_kills(
     tmp_path: Path, write_flow: WriteFlow, postgres_url: str
 ) -> None:
     effects = tmp_path / "effects.txt"
-    flow = write_flow(FLOW.format(iterations=ITERATIONS, effects=effects))
+    flow = write_flow(WORK.format(iterations=ITERATIONS, pause=0.05, effects=effects))
     run_ids = [f"r{n:02}" for n in range(RUNS)]
     chance = random.Random()
     processes = [supervisor(postgres_url, tmp_path, n) for n in range(3)]
@@ -160,9 +110,7 @@ async def test_three_supervisors_finish_every_run_through_two_connection_kills(
         first, second = sorted(chance.sample(range(RUNS, total // 2), 2))
         killed = []
         for after in (first, second):
-            await wait_for(
-                f"{after} side effects", partial(_at_least, effects, after), postgres_url
-            )
+            await wait_for(f"{after} side effects", partial(at_least, effects, after), postgres_url)
             assert (await statuses(postgres_url))["running"] > 0  # the kill lands mid-run
             killed.append(await kill_cadenza_sessions(postgres_url))
         second_kill = time.monotonic()
@@ -177,7 +125,7 @@ async def test_three_supervisors_finish_every_run_through_two_connection_kills(
     logs = [log.read_text() for _, log in processes]
     for text in logs:
         assert "Traceback" not in text, text
-    takeovers = await _assert_each_effect_once(postgres_url, effects, run_ids, ITERATIONS)
+    takeovers = await assert_each_effect_once(postgres_url, effects, run_ids, ITERATIONS)
     fences = sorted(
         row["fence"] for row in await query(postgres_url, "SELECT fence FROM cadenza_leases")
     )
@@ -192,45 +140,8 @@ async def _says(log: Path, words: str) -> bool:
     return words in await anyio.Path(log).read_text()
 
 
-async def _at_least(effects: Path, n: int) -> bool:
-    return len(effect_lines(effects)) >= n
-
-
 async def _all_completed(url: str) -> bool:
     return await statuses(url) == Counter({"completed": RUNS})
-
-
-async def _assert_each_effect_once(
-    url: str, effects: Path, run_ids: list[str], iterations: int
-) -> int:
-    """The store's outcome of every step is one execution, the last one of that step:
-    no step ran again once its completion was recorded. Executions beyond one per step
-    are only those cut short by a takeover (at most one per takeover of a run).
-    Returns the takeovers (``run_resumed`` events) of all runs."""
-    executions: dict[tuple[str, str], list[str]] = defaultdict(list)
-    for run_id, address, execution in effect_lines(effects):
-        executions[run_id, address].append(execution)
-    store = make_store(url)
-    await store.open()
-    takeovers = 0
-    try:
-        for run_id in run_ids:
-            records = await store.steps(run_id)
-            mine = {a: e for (r, a), e in executions.items() if r == run_id}
-            assert len(mine) == iterations, (run_id, sorted(mine))
-            for address, ran in mine.items():
-                record = records[address]
-                assert record.status == "completed", (run_id, address, record)
-                recorded = str(record.content).strip()
-                assert ran[-1] == recorded, (run_id, address, ran, recorded)
-                assert ran.count(recorded) == 1
-            resumed = sum(1 for e in await store.events(run_id) if e.type == "run_resumed")
-            extra = sum(len(ran) - 1 for ran in mine.values())
-            assert extra <= resumed, (run_id, extra, resumed)
-            takeovers += resumed
-    finally:
-        await store.close()
-    return takeovers
 
 
 # -- a supervisor whose writes are refused --------------------------------------------
@@ -256,7 +167,7 @@ async def test_a_supervisor_that_cannot_write_says_so_backs_off_and_finishes_lat
     tmp_path: Path, write_flow: WriteFlow, postgres_url: str, writer_role: str
 ) -> None:
     effects = tmp_path / "effects.txt"
-    flow = write_flow(FLOW.format(iterations=3, effects=effects))
+    flow = write_flow(WORK.format(iterations=3, pause=0.05, effects=effects))
     await start_orphans(postgres_url, flow, ["refused"])  # the schema is made as superuser
     await execute(
         postgres_url,
@@ -286,7 +197,7 @@ async def test_a_supervisor_that_cannot_write_says_so_backs_off_and_finishes_lat
     # Each wait is at least half of a doubling one: the fourth is longer than the first.
     waits = [float(re.findall(r"retry_in=([\d.]+)", line)[0]) for line in refusals]
     assert waits[3] > waits[0], waits
-    await _assert_each_effect_once(postgres_url, effects, ["refused"], 3)
+    await assert_each_effect_once(postgres_url, effects, ["refused"], 3)
     fence = (await query(postgres_url, "SELECT fence FROM cadenza_leases"))[0]["fence"]
     holder = json.loads((await query(postgres_url, "SELECT holder FROM cadenza_leases"))[0][0])
     assert holder["pid"] == processes[0][0].pid  # taken up again by the same process

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -12,11 +11,8 @@ from cadenza import RunNotFound, Runtime
 from cadenza.errors import SignalRejected
 from cadenza.testing import RequestMatch, ServerReply, ServerRule, ServerToolCall
 from cadenza.testing.pytest_plugin import StartLLMServer
-from tests.conftest import StoreFactory, assert_no_password
-
-from .conftest import cadenza
-
-WriteFlow = Callable[..., Path]
+from tests._helpers import cadenza, run_flow, run_on
+from tests.conftest import StoreFactory, WriteFlow, assert_no_password
 
 APPROVAL = """
 name: approval
@@ -107,8 +103,7 @@ async def test_each_iteration_of_a_loop_waits_for_its_own_answer(
 ) -> None:
     """One question per address: round 0 is answered, resumed, then round 1 waits."""
     flow = write_flow(ROUNDS, handlers=DOUBLE)
-    async with Runtime(store=tmp_path / "runs.db") as runtime:
-        first = await runtime.run(flow, run_id="r")
+    async with run_on(tmp_path / "runs.db", flow) as (runtime, first):
         assert first.status == "waiting"
         assert first.output is None
         questions = await runtime.pending_inputs("r")
@@ -149,8 +144,7 @@ async def test_other_branches_finish_before_the_run_waits(
             command: "echo after"
         """
     )
-    async with Runtime(store=tmp_path / "runs.db") as runtime:
-        result = await runtime.run(flow, run_id="r")
+    result = await run_flow(flow, run_id="r", store=tmp_path / "runs.db")
     assert result.status == "waiting"
     assert result.steps["other"].status == "completed"
     assert result.steps["ask"].status == "waiting"
@@ -160,8 +154,7 @@ async def test_other_branches_finish_before_the_run_waits(
 async def test_an_answer_nobody_asked_for_is_refused(tmp_path: Path, write_flow: WriteFlow) -> None:
     """Signalling an address with no pending question, or an unknown run, records nothing."""
     flow = write_flow(APPROVAL)
-    async with Runtime(store=tmp_path / "runs.db") as runtime:
-        await runtime.run(flow, run_id="r")
+    async with run_on(tmp_path / "runs.db", flow) as (runtime, _):
         with pytest.raises(
             SignalRejected, match="no input pending at 'draft'; it waits at approve"
         ):
@@ -174,11 +167,10 @@ async def test_an_answer_nobody_asked_for_is_refused(tmp_path: Path, write_flow:
 async def test_a_message_for_a_step_not_yet_started_survives_the_pause(
     tmp_path: Path,
     write_flow: WriteFlow,
-    llm_server: StartLLMServer,
-    monkeypatch: pytest.MonkeyPatch,
+    model_server: StartLLMServer,
 ) -> None:
     """A message the coordinator forwarded while the run waited reaches the step after resume."""
-    server = llm_server(
+    server = model_server(
         [
             ServerRule(["noted"], match=RequestMatch(last_role="tool")),
             ServerRule(
@@ -206,8 +198,6 @@ async def test_a_message_for_a_step_not_yet_started_survives_the_pause(
             ServerRule(["read it"], match=RequestMatch(user="Read your inbox.")),
         ]
     )
-    for name, value in server.environ().items():
-        monkeypatch.setenv(name, value)
     flow = write_flow(
         """
         name: mail
@@ -228,8 +218,7 @@ async def test_a_message_for_a_step_not_yet_started_survives_the_pause(
             instructions: "Read your inbox."
         """
     )
-    async with Runtime(store=tmp_path / "runs.db") as runtime:
-        paused = await runtime.run(flow, run_id="r")
+    paused = await run_flow(flow, run_id="r", store=tmp_path / "runs.db")
     assert paused.status == "waiting"
     asked = len(server.requests)
     async with Runtime(store=tmp_path / "runs.db") as runtime:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import re
 import sqlite3
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -13,20 +12,10 @@ from cadenza import Runtime
 from cadenza.errors import CorruptRecord
 from cadenza.store import SCHEMA_VERSION, SqliteRunStore
 from cadenza.testing import CrashHarness, KillPoint
+from tests._helpers import cadenza
+from tests.conftest import WriteFlow
 
-from .conftest import cadenza
-
-WriteFlow = Callable[..., Path]
-
-TWO = """
-name: two
-steps:
-  - id: a
-    command: "echo a"
-  - id: b
-    dependsOn: [a]
-    command: "echo b"
-"""
+from .conftest import TWO
 
 
 def interrupted(tmp_path: Path, write_flow: WriteFlow) -> Path:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import re
 import socket
-from collections.abc import Callable
 from pathlib import Path
 
 import anyio
@@ -26,22 +25,11 @@ from cadenza.store import (
     make_store,
 )
 from cadenza.testing import CrashHarness, KillPoint
+from tests._helpers import cadenza
 from tests._postgres import Cluster
-from tests.conftest import assert_no_password
+from tests.conftest import WriteFlow, assert_no_password
 
-from .conftest import cadenza
-
-WriteFlow = Callable[..., Path]
-
-TWO = """
-name: two
-steps:
-  - id: a
-    command: "echo a"
-  - id: b
-    dependsOn: [a]
-    command: "echo b"
-"""
+from .conftest import TWO
 
 
 async def sql(url: str, statement: str) -> None:

@@ -14,13 +14,11 @@ beside the workflow, importable by every process; the predicate does not.
 
 from __future__ import annotations
 
-import importlib
 import signal
 import subprocess
 import sys
 import textwrap
 import time
-import uuid
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from types import ModuleType
@@ -34,8 +32,7 @@ from cadenza.errors import RunNeedsCode
 from cadenza.protocols import Event
 from cadenza.store import make_store
 from cadenza.workflow import Loop, Step, Workflow
-
-from .conftest import cadenza
+from tests._helpers import cadenza, import_source
 
 STEPS = """
 import asyncio
@@ -56,12 +53,7 @@ DEADLINE = 60.0
 
 
 def steps_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> ModuleType:
-    name = f"app_steps_{uuid.uuid4().hex}"
-    (tmp_path / f"{name}.py").write_text(STEPS)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    module = importlib.import_module(name)
-    monkeypatch.setitem(sys.modules, name, module)
-    return module
+    return import_source(tmp_path, STEPS, monkeypatch, prefix="app_steps")
 
 
 def hold(steps: ModuleType, parks: bool) -> None:

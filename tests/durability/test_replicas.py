@@ -25,7 +25,9 @@ import pytest
 from cadenza import Runtime
 from cadenza._logging import EVENT
 from cadenza.errors import CadenzaError
-from cadenza.testing import ScriptedLLMServer, ServerRule
+from cadenza.testing import ServerRule
+from cadenza.testing.pytest_plugin import StartLLMServer
+from tests._workflows import LISTENER
 from tests.conftest import StoreFactory, WriteFlow
 
 DEADLINE = 30.0
@@ -145,30 +147,25 @@ async def test_a_cancel_of_a_run_nobody_drives_ends_it_cancelled_at_once(
 async def test_a_message_through_one_replica_reaches_the_agent_on_another(
     durable_store_factory: StoreFactory,
     write_flow: WriteFlow,
-    monkeypatch: pytest.MonkeyPatch,
+    model_server: StartLLMServer,
 ) -> None:
     """B posts to a step that A drives; the message is in A's run, once."""
     hold = threading.Event()
-    path = write_flow(
-        "name: inbox\nagents:\n  ear: {model: 'openai:m'}\n"
-        "steps:\n  - id: listen\n    agent: ear\n    instructions: Listen.\n"
-    )
-    with ScriptedLLMServer([ServerRule([{"content": "heard", "hold": hold}])]) as server:
-        for name, value in server.environ().items():
-            monkeypatch.setenv(name, value)
-        async with replica(durable_store_factory) as a, replica(durable_store_factory) as b:
-            handle = await a.start(path, run_id="inbox")
-            await anyio.to_thread.run_sync(server.wait_for_requests, 1)
-            await b.post_message("inbox", "listen", "from the other replica", kind="request")
+    path = write_flow(LISTENER)
+    server = model_server([ServerRule([{"content": "heard", "hold": hold}])])
+    async with replica(durable_store_factory) as a, replica(durable_store_factory) as b:
+        handle = await a.start(path, run_id="inbox")
+        await anyio.to_thread.run_sync(server.wait_for_requests, 1)
+        await b.post_message("inbox", "listen", "from the other replica", kind="request")
 
-            async def delivered() -> bool:
-                return bool(handle.messages)
+        async def delivered() -> bool:
+            return bool(handle.messages)
 
-            await eventually("the message reached the run", delivered)
-            hold.set()
-            result = await handle.result()
-            with pytest.raises(CadenzaError, match="completed; it takes no messages"):
-                await b.post_message("inbox", "listen", "too late")
+        await eventually("the message reached the run", delivered)
+        hold.set()
+        result = await handle.result()
+        with pytest.raises(CadenzaError, match="completed; it takes no messages"):
+            await b.post_message("inbox", "listen", "too late")
     assert result.status == "completed"
     assert [(m.to, m.text, m.kind) for m in result.messages] == [
         ("listen", "from the other replica", "request")

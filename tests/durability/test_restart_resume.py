@@ -9,43 +9,24 @@ twice in all (its first, failing run and one restart) and the log holds one
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from cadenza import Event
-from cadenza.store import make_store
 from cadenza.testing import CrashHarness, KillPoint
+from tests._helpers import read_run
+from tests._workflows import flaky
+from tests.conftest import WriteFlow
 
-WriteFlow = Callable[..., Path]
-
-FLAKY = """
+FLAKY = f"""
 name: restarted
-options: {supervisor: {strategy: one_for_one}}
+options: {{supervisor: {{strategy: one_for_one}}}}
 steps:
-  - id: flaky
-    cwd: .
-    command: >-
-      n=$(cat flaky.count 2>/dev/null || echo 0); n=$((n + 1)); echo $n > flaky.count;
-      test "$n" -ge 2 && echo "ran $n times"
+  - {flaky()}
   - id: after
     dependsOn: [flaky]
     command: echo after
 """
-
-
-def events(store: Path, run_id: str) -> list[Event]:
-    async def read() -> list[Event]:
-        opened = make_store(store)
-        await opened.open()
-        try:
-            return await opened.events(run_id)
-        finally:
-            await opened.close()
-
-    return asyncio.run(read())
 
 
 @pytest.mark.parametrize(
@@ -69,6 +50,6 @@ def test_a_restart_cut_off_by_a_crash_is_made_once(
     assert result.steps["flaky"].content == "ran 2 times\n"
     assert result.steps["after"].status == "completed"
     assert (tmp_path / "flaky.count").read_text() == "2\n"
-    log = events(tmp_path / "runs" / "runs.db", outcome.run_id)
+    log = read_run(tmp_path / "runs" / "runs.db", outcome.run_id).events
     assert [e.step_id for e in log if e.type == "step_restart"] == ["flaky"]
     assert [e.seq for e in log] == list(range(1, len(log) + 1))

@@ -6,7 +6,6 @@ import json
 import os
 import threading
 from collections import Counter
-from collections.abc import Callable
 from pathlib import Path
 
 import anyio
@@ -22,10 +21,10 @@ from cadenza.testing import (
     compare_results,
 )
 from cadenza.testing.pytest_plugin import StartLLMServer
+from tests._helpers import cadenza, run_flow, run_on
+from tests.conftest import WriteFlow
 
-from .conftest import PowerCut, cadenza, event_is
-
-WriteFlow = Callable[..., Path]
+from .conftest import PowerCut, event_is
 
 LOGGING = """
 import json
@@ -96,8 +95,7 @@ async def test_a_finished_run_resumes_to_its_stored_result(
     flow = write_flow(
         "name: done\nsteps:\n  - id: a\n    handler: 'HANDLERS:log'\n", handlers=LOGGING
     )
-    async with Runtime(store=tmp_path / "runs.db") as runtime:
-        first = await runtime.run(flow, run_id="r")
+    async with run_on(tmp_path / "runs.db", flow) as (runtime, first):
         handle = await runtime.resume("r")
         assert handle.done
         assert await handle.result() == first
@@ -119,8 +117,7 @@ async def test_containers_resume_where_the_power_went(
     write_flow(CHILD, name="child.yaml", handlers=LOGGING)
     flow = write_flow(NESTED, handlers=LOGGING)
     store = PowerCut(tmp_path / "runs.db", event_is("step_end", "route.0.first"))
-    async with Runtime(store=store) as runtime:
-        uninterrupted = await runtime.run(flow, run_id="r")
+    uninterrupted = await run_flow(flow, run_id="r", store=store)
     before = calls(tmp_path)
     async with Runtime(store=tmp_path / "runs.db") as runtime:
         resumed = await (await runtime.resume("r")).result()
@@ -232,11 +229,8 @@ def test_resume_all_continues_every_interrupted_run(tmp_path: Path, write_flow: 
         """
         name: pair
         steps:
-          - id: a
-            handler: "HANDLERS:log"
-          - id: b
-            dependsOn: [a]
-            handler: "HANDLERS:log"
+          - {id: a, handler: "HANDLERS:log"}
+          - {id: b, dependsOn: [a], handler: "HANDLERS:log"}
         """,
         handlers=LOGGING,
     )
@@ -271,18 +265,15 @@ def test_a_real_cadenza_process_is_killed_through_its_environment(
 async def test_an_agent_remembers_its_replayed_visits(
     tmp_path: Path,
     write_flow: WriteFlow,
-    llm_server: StartLLMServer,
-    monkeypatch: pytest.MonkeyPatch,
+    model_server: StartLLMServer,
 ) -> None:
     """With memory: accumulate, the visit after a resume sees the turns of replayed visits."""
-    server = llm_server(
+    server = model_server(
         [
             ServerRule([f"draft {n}"], match=RequestMatch(last=f"Draft number {n}."))
             for n in range(3)
         ]
     )
-    for name, value in server.environ().items():
-        monkeypatch.setenv(name, value)
     flow = write_flow(
         """
         name: remembering
@@ -296,8 +287,7 @@ async def test_an_agent_remembers_its_replayed_visits(
         """
     )
     store = PowerCut(tmp_path / "runs.db", event_is("iteration_start", "drafts.2"))
-    async with Runtime(store=store) as runtime:
-        uninterrupted = await runtime.run(flow, run_id="r")
+    uninterrupted = await run_flow(flow, run_id="r", store=store)
     asked = len(server.requests)
     async with Runtime(store=tmp_path / "runs.db") as runtime:
         resumed = await (await runtime.resume("r")).result()

@@ -23,16 +23,15 @@ from typing import Any, Literal
 import anyio
 import pytest
 
-from cadenza import Runtime, ToolPolicy, ToolRequest
+from cadenza import RunResult, Runtime, ToolPolicy, ToolRequest
 from cadenza._logging import FIELDS
-from cadenza.actors.run import StoredPolicy, decode_document, encode_document
+from cadenza.actors.run import PermissionHook, StoredPolicy, decode_document, encode_document
 from cadenza.errors import CorruptRecord, PolicyRefused
 from cadenza.protocols import ToolPermission, payload
 from cadenza.workflow import load_workflow
+from tests._helpers import cadenza
 from tests._terminal import Terminal
 from tests.conftest import WriteFlow
-
-from .conftest import cadenza
 
 # The agent's one tool call deletes the notes; a deny rule on rm must keep them.
 CLEAN = """
@@ -227,15 +226,29 @@ def test_an_ask_run_resumed_with_ask_puts_its_calls_to_the_person(
 # -- the Python API: hooks, a person, what a resuming runtime adds ------------------
 
 
-async def waiting_run(flow: Path, store: Path, policy: ToolPolicy | None) -> None:
-    """Starts run r-1 under ``policy``; it stops waiting for the person, who then says go."""
+async def waiting_run(write_flow: WriteFlow, policy: ToolPolicy | None) -> Path:
+    """Starts run r-1 of APPROVED under ``policy``, on runs.db beside it; the run stops
+    waiting for the person, who then says go. Returns the store."""
+    flow = notes(write_flow, APPROVED)
+    store = flow.parent / "runs.db"
     async with Runtime(store=store, permissions=policy) as runtime:
         result = await runtime.run(flow, run_id="r-1")
         assert result.status == "waiting"
         await runtime.signal("r-1", "approve", "go")
+    return store
+
+
+async def resumed(store: Path, permissions: PermissionHook | None = None) -> RunResult:
+    """Run r-1 resumed to its end by a runtime with ``permissions``; the notes were kept."""
+    async with Runtime(store=store, permissions=permissions) as runtime:
+        result = await (await runtime.resume("r-1")).result()
+    assert result.status == "completed"
+    assert store.with_name("notes.txt").exists()
+    return result
 
 
 async def permission_events(store: Path) -> list[tuple[str, bool, str, str]]:
+    """Each permission decision of run r-1: the tool, allowed or not, by whom, why."""
     async with Runtime(store=store) as runtime:
         events = await runtime.stored_events("r-1")
     said = [payload(e, ToolPermission) for e in events if e.type == "tool_permission"]
@@ -248,23 +261,26 @@ def refuse_rm(request: ToolRequest) -> bool | str | None:
     return None
 
 
+async def waiting_hook_run(write_flow: WriteFlow, tmp_path: Path) -> tuple[Path, int]:
+    """Run r-1 started under the ``refuse_rm`` hook, waiting for the person: its store,
+    and how many events that holds of it."""
+    store = await waiting_run(write_flow, ToolPolicy(hook=refuse_rm))
+    async with Runtime(store=store) as runtime:
+        return store, len(await runtime.stored_events("r-1"))
+
+
 async def test_a_hook_run_is_left_untouched_by_a_process_without_the_hook(
     write_flow: WriteFlow, tmp_path: Path
 ) -> None:
     """Resume and recover both leave it, saying why; a runtime with the hook resumes it."""
-    flow, store = notes(write_flow, APPROVED), tmp_path / "runs.db"
-    await waiting_run(flow, store, ToolPolicy(hook=refuse_rm))
+    store, events = await waiting_hook_run(write_flow, tmp_path)
     async with Runtime(store=store) as runtime:
-        events = len(await runtime.stored_events("r-1"))
         with pytest.raises(PolicyRefused, match="started with a permission hook") as refused:
             await runtime.resume("r-1")
         assert str(refused.value).startswith("run 'r-1' is left as it is: ")
         assert (await runtime.get_run("r-1")).status == "waiting"
         assert len(await runtime.stored_events("r-1")) == events
-    async with Runtime(store=store, permissions=refuse_rm) as runtime:
-        result = await (await runtime.resume("r-1")).result()
-    assert result.status == "completed"
-    assert (tmp_path / "notes.txt").exists()
+    await resumed(store, refuse_rm)
     assert (await permission_events(store))[0] == ("bash", False, "hook", "no deleting")
 
 
@@ -286,10 +302,7 @@ async def test_recovery_leaves_a_hook_run_and_logs_why(
     write_flow: WriteFlow, tmp_path: Path
 ) -> None:
     """``Runtime(recover=True)`` (supervise, serve --recover) without the hook: untouched."""
-    flow, store = notes(write_flow, APPROVED), tmp_path / "runs.db"
-    await waiting_run(flow, store, ToolPolicy(hook=refuse_rm))
-    async with Runtime(store=store) as looking:
-        events = len(await looking.stored_events("r-1"))
+    store, events = await waiting_hook_run(write_flow, tmp_path)
     refusals = Refusals()
     logging.getLogger("cadenza").addHandler(refusals)
     try:
@@ -307,19 +320,15 @@ async def test_recovery_leaves_a_hook_run_and_logs_why(
 
 
 async def test_an_ask_run_resumed_where_nobody_can_answer_refuses_what_it_would_ask(
-    write_flow: WriteFlow, tmp_path: Path
+    write_flow: WriteFlow,
 ) -> None:
     """A run started with a person to ask, resumed without one: the calls are refused."""
-    flow, store = notes(write_flow, APPROVED), tmp_path / "runs.db"
 
     async def person(request: ToolRequest) -> Literal["yes", "no", "always"]:
         raise AssertionError("the person of the first process is not asked on resume")
 
-    await waiting_run(flow, store, ToolPolicy(ask=person))
-    async with Runtime(store=store) as runtime:
-        result = await (await runtime.resume("r-1")).result()
-    assert result.status == "completed"
-    assert (tmp_path / "notes.txt").exists()
+    store = await waiting_run(write_flow, ToolPolicy(ask=person))
+    await resumed(store)
     nobody = "the run asks a person about this call (--ask), and nobody is here to answer"
     assert await permission_events(store) == [
         ("bash", False, "ask", nobody),
@@ -328,35 +337,27 @@ async def test_an_ask_run_resumed_where_nobody_can_answer_refuses_what_it_would_
 
 
 async def test_a_resuming_hook_may_refuse_more_but_not_allow_what_the_run_refuses(
-    write_flow: WriteFlow, tmp_path: Path
+    write_flow: WriteFlow,
 ) -> None:
     """The run allows only read; a resuming runtime's hook says yes to all: bash stays refused."""
-    flow, store = notes(write_flow, APPROVED), tmp_path / "runs.db"
-    await waiting_run(flow, store, ToolPolicy(allow=["read"], sandbox=False))
+    store = await waiting_run(write_flow, ToolPolicy(allow=["read"], sandbox=False))
     asked: list[str] = []
 
     def yes_to_all(request: ToolRequest) -> bool:
         asked.append(request.tool)
         return request.tool != "read"  # says yes to bash, no to read
 
-    async with Runtime(store=store, permissions=yes_to_all) as runtime:
-        result = await (await runtime.resume("r-1")).result()
-    assert result.status == "completed"
-    assert (tmp_path / "notes.txt").exists()
+    await resumed(store, yes_to_all)
     assert asked == ["read"]  # bash was refused by the run's rules before the hook
     said = [(tool, allowed, by) for tool, allowed, by, _ in await permission_events(store)]
     assert said == [("bash", False, "rule"), ("read", False, "hook")]
 
 
 async def test_a_sandboxed_run_stays_sandboxed_whatever_the_resume_is_given(
-    write_flow: WriteFlow, tmp_path: Path
+    write_flow: WriteFlow,
 ) -> None:
-    flow, store = notes(write_flow, APPROVED), tmp_path / "runs.db"
-    await waiting_run(flow, store, ToolPolicy(sandbox=True))
-    async with Runtime(store=store, permissions=lambda request: True) as runtime:
-        result = await (await runtime.resume("r-1")).result()
-    assert result.status == "completed"
-    assert (tmp_path / "notes.txt").exists()
+    store = await waiting_run(write_flow, ToolPolicy(sandbox=True))
+    await resumed(store, lambda request: True)
     said = [(tool, allowed, by) for tool, allowed, by, _ in await permission_events(store)]
     assert said == [("bash", False, "sandbox"), ("read", True, "hook")]
 
@@ -367,8 +368,7 @@ async def test_a_runtime_with_remote_workers_leaves_a_run_with_permissions(
     """Workers run agents' tools unchecked: a run with a stored deny rule is not theirs."""
     from cadenza.remote import Dispatcher  # pyzmq, only here
 
-    flow, store = notes(write_flow, APPROVED), tmp_path / "runs.db"
-    await waiting_run(flow, store, ToolPolicy(deny=["bash(rm *)"]))
+    store = await waiting_run(write_flow, ToolPolicy(deny=["bash(rm *)"]))
     dispatcher = Dispatcher("tcp://127.0.0.1:*", heartbeat=0.2)
     async with Runtime(store=store, workers=dispatcher) as runtime:
         with pytest.raises(PolicyRefused, match="remote workers run agents' tools without"):

@@ -5,19 +5,15 @@ from __future__ import annotations
 import json
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from pathlib import Path
 
-from cadenza import Runtime
 from cadenza.protocols import RunStatus
 from cadenza.store import RunRow
 from cadenza.testing import CrashHarness, KillPoint, compare_results
 from cadenza.workflow import validate_file
-from tests.conftest import StoreFactory
-
-from .conftest import cadenza
-
-WriteFlow = Callable[..., Path]
+from tests._helpers import cadenza, run_on
+from tests.conftest import StoreFactory, WriteFlow
 
 LONG = """
 name: long
@@ -55,8 +51,7 @@ async def test_keep_last_keeps_only_the_newest_iterations(
 ) -> None:
     """With keepLast: 3, the result and the store hold iterations 9-11 only; the count is 12."""
     flow = write_flow(LONG, handlers=STEP)
-    async with Runtime(store=tmp_path / "runs.db") as runtime:
-        result = await runtime.run(flow, run_id="r")
+    async with run_on(tmp_path / "runs.db", flow) as (runtime, result):
         stored = await runtime.store.steps("r")
     assert result.loops["spin"].iterations == 12
     expected = [f"spin.{n}{s}" for n in (10, 11, 9) for s in ("", ".a", ".b")]
@@ -127,8 +122,7 @@ async def test_prune_removes_only_finished_runs(
     await store.flush()
     await store.close()
     flow = write_flow("name: quick\nsteps:\n  - id: a\n    command: 'true'\n")
-    async with Runtime(store=spec) as runtime:
-        await runtime.run(flow, run_id="new-1")
+    async with run_on(spec, flow, "new-1") as (runtime, _):
         await runtime.run(flow, run_id="new-2")
 
     pruned = cadenza("runs", "prune", "--older-than", "7d", "--store", spec, cwd=tmp_path)

@@ -14,21 +14,17 @@ between model calls, inside the coordinator agent's wakes).
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from cadenza import RunResult
-from cadenza.protocols import Event
-from cadenza.store import make_store
 from cadenza.testing import CrashHarness, KillPoint, compare_results
+from tests._helpers import EXAMPLES, read_run
 
 # About 170 processes killed and resumed, a few seconds each when other suites load the machine.
 pytestmark = pytest.mark.timeout(240)
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 WRITER_CRITIC = """\
 name: writer-critic
@@ -113,18 +109,6 @@ def golden(harness: CrashHarness) -> RunResult:
     return result
 
 
-def stored_events(harness: CrashHarness, run_id: str) -> list[Event]:
-    async def read() -> list[Event]:
-        store = make_store(harness.store)
-        await store.open()
-        try:
-            return await store.events(run_id)
-        finally:
-            await store.close()
-
-    return asyncio.run(read())
-
-
 def differing(harness: CrashHarness, golden: RunResult, chains: list[list[KillPoint]]) -> list[str]:
     """Each chain whose resumed run differs from ``golden``, with how; every kill must land."""
     found = []
@@ -141,7 +125,7 @@ def test_a_kill_at_every_step_boundary_resumes_to_the_golden_result(
     harness: CrashHarness, golden: RunResult
 ) -> None:
     """Killed just before and just after each step outcome is recorded: nothing differs."""
-    outcomes = sum(event.type in OUTCOMES for event in stored_events(harness, "golden"))
+    outcomes = sum(event.type in OUTCOMES for event in read_run(harness.store, "golden").events)
     assert outcomes >= 7
     chains = [
         [KillPoint.at(point, count)]
@@ -166,7 +150,7 @@ def test_a_kill_between_events_resumes_to_the_golden_result(
     harness: CrashHarness, golden: RunResult
 ) -> None:
     """Killed after the Nth event, at points spread over the run: nothing differs."""
-    events = len(stored_events(harness, "golden"))
+    events = len(read_run(harness.store, "golden").events)
     chains = [[KillPoint.after_events(n)] for n in range(4, events, max(3, events // 15))]
     bad = differing(harness, golden, chains)
     assert not bad, f"{len(bad)} of {len(chains)} resumed runs differ:\n" + "\n".join(bad)

@@ -12,14 +12,13 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import sys
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 
 import anyio
 
 from cadenza.protocols import Event
 from cadenza.store import RunRow, SqliteRunStore
+from tests._helpers import opened_store
 
 
 def row(run_id: str) -> RunRow:
@@ -40,17 +39,6 @@ def committed_events(path: Path, run_id: str) -> int:
         connection.close()
 
 
-@asynccontextmanager
-async def opened(path: Path) -> AsyncIterator[SqliteRunStore]:
-    """The store at ``path``, open for the block and closed after it."""
-    store = SqliteRunStore(path)
-    await store.open()
-    try:
-        yield store
-    finally:
-        await store.close()
-
-
 async def until_committed(path: Path, run_id: str, count: int) -> None:
     """Returns once ``count`` of the run's events are committed (fails after 10 s).
 
@@ -63,7 +51,7 @@ async def until_committed(path: Path, run_id: str, count: int) -> None:
 
 async def test_each_of_thousands_of_flushes_returns_after_its_own_write(tmp_path: Path) -> None:
     """A chain of steps, one commit each: every flush wakes its waiter, and never early."""
-    async with opened(tmp_path / "runs.db") as store:
+    async with opened_store(tmp_path / "runs.db") as store:
         store.begin_run(row("r"))
         for seq in range(1, 2001):
             store.append_event(event("r", seq))
@@ -75,7 +63,7 @@ async def test_each_of_thousands_of_flushes_returns_after_its_own_write(tmp_path
 
 async def test_rounds_of_many_flushers_all_return(tmp_path: Path) -> None:
     """Fifty steps flushing at once, round after round: each round's flushes all return."""
-    async with opened(tmp_path / "runs.db") as store:
+    async with opened_store(tmp_path / "runs.db") as store:
 
         async def step(run_id: str, seq: int) -> None:
             store.append_event(event(run_id, seq))
@@ -94,7 +82,7 @@ async def test_rounds_of_many_flushers_all_return(tmp_path: Path) -> None:
 async def test_a_write_nobody_flushes_still_reaches_the_file(tmp_path: Path) -> None:
     """Events of a long step are committed as it goes, for readers in other processes."""
     path = tmp_path / "runs.db"
-    async with opened(path) as store:
+    async with opened_store(path) as store:
         store.begin_run(row("r"))
         store.append_event(event("r", 1))
         await until_committed(path, "r", 1)
@@ -116,7 +104,7 @@ async def test_closing_commits_what_nobody_flushed(tmp_path: Path) -> None:
 
 async def test_a_flush_from_another_event_loop_returns(tmp_path: Path) -> None:
     """A store opened on one loop can be flushed from a loop in another thread."""
-    async with opened(tmp_path / "runs.db") as store:
+    async with opened_store(tmp_path / "runs.db") as store:
 
         async def elsewhere() -> None:
             for seq in range(1, 51):
@@ -136,7 +124,7 @@ async def test_a_store_made_with_bigger_pages_keeps_them_and_works(tmp_path: Pat
     older.execute("PRAGMA journal_mode=WAL")
     older.execute("CREATE TABLE before_us (x)")
     older.close()
-    async with opened(path) as store:
+    async with opened_store(path) as store:
         store.begin_run(row("r"))
         for seq in range(1, 101):
             store.append_event(event("r", seq))
@@ -150,7 +138,7 @@ async def test_a_store_made_with_bigger_pages_keeps_them_and_works(tmp_path: Pat
 
 async def test_a_new_store_holds_big_bodies_across_pages(tmp_path: Path) -> None:
     """Bodies larger than a page (a long model answer) round-trip and pass the check."""
-    async with opened(tmp_path / "runs.db") as store:
+    async with opened_store(tmp_path / "runs.db") as store:
         store.begin_run(row("r"))
         text = "word " * 20_000  # 100 KB
         store.append_event(
@@ -184,7 +172,7 @@ async def test_a_flush_waits_out_another_process_writing_longer_than_5_seconds(
     does not fail it: SQLite's busy handler gave up after 5 s with "database is locked",
     and the run stopped with StoreFailed."""
     path = tmp_path / "runs.db"
-    async with opened(path) as store:
+    async with opened_store(path) as store:
         store.begin_run(row("r"))
         await store.flush("r")
         async with await anyio.open_process([sys.executable, "-c", LONG_WRITE, str(path)]) as other:

@@ -89,9 +89,6 @@ async def test_two_stores_racing_for_one_lease_give_it_to_one(
     durable_store_factory: StoreFactory,
 ) -> None:
     """Two processes' stores claiming one run at once: exactly one wins, the other is told."""
-    first, second = durable_store_factory(), durable_store_factory()
-    await first.open()
-    await second.open()
     outcomes: list[str] = []
 
     async def claim(store: RunStore) -> None:
@@ -101,7 +98,7 @@ async def test_two_stores_racing_for_one_lease_give_it_to_one(
         except LeaseHeld:
             outcomes.append("refused")
 
-    try:
+    async with durable_store_factory.opened(2) as (first, second):
         for _ in range(5):
             outcomes.clear()
             async with anyio.create_task_group() as group:
@@ -109,6 +106,3 @@ async def test_two_stores_racing_for_one_lease_give_it_to_one(
                 group.start_soon(claim, second)
             assert sorted(outcomes) == ["refused", "won"]
             await first.delete_runs(["r"])  # frees the lease for the next round
-    finally:
-        await first.close()
-        await second.close()

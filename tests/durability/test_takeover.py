@@ -17,13 +17,10 @@ Nothing here sleeps to synchronise: every wait is for something observable
 from __future__ import annotations
 
 import json
-import os
 import random
 import signal
-import subprocess
-import sys
 import time
-from collections import Counter, defaultdict
+from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 
@@ -31,25 +28,14 @@ import anyio
 import asyncpg
 import pytest
 
-from cadenza import Runtime
-from cadenza.store import make_store
 from tests.conftest import WriteFlow
 
-RUNS = 30
-ITERATIONS = 8
-TTL = 2.0
-DEADLINE = 120.0
+from ._fleet import WORK, assert_each_effect_once, at_least, start_orphans, stop, supervisor
 
-FLOW = """
-name: chaos
-steps:
-  - id: work
-    loop:
-      maxIterations: {iterations}
-    command: >-
-      id=$$.$(date +%s%N); sleep 0.2;
-      echo "$CADENZA_RUN_ID $CADENZA_STEP_ADDRESS $id" >> {effects}; echo $id
-"""
+RUNS = 30
+RUN_IDS = [f"r{n:02}" for n in range(RUNS)]
+ITERATIONS = 8
+DEADLINE = 120.0
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -75,12 +61,6 @@ async def _state(url: str) -> str:
     finally:
         await connection.close()
     return "\n".join(str(dict(row)) for row in rows)
-
-
-def effect_lines(path: Path) -> list[tuple[str, str, str]]:
-    if not path.exists():
-        return []
-    return [tuple(line.split()) for line in path.read_text().splitlines() if line.strip()]  # type: ignore[misc]
 
 
 async def owners(url: str) -> Counter[int]:
@@ -119,41 +99,19 @@ async def statuses(url: str) -> Counter[str]:
     return Counter(row["status"] for row in rows)
 
 
-def supervisor(
-    url: str, cwd: Path, n: int, failpoint: str | None = None
-) -> tuple[subprocess.Popen[bytes], Path]:
-    log = cwd / f"supervisor-{n}.log"
-    environ = {**os.environ, "CADENZA_LOG_LEVEL": "info"}
-    if failpoint is not None:
-        environ["CADENZA_FAILPOINT"] = failpoint
-    with log.open("wb") as stderr:  # the child has its own copy of the descriptor
-        process = subprocess.Popen(
-            [sys.executable, "-m", "cadenza", "supervise", "--store", url, "--lease-ttl", str(TTL)],
-            cwd=cwd,
-            stdout=subprocess.DEVNULL,
-            stderr=stderr,
-            env=environ,
-        )
-    return process, log
-
-
 async def test_three_supervisors_finish_every_run_once_through_a_kill_and_a_stop(
     tmp_path: Path, write_flow: WriteFlow, postgres_url: str
 ) -> None:
     effects = tmp_path / "effects.txt"
-    flow = write_flow(FLOW.format(iterations=ITERATIONS, effects=effects))
+    flow = write_flow(WORK.format(iterations=ITERATIONS, pause=0.2, effects=effects))
     chance = random.Random()
     processes = [supervisor(postgres_url, tmp_path, n) for n in range(3)]
     try:
-        # The runs start here and are orphaned at once: this runtime shuts down,
-        # leaving each running with its lease released, for the supervisors.
-        async with Runtime(store=postgres_url, lease_ttl=TTL, shutdown_deadline=0.0) as starter:
-            for n in range(RUNS):
-                await starter.start(flow, run_id=f"r{n:02}")
+        await start_orphans(postgres_url, flow, RUN_IDS)
 
         # SIGKILL, at a random point: once some side effects have happened.
         kill_after = chance.randrange(RUNS, RUNS * ITERATIONS // 3)
-        await wait_for("side effects", lambda: _at_least(effects, kill_after))
+        await wait_for("side effects", lambda: at_least(effects, kill_after))
         by_pid = {p.pid: (p, log) for p, log in processes}
         await wait_for("an owner to kill", lambda: _owner_among(postgres_url, by_pid))
         victim = (await owners(postgres_url)).most_common(1)[0][0]
@@ -180,14 +138,9 @@ async def test_three_supervisors_finish_every_run_once_through_a_kill_and_a_stop
         await wait_for("every run to complete", lambda: _all_completed(postgres_url), postgres_url)
         await wait_for("the continued owner to find its lease lost", lambda: _said(stopped_log))
     finally:
-        for process, _ in processes:
-            if process.poll() is None:
-                process.send_signal(signal.SIGCONT)
-                process.terminate()
-        for process, _ in processes:
-            process.wait(timeout=30)
+        stop(processes)
 
-    await _assert_each_effect_once(postgres_url, effects)
+    await assert_each_effect_once(postgres_url, effects, RUN_IDS, ITERATIONS)
 
 
 HELD = """
@@ -210,8 +163,7 @@ async def test_an_owner_paused_inside_a_write_finds_its_lease_lost_not_its_store
     """
     go = tmp_path / "go"
     flow = write_flow(HELD.format(go=go))
-    async with Runtime(store=postgres_url, lease_ttl=TTL, shutdown_deadline=0.0) as starter:
-        await starter.start(flow, run_id="r")  # waits for `go`: orphaned, unfinished
+    await start_orphans(postgres_url, flow, ["r"])  # waits for `go`: orphaned, unfinished
     go.touch()
     paused, paused_log = supervisor(postgres_url, tmp_path, 0, "store.in_transaction:1:stop")
     processes = [(paused, paused_log)]
@@ -222,12 +174,7 @@ async def test_an_owner_paused_inside_a_write_finds_its_lease_lost_not_its_store
         paused.send_signal(signal.SIGCONT)
         await wait_for("the continued owner to stop driving the run", lambda: _ended(paused_log))
     finally:
-        for process, _ in processes:
-            if process.poll() is None:
-                process.send_signal(signal.SIGCONT)
-                process.terminate()
-        for process, _ in processes:
-            process.wait(timeout=30)
+        stop(processes)
     said = paused_log.read_text()
     assert "lease lost" in said, said
     assert "gave it back" not in said, said
@@ -248,10 +195,6 @@ async def _ended(log: Path) -> bool:
     return "lease lost" in said or "gave it back" in said
 
 
-async def _at_least(effects: Path, n: int) -> bool:
-    return len(effect_lines(effects)) >= n
-
-
 async def _owner_among(url: str, pids: Mapping[int, object]) -> bool:
     return any(pid in pids for pid in await owners(url))
 
@@ -266,34 +209,3 @@ async def _all_completed(url: str) -> bool:
 
 async def _said(log: Path) -> bool:
     return "lease lost" in await anyio.Path(log).read_text()
-
-
-async def _assert_each_effect_once(url: str, effects: Path) -> None:
-    """The store's outcome of every step is one execution, the last one of that step:
-    no step ran again once its completion was recorded. Executions beyond one per step
-    are only those cut short by a takeover (at most one per takeover of a run)."""
-    lines = effect_lines(effects)
-    executions: dict[tuple[str, str], list[str]] = defaultdict(list)
-    for run_id, address, execution in lines:
-        executions[run_id, address].append(execution)
-    store = make_store(url)
-    await store.open()
-    try:
-        for n in range(RUNS):
-            run_id = f"r{n:02}"
-            records = await store.steps(run_id)
-            mine = {a: e for (r, a), e in executions.items() if r == run_id}
-            assert len(mine) == ITERATIONS, (run_id, sorted(mine))
-            for address, ran in mine.items():
-                record = records[address]
-                assert record.status == "completed", (run_id, address, record)
-                recorded = str(record.content).strip()
-                assert ran[-1] == recorded, (run_id, address, ran, recorded)
-                assert ran.count(recorded) == 1
-            takeovers = sum(
-                1 for event in await store.events(run_id) if event.type == "run_resumed"
-            )
-            extra = sum(len(ran) - 1 for ran in mine.values())
-            assert extra <= takeovers, (run_id, extra, takeovers)
-    finally:
-        await store.close()

@@ -8,7 +8,6 @@ request, which address made the call, so a test can count repeated calls.
 
 from __future__ import annotations
 
-import asyncio
 import re
 import textwrap
 from collections import Counter
@@ -17,7 +16,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cadenza import RunResult
-from cadenza.store import make_store
 from cadenza.testing import (
     CrashHarness,
     KillPoint,
@@ -29,9 +27,9 @@ from cadenza.testing import (
     ServerRule,
     ServerToolCall,
 )
+from tests._helpers import read_run
 
 ITERATIONS = 20
-FINAL = ("completed", "failed", "skipped")
 ITEMS = ("alpha", "beta", "gamma", "delta")
 
 WORKFLOW = f"""\
@@ -180,17 +178,7 @@ class Tally:
 
 def finished_steps(harness: CrashHarness, run_id: str) -> set[str]:
     """The addresses the store holds a final record for, read from the store."""
-
-    async def read() -> set[str]:
-        store = make_store(harness.store)
-        await store.open()
-        try:
-            records = await store.steps(run_id)
-        finally:
-            await store.close()
-        return {address for address, record in records.items() if record.status in FINAL}
-
-    return asyncio.run(read())
+    return read_run(harness.store, run_id).finished
 
 
 def crash_and_count(

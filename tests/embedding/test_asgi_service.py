@@ -32,7 +32,8 @@ import anyio
 import httpx
 import pytest
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+from tests._helpers import EXAMPLES, EventStream
+
 RUNS = 20
 
 
@@ -84,15 +85,10 @@ async def serving(example: Example, store: Path) -> AsyncIterator[Serving]:
 
 async def messages(response: httpx.Response) -> AsyncIterator[dict[str, str]]:
     """The server-sent messages of a response: ``{"id", "event", "data"}`` (as present)."""
-    message: dict[str, str] = {}
+    stream = EventStream()
     async for line in response.aiter_lines():
-        if not line:
-            if message:
-                yield message
-            message = {}
-        elif not line.startswith(":"):
-            field, _, value = line.partition(":")
-            message[field] = value.removeprefix(" ")
+        if (message := stream.feed(line)) is not None:
+            yield message
 
 
 async def follow(client: httpx.AsyncClient, run_id: str) -> list[dict[str, str]]:

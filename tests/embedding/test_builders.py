@@ -19,24 +19,12 @@ import pytest
 
 from cadenza import LoadedWorkflow, RunResult, Runtime, StepContext, Workflow, WorkflowError
 from cadenza import build as b
-from cadenza.protocols import Event, LoopSummary
+from cadenza.protocols import LoopSummary
 from cadenza.workflow import Loop, Step, load_workflow_text
-
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+from tests._helpers import EXAMPLES, load_example, run_flow, run_on, run_with_events, started
+from tests._workflows import ROUTER
 
 # -- helpers ---------------------------------------------------------------------
-
-
-async def run(workflow: LoadedWorkflow | Workflow | Path, **inputs: Any) -> RunResult:
-    async with Runtime() as runtime:
-        return await runtime.run(workflow, inputs=inputs)
-
-
-async def run_with_events(workflow: LoadedWorkflow) -> tuple[RunResult, list[Event]]:
-    events: list[Event] = []
-    async with Runtime() as runtime:
-        handle = await runtime.start(workflow, on_event=events.append)
-        return await handle.result(), events
 
 
 def comparable(result: RunResult) -> RunResult:
@@ -65,8 +53,8 @@ def ref(function: Callable[[StepContext], Any]) -> str:
 
 async def same_run(built: LoadedWorkflow, loaded: LoadedWorkflow, **inputs: Any) -> RunResult:
     """Runs both; their results must be equal. Returns the builder's."""
-    mine = await run(built, **inputs)
-    theirs = await run(loaded, **inputs)
+    mine = await run_flow(built, inputs=inputs)
+    theirs = await run_flow(loaded, inputs=inputs)
     assert comparable(mine) == comparable(theirs)
     return mine
 
@@ -346,31 +334,10 @@ async def test_a_graph_builds_the_yaml_structs_and_runs_the_same() -> None:
             )
         ],
     )
-    loaded = yaml(
-        """
-        name: router
-        steps:
-          - id: router
-            graph:
-              start: analyze
-              maxSteps: 12
-              states:
-                analyze: {handler: "REF_ANALYZE"}
-                toolA: {handler: "REF_A"}
-                toolB: {handler: "REF_B", feedback: false}
-              edges:
-                - {from: analyze, to: toolA, condition: "content == 'USE_A'"}
-                - from: analyze
-                  to: toolB
-                  condition: "content == 'USE_B' && visits.analyze == step - 1"
-                - {from: analyze, to: END}
-                - {from: toolA, to: analyze}
-                - {from: toolB, to: analyze, description: back}
-        """,
-        ANALYZE=ref(analyze),
-        A=ref(tool_a),
-        B=ref(tool_b),
-    )
+    text = ROUTER  # actors/test_graph.py's router, with these handlers
+    for name, function in (("analyze", analyze), ("tool_a", tool_a), ("tool_b", tool_b)):
+        text = text.replace(f"HANDLERS:{name}", ref(function))
+    loaded = yaml(text)
     assert built.workflow == loaded.workflow
     result = await same_run(built, loaded)
     assert result.graphs["router"].path == ["analyze", "toolA", "analyze", "toolB", "analyze"]
@@ -535,7 +502,7 @@ async def test_a_python_check_is_evidence_like_a_cel_one() -> None:
             )
         ],
     )
-    result = await run(built)
+    result = await run_flow(built)
     log = result.steps["tag"].result["decisionLog"]
     assert [entry["decision"] for entry in log] == ["retry", "accept"]
     assert log[0]["feedback"].startswith("Too long")
@@ -652,9 +619,9 @@ def predicated(mode: str) -> LoadedWorkflow:
 @pytest.mark.parametrize("mode", ["sync", "async"])
 async def test_python_predicates_give_the_runs_their_cel_twins_give(mode: str) -> None:
     """when, until, forEach items, edge when and output: a callable or CEL, same run."""
-    result = await run(predicated(mode))
+    result = await run_flow(predicated(mode))
     assert result.status == "completed", result.error
-    assert comparable(result) == comparable(await run(predicated("cel")))
+    assert comparable(result) == comparable(await run_flow(predicated("cel")))
     assert result.steps["maybe"].status == "completed"
     assert result.loops["spin"] == LoopSummary(2, "until")
     assert result.graphs["g"].path == ["a", "bb", "a"]
@@ -694,7 +661,7 @@ async def test_a_predicate_sees_what_cel_sees_there() -> None:
             ),
         ],
     )
-    result = await run(built)
+    result = await run_flow(built)
     assert result.status == "completed", result.error
     when = seen["when"]
     assert when.inputs == {"topic": "actors"}
@@ -756,8 +723,8 @@ async def test_a_raising_predicate_fails_its_step_like_a_failing_cel_expression(
     place: str, predicate: Any
 ) -> None:
     """The step fails with an ExpressionEvaluationError naming the function and the error."""
-    result = await run(failing(place, predicate))
-    cel = await run(failing(place, "steps.first.result.missing == 1"))
+    result = await run_flow(failing(place, predicate))
+    cel = await run_flow(failing(place, "steps.first.result.missing == 1"))
     assert result.status == cel.status == "failed"
     error = result.steps["second"].error
     assert error is not None
@@ -769,7 +736,7 @@ async def test_a_raising_predicate_fails_its_step_like_a_failing_cel_expression(
 
 
 async def test_a_predicate_that_returns_no_bool_is_refused_as_cel_would_be() -> None:
-    result = await run(failing("until", not_a_bool))
+    result = await run_flow(failing("until", not_a_bool))
     error = result.steps["second"].error
     assert error is not None
     assert "the until must be true or false, but it gave string 'yes'" in error.message
@@ -777,7 +744,7 @@ async def test_a_predicate_that_returns_no_bool_is_refused_as_cel_would_be() -> 
 
 async def test_a_raising_output_fails_the_run() -> None:
     built = b.workflow("out", steps=[b.handler("first", go)], output=explode)
-    result = await run(built)
+    result = await run_flow(built)
     assert result.status == "failed"
     assert result.error is not None
     assert result.error.type == "ExpressionEvaluationError"
@@ -797,8 +764,7 @@ def blocked(place: str, entered: asyncio.Event) -> LoadedWorkflow:
 async def test_cancelling_a_run_reaches_an_async_predicate(place: str) -> None:
     """A predicate stuck awaiting does not hold the run: cancel ends it ``cancelled``."""
     entered = asyncio.Event()
-    async with Runtime() as runtime:
-        handle = await runtime.start(blocked(place, entered))
+    async with started(blocked(place, entered)) as (handle, _):
         await entered.wait()
         handle.cancel("enough")
         result = await handle.result()
@@ -835,7 +801,7 @@ async def test_running_a_stored_document_without_its_predicate_fails_clearly() -
     # Built as the store keeps a document: never validated again when it is read back.
     spin = Step(id="spin", handler=ref(go), loop=Loop(max_iterations=2, until="@python:gone:f"))
     loaded = LoadedWorkflow(Workflow(name="stray", steps=[spin]), None, Path.cwd())
-    result = await run(loaded)
+    result = await run_flow(loaded)
     error = result.steps["spin"].error
     assert error is not None
     assert error.type == "PredicateNotRegistered"
@@ -913,8 +879,7 @@ async def test_a_run_resumes_in_a_new_process_once_the_workflow_is_built_there(
         flow = module.build(str(tmp_path))
     finally:
         del sys.modules["resumable_flow"]
-    async with Runtime(store=store) as runtime:
-        result = await runtime.run(flow, run_id="r")
+    async with run_on(store, flow) as (runtime, result):
         assert result.status == "waiting"
         await runtime.signal("r", "approve", {"ok": True})
         events = len(await runtime.stored_events("r"))
@@ -1015,7 +980,7 @@ async def test_a_loop_built_without_max_iterations_gets_the_safety_cap() -> None
     built = b.workflow("capped", steps=[b.loop("spin", step=b.handler("spin", go))])
     assert built.workflow.steps[0].loop is not None
     assert built.workflow.steps[0].loop.max_iterations == 100
-    result = await run(built)
+    result = await run_flow(built)
     assert result.loops["spin"].iterations == 100
 
 
@@ -1024,31 +989,22 @@ async def test_a_lambda_handler_and_a_plain_workflow_struct_run_too() -> None:
     built = b.workflow("lambda", steps=[b.handler("hi", lambda context: "hi there")])
     assert built.workflow.steps[0].handler is not None
     assert built.workflow.steps[0].handler.startswith("cadenza.loops._functions:HANDLERS.")
-    result = await run(built.workflow)
+    result = await run_flow(built.workflow)
     assert result.output == "hi there"
 
 
 # -- the examples -------------------------------------------------------------------
 
 
-def example(name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(f"example_{name}", EXAMPLES / f"{name}.py")
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 async def test_the_python_reflection_example_runs_as_its_yaml_twin() -> None:
     """Three drafts, the critic approves the third; the same run as reflection.yaml."""
-    module = example("reflection_python")
+    module = load_example("reflection_python")
     main: Callable[[], Awaitable[RunResult]] = module.main
     result = await main()
     assert result.status == "completed", result.error
     assert result.loops["reflection"].iterations == 3
     assert result.loops["reflection"].termination_reason == "judge"
-    twin = await run(EXAMPLES / "reflection.yaml")
+    twin = await run_flow(EXAMPLES / "reflection.yaml")
     assert result.output == twin.output
     assert list(result.steps) == list(twin.steps)
     assert str(result.output).endswith("so it needs no locks.")
@@ -1056,7 +1012,7 @@ async def test_the_python_reflection_example_runs_as_its_yaml_twin() -> None:
 
 async def test_the_graph_router_example_routes_with_python_predicates() -> None:
     """search, then calc (an async predicate), then END; the tools' outputs reach the analyst."""
-    module = example("graph_router")
+    module = load_example("graph_router")
     result, events = await run_with_events(module.build())
     assert result.status == "completed", result.error
     assert result.graphs["router"].path == ["analyze", "search", "analyze", "calc", "analyze"]

@@ -14,14 +14,14 @@ from __future__ import annotations
 import gc
 import itertools
 import tracemalloc
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from cadenza import Runtime
+from tests.conftest import WriteFlow
 
-WriteFlow = Callable[..., Path]
 ITEMS = 1_000
 BUFFER = 100
 EVENT_BYTES = 4096  # generous: an event with its data takes well under 1 KiB

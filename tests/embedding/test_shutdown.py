@@ -13,10 +13,7 @@ The handlers live in a module the test imports itself, so it can hold a step
 from __future__ import annotations
 
 import asyncio
-import importlib
-import sys
 import textwrap
-import uuid
 from pathlib import Path
 from types import ModuleType
 
@@ -24,6 +21,7 @@ import pytest
 
 from cadenza import Event, EventSubscription, RunHandle, Runtime
 from cadenza.kernel import FakeClock
+from tests._helpers import import_source
 
 HANDLERS = """
 import asyncio
@@ -69,12 +67,7 @@ output: "steps.second.content"
 
 def handlers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> ModuleType:
     """Writes the handler module under a unique name and imports it."""
-    name = f"shutdown_steps_{uuid.uuid4().hex}"
-    (tmp_path / f"{name}.py").write_text(HANDLERS)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    module = importlib.import_module(name)
-    monkeypatch.setitem(sys.modules, name, module)
-    return module
+    return import_source(tmp_path, HANDLERS, monkeypatch, prefix="shutdown_steps")
 
 
 async def collect(events: EventSubscription) -> list[Event]:

@@ -2,16 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from pathlib import Path
-
 import anyio
 
-from cadenza import Runtime
 from cadenza.testing import FakeClock, MessageRecorder, run_workflow
-
-WriteFlow = Callable[..., Path]
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+from tests._helpers import EXAMPLES, started
+from tests.conftest import WriteFlow
 
 
 async def test_run_workflow_and_record_the_negotiation_messages() -> None:
@@ -48,8 +43,7 @@ async def test_run_workflow_with_a_fake_clock_makes_delays_instant(write_flow: W
 async def test_a_fake_clock_moves_only_when_the_test_says(write_flow: WriteFlow) -> None:
     """On a Runtime of its own, the loop ends only after the test advances two hours."""
     clock = FakeClock()
-    async with Runtime(clock=clock) as runtime:
-        handle = await runtime.start(write_flow(HOURLY, handlers=TICK))
+    async with started(write_flow(HOURLY, handlers=TICK), clock=clock) as (handle, _):
         advanced = 0
         while not handle.done:
             await clock.advance(3600)  # settles: the run is parked on its next delay

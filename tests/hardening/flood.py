@@ -18,15 +18,8 @@ import tempfile
 import threading
 from pathlib import Path
 
-FLOW = """
-name: flood
-agents:
-  ear: {model: "openai:m"}
-steps:
-  - id: listen
-    agent: ear
-    instructions: Listen.
-"""
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a script: find tests/
+from tests._workflows import LISTENER
 
 
 async def flood(store: Path, count: int) -> dict[str, object]:
@@ -44,7 +37,7 @@ async def flood(store: Path, count: int) -> dict[str, object]:
 
     with tempfile.TemporaryDirectory() as tmp:
         flow = Path(tmp) / "flow.yaml"
-        flow.write_text(FLOW)
+        flow.write_text(LISTENER)
         with ScriptedLLMServer([ServerRule([{"content": "heard", "hold": hold}])]) as server:
             os.environ.update(server.environ())
             text = "x" * 1024

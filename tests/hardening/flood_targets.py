@@ -27,15 +27,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
-FLOW = """
-name: flood
-agents:
-  ear: {model: "openai:m"}
-steps:
-  - id: listen
-    agent: ear
-    instructions: Listen.
-"""
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a script: find tests/
+from tests._workflows import LISTENER
 
 POSTERS = 16
 """Posts in flight at once through the store (each waits for its commit: they share them)."""
@@ -89,7 +82,7 @@ async def flood(store: Path, count: int, path: str, size: int = 1024) -> dict[st
 
     with tempfile.TemporaryDirectory() as tmp:
         flow = Path(tmp) / "flow.yaml"
-        flow.write_text(FLOW)
+        flow.write_text(LISTENER)
         with ScriptedLLMServer([ServerRule([{"content": "heard", "hold": hold}])]) as server:
             os.environ.update(server.environ())
             owner, other = Runtime(store=store), Runtime(store=store)

@@ -13,35 +13,28 @@ from __future__ import annotations
 import sys
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from cadenza import RunResult, Runtime
-from cadenza.testing import ScriptedLLMServer, ServerReply, ServerRule, ServerToolCall
+from cadenza import RunResult
+from cadenza.testing import ServerReply, ServerRule, ServerToolCall
+from cadenza.testing.pytest_plugin import StartLLMServer
+from tests._helpers import run_flow
+from tests.conftest import WriteFlow
 
-WriteFlow = Callable[..., Path]
 LIMIT = 30.0
 """Wall seconds any of these runs may take: each is bounded at 1-3 s by its own limits."""
 
 
 async def run_bounded(path: Path, **kwargs: Any) -> tuple[RunResult, float]:
     started = time.monotonic()
-    async with Runtime() as runtime:
-        result = await runtime.run(path, **kwargs)
+    result = await run_flow(path, **kwargs)
     elapsed = time.monotonic() - started
     assert elapsed < LIMIT, f"the run took {elapsed:.1f}s"
     assert result.status in ("completed", "failed"), result.status
     return result, elapsed
-
-
-def serve(monkeypatch: pytest.MonkeyPatch, replies: list[ServerReply]) -> ScriptedLLMServer:
-    server = ScriptedLLMServer([ServerRule(replies)]).start()
-    for name, value in server.environ().items():
-        monkeypatch.setenv(name, value)
-    return server
 
 
 JUDGED = """
@@ -74,14 +67,11 @@ JUDGES = {
 
 @pytest.mark.parametrize("judge", sorted(JUDGES))
 async def test_a_judge_that_never_stops_the_loop_is_bounded_by_max_iterations(
-    judge: str, write_flow: WriteFlow, monkeypatch: pytest.MonkeyPatch
+    judge: str, write_flow: WriteFlow, model_server: StartLLMServer
 ) -> None:
     """Whatever the judge does, the loop ends after maxIterations, completed (fail-open)."""
-    server = serve(monkeypatch, [JUDGES[judge]])
-    try:
-        result, _ = await run_bounded(write_flow(JUDGED))
-    finally:
-        server.stop()
+    model_server([ServerRule([JUDGES[judge]])])
+    result, _ = await run_bounded(write_flow(JUDGED))
     assert result.status == "completed", result.error
     loop = result.loops["work"]
     assert (loop.iterations, loop.termination_reason) == (3, "maxIterations")
@@ -208,17 +198,14 @@ steps:
 
 
 async def test_a_token_hungry_agent_is_stopped_by_the_budget(
-    write_flow: WriteFlow, monkeypatch: pytest.MonkeyPatch
+    write_flow: WriteFlow, model_server: StartLLMServer
 ) -> None:
     """An agent that calls tools forever at 400 tokens a call ends failed: BudgetExceeded."""
     reply = ServerReply(
         tool_calls=[ServerToolCall("send_message", {"text": "more"})], usage=(300, 100)
     )
-    server = serve(monkeypatch, [reply])
-    try:
-        result, _ = await run_bounded(write_flow(HUNGRY))
-    finally:
-        server.stop()
+    server = model_server([ServerRule([reply])])
+    result, _ = await run_bounded(write_flow(HUNGRY))
     assert result.status == "failed"
     assert result.error is not None
     assert result.error.type == "BudgetExceeded", result.error
@@ -228,16 +215,13 @@ async def test_a_token_hungry_agent_is_stopped_by_the_budget(
 
 
 async def test_an_agent_that_never_stops_calling_tools_ends_at_max_turns(
-    write_flow: WriteFlow, monkeypatch: pytest.MonkeyPatch
+    write_flow: WriteFlow, model_server: StartLLMServer
 ) -> None:
     """Without a budget, maxTurns ends the tool loop."""
     text = HUNGRY.replace("options: {maxTokens: 1000}\n", "").replace("1000", "5")
     reply = ServerReply(tool_calls=[ServerToolCall("send_message", {"text": "more"})])
-    server = serve(monkeypatch, [reply])
-    try:
-        result, _ = await run_bounded(write_flow(text))
-    finally:
-        server.stop()
+    server = model_server([ServerRule([reply])])
+    result, _ = await run_bounded(write_flow(text))
     assert result.status == "completed", result.error
     assert len(server.requests) == 5
 

@@ -15,7 +15,6 @@ import json
 import subprocess
 import sys
 import urllib.parse
-from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -23,8 +22,8 @@ import httpx
 from cadenza import Runtime
 from cadenza.serve import create_app
 from cadenza.testing import RequestMatch, ScriptedLLMServer, ServerReply, ServerRule
+from tests.conftest import WriteFlow
 
-WriteFlow = Callable[..., Path]
 CANARY = "sk-canary-5d1f0a9b7c3e24680a1b"
 CLI = [sys.executable, "-m", "cadenza"]
 

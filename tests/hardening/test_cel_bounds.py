@@ -11,19 +11,18 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from cadenza import Runtime
 from cadenza.errors import ExpressionEvaluationError
 from cadenza.workflow import compile_expression
+from tests._helpers import run_flow
+from tests.conftest import WriteFlow
 
 from .conftest import LOOP_LIMIT, run_child
 from .hostile_cel import HOSTILE, corpus, data_corpus
 
-WriteFlow = Callable[..., Path]
 HOSTILE_SCRIPT = Path(__file__).with_name("hostile_cel.py")
 
 
@@ -99,8 +98,7 @@ steps:
       until: 'content.replace("", content) != ""'
 """
     )
-    async with Runtime() as runtime:
-        result = await runtime.run(path)
+    result = await run_flow(path)
     assert result.status == "failed"
     assert result.error is not None
     assert "over the limit of 32 Mi per evaluation" in result.error.message

@@ -15,22 +15,21 @@ read in CPU time, which other jobs on a busy machine do not inflate.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from pathlib import Path
+from collections.abc import Mapping
 from typing import Any
 
 import anyio
 import pytest
 
-from cadenza import Runtime
 from cadenza.errors import ExpressionEvaluationError, ExpressionTooComplex
 from cadenza.workflow import compile_expression
 from cadenza.workflow._cel_regex import program_bound
+from tests._helpers import run_flow
+from tests.conftest import WriteFlow
 
 from .conftest import LOOP_LIMIT
 from .hostile_cel import DATA_SIZE, LoopProbe, data_activation
 
-WriteFlow = Callable[..., Path]
 LIMIT = "over the limit of 32 Mi per evaluation"
 
 
@@ -173,8 +172,7 @@ steps:
     command: echo found
 """
     )
-    async with Runtime() as runtime:
-        result = await runtime.run(path, inputs={"needle": "x" * 500_000 + "y"})
+    result = await run_flow(path, inputs={"needle": "x" * 500_000 + "y"})
     assert result.status == "failed"
     assert result.error is not None
     assert result.error.address == "check"
@@ -198,8 +196,7 @@ steps:
       until: 'content.matches(inputs.pattern)'
 """
     )
-    async with Runtime() as runtime:
-        result = await runtime.run(path, inputs={"pattern": "((a|b){1000})c"})
+    result = await run_flow(path, inputs={"pattern": "((a|b){1000})c"})
     assert result.status == "failed"
     assert result.error is not None
     assert "'content.matches(inputs.pattern)': refused" in result.error.message

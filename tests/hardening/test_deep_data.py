@@ -7,17 +7,17 @@ first: run inputs (Python API, ``--input``, ``--inputs-file``) and handler resul
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from cadenza import InputError, Runtime
+from tests._helpers import run_flow
+from tests.conftest import WriteFlow
 
 from .conftest import run_child
 
-WriteFlow = Callable[..., Path]
 FLOW = """
 name: deep
 inputs:
@@ -86,8 +86,7 @@ def make(ctx):
     return {"v": value}
 """,
     )
-    async with Runtime() as runtime:
-        result = await runtime.run(path)
+    result = await run_flow(path)
     assert result.status == "failed"
     make = result.steps["make"]
     assert make.status == "failed"

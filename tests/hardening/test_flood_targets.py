@@ -27,7 +27,9 @@ from cadenza.actors.run import INBOX_BYTES, RUN_MAIL_BYTES
 from cadenza.errors import MessageRefused
 from cadenza.serve import create_app
 from cadenza.store import WAITING_COMMAND_BYTES
-from cadenza.testing import ScriptedLLMServer, ServerRule
+from cadenza.testing import ServerRule
+from cadenza.testing.pytest_plugin import StartLLMServer
+from tests._workflows import LISTENER
 
 from .conftest import run_child
 
@@ -129,29 +131,24 @@ async def test_a_post_past_the_bound_is_429_and_leaves_no_trace(tmp_path: Path) 
 
 
 async def test_what_waits_still_counts_after_a_resume(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, model_server: StartLLMServer
 ) -> None:
     """Interrupted with its bound full and resumed, a run refuses a post: replayed mail counts."""
     flow = tmp_path / "listen.yaml"
-    flow.write_text(
-        "name: listen\nagents:\n  ear: {model: 'openai:m'}\n"
-        "steps:\n  - {id: listen, agent: ear, instructions: Listen.}\n"
-    )
+    flow.write_text(LISTENER)
     hold = threading.Event()
-    with ScriptedLLMServer([ServerRule([{"content": "heard", "hold": hold}])]) as server:
-        for name, value in server.environ().items():
-            monkeypatch.setenv(name, value)
-        async with Runtime(store=tmp_path / "runs.db") as runtime:
-            handle = await runtime.start(flow, run_id="r")
-            await anyio.to_thread.run_sync(server.wait_for_requests, 1)
-            for target in "abcd":  # four steps that do not exist: 4 MiB wait for them
-                await handle.post_message(target, "m" * INBOX_BYTES)
-        async with Runtime(store=tmp_path / "runs.db") as runtime:
-            handle = await runtime.resume("r")
-            await anyio.to_thread.run_sync(server.wait_for_requests, 2)  # listen runs again
-            with pytest.raises(MessageRefused, match="bytes of messages already wait"):
-                await handle.post_message("e", "one more")
-            hold.set()
-            result = await handle.result()
+    server = model_server([ServerRule([{"content": "heard", "hold": hold}])])
+    async with Runtime(store=tmp_path / "runs.db") as runtime:
+        handle = await runtime.start(flow, run_id="r")
+        await anyio.to_thread.run_sync(server.wait_for_requests, 1)
+        for target in "abcd":  # four steps that do not exist: 4 MiB wait for them
+            await handle.post_message(target, "m" * INBOX_BYTES)
+    async with Runtime(store=tmp_path / "runs.db") as runtime:
+        handle = await runtime.resume("r")
+        await anyio.to_thread.run_sync(server.wait_for_requests, 2)  # listen runs again
+        with pytest.raises(MessageRefused, match="bytes of messages already wait"):
+            await handle.post_message("e", "one more")
+        hold.set()
+        result = await handle.result()
     assert result.status == "completed", result.error
     assert [m.to for m in result.undelivered] == list("abcd")

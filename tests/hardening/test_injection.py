@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from cadenza import Runtime
+from tests._helpers import run_flow
 
 from .conftest import run_child
 
@@ -147,8 +147,7 @@ steps:
 """
     )
     big = f"$(touch {canary})" + "z" * (1024 * 1024)
-    async with Runtime() as runtime:
-        result = await runtime.run(tmp_path / "flow.yaml", inputs={"big": big})
+    result = await run_flow(tmp_path / "flow.yaml", inputs={"big": big})
     assert result.status == "failed"
     assert result.error is not None
     assert "Argument list too long" in result.error.message
@@ -175,8 +174,7 @@ steps:
     stdin: "{{ inputs.v }}"
 """
     )
-    async with Runtime() as runtime:
-        result = await runtime.run(tmp_path / "flow.yaml", inputs={"v": value})
+    result = await run_flow(tmp_path / "flow.yaml", inputs={"v": value})
     assert result.steps["env"].status == "failed"
     assert result.steps["env"].error is not None
     assert "null" in result.steps["env"].error.message.lower()

@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import gc
 import tracemalloc
-from collections.abc import Callable
 from pathlib import Path
 
 from cadenza import Runtime
+from tests.conftest import WriteFlow
 
-WriteFlow = Callable[..., Path]
 FLOW = """
 name: small-fan
 steps:

@@ -12,15 +12,14 @@ back to the model as tool errors, and the run completes.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from cadenza import Runtime
 from cadenza.testing import ScriptedLLMServer, ServerReply, ServerRule, ServerToolCall
-
-WriteFlow = Callable[..., Path]
+from cadenza.testing.pytest_plugin import StartLLMServer
+from tests.conftest import WriteFlow
 
 FLOW = """
 name: malformed
@@ -105,26 +104,24 @@ async def run_against(
     replies: list[ServerReply],
     tmp_path: Path,
     write_flow: WriteFlow,
-    monkeypatch: pytest.MonkeyPatch,
+    model_server: StartLLMServer,
 ) -> tuple[str, ScriptedLLMServer]:
     """Runs FLOW against a server answering ``replies`` in order; returns the run id."""
     path = write_flow(FLOW)
-    with ScriptedLLMServer([ServerRule(replies)]) as server:
-        for name, value in server.environ().items():
-            monkeypatch.setenv(name, value)
-        async with Runtime(store=tmp_path / "runs.db") as runtime:
-            handle = await runtime.start(path)
-            await handle.result()
+    server = model_server([ServerRule(replies)])
+    async with Runtime(store=tmp_path / "runs.db") as runtime:
+        handle = await runtime.start(path)
+        await handle.result()
     return handle.run_id, server
 
 
 @pytest.mark.parametrize("case", sorted(BROKEN))
 async def test_malformed_responses_fail_the_step_clearly(
-    case: str, tmp_path: Path, write_flow: WriteFlow, monkeypatch: pytest.MonkeyPatch
+    case: str, tmp_path: Path, write_flow: WriteFlow, model_server: StartLLMServer
 ) -> None:
     """The agent step fails with the provider's words; the store keeps everything before it."""
     reply, words = BROKEN[case]
-    run_id, server = await run_against([reply], tmp_path, write_flow, monkeypatch)
+    run_id, server = await run_against([reply], tmp_path, write_flow, model_server)
     assert len(server.requests) == 1, "a malformed answer is not retried"
     async with Runtime(store=tmp_path / "runs.db") as reopened:
         row = await reopened.get_run(run_id)
@@ -158,11 +155,11 @@ RECOVERABLE = {
 
 @pytest.mark.parametrize("case", sorted(RECOVERABLE))
 async def test_bad_tool_calls_go_back_to_the_model(
-    case: str, tmp_path: Path, write_flow: WriteFlow, monkeypatch: pytest.MonkeyPatch
+    case: str, tmp_path: Path, write_flow: WriteFlow, model_server: StartLLMServer
 ) -> None:
     """A bad tool call becomes a tool error in the conversation; the model's next answer wins."""
     replies = [ServerReply(tool_calls=[RECOVERABLE[case]]), ServerReply(content="recovered")]
-    run_id, server = await run_against(replies, tmp_path, write_flow, monkeypatch)
+    run_id, server = await run_against(replies, tmp_path, write_flow, model_server)
     async with Runtime(store=tmp_path / "runs.db") as reopened:
         row = await reopened.get_run(run_id)
     assert row.status == "completed", row.result

@@ -46,6 +46,7 @@ import pytest
 
 from cadenza import RunResult, Runtime, ToolPolicy
 from cadenza.testing import RequestMatch, ScriptedLLMServer, ServerReply, ServerRule, ServerToolCall
+from tests._helpers import run_flow
 
 # The modes ------------------------------------------------------------------------------
 
@@ -144,8 +145,13 @@ def swapping(tree: Path) -> Iterator[None]:
         thread.join()
 
 
-def tool_step(tool: str, tool_input: str) -> tuple[str, str]:
-    return tool, tool_input
+READ = "{path: $steps.pick.content}"
+WRITE = "{path: $steps.pick.content, content: pwned}"
+
+
+def picked_for(tool: str, tool_input: str, picked: str, told: str = OUT, **more: Any) -> Attack:
+    """A ``tool:`` step whose ``tool_input`` (YAML) uses the model's answer, ``picked``."""
+    return Attack(step=(tool, tool_input), picked=picked, told=told, **more)
 
 
 SECRET_CHECK = "python3 -c \"import os; print(os.environ['OPENAI_API_KEY'])\""
@@ -244,49 +250,20 @@ ATTACKS: dict[str, Attack] = {
         (call("bash", command=f"echo pwned > {OUTSIDE}/victim.txt"),), modes=("sandbox", "deny")
     ),
     # tool: steps with the model's answer as arguments ----------------------------------
-    "step-read-absolute": Attack(
-        step=tool_step("read", "{path: $steps.pick.content}"),
-        picked=f"{OUTSIDE}/canary.txt",
-        told=OUT,
+    "step-read-absolute": picked_for("read", READ, f"{OUTSIDE}/canary.txt"),
+    "step-read-dotdot": picked_for("read", READ, "../outside/canary.txt"),
+    "step-read-symlink": picked_for("read", READ, "notes.txt"),
+    "step-read-fifo": picked_for("read", READ, "fifo", told="is a FIFO", hazards=True),
+    "step-glob-absolute": picked_for(
+        "glob", "{pattern: $steps.pick.content}", f"{OUTSIDE}/*", told="absolute"
     ),
-    "step-read-dotdot": Attack(
-        step=tool_step("read", "{path: $steps.pick.content}"),
-        picked="../outside/canary.txt",
-        told=OUT,
+    "step-grep-symlinked-folder": picked_for(
+        "grep", "{pattern: '', path: $steps.pick.content}", "docs"
     ),
-    "step-read-symlink": Attack(
-        step=tool_step("read", "{path: $steps.pick.content}"), picked="notes.txt", told=OUT
-    ),
-    "step-read-fifo": Attack(
-        step=tool_step("read", "{path: $steps.pick.content}"),
-        picked="fifo",
-        told="is a FIFO",
-        hazards=True,
-    ),
-    "step-glob-absolute": Attack(
-        step=tool_step("glob", "{pattern: $steps.pick.content}"),
-        picked=f"{OUTSIDE}/*",
-        told="absolute",
-    ),
-    "step-grep-symlinked-folder": Attack(
-        step=tool_step("grep", "{pattern: '', path: $steps.pick.content}"),
-        picked="docs",
-        told=OUT,
-    ),
-    "step-write-dotdot": Attack(
-        step=tool_step("write", "{path: $steps.pick.content, content: pwned}"),
-        picked="../outside/new.txt",
-        told=OUT,
-    ),
-    "step-write-through-symlink": Attack(
-        step=tool_step("write", "{path: $steps.pick.content, content: pwned}"),
-        picked="victim.txt",
-        told=OUT,
-    ),
-    "step-bash-working-directory": Attack(
-        step=tool_step("bash", "{command: cat canary.txt, working_directory: $steps.pick.content}"),
-        picked="../outside",
-        told=OUT,
+    "step-write-dotdot": picked_for("write", WRITE, "../outside/new.txt"),
+    "step-write-through-symlink": picked_for("write", WRITE, "victim.txt"),
+    "step-bash-working-directory": picked_for(
+        "bash", "{command: cat canary.txt, working_directory: $steps.pick.content}", "../outside"
     ),
     # the API key: what goes back to the provider is scrubbed ---------------------------
     "secret-printenv": Attack((call("bash", command="printenv"),)),
@@ -295,9 +272,7 @@ ATTACKS: dict[str, Attack] = {
     "secret-read-file": Attack((call("read", path="secret.env"),)),
     "secret-read-base64-file": Attack((call("read", path="key.b64"),)),
     "secret-grep": Attack((call("grep", pattern="API_KEY"),)),
-    "secret-step-read": Attack(
-        step=tool_step("read", "{path: $steps.pick.content}"), picked="secret.env"
-    ),
+    "secret-step-read": picked_for("read", READ, "secret.env", told=""),
 }
 
 
@@ -537,8 +512,7 @@ async def test_a_hard_link_is_a_file_of_the_tree(tmp_path: Path) -> None:
     (tree / "flow.yaml").write_text(
         "name: h\nsteps:\n  - {id: r, tool: read, toolInput: {path: hard.txt}}\n"
     )
-    async with Runtime() as runtime:
-        result = await runtime.run(tree / "flow.yaml")
+    result = await run_flow(tree / "flow.yaml")
     assert result.steps["r"].content == "linked\n"
 
 

@@ -23,7 +23,6 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -33,15 +32,15 @@ import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cadenza import Runtime, ToolPolicy, ToolRequest
+from cadenza import ToolPolicy, ToolRequest
 from cadenza.actors.run import PermissionPolicy, read_command
 from cadenza.protocols import ToolPermission, payload
 from cadenza.workflow import WorkflowError, load_workflow, rule_problem
-from tests.test_cli import cadenza
+from tests._helpers import cadenza, python, started
+from tests.conftest import WriteFlow
 
 from .conftest import FUZZ
 
-WriteFlow = Callable[..., Path]
 Expect = Literal["run", "deny", "ask"]
 
 
@@ -838,8 +837,7 @@ async def test_end_to_end_a_workflows_own_rules_hold_the_same(
         "    tools: [bash, read, write]\n",
         '    tools: [bash, read, write]\n    permissions: {allow: ["bash(x*)", "bash(sh *)"]}\n',
     )
-    async with Runtime() as runtime:
-        handle = await runtime.start(write_flow(text))
+    async with started(write_flow(text)) as (handle, _):
         events = [e async for e in handle.events()]
     assert (tmp_path / "CANARY").read_text() == "alive\n"
     decisions = [
@@ -867,15 +865,7 @@ def test_a_run_with_no_policy_never_reads_a_command(write_flow: WriteFlow, tmp_p
         "sys.exit(code)\n"
     )
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    proc = subprocess.run(
-        [sys.executable, "-c", probe, str(path)],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env=env,
-        check=False,
-    )
+    proc = python("-c", probe, str(path), cwd=tmp_path, env=env)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip().splitlines()[-1] == "False True"
     assert (tmp_path / "two.txt").read_text() == "two\n"

@@ -13,16 +13,15 @@ from __future__ import annotations
 
 import asyncio
 import collections
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from cadenza import Runtime
 from cadenza.kernel import Actor, DeadLetter, Supervisor
+from tests._helpers import run_flow
+from tests.conftest import WriteFlow
 
-WriteFlow = Callable[..., Path]
 MESSAGES = 5_000
 INBOX = 100
 RSS_LIMIT = 64 * 1024 * 1024
@@ -107,8 +106,7 @@ async def test_a_poison_item_fails_after_its_retries_and_the_rest_complete(
 ) -> None:
     """Item 500 always raises: failed after 3 attempts; the 999 others completed, once each."""
     path = write_flow(POISON, handlers=WORK)
-    async with Runtime() as runtime:
-        result = await runtime.run(path, inputs={"items": list(range(1000))})
+    result = await run_flow(path, inputs={"items": list(range(1000))})
     work = {address: record for address, record in result.steps.items() if address.endswith("work")}
     assert len(work) == 1000
     statuses = collections.Counter(record.status for record in work.values())

@@ -10,10 +10,25 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 
 from cadenza.kernel import LoopBlocked, LoopWatchdog
+
+
+@contextmanager
+def guarded(seconds: float) -> Iterator[LoopWatchdog]:
+    """The current task under its loop's watchdog for ``seconds``; released after the block."""
+    watchdog = LoopWatchdog.for_running_loop()
+    task = asyncio.current_task()
+    assert task is not None
+    guard = watchdog.guard(task, seconds)
+    try:
+        yield watchdog
+    finally:
+        guard.release()
 
 
 def test_the_watchdog_is_one_per_loop() -> None:
@@ -33,15 +48,11 @@ async def test_a_guarded_task_that_sleeps_is_interrupted() -> None:
     before = watchdog.interruptions
 
     async def blocker() -> str:
-        task = asyncio.current_task()
-        assert task is not None
-        guard = watchdog.guard(task, 0.3)
         try:
-            time.sleep(60)  # noqa: ASYNC251 - the adversary under test
+            with guarded(0.3):
+                time.sleep(60)  # noqa: ASYNC251 - the adversary under test
         except LoopBlocked as blocked:
             return str(blocked)
-        finally:
-            guard.release()
         return "not interrupted"
 
     started = time.monotonic()
@@ -53,22 +64,16 @@ async def test_a_guarded_task_that_sleeps_is_interrupted() -> None:
 
 async def test_a_guarded_busy_loop_is_interrupted_and_except_exception_does_not_stop_it() -> None:
     """Pure-Python spinning is interrupted too, and a blanket ``except Exception`` misses it."""
-    watchdog = LoopWatchdog.for_running_loop()
     swallowed = []
 
     async def spinner() -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        guard = watchdog.guard(task, 0.3)
-        try:
+        with guarded(0.3):
             deadline = time.monotonic() + 60
             while time.monotonic() < deadline:
                 try:
                     sum(range(1000))
                 except Exception:  # the adversary's own blanket handler
                     swallowed.append(True)
-        finally:
-            guard.release()
 
     with pytest.raises(LoopBlocked):
         await spinner()
@@ -92,19 +97,14 @@ def test_a_loop_on_another_thread_is_interrupted_too() -> None:
     outcome: list[str] = []
 
     async def spinner() -> None:
-        watchdog = LoopWatchdog.for_running_loop()
-        task = asyncio.current_task()
-        assert task is not None
-        guard = watchdog.guard(task, 0.3)
         try:
-            deadline = time.monotonic() + 30
-            while time.monotonic() < deadline:
-                pass
+            with guarded(0.3):
+                deadline = time.monotonic() + 30
+                while time.monotonic() < deadline:
+                    pass
             outcome.append("not interrupted")
         except LoopBlocked:
             outcome.append("interrupted")
-        finally:
-            guard.release()
 
     thread = threading.Thread(target=asyncio.run, args=(spinner(),))
     thread.start()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -19,18 +18,7 @@ from cadenza.kernel import (
     Supervisor,
 )
 
-Settle = Callable[[], Awaitable[None]]  # the `settle` fixture from conftest.py
-
-
-class Ping:
-    """A message type with a recognisable name."""
-
-
-class Echo(Actor):
-    """Answers every message with itself."""
-
-    async def receive(self, message: Any) -> Any:
-        return message
+from .conftest import Echo, Ping, Settle
 
 
 class Journal(Actor):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
 
 import anyio
 import pytest
@@ -11,7 +10,7 @@ import pytest
 from cadenza.errors import ActorStopped, InboxFull
 from cadenza.kernel import Inbox
 
-Settle = Callable[[], Awaitable[None]]  # the `settle` fixture from conftest.py
+from .conftest import Settle
 
 
 async def test_fifo_order_and_length() -> None:

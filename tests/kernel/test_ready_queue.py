@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
@@ -12,14 +11,7 @@ import pytest
 from cadenza.errors import ActorStopped
 from cadenza.kernel import Actor, ActorState, Restart, Supervisor
 
-Settle = Callable[[], Awaitable[None]]  # the `settle` fixture from conftest.py
-
-
-class Echo(Actor):
-    """Answers every message with itself, without awaiting anything."""
-
-    async def receive(self, message: Any) -> Any:
-        return message
+from .conftest import Echo, Settle
 
 
 class Gated(Actor):

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -22,7 +21,7 @@ from cadenza.kernel import (
     Supervisor,
 )
 
-Settle = Callable[[], Awaitable[None]]  # the `settle` fixture from conftest.py
+from .conftest import Settle
 
 _instances = itertools.count()
 

@@ -24,18 +24,22 @@ def test_a_size_below_one_is_refused() -> None:
         Slots(0)
 
 
+def queue(slots: Slots, served: list[str], *names: str) -> list[asyncio.Task[None]]:
+    """A task per name that waits for a slot, notes its name in ``served``, gives it back."""
+
+    async def worker(name: str) -> None:
+        await slots.wait()
+        served.append(name)
+        slots.give()
+
+    return [asyncio.create_task(worker(name)) for name in names]
+
+
 async def test_waiters_are_served_in_arrival_order_and_newcomers_queue_behind() -> None:
     slots = Slots(1)
     assert slots.take()
     order: list[str] = []
-
-    async def worker(name: str) -> None:
-        await slots.wait()
-        order.append(name)
-        slots.give()
-
-    first = asyncio.create_task(worker("first"))
-    second = asyncio.create_task(worker("second"))
+    first, second = queue(slots, order, "first", "second")
     await asyncio.sleep(0)  # both are now waiting in line
     slots.give()
     assert not slots.take(), "a slot freed for a waiter went to a newcomer"
@@ -48,14 +52,7 @@ async def test_a_cancelled_waiter_passes_its_slot_to_the_next() -> None:
     slots = Slots(1)
     assert slots.take()
     got: list[str] = []
-
-    async def worker(name: str) -> None:
-        await slots.wait()
-        got.append(name)
-        slots.give()
-
-    doomed = asyncio.create_task(worker("doomed"))
-    patient = asyncio.create_task(worker("patient"))
+    doomed, patient = queue(slots, got, "doomed", "patient")
     await asyncio.sleep(0)
     slots.give()  # handed to "doomed", which is cancelled before it runs
     doomed.cancel()

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -22,11 +21,7 @@ from cadenza.kernel import (
     SupervisorStatistics,
 )
 
-Settle = Callable[[], Awaitable[None]]  # the `settle` fixture from conftest.py
-
-
-class Ping:
-    """A message type with a recognisable name."""
+from .conftest import Echo, Ping, Settle
 
 
 class Named(Actor):
@@ -213,10 +208,7 @@ async def test_graceful_exit_stops_every_actor() -> None:
     """Leaving the block runs on_stop for every actor and waits for them."""
     log: list[str] = []
 
-    class Polite(Actor):
-        async def receive(self, message: Any) -> Any:
-            return message
-
+    class Polite(Echo):
         async def on_stop(self) -> None:
             log.append(str(self.address))
 
@@ -285,10 +277,7 @@ async def test_spawn_from_on_stop_during_shutdown_is_refused() -> None:
     """A stopping supervisor spawns nothing new."""
     errors: list[BaseException] = []
 
-    class Spawner(Actor):
-        async def receive(self, message: Any) -> Any:
-            return message
-
+    class Spawner(Echo):
         async def on_stop(self) -> None:
             try:
                 self.supervisor.spawn("child", Named)

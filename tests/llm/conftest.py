@@ -7,7 +7,6 @@ import asyncio
 import pytest
 
 from cadenza.kernel import Clock, SystemClock
-from cadenza.testing.pytest_plugin import llm_server as llm_server
 
 
 class _InstantBackoffClock(SystemClock):

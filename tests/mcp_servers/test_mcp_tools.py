@@ -8,17 +8,18 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import msgspec
 import pytest
 
-from cadenza import Runtime, ToolPolicy
-from cadenza.testing import ScriptedLLMServer, ServerReply, ServerRule, ServerToolCall
+from cadenza import RunResult, Runtime, ToolPolicy
+from cadenza.testing import RecordedRequest, ServerReply, ServerRule, ServerToolCall
+from cadenza.testing.pytest_plugin import StartLLMServer
+from tests._helpers import assert_refused, cadenza, run_flow
 from tests._processes import running
-
-WriteFlow = Callable[..., Path]
+from tests.conftest import WriteFlow
 
 TIME_FLOW = """
 name: clock
@@ -35,17 +36,20 @@ steps:
 """
 
 
+async def ask_the_time(
+    zone: str, then: str, write_flow: WriteFlow, model_server: StartLLMServer
+) -> tuple[RunResult, list[RecordedRequest]]:
+    """TIME_FLOW, its model asking the time server for the time in ``zone``, then saying
+    ``then``; the result, and the requests the model got."""
+    call = ServerToolCall("time__get_current_time", {"timezone": zone})
+    server = model_server([ServerRule([ServerReply("", tool_calls=[call]), ServerReply(then)])])
+    return await run_flow(write_flow(TIME_FLOW)), server.requests
+
+
 async def test_an_agent_calls_a_tool_of_a_real_mcp_server(
-    write_flow: WriteFlow, mcp_path: str, monkeypatch: pytest.MonkeyPatch
+    write_flow: WriteFlow, mcp_path: str, model_server: StartLLMServer
 ) -> None:
-    call = ServerToolCall("time__get_current_time", {"timezone": "Asia/Tokyo"})
-    rules = [ServerRule([ServerReply("", tool_calls=[call]), ServerReply("It is late.")])]
-    with ScriptedLLMServer(rules) as server:
-        for name, value in server.environ().items():
-            monkeypatch.setenv(name, value)
-        async with Runtime() as runtime:
-            result = await runtime.run(write_flow(TIME_FLOW))
-        requests = server.requests
+    result, requests = await ask_the_time("Asia/Tokyo", "It is late.", write_flow, model_server)
     assert result.status == "completed", result.error
     offered = {tool["function"]["name"] for tool in requests[0].body["tools"]}
     assert {"time__get_current_time", "time__convert_time"} <= offered
@@ -55,16 +59,11 @@ async def test_an_agent_calls_a_tool_of_a_real_mcp_server(
 
 
 async def test_a_tool_that_fails_is_told_to_the_model_and_the_step_goes_on(
-    write_flow: WriteFlow, mcp_path: str, monkeypatch: pytest.MonkeyPatch
+    write_flow: WriteFlow, mcp_path: str, model_server: StartLLMServer
 ) -> None:
-    call = ServerToolCall("time__get_current_time", {"timezone": "Nowhere/Atlantis"})
-    rules = [ServerRule([ServerReply("", tool_calls=[call]), ServerReply("No such place.")])]
-    with ScriptedLLMServer(rules) as server:
-        for name, value in server.environ().items():
-            monkeypatch.setenv(name, value)
-        async with Runtime() as runtime:
-            result = await runtime.run(write_flow(TIME_FLOW))
-        requests = server.requests
+    result, requests = await ask_the_time(
+        "Nowhere/Atlantis", "No such place.", write_flow, model_server
+    )
     assert result.status == "completed", result.error
     assert "Nowhere/Atlantis" in tool_answers(requests[1].body)[0]
 
@@ -80,19 +79,17 @@ async def test_a_tool_that_fails_is_told_to_the_model_and_the_step_goes_on(
 async def test_permissions_name_mcp_tools_as_tools_does(
     write_flow: WriteFlow,
     mcp_path: str,
-    monkeypatch: pytest.MonkeyPatch,
+    model_server: StartLLMServer,
     policy: ToolPolicy,
     refusal: str,
 ) -> None:
     """Rules say ``SERVER.TOOL`` (globs too); the model hears the refusal as the tool's answer."""
     call = ServerToolCall("time__get_current_time", {"timezone": "Asia/Tokyo"})
     rules = [ServerRule([ServerReply("", tool_calls=[call]), ServerReply("Refused.")])]
-    with ScriptedLLMServer(rules) as server:
-        for name, value in server.environ().items():
-            monkeypatch.setenv(name, value)
-        async with Runtime(permissions=policy) as runtime:
-            result = await runtime.run(write_flow(TIME_FLOW))
-        requests = server.requests
+    server = model_server(rules)
+    async with Runtime(permissions=policy) as runtime:
+        result = await runtime.run(write_flow(TIME_FLOW))
+    requests = server.requests
     assert result.status == "completed", result.error
     answer = json.loads(tool_answers(requests[1].body)[0])
     assert answer["status"] == "error"
@@ -101,14 +98,11 @@ async def test_permissions_name_mcp_tools_as_tools_does(
 
 
 async def test_a_server_that_does_not_start_fails_the_step_naming_it(
-    write_flow: WriteFlow, mcp_path: str, monkeypatch: pytest.MonkeyPatch
+    write_flow: WriteFlow, mcp_path: str, model_server: StartLLMServer
 ) -> None:
     flow = TIME_FLOW.replace("command: mcp-server-time", "command: no-such-mcp-server-here")
-    with ScriptedLLMServer([ServerRule(["never asked"])]) as server:
-        for name, value in server.environ().items():
-            monkeypatch.setenv(name, value)
-        async with Runtime() as runtime:
-            result = await runtime.run(write_flow(flow))
+    model_server([ServerRule(["never asked"])])
+    result = await run_flow(write_flow(flow))
     assert result.status == "failed"
     error = result.steps["tell"].error
     assert error is not None
@@ -211,18 +205,20 @@ def tool_answers(request_body: dict[str, object]) -> list[str]:
     ],
 )
 async def test_a_server_that_hangs_or_crashes_fails_the_call_not_the_run(
-    write_flow: WriteFlow, monkeypatch: pytest.MonkeyPatch, tool: str, heard: str
+    write_flow: WriteFlow,
+    monkeypatch: pytest.MonkeyPatch,
+    tool: str,
+    heard: str,
+    model_server: StartLLMServer,
 ) -> None:
     monkeypatch.setenv("DESK_TOKEN", "unused-token-value-1234")
     rules = [ServerRule([ServerReply("", tool_calls=[ServerToolCall(tool, {})]), "Noted."])]
     events: list[object] = []
-    with ScriptedLLMServer(rules) as server:
-        for name, value in server.environ().items():
-            monkeypatch.setenv(name, value)
-        async with Runtime() as runtime:
-            handle = await runtime.start(desk_flow(write_flow), on_event=events.append)
-            result = await handle.result()
-        requests = server.requests
+    server = model_server(rules)
+    async with Runtime() as runtime:
+        handle = await runtime.start(desk_flow(write_flow), on_event=events.append)
+        result = await handle.result()
+    requests = server.requests
     assert result.status == "completed", result.error
     answer = json.loads(tool_answers(requests[1].body)[0])["message"]
     assert answer.startswith(f"MCP server 'desk' ({sys.executable} ")  # named, with its command
@@ -232,21 +228,22 @@ async def test_a_server_that_hangs_or_crashes_fails_the_call_not_the_run(
 
 
 async def test_a_token_given_to_a_server_is_never_recorded(
-    write_flow: WriteFlow, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    write_flow: WriteFlow,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    model_server: StartLLMServer,
 ) -> None:
     token = "desk-canary-7f3a9c21e5b84d06"
     monkeypatch.setenv("DESK_TOKEN", token)
     reveal = ServerToolCall("desk__reveal", {"variable": "DESK_TOKEN"})
     rules = [ServerRule([ServerReply("", tool_calls=[reveal]), f"The token is {token}."])]
     store = tmp_path / "runs.db"
-    with ScriptedLLMServer(rules) as server:
-        for name, value in server.environ().items():
-            monkeypatch.setenv(name, value)
-        async with Runtime(store=store) as runtime:
-            handle = await runtime.start(desk_flow(write_flow))
-            result = await handle.result()
-            events = await runtime.stored_events(handle.run_id)
-        requests = server.requests
+    server = model_server(rules)
+    async with Runtime(store=store) as runtime:
+        handle = await runtime.start(desk_flow(write_flow))
+        result = await handle.result()
+        events = await runtime.stored_events(handle.run_id)
+    requests = server.requests
     assert result.status == "completed", result.error
     # The server handed it back; the model provider gets it masked, like every record.
     answer = tool_answers(requests[1].body)[0]
@@ -286,7 +283,10 @@ def desk_url(tmp_path: Path) -> Iterator[str]:
 
 
 async def test_a_streamable_http_server_serves_an_agent(
-    write_flow: WriteFlow, monkeypatch: pytest.MonkeyPatch, desk_url: str
+    write_flow: WriteFlow,
+    monkeypatch: pytest.MonkeyPatch,
+    desk_url: str,
+    model_server: StartLLMServer,
 ) -> None:
     flow = f"""
 name: http
@@ -302,12 +302,9 @@ steps:
     monkeypatch.setenv("DESK_TOKEN", "http-token-value-5678")
     shout = ServerToolCall("desk__shout", {"text": "hello"})
     rules = [ServerRule([ServerReply("", tool_calls=[shout]), "Done."])]
-    with ScriptedLLMServer(rules) as server:
-        for name, value in server.environ().items():
-            monkeypatch.setenv(name, value)
-        async with Runtime() as runtime:
-            result = await runtime.run(write_flow(flow))
-        requests = server.requests
+    server = model_server(rules)
+    result = await run_flow(write_flow(flow))
+    requests = server.requests
     assert result.status == "completed", result.error
     assert tool_answers(requests[1].body)[0] == "HELLO"
 
@@ -349,16 +346,8 @@ def test_validate_refuses_mcp_mistakes_at_load(
         f"agents:\n  a: {{model: 'openai:m', tools: {tools}}}\n"
         "steps:\n  - id: s\n    agent: a\n    instructions: hi\n"
     )
-    checked = subprocess.run(
-        [sys.executable, "-m", "cadenza", "validate", str(flow)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert checked.returncode == 2
-    assert problem in checked.stderr
-    assert f"{flow}:" in checked.stderr  # located
-    assert "Traceback" not in checked.stderr
+    checked = cadenza("validate", str(flow), cwd=tmp_path)
+    assert_refused(checked, problem, f"{flow}:")  # located
 
 
 def test_a_bare_unknown_tool_name_stays_zenflow_legal_without_mcp_servers(tmp_path: Path) -> None:

@@ -14,17 +14,17 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 import cadenza
 from cadenza import Runtime
-from cadenza.testing import ScriptedLLMServer, ServerReply, ServerRule, ServerToolCall
+from cadenza.testing import ServerReply, ServerRule, ServerToolCall
+from cadenza.testing.pytest_plugin import StartLLMServer
+from tests._helpers import run_flow
 from tests._processes import running
-
-WriteFlow = Callable[..., Path]
+from tests.conftest import WriteFlow
 
 ROGUE = Path(__file__).with_name("rogue_server.py")
 
@@ -98,11 +98,6 @@ def tool_answer(body: dict[str, object]) -> str:
     return message
 
 
-def environ_for(server: ScriptedLLMServer, monkeypatch: pytest.MonkeyPatch) -> None:
-    for name, value in server.environ().items():
-        monkeypatch.setenv(name, value)
-
-
 MEASURED = (
     "import resource, subprocess, sys\n"
     "code = subprocess.call(sys.argv[1:])\n"
@@ -155,18 +150,15 @@ def test_a_server_flooding_its_output_fails_the_step_and_memory_stays_bounded(
 
 
 async def test_garbage_in_answer_to_a_call_is_told_to_the_model_naming_the_line(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, model_server: StartLLMServer
 ) -> None:
     rules = [ServerRule([ServerReply("", tool_calls=[CALL_WAIT]), "Noted."])]
     events: list[object] = []
-    with ScriptedLLMServer(rules) as server:
-        environ_for(server, monkeypatch)
-        async with Runtime() as runtime:
-            handle = await runtime.start(
-                rogue_flow(tmp_path, "garbage-call"), on_event=events.append
-            )
-            result = await handle.result()
-        requests = server.requests
+    server = model_server(rules)
+    async with Runtime() as runtime:
+        handle = await runtime.start(rogue_flow(tmp_path, "garbage-call"), on_event=events.append)
+        result = await handle.result()
+    requests = server.requests
     assert result.status == "completed", result.error
     told = tool_answer(requests[1].body)
     assert told.startswith(f"MCP server 'rogue' ({sys.executable} ")
@@ -176,12 +168,10 @@ async def test_garbage_in_answer_to_a_call_is_told_to_the_model_naming_the_line(
 
 
 async def test_a_server_that_never_answers_initialize_fails_the_step_within_its_timeout(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, model_server: StartLLMServer
 ) -> None:
-    with ScriptedLLMServer([ServerRule(["never asked"])]) as server:
-        environ_for(server, monkeypatch)
-        async with Runtime() as runtime:
-            result = await runtime.run(rogue_flow(tmp_path, "hang-init"))
+    model_server([ServerRule(["never asked"])])
+    result = await run_flow(rogue_flow(tmp_path, "hang-init"))
     assert result.status == "failed"
     error = result.steps["work"].error
     assert error is not None
@@ -192,14 +182,12 @@ async def test_a_server_that_never_answers_initialize_fails_the_step_within_its_
 
 
 async def test_a_call_that_never_ends_is_answered_within_the_timeout_and_the_server_killed(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, model_server: StartLLMServer
 ) -> None:
     rules = [ServerRule([ServerReply("", tool_calls=[CALL_WAIT]), "Noted."])]
-    with ScriptedLLMServer(rules) as server:
-        environ_for(server, monkeypatch)
-        async with Runtime() as runtime:
-            result = await runtime.run(rogue_flow(tmp_path, "hang-call"))
-        requests = server.requests
+    server = model_server(rules)
+    result = await run_flow(rogue_flow(tmp_path, "hang-call"))
+    requests = server.requests
     assert result.status == "completed", result.error
     assert tool_answer(requests[1].body).endswith(") failed on wait: no answer within 5s")
     assert_nothing_left(tmp_path)
@@ -234,7 +222,7 @@ def test_kill_9_of_the_run_kills_a_hung_server_and_its_child(tmp_path: Path) -> 
 
 
 async def test_an_unreachable_url_server_is_named_with_its_url_and_cause(
-    write_flow: WriteFlow, monkeypatch: pytest.MonkeyPatch
+    write_flow: WriteFlow, model_server: StartLLMServer
 ) -> None:
     with socket.socket() as probe:  # a port nobody listens on
         probe.bind(("127.0.0.1", 0))
@@ -245,10 +233,8 @@ async def test_an_unreachable_url_server_is_named_with_its_url_and_cause(
         "agents:\n  a: {model: 'openai:m', tools: [github]}\n"
         "steps:\n  - {id: s, agent: a, instructions: hi}\n"
     )
-    with ScriptedLLMServer([ServerRule(["never asked"])]) as server:
-        environ_for(server, monkeypatch)
-        async with Runtime() as runtime:
-            result = await runtime.run(flow)
+    model_server([ServerRule(["never asked"])])
+    result = await run_flow(flow)
     error = result.steps["s"].error
     assert error is not None
     assert error.message == f"MCP server 'github' ({url}): connection refused"

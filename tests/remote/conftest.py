@@ -1,26 +1,21 @@
-"""Fixtures for the remote-worker tests: real worker processes, and waiting on events.
+"""Fixtures for the remote-worker tests: real worker processes.
 
 Workers are real ``cadenza worker`` subprocesses on 127.0.0.1; nothing waits on
-the wall clock: tests await a condition on the events they collect, with a
-generous deadline that only a hang would reach.
+the wall clock: tests await a condition on the events a `Sink` collects
+(tests/_helpers.py), with a generous deadline that only a hang would reach.
 """
 
 from __future__ import annotations
 
-import asyncio
 import signal
 import subprocess
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Generic, TypeVar
+from typing import Any
 
-import anyio
 import pytest
 
-T = TypeVar("T")
-
-CLI = (sys.executable, "-m", "cadenza")
+from tests._helpers import CLI
 
 WAIT_FOR_GATE = (
     # A command's wait for the test's gate file, given up after about 30 s so that a
@@ -28,32 +23,18 @@ WAIT_FOR_GATE = (
     'n=0; while [ ! -e "$GATE" ] && [ $n -lt 1500 ]; do sleep 0.02; n=$((n+1)); done'
 )
 
-DEADLINE = 30.0
-"""Seconds a condition may take before the test fails as hung."""
 
-
-class Watch(Generic[T]):
-    """Collects what a sink is given; `wait_for` waits until the collection satisfies a test."""
-
-    def __init__(self) -> None:
-        self.items: list[T] = []
-        self._waiters: list[asyncio.Future[None]] = []
-
-    def __call__(self, item: T) -> None:
-        self.items.append(item)
-        waiters, self._waiters = self._waiters, []
-        for waiter in waiters:
-            if not waiter.done():
-                waiter.set_result(None)
-
-    async def wait_for(self, condition: Callable[[list[T]], bool], what: str = "") -> None:
-        """Returns once ``condition(items)`` holds; fails the test after `DEADLINE`."""
-        with anyio.fail_after(DEADLINE):
-            while not condition(self.items):
-                waiter = asyncio.get_running_loop().create_future()
-                self._waiters.append(waiter)
-                await waiter
-
+ECHO_EACH = """
+name: echo-each
+inputs:
+  items: {type: array}
+steps:
+  - id: each
+    command: 'echo "$ITEM"'
+    env: {ITEM: "{{ item }}"}
+    loop: {forEach: "inputs.items"}
+"""
+"""One command step per item of the input ``items``, each echoing its item."""
 
 SpawnWorker = Callable[..., subprocess.Popen[bytes]]
 

@@ -13,19 +13,9 @@ import pytest
 from cadenza import Runtime
 from cadenza.errors import InsecureEndpoint, KeysError
 from cadenza.remote import Dispatcher, Worker, WorkerEvent, generate_keys, load_worker_keys
+from tests._helpers import CLI, DEADLINE, Sink
 
-from .conftest import CLI, DEADLINE, SpawnWorker, Watch, worker_names
-
-FLOW = """
-name: guarded
-inputs:
-  items: {type: array}
-steps:
-  - id: each
-    command: 'echo "$ITEM"'
-    env: {ITEM: "{{ item }}"}
-    loop: {forEach: "inputs.items"}
-"""
+from .conftest import ECHO_EACH, SpawnWorker, worker_names
 
 
 def _refusals(events: list[WorkerEvent]) -> set[str]:
@@ -45,17 +35,17 @@ async def test_only_a_worker_with_an_authorized_key_gets_work(
     for name in ("worker.key", "worker.key_secret"):
         shutil.copyfile(keys / name, wrong_server / name)
     flow = tmp_path / "flow.yaml"
-    flow.write_text(FLOW)
+    flow.write_text(ECHO_EACH)
 
     dispatcher = Dispatcher("tcp://127.0.0.1:*", curve_keys=keys, heartbeat=0.2)
-    events: Watch[WorkerEvent] = Watch()
+    events: Sink[WorkerEvent] = Sink()
     dispatcher.subscribe(events)
     async with Runtime(workers=dispatcher) as runtime:
         spawn_worker(dispatcher.endpoint, "no-keys")
         spawn_worker(dispatcher.endpoint, "wrong-server", "--curve-keys", str(wrong_server))
         spawn_worker(dispatcher.endpoint, "unknown-key", "--curve-keys", str(unknown))
         spawn_worker(dispatcher.endpoint, "valid", "--curve-keys", str(keys))
-        await events.wait_for(
+        await events.until(
             lambda e: (
                 _refusals(e) >= {"no-curve", "bad-handshake", "unknown-key"}
                 and "valid" in worker_names(e, "worker_connected")
@@ -206,9 +196,9 @@ async def test_a_refused_worker_gets_in_once_the_supervisor_is_reconfigured(
             raise
     try:
         async with Dispatcher(endpoint, heartbeat=0.2) as plain:
-            events: Watch[WorkerEvent] = Watch()
+            events: Sink[WorkerEvent] = Sink()
             plain.subscribe(events)
-            await events.wait_for(lambda e: "patient" in worker_names(e, "worker_connected"))
+            await events.until(lambda e: "patient" in worker_names(e, "worker_connected"))
     finally:
         _end([worker])
 
@@ -221,10 +211,10 @@ async def test_a_second_supervisor_in_one_process_still_answers_handshakes(
     keys, unknown, _ = _keys_of_every_kind(tmp_path)
     for _ in range(2):
         async with Dispatcher("tcp://127.0.0.1:*", curve_keys=keys, heartbeat=0.2) as dispatcher:
-            events: Watch[WorkerEvent] = Watch()
+            events: Sink[WorkerEvent] = Sink()
             dispatcher.subscribe(events)
             worker = Worker(dispatcher.endpoint, curve_keys=unknown)
             async with anyio.create_task_group() as group:
                 group.start_soon(worker.run)
-                await events.wait_for(lambda e: "unknown-key" in _refusals(e))
+                await events.until(lambda e: "unknown-key" in _refusals(e))
                 worker.stop()

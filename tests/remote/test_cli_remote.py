@@ -6,10 +6,9 @@ import json
 import signal
 import socket
 import subprocess
-import sys
 from pathlib import Path
 
-CLI = [sys.executable, "-m", "cadenza"]
+from tests._helpers import CLI, assert_refused, cadenza
 
 FLOW = """
 name: cli-fleet
@@ -68,16 +67,8 @@ def test_run_with_workers_and_curve_keys(tmp_path: Path) -> None:
 def test_a_public_bind_without_keys_exits_2(tmp_path: Path) -> None:
     """--workers on 0.0.0.0 without --curve-keys is refused with a clear message."""
     (tmp_path / "flow.yaml").write_text(FLOW)
-    proc = subprocess.run(
-        [*CLI, "run", "flow.yaml", "--workers", "tcp://0.0.0.0:5599", "--store", "runs.db"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
-    assert proc.returncode == 2
-    assert "--insecure" in proc.stderr
-    assert "Traceback" not in proc.stderr
+    run = ("run", "flow.yaml", "--workers", "tcp://0.0.0.0:5599", "--store", "runs.db")
+    assert_refused(cadenza(*run, cwd=tmp_path, timeout=30), "--insecure")
 
 
 def test_keys_generate_refuses_to_overwrite(tmp_path: Path) -> None:

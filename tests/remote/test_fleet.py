@@ -10,8 +10,9 @@ from pathlib import Path
 from cadenza import Runtime
 from cadenza.protocols import Event, EventType
 from cadenza.remote import Dispatcher, WorkerEvent
+from tests._helpers import Sink
 
-from .conftest import WAIT_FOR_GATE, SpawnWorker, Watch, worker_names
+from .conftest import WAIT_FOR_GATE, SpawnWorker, worker_names
 
 FLEET = """
 name: fleet
@@ -51,33 +52,33 @@ async def test_each_item_completes_once_when_workers_are_killed_and_stopped(
     flow.write_text(FLEET)
     gate, log = tmp_path / "gate", tmp_path / "executions.log"
     dispatcher = Dispatcher("tcp://127.0.0.1:*", heartbeat=0.1, liveness=5)
-    workers: Watch[WorkerEvent] = Watch()
+    workers: Sink[WorkerEvent] = Sink()
     dispatcher.subscribe(workers)
-    run_events: Watch[Event] = Watch()
+    run_events: Sink[Event] = Sink()
     async with Runtime(workers=dispatcher) as runtime:
         names = ("killed", "stopped", "steady")
         processes = {
             name: spawn_worker(dispatcher.endpoint, name, "--concurrency", str(CONCURRENCY))
             for name in names
         }
-        await workers.wait_for(lambda e: worker_names(e, "worker_connected") == set(names))
+        await workers.until(lambda e: worker_names(e, "worker_connected") == set(names))
         handle = await runtime.start(
             flow,
             inputs={"items": list(range(ITEMS)), "gate": str(gate), "log": str(log)},
             on_event=run_events,
         )
         # Every worker holds a full load of steps, all waiting behind the gate.
-        await run_events.wait_for(lambda e: _dispatched(e) == dict.fromkeys(names, CONCURRENCY))
+        await run_events.until(lambda e: _dispatched(e) == dict.fromkeys(names, CONCURRENCY))
         os.kill(processes["killed"].pid, signal.SIGKILL)
         os.kill(processes["stopped"].pid, signal.SIGSTOP)
-        await workers.wait_for(lambda e: worker_names(e, "worker_lost") == {"killed", "stopped"})
+        await workers.until(lambda e: worker_names(e, "worker_lost") == {"killed", "stopped"})
         losses = [e for e in workers.items if e.type == "worker_lost"]
         lost = {e.worker: e.data["inFlight"] for e in losses if e.data}
         gate.touch()
         os.kill(processes["stopped"].pid, signal.SIGCONT)
         result = await handle.result()
         # The stopped worker's results for the steps it lost arrive late, and are refused.
-        await workers.wait_for(
+        await workers.until(
             lambda e: sum(x.type == "result_rejected" for x in e) >= lost["stopped"]
         )
         statistics = dispatcher.statistics()

@@ -2,15 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from pathlib import Path
-
 import pytest
 
 from cadenza import InputError, Runtime, ToolPolicy
 from cadenza.remote import Dispatcher
-
-WriteFlow = Callable[..., Path]
+from tests.conftest import WriteFlow
 
 STEPS = "steps:\n  - {id: a, command: 'true'}\n"
 

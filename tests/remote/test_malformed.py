@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import msgspec
@@ -22,19 +24,9 @@ from cadenza.protocols import (
     worker_decoder,
 )
 from cadenza.remote import Dispatcher, WorkerEvent
+from tests._helpers import Sink
 
-from .conftest import SpawnWorker, Watch, worker_names
-
-FLOW = """
-name: steady
-inputs:
-  items: {type: array}
-steps:
-  - id: each
-    command: 'echo "$ITEM"'
-    env: {ITEM: "{{ item }}"}
-    loop: {forEach: "inputs.items"}
-"""
+from .conftest import ECHO_EACH, SpawnWorker, worker_names
 
 FRAMES = 1000
 
@@ -54,19 +46,35 @@ def _rogue_frames(rng: random.Random) -> list[list[bytes]]:
     return [rng.choice(shapes)() for _ in range(FRAMES)]
 
 
+@contextmanager
+def dealer() -> Iterator[zmq.asyncio.Socket]:
+    """A DEALER socket of the test's own, as a rogue peer opens one; closed after the block."""
+    context = zmq.asyncio.Context()
+    socket = context.socket(zmq.DEALER)
+    try:
+        yield socket
+    finally:
+        socket.close(linger=0)
+        context.term()
+
+
+def watched_dispatcher() -> tuple[Dispatcher, Sink[WorkerEvent]]:
+    """A dispatcher on a free port, and the worker events it emits."""
+    dispatcher = Dispatcher("tcp://127.0.0.1:*", heartbeat=0.2)
+    events: Sink[WorkerEvent] = Sink()
+    dispatcher.subscribe(events)
+    return dispatcher, events
+
+
 async def test_a_rogue_peer_sending_garbage_does_not_disturb_a_run(
     tmp_path: Path, spawn_worker: SpawnWorker
 ) -> None:
     """1,000 malformed frames from a rogue DEALER are each rejected and counted; the run
     completes on a real worker, and the rogue never becomes a worker."""
     flow = tmp_path / "flow.yaml"
-    flow.write_text(FLOW)
-    dispatcher = Dispatcher("tcp://127.0.0.1:*", heartbeat=0.2)
-    events: Watch[WorkerEvent] = Watch()
-    dispatcher.subscribe(events)
-    context = zmq.asyncio.Context()
-    rogue = context.socket(zmq.DEALER)
-    try:
+    flow.write_text(ECHO_EACH)
+    dispatcher, events = watched_dispatcher()
+    with dealer() as rogue:
         async with Runtime(workers=dispatcher) as runtime:
             rogue.connect(dispatcher.endpoint)
             spawn_worker(dispatcher.endpoint, "honest")
@@ -74,14 +82,11 @@ async def test_a_rogue_peer_sending_garbage_does_not_disturb_a_run(
             for frames in _rogue_frames(random.Random(7)):
                 await rogue.send_multipart(frames)
             result = await handle.result()
-            await events.wait_for(lambda e: sum(x.type == "frame_rejected" for x in e) >= FRAMES)
+            await events.until(lambda e: sum(x.type == "frame_rejected" for x in e) >= FRAMES)
             # Still serving: a valid frame from the rogue is answered (it is told to say hello).
             await rogue.send(msgspec.msgpack.encode(Heartbeat()))
             reply = worker_decoder().decode(await rogue.recv())
             statistics = dispatcher.statistics()
-    finally:
-        rogue.close(linger=0)
-        context.term()
 
     assert result.status == "completed", result.error
     assert all(r.worker == "honest" for a, r in result.steps.items() if a.startswith("each["))
@@ -93,17 +98,12 @@ async def test_a_rogue_peer_sending_garbage_does_not_disturb_a_run(
 
 async def test_a_peer_speaking_another_protocol_version_is_refused() -> None:
     """A hello with another version gets a version error and no work; the peer is no worker."""
-    context = zmq.asyncio.Context()
-    peer = context.socket(zmq.DEALER)
-    try:
+    with dealer() as peer:
         async with Dispatcher("tcp://127.0.0.1:*", heartbeat=0.2) as dispatcher:
             peer.connect(dispatcher.endpoint)
             await peer.send(msgspec.msgpack.encode(Hello(PROTOCOL_VERSION + 1, "future", 8)))
             reply = worker_decoder().decode(await peer.recv())
             workers = dispatcher.workers
-    finally:
-        peer.close(linger=0)
-        context.term()
     assert isinstance(reply, WireError)
     assert reply.code == "version"
     assert workers == []
@@ -132,21 +132,14 @@ async def test_a_hello_out_of_bounds_is_refused_with_a_reason(
     hello: dict[str, object], field: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     """The impostor never becomes a worker; the refusal names the field, in a warning."""
-    dispatcher = Dispatcher("tcp://127.0.0.1:*", heartbeat=0.2)
-    events: Watch[WorkerEvent] = Watch()
-    dispatcher.subscribe(events)
-    context = zmq.asyncio.Context()
-    rogue = context.socket(zmq.DEALER)
-    try:
+    dispatcher, events = watched_dispatcher()
+    with dealer() as rogue:
         async with Runtime(workers=dispatcher):
             rogue.connect(dispatcher.endpoint)
             frame = {"t": "hello", "version": PROTOCOL_VERSION, **hello}
             await rogue.send(msgspec.msgpack.encode(frame))
-            await events.wait_for(lambda e: any(x.type == "frame_rejected" for x in e))
+            await events.until(lambda e: any(x.type == "frame_rejected" for x in e))
             statistics = dispatcher.statistics()
-    finally:
-        rogue.close(linger=0)
-        context.term()
     assert statistics.workers == 0
     (rejected,) = [e for e in events.items if e.type == "frame_rejected"]
     assert rejected.data is not None

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -12,11 +11,12 @@ from cadenza import RunResult, Runtime
 from cadenza.protocols import Event, EventType
 from cadenza.remote import Dispatcher
 from cadenza.testing import ScriptedLLMServer, ServerRule
+from tests._helpers import Sink
 from tests._processes import running
+from tests._workflows import MESSAGING
+from tests.conftest import WriteFlow
 
-from .conftest import SpawnWorker, Watch
-
-WriteFlow = Callable[..., Path]
+from .conftest import SpawnWorker
 
 HANDLERS = """
 name: handlers
@@ -55,7 +55,7 @@ async def run_on_worker(
     flow: Path,
     spawn_worker: SpawnWorker,
     name: str,
-    events: Watch[Event] | None = None,
+    events: Sink[Event] | None = None,
     **worker_options: Any,
 ) -> RunResult:
     """Runs ``flow`` with one worker called ``name`` connected; events go to ``events``."""
@@ -72,7 +72,7 @@ async def test_handlers_run_on_the_worker_with_their_context(
     """A handler on a worker sees inputs, earlier steps, the attempt and its forEach item;
     a failed attempt is retried like an in-process one."""
     flow = write_flow(HANDLERS, handlers=HANDLER_CODE)
-    events: Watch[Event] = Watch()
+    events: Sink[Event] = Sink()
     result = await run_on_worker(flow, spawn_worker, "hands", events)
     assert result.status == "completed", result.error
     greet = result.steps["greet"]
@@ -87,41 +87,13 @@ async def test_handlers_run_on_the_worker_with_their_context(
     assert retry.error == "RuntimeError: first try fails"
 
 
-AGENTS = """
-name: remote-agents
-coordinator: {agent: boss}
-agents:
-  boss:
-    prompt: "You coordinate."
-    script:
-      - toolCalls:
-          - name: forward_to_agent
-            arguments: {target_step_id: listener, text: "price is 42"}
-      - "done"
-  teller:
-    script:
-      - {toolCalls: [{name: send_message, arguments: {text: "tell the listener: price is 42"}}]}
-      - "told"
-  listener:
-    model: "openai:test-model"
-steps:
-  - id: tell
-    agent: teller
-    instructions: "Tell."
-  - id: listener
-    dependsOn: [tell]
-    agent: listener
-    instructions: "Listen."
-"""
-
-
 async def test_agents_run_on_the_worker_with_its_own_keys(
     write_flow: WriteFlow, spawn_worker: SpawnWorker
 ) -> None:
     """Agents run their tool loop on the worker, with the worker's model keys; their messages
     reach the supervisor's coordinator, their events and usage reach the run."""
-    flow = write_flow(AGENTS)
-    events: Watch[Event] = Watch()
+    flow = write_flow(MESSAGING)
+    events: Sink[Event] = Sink()
     with ScriptedLLMServer([ServerRule(["heard"])]) as server:
         env = {**os.environ, **server.environ()}
         result = await run_on_worker(flow, spawn_worker, "thinker", events, env=env)
@@ -214,7 +186,7 @@ async def test_tool_steps_run_on_the_worker_with_their_arguments_evaluated_here(
     """A tool step's `$` arguments are evaluated by the supervisor; the call runs on the
     worker, whose tool_call events reach the run; a bad argument fails as it would here."""
     flow = write_flow(TOOLS, handlers=TOOL_CODE)
-    events: Watch[Event] = Watch()
+    events: Sink[Event] = Sink()
     result = await run_on_worker(flow, spawn_worker, "hands", events)
     assert result.status == "completed", result.error
     assert (flow.parent / "out" / "greeting.txt").read_text() == "hello world"

@@ -11,8 +11,9 @@ import anyio
 from cadenza import Runtime
 from cadenza.protocols import Event, EventType
 from cadenza.remote import Dispatcher, WorkerEvent
+from tests._helpers import Sink
 
-from .conftest import WAIT_FOR_GATE, SpawnWorker, Watch, worker_names
+from .conftest import WAIT_FOR_GATE, SpawnWorker, worker_names
 
 GATED = """
 name: gated
@@ -58,11 +59,11 @@ async def test_steps_wait_for_a_worker_and_say_so(
     """With no worker connected a step is queued, not failed, with a step_queued event."""
     flow = tmp_path / "flow.yaml"
     flow.write_text("name: patient\nsteps:\n  - id: one\n    command: 'echo late'\n")
-    events: Watch[Event] = Watch()
+    events: Sink[Event] = Sink()
     async with Runtime(workers=Dispatcher("tcp://127.0.0.1:*", heartbeat=0.2)) as runtime:
         assert runtime.workers is not None
         handle = await runtime.start(flow, on_event=events)
-        await events.wait_for(lambda e: any(x.type == EventType.STEP_QUEUED for x in e))
+        await events.until(lambda e: any(x.type == EventType.STEP_QUEUED for x in e))
         spawn_worker(runtime.workers.endpoint, "late-comer")
         result = await handle.result()
     assert result.status == "completed", result.error
@@ -83,21 +84,21 @@ async def test_sigterm_drains_the_worker(tmp_path: Path, spawn_worker: SpawnWork
     # A generous heartbeat: on a loaded machine a short liveness window could declare
     # the draining worker lost and re-dispatch its steps, which this test forbids.
     dispatcher = Dispatcher("tcp://127.0.0.1:*", heartbeat=1.0)
-    workers: Watch[WorkerEvent] = Watch()
+    workers: Sink[WorkerEvent] = Sink()
     dispatcher.subscribe(workers)
-    run_events: Watch[Event] = Watch()
+    run_events: Sink[Event] = Sink()
     try:
         async with Runtime(workers=dispatcher) as runtime:
             first = spawn_worker(dispatcher.endpoint, "first", "--concurrency", "2")
-            await workers.wait_for(lambda e: "first" in worker_names(e, "worker_connected"))
+            await workers.until(lambda e: "first" in worker_names(e, "worker_connected"))
             inputs = {"items": [0, 1, 2, 3], "gate": str(gate), "started": str(started)}
             handle = await runtime.start(flow, inputs=inputs, on_event=run_events)
             # Not just dispatched: both commands run on the worker, waiting for the gate.
             await anyio.to_thread.run_sync(read_lines, announcements, 2)
             first.send_signal(signal.SIGTERM)
-            await workers.wait_for(lambda e: any(x.type == "ready" for x in e))
+            await workers.until(lambda e: any(x.type == "ready" for x in e))
             gate.touch()
-            await workers.wait_for(lambda e: "first" in worker_names(e, "worker_left"))
+            await workers.until(lambda e: "first" in worker_names(e, "worker_left"))
             spawn_worker(dispatcher.endpoint, "second", "--concurrency", "2")
             result = await handle.result()
             exit_code = first.wait()
@@ -144,12 +145,12 @@ async def test_cancelling_a_run_cancels_its_remote_steps(
     flow, quick = tmp_path / "flow.yaml", tmp_path / "quick.yaml"
     flow.write_text("name: long\nsteps:\n  - id: long\n    command: 'sleep 30'\n")
     quick.write_text("name: quick\nsteps:\n  - id: quick\n    command: ':'\n")
-    events: Watch[Event] = Watch()
+    events: Sink[Event] = Sink()
     async with Runtime(workers=Dispatcher("tcp://127.0.0.1:*", heartbeat=0.2)) as runtime:
         assert runtime.workers is not None
         spawn_worker(runtime.workers.endpoint, "only", "--concurrency", "1")
         handle = await runtime.start(flow, on_event=events)
-        await events.wait_for(lambda e: any(x.type == EventType.STEP_DISPATCHED for x in e))
+        await events.until(lambda e: any(x.type == EventType.STEP_DISPATCHED for x in e))
         handle.cancel("enough")
         result = await handle.result()
         after = await runtime.run(quick)  # one slot: it is free again
@@ -165,20 +166,18 @@ async def test_a_worker_stopped_at_once_hands_its_steps_back(
     flow, gate = tmp_path / "flow.yaml", tmp_path / "gate"
     flow.write_text(GATED)
     dispatcher = Dispatcher("tcp://127.0.0.1:*", heartbeat=0.2)
-    workers: Watch[WorkerEvent] = Watch()
+    workers: Sink[WorkerEvent] = Sink()
     dispatcher.subscribe(workers)
-    run_events: Watch[Event] = Watch()
+    run_events: Sink[Event] = Sink()
     async with Runtime(workers=dispatcher) as runtime:
         quitter = spawn_worker(dispatcher.endpoint, "quitter", "--concurrency", "2")
-        await workers.wait_for(lambda e: "quitter" in worker_names(e, "worker_connected"))
+        await workers.until(lambda e: "quitter" in worker_names(e, "worker_connected"))
         handle = await runtime.start(
             flow, inputs={"items": [0, 1], "gate": str(gate)}, on_event=run_events
         )
-        await run_events.wait_for(
-            lambda e: sum(x.type == EventType.STEP_DISPATCHED for x in e) == 2
-        )
+        await run_events.until(lambda e: sum(x.type == EventType.STEP_DISPATCHED for x in e) == 2)
         quitter.send_signal(signal.SIGINT)
-        await workers.wait_for(lambda e: "quitter" in worker_names(e, "worker_left"))
+        await workers.until(lambda e: "quitter" in worker_names(e, "worker_left"))
         gate.touch()
         spawn_worker(dispatcher.endpoint, "stayer")
         result = await handle.result()

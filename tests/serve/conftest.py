@@ -4,18 +4,22 @@ from __future__ import annotations
 
 import textwrap
 import threading
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 
 import httpx
 import pytest
 
-from cadenza import Runtime
+from cadenza import RunResult, Runtime
 from cadenza.serve import Limits, create_app
 from cadenza.testing import RequestMatch, ServerReply, ServerRule
+from cadenza.testing.pytest_plugin import StartLLMServer
 
 OpenViewer = Callable[..., AbstractAsyncContextManager[tuple[Runtime, httpx.AsyncClient]]]
+ViewRun = Callable[
+    [str, str, str], AbstractAsyncContextManager[tuple[Runtime, httpx.AsyncClient, RunResult]]
+]
 
 REFLECTION = """\
 name: watched-reflection
@@ -118,6 +122,23 @@ def open_viewer() -> OpenViewer:
     return open_
 
 
+@pytest.fixture
+def view_run(tmp_path: Path, open_viewer: OpenViewer) -> ViewRun:
+    """The viewer over ``tmp_path`` after a first run: ``view_run(name, text, run_id)``
+    writes ``text`` as ``name``, runs it as ``run_id`` to its end or its first wait, and
+    opens the viewer; it gives the runtime, the client and that run's result."""
+
+    @asynccontextmanager
+    async def view(
+        name: str, text: str, run_id: str
+    ) -> AsyncIterator[tuple[Runtime, httpx.AsyncClient, RunResult]]:
+        write(tmp_path, name, text)
+        async with open_viewer(tmp_path) as (runtime, client):
+            yield runtime, client, await runtime.run(tmp_path / name, run_id=run_id)
+
+    return view
+
+
 class HeldCritic:
     """Chat-model rules for `REFLECTION`: the critic's answers wait for the test.
 
@@ -146,3 +167,14 @@ class HeldCritic:
         """Lets every held answer go (at teardown, so nothing waits)."""
         self.first.set()
         self.second.set()
+
+
+@pytest.fixture
+def critic(model_server: StartLLMServer) -> Iterator[HeldCritic]:
+    """A chat model whose critic waits for the test; OPENAI_* point at it."""
+    held = HeldCritic()
+    model_server(held.rules)
+    try:
+        yield held
+    finally:
+        held.release()

@@ -14,36 +14,19 @@ from starlette.routing import Mount
 from cadenza import Runtime
 from cadenza.protocols import Event
 from cadenza.serve import create_app
+from tests._helpers import EXAMPLES, sse_messages
 
-from .conftest import ECHO, SCRIPTED, OpenViewer, write, write_parked
+from .conftest import ECHO, SCRIPTED, OpenViewer, ViewRun, write, write_parked
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 JSON = {"content-type": "application/json"}
 
 
-def sse_messages(text: str) -> list[dict[str, str]]:
-    """The messages of a server-sent event stream, each as its fields."""
-    messages = []
-    for block in text.split("\n\n"):
-        fields: dict[str, str] = {}
-        for line in block.splitlines():
-            if line.startswith(":") or ": " not in line:
-                continue
-            name, value = line.split(": ", 1)
-            fields[name] = value
-        if fields:
-            messages.append(fields)
-    return messages
-
-
 async def test_run_list_is_newest_first_filtered_and_paged(
-    tmp_path: Path, open_viewer: OpenViewer
+    tmp_path: Path, view_run: ViewRun
 ) -> None:
     """Runs come newest first; ?status= filters; limit/offset page; total counts the filter."""
-    write(tmp_path, "echo.yaml", ECHO)
     write(tmp_path, "review.yaml", SCRIPTED)
-    async with open_viewer(tmp_path) as (runtime, client):
-        first = await runtime.run(tmp_path / "echo.yaml", run_id="run-1")
+    async with view_run("echo.yaml", ECHO, "run-1") as (runtime, client, first):
         waiting = await runtime.run(tmp_path / "review.yaml", run_id="run-2")
         last = await runtime.run(tmp_path / "echo.yaml", run_id="run-3")
         assert (first.status, waiting.status, last.status) == ("completed", "waiting", "completed")
@@ -68,13 +51,9 @@ async def test_run_list_is_newest_first_filtered_and_paged(
         assert (await client.get("/api/runs", params={"limit": "lots"})).status_code == 400
 
 
-async def test_result_and_event_pages_of_a_finished_run(
-    tmp_path: Path, open_viewer: OpenViewer
-) -> None:
+async def test_result_and_event_pages_of_a_finished_run(view_run: ViewRun) -> None:
     """The result is the run's result JSON; events page by seq with next/more."""
-    write(tmp_path, "echo.yaml", ECHO)
-    async with open_viewer(tmp_path) as (runtime, client):
-        result = await runtime.run(tmp_path / "echo.yaml", run_id="done")
+    async with view_run("echo.yaml", ECHO, "done") as (runtime, client, result):
         stored = await runtime.stored_events("done")
 
         body = (await client.get("/api/runs/done/result")).json()
@@ -93,13 +72,9 @@ async def test_result_and_event_pages_of_a_finished_run(
         assert (summary["status"], summary["live"]) == ("completed", False)
 
 
-async def test_event_stream_of_a_finished_run_replays_and_ends(
-    tmp_path: Path, open_viewer: OpenViewer
-) -> None:
+async def test_event_stream_of_a_finished_run_replays_and_ends(view_run: ViewRun) -> None:
     """SSE: one message per event (id = seq), then `end` with the status; after skips."""
-    write(tmp_path, "echo.yaml", ECHO)
-    async with open_viewer(tmp_path) as (runtime, client):
-        await runtime.run(tmp_path / "echo.yaml", run_id="done")
+    async with view_run("echo.yaml", ECHO, "done") as (runtime, client, _):
         stored = await runtime.stored_events("done")
 
         response = await client.get("/api/runs/done/events/stream")
@@ -120,12 +95,10 @@ async def test_event_stream_of_a_finished_run_replays_and_ends(
 
 
 async def test_workflow_structure_carries_prompts_questions_and_control_roles(
-    tmp_path: Path, open_viewer: OpenViewer
+    view_run: ViewRun,
 ) -> None:
     """The workflow the run started with: graph JSON plus agents, instructions, roles."""
-    write(tmp_path, "review.yaml", SCRIPTED)
-    async with open_viewer(tmp_path) as (runtime, client):
-        await runtime.run(tmp_path / "review.yaml", run_id="review")
+    async with view_run("review.yaml", SCRIPTED, "review") as (runtime, client, _):
         tagline = await runtime.run(EXAMPLES / "control-tagline.yaml", run_id="tagline")
         assert tagline.status == "completed"
 
@@ -191,13 +164,9 @@ async def test_starting_a_run_is_confined_to_the_root(
         assert [w["path"] for w in listed["workflows"]] == ["broken.yaml", "echo.yaml", "link.yaml"]
 
 
-async def test_answering_a_waiting_step_resumes_the_run_to_its_end(
-    tmp_path: Path, open_viewer: OpenViewer
-) -> None:
+async def test_answering_a_waiting_step_resumes_the_run_to_its_end(view_run: ViewRun) -> None:
     """inputs lists the question; a bad answer is refused; a good one finishes the run."""
-    write(tmp_path, "review.yaml", SCRIPTED)
-    async with open_viewer(tmp_path) as (runtime, client):
-        waiting = await runtime.run(tmp_path / "review.yaml", run_id="review")
+    async with view_run("review.yaml", SCRIPTED, "review") as (runtime, client, waiting):
         assert waiting.status == "waiting"
 
         questions = (await client.get("/api/runs/review/inputs")).json()
@@ -239,12 +208,10 @@ async def test_answering_a_waiting_step_resumes_the_run_to_its_end(
 
 
 async def test_resume_continues_an_answered_run_and_refuses_a_finished_one(
-    tmp_path: Path, open_viewer: OpenViewer
+    view_run: ViewRun,
 ) -> None:
     """signal with resume=false only records; POST resume then finishes the run."""
-    write(tmp_path, "review.yaml", SCRIPTED)
-    async with open_viewer(tmp_path) as (runtime, client):
-        await runtime.run(tmp_path / "review.yaml", run_id="review")
+    async with view_run("review.yaml", SCRIPTED, "review") as (runtime, client, _):
         recorded = await client.post(
             "/api/runs/review/signal",
             json={"address": "approve", "data": {"publish": False}, "resume": False},

@@ -21,11 +21,12 @@ from playwright.sync_api import Browser, Page, expect, sync_playwright
 from cadenza.serve import BackgroundServer, ServeOptions
 from cadenza.testing import (
     RequestMatch,
-    ScriptedLLMServer,
     ServerReply,
     ServerRule,
     ServerToolCall,
 )
+from cadenza.testing.pytest_plugin import StartLLMServer
+from tests._helpers import EXAMPLES
 
 from .conftest import REFLECTION, HeldCritic, write
 
@@ -39,7 +40,6 @@ FLAGS = [
     "--disable-component-update",
     "--disable-sync",
 ]
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 if not CHROMIUM.exists():
     pytest.skip(
@@ -82,17 +82,10 @@ def shoot(page: Page, where: Path, name: str, docs: str | None = None) -> None:
         shutil.copyfile(path, Path(target) / docs)
 
 
-@pytest.fixture
-def critic(monkeypatch: pytest.MonkeyPatch) -> Iterator[HeldCritic]:
-    """A chat model whose critic waits for the test; OPENAI_* point at it."""
-    held = HeldCritic()
-    with ScriptedLLMServer(held.rules) as server:
-        for name, value in server.environ().items():
-            monkeypatch.setenv(name, value)
-        try:
-            yield held
-        finally:
-            held.release()
+def show_new_run(page: Page, server: BackgroundServer, path: str) -> None:
+    """Starts the workflow ``path`` (under the server's root) through the API; shows its run."""
+    started = httpx.post(f"{server.url}/api/runs", json={"path": path}, headers=server.headers)
+    page.goto(f"{server.page_url}#/runs/{started.json()['runId']}")
 
 
 def test_watch_a_reflection_loop_then_answer_the_human_step(
@@ -158,11 +151,7 @@ def test_a_finished_graph_run_shows_the_path_taken(tmp_path: Path, page: Page) -
     """The tool router: states visited, edges taken, the timeline and the graph's path."""
     options = ServeOptions(store=tmp_path / "runs.db", root=EXAMPLES, port=0)
     with BackgroundServer(options) as server:
-        started = httpx.post(
-            f"{server.url}/api/runs", json={"path": "tool-router.yaml"}, headers=server.headers
-        )
-        run_id = started.json()["runId"]
-        page.goto(f"{server.page_url}#/runs/{run_id}")
+        show_new_run(page, server, "tool-router.yaml")
         expect(page.locator(".run-status .status")).to_have_text("completed")
         for state in ("analyze", "search", "calc"):
             node = page.locator(f'[data-key="router.{state}"]')
@@ -194,10 +183,7 @@ def test_a_control_loop_decision_log_reads_as_a_table(tmp_path: Path, page: Page
     """control-tagline: the check outranks the judge (retry), then the shorter draft passes."""
     options = ServeOptions(store=tmp_path / "runs.db", root=EXAMPLES, port=0)
     with BackgroundServer(options) as server:
-        started = httpx.post(
-            f"{server.url}/api/runs", json={"path": "control-tagline.yaml"}, headers=server.headers
-        )
-        page.goto(f"{server.page_url}#/runs/{started.json()['runId']}")
+        show_new_run(page, server, "control-tagline.yaml")
         expect(page.locator(".run-status .status")).to_have_text("completed")
         expect(page.locator('.loop-counter[data-loop="tagline"] .count')).to_have_text("2")
 
@@ -233,10 +219,7 @@ def test_a_judged_loop_on_one_step_counts_its_iterations(tmp_path: Path, page: P
     write(tmp_path, "judged.yaml", judged.group(1))
     options = ServeOptions(store=tmp_path / "runs.db", root=tmp_path, port=0)
     with BackgroundServer(options) as server:
-        started = httpx.post(
-            f"{server.url}/api/runs", json={"path": "judged.yaml"}, headers=server.headers
-        )
-        page.goto(f"{server.page_url}#/runs/{started.json()['runId']}")
+        show_new_run(page, server, "judged.yaml")
         expect(page.locator(".run-status .status")).to_have_text("completed")
 
         chips = page.locator(".loop-counter")
@@ -275,7 +258,7 @@ steps:
 
 
 def test_a_running_agents_streamed_text_shows_on_its_panel(
-    tmp_path: Path, page: Page, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, page: Page, model_server: StartLLMServer
 ) -> None:
     """While the agent's third turn waits, its panel shows what its model streamed, each
     turn's text on a line of its own (zenflow's ``done`` ends a turn's)."""
@@ -295,32 +278,25 @@ def test_a_running_agents_streamed_text_shows_on_its_panel(
     ]
     write(tmp_path, "streaming.yaml", STREAMING)
     options = ServeOptions(store=tmp_path / "runs.db", root=tmp_path, port=0)
-    with ScriptedLLMServer(rules) as model:
-        for name, value in model.environ().items():
-            monkeypatch.setenv(name, value)
-        try:
-            with BackgroundServer(options) as server:
-                started = httpx.post(
-                    f"{server.url}/api/runs",
-                    json={"path": "streaming.yaml"},
-                    headers=server.headers,
-                )
-                page.goto(f"{server.page_url}#/runs/{started.json()['runId']}")
-                draft = page.locator('[data-key="draft"]')
-                expect(draft).to_have_attribute("data-status", "running")
-                draft.click()
-                details = page.locator("aside.details")
-                expect(details.locator("h2")).to_contain_text("draft")
-                model.wait_for_requests(1)
-                first.set()
-                streaming = details.locator("pre.streaming")
-                written = "Outline: mailboxes, supervisors, backpressure.\nChecked."
-                expect(streaming).to_have_js_property("textContent", written)
-                shoot(page, tmp_path, "streaming")
-                second.set()
-                expect(page.locator(".run-status .status")).to_have_text("completed")
-                expect(streaming).to_have_count(0)  # the step's record takes its place
-                expect(details.locator("pre.content")).to_contain_text("Final draft.")
-        finally:
+    model = model_server(rules)
+    try:
+        with BackgroundServer(options) as server:
+            show_new_run(page, server, "streaming.yaml")
+            draft = page.locator('[data-key="draft"]')
+            expect(draft).to_have_attribute("data-status", "running")
+            draft.click()
+            details = page.locator("aside.details")
+            expect(details.locator("h2")).to_contain_text("draft")
+            model.wait_for_requests(1)
             first.set()
+            streaming = details.locator("pre.streaming")
+            written = "Outline: mailboxes, supervisors, backpressure.\nChecked."
+            expect(streaming).to_have_js_property("textContent", written)
+            shoot(page, tmp_path, "streaming")
             second.set()
+            expect(page.locator(".run-status .status")).to_have_text("completed")
+            expect(streaming).to_have_count(0)  # the step's record takes its place
+            expect(details.locator("pre.content")).to_contain_text("Final draft.")
+    finally:
+        first.set()
+        second.set()

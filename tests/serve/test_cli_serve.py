@@ -17,6 +17,8 @@ import httpx
 
 import cadenza.serve
 from cadenza.serve import Limits
+from tests._helpers import assert_refused
+from tests._helpers import cadenza as cadenza_cli
 
 from .conftest import SCRIPTED, write
 from .test_live import messages
@@ -159,17 +161,8 @@ def test_no_token_is_an_explicit_choice_on_loopback(tmp_path: Path) -> None:
 
 def test_serve_refuses_no_token_on_a_public_address(tmp_path: Path) -> None:
     """--host 0.0.0.0 --no-token: exit 2, one line that says why; no traceback."""
-    done = subprocess.run(
-        [sys.executable, "-m", "cadenza", "serve", "--host", "0.0.0.0", "--no-token"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        env=NO_TOKEN_ENV,
-        timeout=60,
-    )
-    assert done.returncode == 2
-    assert "--no-token is allowed on a loopback address only" in done.stderr
-    assert "Traceback" not in done.stderr
+    done = cadenza_cli("serve", "--host", "0.0.0.0", "--no-token", cwd=tmp_path, env=NO_TOKEN_ENV)
+    assert_refused(done, "--no-token is allowed on a loopback address only")
 
 
 def test_serve_documents_the_limits_defaults_it_leaves_to_cadenza_serve() -> None:

@@ -11,25 +11,19 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
-import pytest
 
 from cadenza.serve import BackgroundServer, ServeOptions
-from cadenza.testing import ScriptedLLMServer
+from tests._helpers import EventStream
 
 from .conftest import REFLECTION, HeldCritic, write
 
 
 def messages(response: httpx.Response) -> Iterator[dict[str, str]]:
     """The server-sent messages of a streamed response, as they arrive."""
-    fields: dict[str, str] = {}
+    stream = EventStream()
     for line in response.iter_lines():
-        if not line:
-            if fields:
-                yield fields
-            fields = {}
-        elif not line.startswith(":"):
-            name, _, value = line.partition(": ")
-            fields[name] = value
+        if (message := stream.feed(line)) is not None:
+            yield message
 
 
 def until_step_starts(stream: Iterator[dict[str, str]], address: str) -> list[dict[str, str]]:
@@ -41,19 +35,6 @@ def until_step_starts(stream: Iterator[dict[str, str]], address: str) -> list[di
         if event.get("type") == "step_start" and event.get("stepId") == address:
             return seen
     raise AssertionError(f"the stream ended before {address} started: {seen}")
-
-
-@pytest.fixture
-def critic(monkeypatch: pytest.MonkeyPatch) -> Iterator[HeldCritic]:
-    """A chat model whose critic waits for the test; OPENAI_* point at it."""
-    held = HeldCritic()
-    with ScriptedLLMServer(held.rules) as server:
-        for name, value in server.environ().items():
-            monkeypatch.setenv(name, value)
-        try:
-            yield held
-        finally:
-            held.release()
 
 
 def test_the_stream_follows_a_run_as_it_happens(tmp_path: Path, critic: HeldCritic) -> None:

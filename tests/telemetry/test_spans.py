@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from opentelemetry.trace import StatusCode
 
 from cadenza import Event, Runtime
+from tests._helpers import EXAMPLES
+from tests._workflows import HANG
+from tests.conftest import WriteFlow
 
 from .conftest import (
     Traces,
@@ -22,9 +24,6 @@ from .conftest import (
     parent,
     run_span,
 )
-
-WriteFlow = Callable[..., Path]
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 FLOW = """
 name: traced
@@ -310,7 +309,7 @@ async def test_a_resumed_run_traces_what_it_runs(
     assert attribute(one(spans, "rounds.1.ask", "step ask"), "cadenza.status") == "waiting"
 
 
-HANG = """
+HANGING = """
 name: hang
 steps:
   - id: wait
@@ -318,14 +317,7 @@ steps:
       maxIterations: 3
       steps:
         - id: forever
-          handler: "HANDLERS:forever"
-"""
-
-FOREVER = """
-import asyncio
-
-async def forever(context):
-    await asyncio.Event().wait()
+          handler: "HANDLERS:hang"
 """
 
 
@@ -338,7 +330,7 @@ async def test_spans_end_when_the_runtime_stops_mid_run(
     write_flow: WriteFlow, traces: Traces, how: str
 ) -> None:
     """Leaving the runtime, or an error inside it, with a run in flight: every span ends."""
-    path = write_flow(HANG, handlers=FOREVER)
+    path = write_flow(HANGING, handlers=HANG)
     running = asyncio.Event()
 
     def watch(event: Event) -> None:

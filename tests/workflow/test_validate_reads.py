@@ -6,13 +6,12 @@ all the other work was done. Each is now a located problem.
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from cadenza.workflow import Problem, validate_file
+from tests._helpers import assert_refused, cadenza
 
 
 def problems(text: str, tmp_path: Path) -> list[Problem]:
@@ -26,8 +25,9 @@ def only(text: str, tmp_path: Path) -> Problem:
     return problem
 
 
-def test_a_step_read_without_depends_on_names_the_missing_dependency(tmp_path: Path) -> None:
-    problem = only(
+REFUSED = {
+    # A step read without dependsOn names the missing dependency.
+    "read-without-dependency": (
         """name: x
 steps:
   - id: one
@@ -36,10 +36,82 @@ steps:
     command: cat
     stdin: "{{ steps.one.content }}"
 """,
-        tmp_path,
-    )
-    assert (problem.line, problem.path) == (7, "steps[1].stdin")
-    assert "'one' is not among this step's dependencies: add it to dependsOn" in problem.message
+        (7, "steps[1].stdin"),
+        ["'one' is not among this step's dependencies: add it to dependsOn"],
+    ),
+    # An unknown step id suggests the close one.
+    "unknown-step": (
+        """name: x
+steps:
+  - {id: build, command: echo built}
+  - id: ship
+    dependsOn: [build]
+    condition: "steps.biuld.status == 'completed'"
+    command: echo shipped
+""",
+        (6, "steps[1].condition"),
+        ["no step has the id 'biuld'", "did you mean 'build'"],
+    ),
+    # An undeclared input is refused.
+    "undeclared-input": (
+        """name: x
+inputs:
+  topic: {type: string}
+steps:
+  - id: say
+    command: cat
+    stdin: "{{ inputs.topc }}"
+""",
+        (7, "steps[0].stdin"),
+        ["declares no input 'topc'", "did you mean 'topic'"],
+    ),
+    # `step` for `steps` is an unknown variable.
+    "step-for-steps": (
+        """name: x
+steps:
+  - {id: one, command: echo one}
+  - id: two
+    dependsOn: [one]
+    condition: "step.one.status == 'completed'"
+    command: echo two
+""",
+        (6, "steps[1].condition"),
+        ["did you mean steps.one?"],
+    ),
+    # Comparing a step's text with a number is refused.
+    "text-compared-with-a-number": (
+        """name: x
+steps:
+  - {id: a, command: echo 5}
+  - id: b
+    dependsOn: [a]
+    condition: "steps.a.content > 3"
+    command: echo big
+""",
+        (6, "steps[1].condition"),
+        ["steps.a.content is text", "int(steps.a.content)"],
+    ),
+    # An output reading a field no step has is refused.
+    "output-reads-no-such-field": (
+        """name: x
+steps:
+  - {id: a, command: echo 5}
+output: "steps.a.output"
+""",
+        (4, "output"),
+        ["a step has only content, result and status"],
+    ),
+}
+
+
+@pytest.mark.parametrize(("text", "where", "words"), REFUSED.values(), ids=REFUSED.keys())
+def test_a_read_that_would_fail_at_run_time_is_one_located_problem(
+    text: str, where: tuple[int, str], words: list[str], tmp_path: Path
+) -> None:
+    problem = only(text, tmp_path)
+    assert (problem.line, problem.path) == where
+    for word in words:
+        assert word in problem.message
 
 
 def test_a_transitive_dependency_may_be_read(tmp_path: Path) -> None:
@@ -53,86 +125,6 @@ steps:
     stdin: "{{ steps.one.content }} {{ steps.two.content }}"
 """
     assert problems(text, tmp_path) == []
-
-
-def test_an_unknown_step_id_suggests_the_close_one(tmp_path: Path) -> None:
-    problem = only(
-        """name: x
-steps:
-  - {id: build, command: echo built}
-  - id: ship
-    dependsOn: [build]
-    condition: "steps.biuld.status == 'completed'"
-    command: echo shipped
-""",
-        tmp_path,
-    )
-    assert (problem.line, problem.path) == (6, "steps[1].condition")
-    assert "no step has the id 'biuld'" in problem.message
-    assert "did you mean 'build'" in problem.message
-
-
-def test_an_undeclared_input_is_refused(tmp_path: Path) -> None:
-    problem = only(
-        """name: x
-inputs:
-  topic: {type: string}
-steps:
-  - id: say
-    command: cat
-    stdin: "{{ inputs.topc }}"
-""",
-        tmp_path,
-    )
-    assert (problem.line, problem.path) == (7, "steps[0].stdin")
-    assert "declares no input 'topc'" in problem.message
-    assert "did you mean 'topic'" in problem.message
-
-
-def test_step_for_steps_is_an_unknown_variable(tmp_path: Path) -> None:
-    problem = only(
-        """name: x
-steps:
-  - {id: one, command: echo one}
-  - id: two
-    dependsOn: [one]
-    condition: "step.one.status == 'completed'"
-    command: echo two
-""",
-        tmp_path,
-    )
-    assert (problem.line, problem.path) == (6, "steps[1].condition")
-    assert "did you mean steps.one?" in problem.message
-
-
-def test_comparing_a_step_text_with_a_number_is_refused(tmp_path: Path) -> None:
-    problem = only(
-        """name: x
-steps:
-  - {id: a, command: echo 5}
-  - id: b
-    dependsOn: [a]
-    condition: "steps.a.content > 3"
-    command: echo big
-""",
-        tmp_path,
-    )
-    assert (problem.line, problem.path) == (6, "steps[1].condition")
-    assert "steps.a.content is text" in problem.message
-    assert "int(steps.a.content)" in problem.message
-
-
-def test_output_reading_a_field_no_step_has_is_refused(tmp_path: Path) -> None:
-    problem = only(
-        """name: x
-steps:
-  - {id: a, command: echo 5}
-output: "steps.a.output"
-""",
-        tmp_path,
-    )
-    assert (problem.line, problem.path) == (4, "output")
-    assert "a step has only content, result and status" in problem.message
 
 
 def test_a_handler_module_that_exists_nowhere_is_refused_without_importing(
@@ -154,15 +146,7 @@ steps:
 def test_the_cli_prints_the_location_and_exits_2(tmp_path: Path) -> None:
     path = tmp_path / "flow.yaml"
     path.write_text("name: x\nsteps:\n  - {id: a, command: cat, stdin: '{{ steps.b.content }}'}\n")
-    done = subprocess.run(
-        [sys.executable, "-m", "cadenza", "validate", str(path)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert done.returncode == 2
-    assert f"{path}:3:" in done.stderr
-    assert "Traceback" not in done.stderr
+    assert_refused(cadenza("validate", str(path), cwd=tmp_path), f"{path}:3:")
 
 
 @pytest.mark.parametrize(
