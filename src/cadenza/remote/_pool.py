@@ -147,21 +147,30 @@ class Pool:
             self._on_result(identity, record, message)
             self._pump()
         elif isinstance(message, StepEvent | Mail):
-            job = self.jobs.get(message.job)
-            if job is None or record is None or job.worker is not record:
-                return  # a stale job's chatter: its result is what gets counted
-            if job.attempt != message.attempt or job.cancelled:
-                return
-            if isinstance(message, Mail):
-                job.sink.mail(message.text)
-            else:
-                job.sink.event(message)
+            self._on_step(record, message)
         elif isinstance(message, Hello):
             self._on_hello(identity, record, message)
         elif record is None:
             if not isinstance(message, Disconnect):
                 self._tell(identity, Disconnect("unknown worker: say hello"))
-        elif isinstance(message, Ready):
+        else:
+            self._on_session(record, message)
+
+    def _on_step(self, record: WorkerRecord | None, message: StepEvent | Mail) -> None:
+        """An event or a message from a job's step, passed on while the job is current."""
+        job = self.jobs.get(message.job)
+        if job is None or record is None or job.worker is not record:
+            return  # a stale job's chatter: its result is what gets counted
+        if job.attempt != message.attempt or job.cancelled:
+            return
+        if isinstance(message, Mail):
+            job.sink.mail(message.text)
+        else:
+            job.sink.event(message)
+
+    def _on_session(self, record: WorkerRecord, message: WorkerMessage) -> None:
+        """What a known worker says of itself: its capacity, its leaving, an error."""
+        if isinstance(message, Ready):
             record.capacity = max(0, message.capacity)
             self._emit(WorkerEvent("ready", record.name, data={"capacity": record.capacity}))
             self._pump()

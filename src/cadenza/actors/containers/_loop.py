@@ -188,59 +188,81 @@ class LoopController(Container):
         self.last = record
         if self.loop.keep_last:
             forget(self, key)
-        if record.status == "cancelled" or self.stopping is not None:
-            await self._end("cancelled")
+        ended = self._ended_by(record)
+        if ended is not None:
+            await self._end(ended, error=record.error if ended == "failed" else None)
             return
-        if record.status == "waiting":  # a person must answer before the loop can go on
-            await self._end("waiting")
-            return
-        tolerated = self.body is not None and self.step.on_error == "continue"
-        if record.status == "failed" and not tolerated:
-            await self._end("failed", error=record.error)
-            return
-        reason = None
+        stop: bool | None = False
         if self.loop.until is not None:
-            try:
-                expression = compile_expression(self.loop.until, step_ids=self.run.step_ids)
-                names = self._until_names(record)
-                if expression.is_async:  # a Python predicate: awaited where cancel can reach it
-                    stop = await self.park(expression.evaluate_bool_async(names, what="until"))
-                else:
-                    stop = expression.evaluate_bool(names, what="until")
-            except Exception as error:  # a bad until fails the loop, naming the expression
-                await self._end("failed", error=work_error(error, self.here))
+            stop = await self._until(record)
+            if stop is None:  # the loop ended there
                 return
-            if self.stopping is not None:  # cancelled while an async until ran
-                await self._end("cancelled")
-                return
-            if stop:
-                reason = "until"
         verdict = None
-        if reason is None and self.loop.until_agent is not None:
+        if not stop and self.loop.until_agent is not None:
             verdict = await self.park(self._judge(key, record))
             if verdict is None or self.stopping is not None:
                 await self._end("cancelled")
                 return
-            reason = "judge" if verdict.done else None
+        block = self._keep_output(record, verdict)
+        if stop or (verdict is not None and verdict.done):
+            await self._end("completed", reason="until" if stop else "judge")
+        elif key + 1 >= self.limit:
+            await self._at_limit()
+        else:
+            await self._next(key, block)
+
+    def _ended_by(self, record: StepRecord) -> StepStatus | None:
+        """The loop's status when the iteration's own status ends it, else None."""
+        if record.status == "cancelled" or self.stopping is not None:
+            return "cancelled"
+        if record.status == "waiting":  # a person must answer before the loop can go on
+            return "waiting"
+        tolerated = self.body is not None and self.step.on_error == "continue"
+        if record.status == "failed" and not tolerated:
+            return "failed"
+        return None
+
+    async def _until(self, record: StepRecord) -> bool | None:
+        """Whether ``until`` holds after the iteration; None once it ended the loop.
+
+        A bad ``until`` fails the loop, naming the expression; a cancel while an
+        async one ran cancels it.
+        """
+        assert self.loop.until is not None
+        try:
+            expression = compile_expression(self.loop.until, step_ids=self.run.step_ids)
+            names = self._until_names(record)
+            if expression.is_async:  # a Python predicate: awaited where cancel can reach it
+                stop = await self.park(expression.evaluate_bool_async(names, what="until"))
+            else:
+                stop = expression.evaluate_bool(names, what="until")
+        except Exception as error:
+            await self._end("failed", error=work_error(error, self.here))
+            return None
+        if self.stopping is not None:
+            await self._end("cancelled")
+            return None
+        return stop
+
+    def _keep_output(self, record: StepRecord, verdict: Verdict | None) -> str:
+        """The iteration's output (with the judge's feedback): the next one's feedback."""
         block = record.content or ""
         if verdict is not None and verdict.feedback:
             block += f"\n\nJudge feedback: {verdict.feedback}"
         if self.cumulative:
             self.blocks.append(block)
         self.feedback = block
-        if reason is not None:
-            await self._end("completed", reason=reason)
-        elif key + 1 >= self.limit:
-            await self._at_limit()
-        else:
-            if self.loop.keep_last:
-                checkpoint(self, key, block)
-            replay = self.run.journal.replay
-            # A resumed run does not wait again before an iteration it had already begun.
-            resumed = replay is not None and replay.launched(str(self.address.iteration(key + 1)))
-            if self.loop.delay and not resumed:
-                await self.park(self.run.clock.sleep(parse_duration(self.loop.delay)))
-            await self._launch(key + 1)
+        return block
+
+    async def _next(self, key: int, block: str) -> None:
+        """Starts iteration ``key + 1``, after ``delay`` unless a resumed run began it."""
+        if self.loop.keep_last:
+            checkpoint(self, key, block)
+        replay = self.run.journal.replay
+        resumed = replay is not None and replay.launched(str(self.address.iteration(key + 1)))
+        if self.loop.delay and not resumed:
+            await self.park(self.run.clock.sleep(parse_duration(self.loop.delay)))
+        await self._launch(key + 1)
 
     def _until_names(self, record: StepRecord) -> dict[str, object]:
         """What ``until`` sees: the iteration's scope and its output."""
