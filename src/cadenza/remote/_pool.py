@@ -70,21 +70,12 @@ class Pool:
     """Workers, jobs and the queue of one dispatcher (see the module docstring)."""
 
     def __init__(
-        self,
-        *,
-        send: Send,
-        emit: Callable[[WorkerEvent], None],
-        clock: Clock,
-        heartbeat: float,
-        liveness: int,
-        max_message: int,
+        self, *, send: Send, emit: Callable[[WorkerEvent], None], clock: Clock, terms: Welcome
     ) -> None:
         self._send = send
         self._emit = emit
         self._clock = clock
-        self._heartbeat = heartbeat
-        self._liveness = liveness
-        self._max_message = max_message
+        self._terms = terms
         self._encode = msgspec.msgpack.Encoder().encode
         self._beat = self._encode(Heartbeat())
         self.workers: dict[bytes, WorkerRecord] = {}
@@ -189,7 +180,7 @@ class Pool:
             text = f"this supervisor speaks protocol {PROTOCOL_VERSION}, not {hello.version}"
             self._tell(identity, WireError("version", text))
             return
-        welcome = Welcome(PROTOCOL_VERSION, self._heartbeat, self._liveness, self._max_message)
+        welcome = self._terms
         if record is not None:
             # The same session again (it was told "unknown" more than once): not news.
             record.capacity = max(0, hello.capacity)
@@ -275,7 +266,7 @@ class Pool:
     def tick(self) -> None:
         """A heartbeat period passed: lose the silent, beat to the others, dispatch."""
         now = self._clock.now()
-        limit = self._heartbeat * self._liveness
+        limit = self._terms.heartbeat * self._terms.liveness
         for record in list(self.workers.values()):
             if now - record.last_seen > limit:
                 self.lose(record, f"silent for {now - record.last_seen:.2f}s")

@@ -17,8 +17,6 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
 
-import msgspec
-
 from cadenza.actors.run import (
     NO_BRIEF,
     Brief,
@@ -43,7 +41,7 @@ from cadenza.protocols import (
 )
 from cadenza.workflow import LoadedWorkflow, Loop, Step, compile_expression, parse_duration
 
-from ._container import Container, Outcome, amend
+from ._container import Container, Outcome, amend, looped_body
 from ._dag import DagOutcome
 from ._judge import JUDGE, Judging, Verdict, iteration_report, run_judge
 from ._retention import checkpoint, forget, restore
@@ -85,12 +83,7 @@ class LoopController(Container):
         assert spec is not None, "a loop controller needs a loop"
         self.loop = spec
         self.body_steps = steps if steps is not None else spec.steps
-        # A single-step loop repeats the step itself; its timeout and retries are the loop's.
-        self.body = (
-            None
-            if self.body_steps
-            else msgspec.structs.replace(step, loop=None, timeout=None, retries=0)
-        )
+        self.body = looped_body(step, self.body_steps)
         self.roots = {s.id for s in self.body_steps or () if not s.depends_on}
         # Later body steps keep only the forEach item they belong to.
         index = self.brief.item_index
@@ -149,19 +142,9 @@ class LoopController(Container):
         )
         feedback = self.feedback if self.loop.feedback else None
         if self.body is not None:
-            brief = self._brief(self.step_id, True, feedback)
-            report = self.reporter(n)
-            placement = Placement(
-                self.run,
-                self.document,
-                self.step_id,
-                self.body,
-                scope,
-                report,
-                self.position,  # zenflow gives an iteration its loop's
-                brief,
+            self.spawn_looped(
+                n, self.body, scope, address, self._brief(self.step_id, True, feedback)
             )
-            self.children[n] = self.run.spawn_step(placement, address)
             return
         steps = self.body_steps or ()
         briefs = {s.id: self._brief(s.id, s.id in self.roots, feedback) for s in steps}

@@ -242,30 +242,30 @@ class _Wrapper:
     def _long_option(self, text: str, name: str) -> tuple[int, bool]:
         """`_option` for ``--name`` or ``--name=value``."""
         option, equals, _ = text.partition("=")
+        return self._one(option, bool(equals), name) or (1, False)
+
+    def _short_options(self, text: str, name: str) -> tuple[int, bool]:
+        """`_option` for a cluster of letters (``-nu USER``): read up to one taking a value."""
+        for position in range(1, len(text)):
+            taken = self._one("-" + text[position], position + 1 < len(text), name)
+            if taken is not None:
+                return taken
+        return 1, False
+
+    def _one(self, option: str, attached: bool, name: str) -> tuple[int, bool] | None:
+        """What one option takes: `_option`'s answer, or None for a flag (nothing more).
+
+        ``attached``: its value, if it takes one, is in the same word (``-uUSER``).
+        """
         if option in self.code:
             raise _Unclear(f"{name} {option} runs a shell or a string")
         if option in self.replace:
             return 1, True
         if option in self.valued:
-            return (1 if equals else 2), False
+            return (1 if attached else 2), False
         if option in self.flags:
-            return 1, False
+            return None
         raise _Unclear(f"{name} {option}: an option not read here")
-
-    def _short_options(self, text: str, name: str) -> tuple[int, bool]:
-        """`_option` for a cluster of letters (``-nu USER``): read up to one taking a value."""
-        for position in range(1, len(text)):
-            option = "-" + text[position]
-            rest = position + 1 < len(text)
-            if option in self.code:
-                raise _Unclear(f"{name} {option} runs a shell or a string")
-            if option in self.replace:
-                return 1, True
-            if option in self.valued:
-                return (1 if rest else 2), False
-            if option not in self.flags:
-                raise _Unclear(f"{name} {option}: an option not read here")
-        return 1, False
 
 
 _WRAPPER_SPECS: Final = {
