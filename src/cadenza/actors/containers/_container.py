@@ -98,8 +98,9 @@ class Container(PlacedActor):
     """Base of the container controllers: attempts, timeout, cancellation, the final record.
 
     Subclasses implement `begin` (start an attempt from scratch) and `child_done`
-    (a child finished), spawn children with `reporter` or `spawn_body`, and end
-    with `finish`. Before starting anything new they check `stopping`.
+    (a child finished), spawn children with `reporter`, `spawn_looped` or
+    `spawn_body`, and end with `finish`. Before starting anything new they check
+    `stopping`.
     """
 
     kind: ClassVar[str] = "container"

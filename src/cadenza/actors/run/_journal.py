@@ -353,31 +353,32 @@ class RunJournal:
     def _announce(
         self, address: str, record: StepRecord, agent: str | None, tokens: Tokens | None
     ) -> None:
-        if record.status == "skipped":
+        duration = record.duration_ms / 1000
+        if record.status == "completed":
+            self.emit(
+                EventType.STEP_END,
+                step_id=address,
+                agent=agent,
+                duration=duration,
+                tokens=tokens,
+                data=None if record.worker is None else StepEnd(worker=record.worker),
+            )
+        elif record.status == "skipped":
             self.emit(EventType.STEP_SKIPPED, step_id=address, message=_reason(record))
-            return
-        if record.status == "waiting":
+        elif record.status == "waiting":
             # The data is the question the record holds (`StepWaiting`), plain already.
             question = None if record.result is None else _Plain(record.result)
             self.emit(STEP_WAITING, step_id=address, message=record.content, data=question)
-            return
-        # A step that ran ends in step_end, or in error (failed, cancelled): the same fields.
-        data: StepEnd | StepError | None
-        if record.status == "completed":
-            kind, error = EventType.STEP_END, None
-            data = None if record.worker is None else StepEnd(worker=record.worker)
         else:
-            kind, error = EventType.ERROR, _reason(record)
-            data = StepError(status=record.status, worker=record.worker)
-        self.emit(
-            kind,
-            step_id=address,
-            agent=agent,
-            duration=record.duration_ms / 1000,
-            tokens=tokens,
-            error=error,
-            data=data,
-        )
+            self.emit(
+                EventType.ERROR,
+                step_id=address,
+                agent=agent,
+                duration=duration,
+                tokens=tokens,
+                error=_reason(record),
+                data=StepError(status=record.status, worker=record.worker),
+            )
 
     def usage(self) -> Usage:
         """Token usage so far."""
