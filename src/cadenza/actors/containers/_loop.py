@@ -175,24 +175,29 @@ class LoopController(Container):
         if ended is not None:
             await self._end(ended, error=record.error if ended == "failed" else None)
             return
-        stop: bool | None = False
-        if self.loop.until is not None:
-            stop = await self._until(record)
-            if stop is None:  # the loop ended there
+        reason: str | None = None
+        verdict: Verdict | None = None
+        if self.loop.until is not None or self.loop.until_agent is not None:
+            watched = await self._watch(key, record)
+            if watched is None:  # the loop ended there
                 return
-        verdict = None
-        if not stop and self.loop.until_agent is not None:
-            verdict = await self.park(self._judge(key, record))
-            if verdict is None or self.stopping is not None:
-                await self._end("cancelled")
-                return
-        block = self._keep_output(record, verdict)
-        if stop or (verdict is not None and verdict.done):
-            await self._end("completed", reason="until" if stop else "judge")
+            reason, verdict = watched
+        # The iteration's output, with the judge's feedback: the next iteration's feedback.
+        block = record.content or ""
+        if verdict is not None and verdict.feedback:
+            block += f"\n\nJudge feedback: {verdict.feedback}"
+        if self.cumulative:
+            self.blocks.append(block)
+        self.feedback = block
+        if reason is not None:
+            await self._end("completed", reason=reason)
         elif key + 1 >= self.limit:
             await self._at_limit()
         else:
-            await self._next(key, block)
+            delay = self._pause_before(key, block)
+            if delay is not None:
+                await self.park(self.run.clock.sleep(delay))
+            await self._launch(key + 1)
 
     def _ended_by(self, record: StepRecord) -> StepStatus | None:
         """The loop's status when the iteration's own status ends it, else None."""
@@ -227,25 +232,37 @@ class LoopController(Container):
             return None
         return stop
 
-    def _keep_output(self, record: StepRecord, verdict: Verdict | None) -> str:
-        """The iteration's output (with the judge's feedback): the next one's feedback."""
-        block = record.content or ""
-        if verdict is not None and verdict.feedback:
-            block += f"\n\nJudge feedback: {verdict.feedback}"
-        if self.cumulative:
-            self.blocks.append(block)
-        self.feedback = block
-        return block
+    async def _watch(
+        self, key: int, record: StepRecord
+    ) -> tuple[str | None, Verdict | None] | None:
+        """Whether ``until``, then the judge, stop the loop after iteration ``key``: why
+        (None: it goes on), and the judge's verdict if it was asked. None once the loop
+        ended (a bad ``until``, a cancel)."""
+        if self.loop.until is not None:
+            stop = await self._until(record)
+            if stop is None:
+                return None
+            if stop:
+                return "until", None
+        if self.loop.until_agent is None:
+            return None, None
+        verdict = await self.park(self._judge(key, record))
+        if verdict is None or self.stopping is not None:
+            await self._end("cancelled")
+            return None
+        return ("judge" if verdict.done else None), verdict
 
-    async def _next(self, key: int, block: str) -> None:
-        """Starts iteration ``key + 1``, after ``delay`` unless a resumed run began it."""
+    def _pause_before(self, key: int, block: str) -> float | None:
+        """Seconds to wait before iteration ``key + 1`` (``delay``; None: none, or a resumed
+        run had begun it), once a ``keepLast`` loop has checkpointed iteration ``key``."""
         if self.loop.keep_last:
             checkpoint(self, key, block)
+        if not self.loop.delay:
+            return None
         replay = self.run.journal.replay
-        resumed = replay is not None and replay.launched(str(self.address.iteration(key + 1)))
-        if self.loop.delay and not resumed:
-            await self.park(self.run.clock.sleep(parse_duration(self.loop.delay)))
-        await self._launch(key + 1)
+        if replay is not None and replay.launched(str(self.address.iteration(key + 1))):
+            return None
+        return parse_duration(self.loop.delay)
 
     def _until_names(self, record: StepRecord) -> dict[str, object]:
         """What ``until`` sees: the iteration's scope and its output."""
