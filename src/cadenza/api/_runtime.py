@@ -363,21 +363,8 @@ class Runtime:
         if self._group is None:
             raise CadenzaError("the runtime is not running; use it as 'async with Runtime()'")
         document = _as_document(workflow)
-        if self.workers is not None and document.workflow.mcp_servers:
-            raise InputError(
-                "this workflow declares mcpServers, and MCP servers run in the supervisor's"
-                " process: run it without remote workers (its steps would run elsewhere)"
-            )
-        if self.workers is not None and document.workflow.options.isolation == WORKTREE_PER_STEP:
-            raise InputError(
-                "options.isolation: worktree-per-step makes worktrees of this machine's"
-                " repository, and remote workers run steps elsewhere: run it without workers"
-            )
-        if self.workers is not None and _has_permissions(document, self.tool_policy):
-            raise InputError(
-                "tool permissions are checked in the supervisor's process, and remote workers"
-                " run agents' tools without them: run this workflow without remote workers"
-            )
+        if self.workers is not None:
+            self._check_remote(document)
         resolved = resolve_inputs(document.workflow.inputs, inputs or {})
         run_id = run_id or new_run_id()
         if run_id in self._runs or await self.store.get_run(run_id) is not None:
@@ -394,6 +381,29 @@ class Runtime:
         run = DrivenRun(run_id, journal, self.store, RunControl(), self.clock)
         await self._launch(run, document, resolved, limit, LeaseHolder.for_this_process())
         return run.handle
+
+    def _check_remote(self, document: LoadedWorkflow) -> None:
+        """Refuses a workflow that needs the supervisor's process where workers run steps.
+
+        Raises:
+            InputError: It declares MCP servers, worktree-per-step isolation or tool
+                permissions.
+        """
+        if document.workflow.mcp_servers:
+            raise InputError(
+                "this workflow declares mcpServers, and MCP servers run in the supervisor's"
+                " process: run it without remote workers (its steps would run elsewhere)"
+            )
+        if document.workflow.options.isolation == WORKTREE_PER_STEP:
+            raise InputError(
+                "options.isolation: worktree-per-step makes worktrees of this machine's"
+                " repository, and remote workers run steps elsewhere: run it without workers"
+            )
+        if _has_permissions(document, self.tool_policy):
+            raise InputError(
+                "tool permissions are checked in the supervisor's process, and remote workers"
+                " run agents' tools without them: run this workflow without remote workers"
+            )
 
     async def _launch(
         self,

@@ -116,17 +116,7 @@ class EventSubscription:
             if self._horizon is not None:
                 stored = [event for event in stored if event.seq <= self._horizon]
             self._history = deque(stored)
-        while not self._closed:
-            if self._history:
-                event = self._history.popleft()
-            elif self._pending:
-                event = self._pending.popleft()
-            elif not self._live or self._ended.done():
-                break  # nothing (more) live to wait for
-            else:
-                self._wakeup = asyncio.get_running_loop().create_future()
-                await self._wakeup
-                continue
+        while (event := await self._next()) is not None:
             if event.type == EventType.OUTPUT:
                 return event  # shown live, never stored, not numbered
             if event.seq <= self._last:
@@ -140,6 +130,22 @@ class EventSubscription:
             return event
         self._close()  # closed meanwhile (`aclose`), or nothing (more) to wait for
         raise StopAsyncIteration
+
+    async def _next(self) -> Event | None:
+        """The next stored event, else the next live one, waiting for it if the run goes on.
+
+        None: the subscription was closed, or nothing (more) live is to come.
+        """
+        while not self._closed:
+            if self._history:
+                return self._history.popleft()
+            if self._pending:
+                return self._pending.popleft()
+            if not self._live or self._ended.done():
+                return None
+            self._wakeup = asyncio.get_running_loop().create_future()
+            await self._wakeup
+        return None
 
     async def aclose(self) -> None:
         """Stops the subscription: nothing more is buffered, iteration ends."""

@@ -14,7 +14,7 @@ import json
 import os
 import sys
 import traceback
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -333,6 +333,25 @@ def _say(args: argparse.Namespace, error: BaseException, *lines: str) -> None:
     sys.stderr.write("".join(f"{line}\n" for line in lines))
 
 
+_COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
+    "validate": _validate,
+    "graph": _graph,
+    "worker": worker_command,
+    "keys": keys_command,
+    "serve": serve_command,
+}
+"""The commands that run without an event loop of their own (or start their own)."""
+
+_ASYNC_COMMANDS: dict[str, Callable[[argparse.Namespace], Awaitable[int]]] = {
+    "run": _run,
+    "resume": resume_command,
+    "signal": signal_command,
+    "cancel": cancel_command,
+    "supervise": supervise_command,
+}
+"""The commands run in an event loop (``runs`` is the rest)."""
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Runs the command line; returns the process exit code."""
     args = _parser().parse_args(argv)
@@ -342,27 +361,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     try:
         _check_failpoints()
-        if args.command == "run":
-            return anyio.run(_run, args)
-        if args.command == "validate":
-            return _validate(args)
-        if args.command == "graph":
-            return _graph(args)
-        if args.command == "worker":
-            return worker_command(args)
-        if args.command == "keys":
-            return keys_command(args)
-        if args.command == "resume":
-            return anyio.run(resume_command, args)
-        if args.command == "signal":
-            return anyio.run(signal_command, args)
-        if args.command == "cancel":
-            return anyio.run(cancel_command, args)
-        if args.command == "serve":
-            return serve_command(args)
-        if args.command == "supervise":
-            return anyio.run(supervise_command, args)
-        return anyio.run(_runs, args)
+        command = _COMMANDS.get(args.command)
+        if command is not None:
+            return command(args)
+        return anyio.run(_ASYNC_COMMANDS.get(args.command, _runs), args)
     except WorkflowError as error:
         _say(args, error, *(str(problem) for problem in error.problems))
         return 2

@@ -316,29 +316,25 @@ class LiveProgress:
             return f"run {event.run_id} ({event.message}) {verb}"
         if event.step_id is not None and "[" in event.step_id and not self._tells_item(event):
             return None  # inside a forEach item: counted on the forEach's line
-        if event.type == EventType.ITERATION_START:
-            iteration = payload(event, IterationStart).iteration
-            return f"  ⟳ {event.step_id}  iteration {iteration}"
-        if event.type == EventType.JUDGE_VERDICT:
-            judged = payload(event, JudgeVerdict)
-            verdict = {True: "done", False: "not done", None: "no verdict"}[judged.done]
-            reason = f": {judged.reason}" if judged.reason else ""
-            return f"  ⚖ {event.step_id}  {verdict}{reason}"
-        if event.type == EventType.GRAPH_TRANSITION:
-            taken = payload(event, GraphTransition)
-            return f"  → {event.step_id}  {taken.from_} → {taken.to}"
+        progress = _progress(event)
+        if progress is not None:
+            return progress
         mark = self.MARKS.get(event.type)
         if mark is None or event.step_id is None:
             return None
+        return f"  {mark} {event.step_id}  {self._detail(event, event.step_id)}"
+
+    def _detail(self, event: Event, address: str) -> str:
+        """What a step's line says after its address: how long, how its items went, why."""
         detail = event.duration or ""
-        fan = self.fans.get(event.step_id)
+        fan = self.fans.get(address)
         if fan is not None:  # a forEach's end: how its items went
             detail = f"{detail}  {fan.counts()}".strip()
         if event.error:
             detail = f"{detail} {event.error}".strip()
         if event.type in (EventType.STEP_SKIPPED, EventType.STEP_WAITING) and event.message:
             detail = event.message.splitlines()[0]
-        return f"  {mark} {event.step_id}  {detail}"
+        return detail
 
     def _tells_item(self, event: Event) -> bool:
         """Whether an event inside a forEach item gets its own line: a question, always
@@ -474,6 +470,22 @@ def _duration(row: RunRow) -> str:
 
 def _write(stream: TextIO, lines: list[str]) -> None:
     stream.write("".join(f"{line}\n" for line in lines))
+
+
+def _progress(event: Event) -> str | None:
+    """The line of a loop's iteration, a judge's verdict or a graph's transition."""
+    if event.type == EventType.ITERATION_START:
+        iteration = payload(event, IterationStart).iteration
+        return f"  ⟳ {event.step_id}  iteration {iteration}"
+    if event.type == EventType.JUDGE_VERDICT:
+        judged = payload(event, JudgeVerdict)
+        verdict = {True: "done", False: "not done", None: "no verdict"}[judged.done]
+        reason = f": {judged.reason}" if judged.reason else ""
+        return f"  ⚖ {event.step_id}  {verdict}{reason}"
+    if event.type == EventType.GRAPH_TRANSITION:
+        taken = payload(event, GraphTransition)
+        return f"  → {event.step_id}  {taken.from_} → {taken.to}"
+    return None
 
 
 def _details(result: RunResult, store: StoreSpec) -> list[str]:

@@ -191,28 +191,43 @@ def _locate_error(text: str) -> AddressError:
     pos, end, first = 0, len(text), True
     while pos < end:
         name = _NAME.match(text, pos)
-        if name:
-            pos = name.end()
-            while pos < end and text[pos] == "[":
-                index = _NUMBER.match(text, pos + 1)
-                if index is None or _digit_at(text, index.end()):
-                    return _error(text, pos + 1, "expected a number without leading zeros")
-                if index.end() == end or text[index.end()] != "]":
-                    return _error(text, index.end(), "expected ']'")
-                pos = index.end() + 1
-        else:
-            number = None if first else _NUMBER.match(text, pos)
-            if number is None or _digit_at(text, number.end()):
-                expected = "a name (a letter first)" if first else "a name or a number"
-                return _error(text, pos, f"expected {expected}, without leading zeros")
-            pos = number.end()
-            if pos < end and text[pos] == "[":
-                return _error(text, pos, "an iteration number takes no [N] index")
+        past = _past_indexes(text, name.end()) if name else _past_number(text, pos, first)
+        if isinstance(past, AddressError):
+            return past
+        pos = past
         if pos < end and text[pos] != ".":
             return _error(text, pos, f"unexpected {text[pos]!r}")
         pos += 1
         first = False
     return _error(text, end, "address ends with '.'")
+
+
+def _past_indexes(text: str, pos: int) -> int | AddressError:
+    """Where a name's ``[N]`` indexes from ``pos`` end, or what is wrong in one."""
+    end = len(text)
+    while pos < end and text[pos] == "[":
+        index = _NUMBER.match(text, pos + 1)
+        if index is None or _digit_at(text, index.end()):
+            return _error(text, pos + 1, "expected a number without leading zeros")
+        if index.end() == end or text[index.end()] != "]":
+            return _error(text, index.end(), "expected ']'")
+        pos = index.end() + 1
+    return pos
+
+
+def _past_number(text: str, pos: int, first: bool) -> int | AddressError:
+    """Where the iteration number at ``pos`` ends, or what is wrong there (not a name).
+
+    The ``first`` segment must be a name.
+    """
+    number = None if first else _NUMBER.match(text, pos)
+    if number is None or _digit_at(text, number.end()):
+        expected = "a name (a letter first)" if first else "a name or a number"
+        return _error(text, pos, f"expected {expected}, without leading zeros")
+    pos = number.end()
+    if pos < len(text) and text[pos] == "[":
+        return _error(text, pos, "an iteration number takes no [N] index")
+    return pos
 
 
 def _digit_at(text: str, pos: int) -> bool:

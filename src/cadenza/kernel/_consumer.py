@@ -39,7 +39,6 @@ async def run_busy_period(ref: ActorRef) -> None:
     inbox = ref._inbox
     current: _Ask | None = None  # the ask being handled, to fail if we are cancelled
     item: Any = None
-    result: Any = None
     actor = None
     error: BaseException | None = None
     try:
@@ -66,17 +65,11 @@ async def run_busy_period(ref: ActorRef) -> None:
                 inbox._wake_putter()
             if type(item) is _Ask:
                 current, item = item, None
-                if current.reply.done():  # the asker gave up before we got to it
-                    current = None
-                    continue
-                result = await actor.receive(current.message)
-                if not current.reply.done():
-                    current.reply.set_result(result)
-                # An idle actor must not keep its last message or answer alive.
-                current = result = None
+                await _answer(actor, current)
+                current = None
             else:
                 await actor.receive(item)
-                item = None
+                item = None  # an idle actor must not keep its last message alive
         if ref._cancel_pending:  # a cancelled actor runs no hook
             exit_actor(ref, inbox, None, None, cancelled=True)
             return
@@ -88,21 +81,42 @@ async def run_busy_period(ref: ActorRef) -> None:
             exit_actor(ref, inbox, current, None, cancelled=True)
             raise
         error = exc
-        if current is not None and not current.reply.done():
-            current.reply.set_exception(exc)
-        current = None
     if error is not None and actor is not None:
-        ref._state = ActorState.FAILED
-        inbox.close()
-        try:
-            await actor.on_failure(error)
-        except (Exception, asyncio.CancelledError) as hook_error:
-            if _cancelled(hook_error):
-                exit_actor(ref, inbox, None, error, cancelled=True)
-                raise
-            hook_error.__context__ = hook_error.__context__ or error
-            error = hook_error
+        error = await _fail(ref, inbox, actor, error, current)
     exit_actor(ref, inbox, None, error, cancelled=False)
+
+
+async def _answer(actor: Actor, ask: _Ask) -> None:
+    """Handles an ask: its reply is what ``receive`` returns (unless the asker gave up)."""
+    if ask.reply.done():  # the asker gave up before we got to it
+        return
+    result = await actor.receive(ask.message)
+    if not ask.reply.done():
+        ask.reply.set_result(result)
+
+
+async def _fail(
+    ref: ActorRef, inbox: Inbox[Any], actor: Actor, error: BaseException, asked: _Ask | None
+) -> BaseException:
+    """Ends an instance that crashed (answering the ``asked`` it crashed on with the error)
+    once ``on_failure`` ran; returns what it ended with.
+
+    That is ``error``, or the hook's own error if it raised one (chained to it). A
+    cancellation while the hook runs ends the instance as cancelled.
+    """
+    if asked is not None and not asked.reply.done():
+        asked.reply.set_exception(error)
+    ref._state = ActorState.FAILED
+    inbox.close()
+    try:
+        await actor.on_failure(error)
+    except (Exception, asyncio.CancelledError) as hook_error:
+        if _cancelled(hook_error):
+            exit_actor(ref, inbox, None, error, cancelled=True)
+            raise
+        hook_error.__context__ = hook_error.__context__ or error
+        return hook_error
+    return error
 
 
 def _cancelled(error: BaseException) -> bool:

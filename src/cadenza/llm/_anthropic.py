@@ -10,12 +10,12 @@ alternate and all results of one assistant turn in the next user turn.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Final
+from typing import Any, Final
 
 import msgspec
 
 from ._errors import LLMResponseError
-from ._stream import AnthropicStream
+from ._stream import AnthropicStream, _AnthropicUsage
 from ._types import Completion, LLMRequest, LLMUsage, Message, ModelToolCall
 from ._wire import WireFormat, sampling
 
@@ -42,22 +42,11 @@ class _Block(msgspec.Struct):
     input: dict[str, Any] | None = None
 
 
-# A negative count would wind the run's token budget back: refused at the edge.
-_Tokens = Annotated[int, msgspec.Meta(ge=0)]
-
-
-class _Usage(msgspec.Struct):
-    input_tokens: _Tokens | None = 0
-    output_tokens: _Tokens | None = 0
-    cache_creation_input_tokens: _Tokens | None = 0
-    cache_read_input_tokens: _Tokens | None = 0
-
-
 class _Response(msgspec.Struct):
     content: list[_Block]
     model: str | None = None
     stop_reason: str | None = None
-    usage: _Usage | None = None
+    usage: _AnthropicUsage | None = None
 
 
 _decoder = msgspec.json.Decoder(_Response)
@@ -141,6 +130,22 @@ def decode_anthropic(data: bytes, *, what: str, model: str, attempts: int) -> Co
         response = _decoder.decode(data)
     except msgspec.DecodeError as exc:
         raise LLMResponseError(f"{what}: malformed message: {exc}", attempts=attempts) from None
+    texts, calls = _blocks_of(response, what, attempts)
+    usage = response.usage or _AnthropicUsage()
+    return Completion(
+        content="".join(texts) if texts else None,
+        tool_calls=tuple(calls),
+        usage=LLMUsage(usage.prompt, usage.output_tokens or 0),
+        model=response.model or model,
+        finish_reason=response.stop_reason,
+        attempts=attempts,
+    )
+
+
+def _blocks_of(
+    response: _Response, what: str, attempts: int
+) -> tuple[list[str], list[ModelToolCall]]:
+    """The texts and tool calls of a response's ``content`` blocks, in order."""
     texts: list[str] = []
     calls: list[ModelToolCall] = []
     for index, block in enumerate(response.content):
@@ -157,20 +162,7 @@ def decode_anthropic(data: bytes, *, what: str, model: str, attempts: int) -> Co
                     attempts=attempts,
                 )
             calls.append(ModelToolCall(block.id, block.name, _encoder.encode(block.input).decode()))
-    usage = response.usage or _Usage()
-    prompt = (
-        (usage.input_tokens or 0)
-        + (usage.cache_creation_input_tokens or 0)
-        + (usage.cache_read_input_tokens or 0)
-    )
-    return Completion(
-        content="".join(texts) if texts else None,
-        tool_calls=tuple(calls),
-        usage=LLMUsage(prompt, usage.output_tokens or 0),
-        model=response.model or model,
-        finish_reason=response.stop_reason,
-        attempts=attempts,
-    )
+    return texts, calls
 
 
 def _api_key(api_key: str) -> dict[str, str]:

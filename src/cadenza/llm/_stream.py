@@ -288,10 +288,21 @@ class _AnthropicDelta(msgspec.Struct):
 
 
 class _AnthropicUsage(msgspec.Struct):
+    """The Messages API's ``usage``, in a whole response and in a stream's events."""
+
     input_tokens: _Tokens | None = None
     output_tokens: _Tokens | None = None
     cache_creation_input_tokens: _Tokens | None = None
     cache_read_input_tokens: _Tokens | None = None
+
+    @property
+    def prompt(self) -> int:
+        """The prompt's tokens: cache reads and writes count as prompt tokens."""
+        return (
+            (self.input_tokens or 0)
+            + (self.cache_creation_input_tokens or 0)
+            + (self.cache_read_input_tokens or 0)
+        )
 
 
 class _AnthropicMessage(msgspec.Struct):
@@ -335,7 +346,13 @@ class AnthropicStream(_Assembler[_AnthropicEvent]):
             block = event.content_block
             if block.type == "tool_use":
                 self._calls[event.index] = _Call(block.id or "", block.name or "")
-        elif kind == "message_start" and event.message is not None:
+        else:
+            self._message(event)
+
+    def _message(self, event: _AnthropicEvent) -> None:
+        """An event about the whole message: its start, its end, its usage, an error."""
+        kind = event.type
+        if kind == "message_start" and event.message is not None:
             self._model = event.message.model
             self._count(event.message.usage)
         elif kind == "message_delta":
@@ -357,12 +374,7 @@ class AnthropicStream(_Assembler[_AnthropicEvent]):
         # message_start carries the prompt's count, message_delta the reply's, cumulative.
         if usage is None:
             return
-        prompt = (
-            (usage.input_tokens or 0)
-            + (usage.cache_creation_input_tokens or 0)
-            + (usage.cache_read_input_tokens or 0)
-        )
-        self._prompt = max(self._prompt, prompt)
+        self._prompt = max(self._prompt, usage.prompt)
         self._completion = max(self._completion, usage.output_tokens or 0)
 
     def completion(self, *, what: str, model: str, attempts: int) -> Completion:

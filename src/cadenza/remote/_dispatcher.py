@@ -29,7 +29,14 @@ from cadenza._logging import get_logger
 from cadenza.actors.steps import DispatchSink
 from cadenza.errors import DispatcherClosed, RemoteError
 from cadenza.kernel import Clock, SystemClock, Timer
-from cadenza.protocols import Dispatch, Result, WorkOrder, supervisor_decoder
+from cadenza.protocols import (
+    PROTOCOL_VERSION,
+    Dispatch,
+    Result,
+    Welcome,
+    WorkOrder,
+    supervisor_decoder,
+)
 
 from ._auth import refuse_unknown_keys, stop_authenticator, watch_handshakes
 from ._books import DispatcherStatistics, Job, WorkerEvent, WorkerInfo
@@ -84,8 +91,8 @@ class Dispatcher:
         self._keys = load_server_keys(curve_keys) if curve_keys is not None else None
         check_endpoint(endpoint, keys=self._keys is not None, insecure=insecure)
         self._endpoint = endpoint
-        self._heartbeat = heartbeat
-        self._max_message = max_message_size
+        # What every worker session is told: the heartbeat, liveness and frame limit.
+        self._terms = Welcome(PROTOCOL_VERSION, heartbeat, liveness, max_message_size)
         self._clock: Clock = clock or SystemClock()
         self._encode = msgspec.msgpack.Encoder().encode
         self._decode = supervisor_decoder().decode
@@ -93,14 +100,7 @@ class Dispatcher:
         self._ids = itertools.count(1)
         self._sinks: list[Callable[[WorkerEvent], None]] = []
         self._logged: dict[tuple[str, str | None], float] = {}
-        self._pool = Pool(
-            send=self._send,
-            emit=self._emit,
-            clock=self._clock,
-            heartbeat=heartbeat,
-            liveness=liveness,
-            max_message=max_message_size,
-        )
+        self._pool = Pool(send=self._send, emit=self._emit, clock=self._clock, terms=self._terms)
         self._running = False
         self._context: zmq.Context[zmq.Socket[bytes]] | None = None
         self._router: LoopSocket | None = None
@@ -137,7 +137,7 @@ class Dispatcher:
         socket = context.socket(zmq.ROUTER)
         socket.setsockopt(zmq.ROUTER_MANDATORY, 1)  # an unknown peer is an error, not a drop
         socket.setsockopt(zmq.ROUTER_HANDOVER, 1)  # a session reconnecting takes its id back
-        socket.setsockopt(zmq.MAXMSGSIZE, self._max_message)
+        socket.setsockopt(zmq.MAXMSGSIZE, self._terms.max_message)
         socket.setsockopt(zmq.LINGER, 0)
         try:
             if self._keys is not None:
@@ -152,7 +152,7 @@ class Dispatcher:
         if self._keys is not None:
             self._monitor = watch_handshakes(socket, self._refused)
         self._running = True
-        self._timer = self._clock.call_later(self._heartbeat, self._tick)
+        self._timer = self._clock.call_later(self._terms.heartbeat, self._tick)
         _log.debug("dispatcher_bound", endpoint=self._endpoint, curve=self._keys is not None)
         return self
 
@@ -201,7 +201,7 @@ class Dispatcher:
             raise DispatcherClosed("the dispatcher is not running")
         job_id = next(self._ids)
         payload = self._encode(Dispatch(job_id, 1, order))
-        if len(payload) > self._max_message:
+        if len(payload) > self._terms.max_message:
             raise RemoteError(f"the step's work order is {len(payload)} bytes, over the limit")
         job = Job(job_id, 1, order, sink, asyncio.get_running_loop().create_future(), payload)
         try:
@@ -250,7 +250,7 @@ class Dispatcher:
         )
 
     def _tick(self) -> None:
-        self._timer = self._clock.call_later(self._heartbeat, self._tick)
+        self._timer = self._clock.call_later(self._terms.heartbeat, self._tick)
         if self._running:
             self._pool.tick()
 

@@ -70,21 +70,12 @@ class Pool:
     """Workers, jobs and the queue of one dispatcher (see the module docstring)."""
 
     def __init__(
-        self,
-        *,
-        send: Send,
-        emit: Callable[[WorkerEvent], None],
-        clock: Clock,
-        heartbeat: float,
-        liveness: int,
-        max_message: int,
+        self, *, send: Send, emit: Callable[[WorkerEvent], None], clock: Clock, terms: Welcome
     ) -> None:
         self._send = send
         self._emit = emit
         self._clock = clock
-        self._heartbeat = heartbeat
-        self._liveness = liveness
-        self._max_message = max_message
+        self._terms = terms
         self._encode = msgspec.msgpack.Encoder().encode
         self._beat = self._encode(Heartbeat())
         self.workers: dict[bytes, WorkerRecord] = {}
@@ -147,21 +138,30 @@ class Pool:
             self._on_result(identity, record, message)
             self._pump()
         elif isinstance(message, StepEvent | Mail):
-            job = self.jobs.get(message.job)
-            if job is None or record is None or job.worker is not record:
-                return  # a stale job's chatter: its result is what gets counted
-            if job.attempt != message.attempt or job.cancelled:
-                return
-            if isinstance(message, Mail):
-                job.sink.mail(message.text)
-            else:
-                job.sink.event(message)
+            self._on_step(record, message)
         elif isinstance(message, Hello):
             self._on_hello(identity, record, message)
         elif record is None:
             if not isinstance(message, Disconnect):
                 self._tell(identity, Disconnect("unknown worker: say hello"))
-        elif isinstance(message, Ready):
+        else:
+            self._on_session(record, message)
+
+    def _on_step(self, record: WorkerRecord | None, message: StepEvent | Mail) -> None:
+        """An event or a message from a job's step, passed on while the job is current."""
+        job = self.jobs.get(message.job)
+        if job is None or record is None or job.worker is not record:
+            return  # a stale job's chatter: its result is what gets counted
+        if job.attempt != message.attempt or job.cancelled:
+            return
+        if isinstance(message, Mail):
+            job.sink.mail(message.text)
+        else:
+            job.sink.event(message)
+
+    def _on_session(self, record: WorkerRecord, message: WorkerMessage) -> None:
+        """What a known worker says of itself: its capacity, its leaving, an error."""
+        if isinstance(message, Ready):
             record.capacity = max(0, message.capacity)
             self._emit(WorkerEvent("ready", record.name, data={"capacity": record.capacity}))
             self._pump()
@@ -180,7 +180,7 @@ class Pool:
             text = f"this supervisor speaks protocol {PROTOCOL_VERSION}, not {hello.version}"
             self._tell(identity, WireError("version", text))
             return
-        welcome = Welcome(PROTOCOL_VERSION, self._heartbeat, self._liveness, self._max_message)
+        welcome = self._terms
         if record is not None:
             # The same session again (it was told "unknown" more than once): not news.
             record.capacity = max(0, hello.capacity)
@@ -266,7 +266,7 @@ class Pool:
     def tick(self) -> None:
         """A heartbeat period passed: lose the silent, beat to the others, dispatch."""
         now = self._clock.now()
-        limit = self._heartbeat * self._liveness
+        limit = self._terms.heartbeat * self._terms.liveness
         for record in list(self.workers.values()):
             if now - record.last_seen > limit:
                 self.lose(record, f"silent for {now - record.last_seen:.2f}s")

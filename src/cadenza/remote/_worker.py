@@ -293,27 +293,11 @@ class Worker:
             return
         self._heard = self._clock.now()
         if isinstance(message, Dispatch):
-            key = (message.job, message.attempt)
-            if not self._stopping and key not in self._jobs:
-                task = asyncio.create_task(self._run_job(message), name=f"job {key}")
-                task.add_done_callback(functools.partial(self._job_done, message))
-                self._jobs[key] = task
+            self._on_dispatch(message)
         elif isinstance(message, Cancel):
-            key = (message.job, message.attempt)
-            running = self._jobs.get(key)
-            if running is not None:
-                self._cancels[key] = message.reason or "cancelled"
-                running.cancel(message.reason)
+            self._on_cancel(message)
         elif isinstance(message, Welcome):
-            if message.version != PROTOCOL_VERSION:
-                _log.error("protocol_mismatch", worker=self.name, supervisor=message.version)
-                self._end("fatal")
-                return
-            self._welcomed = True
-            self._heartbeat, self._liveness = message.heartbeat, message.liveness
-            self._limit = message.max_message or self._max_message
-            self._beat()  # at the supervisor's rate from now on
-            _log.info("worker_connected", worker=self.name, endpoint=self.endpoint)
+            self._on_welcome(message)
         elif isinstance(message, Disconnect):
             # The supervisor lost track of this session (or is going): introduce it again,
             # once until it answers (each stale message of ours earns one of these).
@@ -325,6 +309,33 @@ class Worker:
             _log.error("worker_refused", worker=self.name, code=message.code, error=message.message)
             if message.code == "version":
                 self._end("fatal")
+
+    def _on_dispatch(self, dispatch: Dispatch) -> None:
+        """Starts a job, unless this worker is stopping or runs that attempt already."""
+        key = (dispatch.job, dispatch.attempt)
+        if not self._stopping and key not in self._jobs:
+            task = asyncio.create_task(self._run_job(dispatch), name=f"job {key}")
+            task.add_done_callback(functools.partial(self._job_done, dispatch))
+            self._jobs[key] = task
+
+    def _on_cancel(self, cancel: Cancel) -> None:
+        key = (cancel.job, cancel.attempt)
+        running = self._jobs.get(key)
+        if running is not None:
+            self._cancels[key] = cancel.reason or "cancelled"
+            running.cancel(cancel.reason)
+
+    def _on_welcome(self, welcome: Welcome) -> None:
+        """The supervisor took this session: its protocol must be ours; its rates are."""
+        if welcome.version != PROTOCOL_VERSION:
+            _log.error("protocol_mismatch", worker=self.name, supervisor=welcome.version)
+            self._end("fatal")
+            return
+        self._welcomed = True
+        self._heartbeat, self._liveness = welcome.heartbeat, welcome.liveness
+        self._limit = welcome.max_message or self._max_message
+        self._beat()  # at the supervisor's rate from now on
+        _log.info("worker_connected", worker=self.name, endpoint=self.endpoint)
 
     # -- jobs --------------------------------------------------------------------------
 

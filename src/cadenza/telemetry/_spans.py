@@ -98,6 +98,15 @@ class RunSpans:
             EventType.WORKFLOW_START: self._run_started,
             EventType.RUN_RESUMED: self._run_started,
             EventType.WORKFLOW_END: self._run_ended,
+            EventType.LOOP_END: self._loop_ended,
+            EventType.GRAPH_END: self._graph_ended,
+            EventType.GRAPH_TRANSITION: self._graph_transition,
+            EventType.JUDGE_VERDICT: self._judge_verdict,
+            EventType.DECISION: self._decision,
+            EventType.ACTOR_CRASHED: self._actor_crashed,
+        }
+        # Events about one step, each handled with its address (one without is ignored).
+        self._step_handlers: dict[str, Callable[[Event, str], None]] = {
             EventType.STEP_START: self._step_started,
             EventType.STEP_END: self._step_ended,
             EventType.ERROR: self._step_ended,
@@ -108,12 +117,6 @@ class RunSpans:
             EventType.ITEM_START: self._scope_started,
             EventType.ITERATION_END: self._scope_ended,
             EventType.ITEM_END: self._scope_ended,
-            EventType.LOOP_END: self._loop_ended,
-            EventType.GRAPH_END: self._graph_ended,
-            EventType.GRAPH_TRANSITION: self._graph_transition,
-            EventType.JUDGE_VERDICT: self._judge_verdict,
-            EventType.DECISION: self._decision,
-            EventType.ACTOR_CRASHED: self._actor_crashed,
             EventType.AGENT_TURN: self._agent_turn,
             EventType.TOOL_CALL: self._tool_call,
         }
@@ -123,6 +126,10 @@ class RunSpans:
         handler = self._handlers.get(event.type)
         if handler is not None:
             handler(event)
+            return
+        at_step = self._step_handlers.get(event.type)
+        if at_step is not None and event.step_id is not None:
+            at_step(event, event.step_id)
 
     def close(self) -> None:
         """Ends every span still open, now: the run stopped without a ``workflow_end``."""
@@ -193,10 +200,7 @@ class RunSpans:
 
     # -- steps ---------------------------------------------------------------------
 
-    def _step_started(self, event: Event) -> None:
-        address = event.step_id
-        if address is None:
-            return
+    def _step_started(self, event: Event, address: str) -> None:
         start = payload(event, StepStart)
         kind = start.kind
         if kind in _SCOPE_KINDS:  # a multi-step body's own record: the scope's span
@@ -220,10 +224,7 @@ class RunSpans:
         span = self._start(f"step {_name(address)}", parent, attributes, event)
         self._steps[address] = _Open(span, kind)
 
-    def _step_ended(self, event: Event) -> None:
-        address = event.step_id
-        if address is None:
-            return
+    def _step_ended(self, event: Event, address: str) -> None:
         worker: str | None = None
         if event.type == EventType.STEP_END:
             status, worker = "completed", payload(event, StepEnd).worker
@@ -249,10 +250,7 @@ class RunSpans:
             span.set_attribute("cadenza.worker", worker)
         _finish(span, status, event.error, now)
 
-    def _step_retried(self, event: Event) -> None:
-        address = event.step_id
-        if address is None:
-            return
+    def _step_retried(self, event: Event, address: str) -> None:
         now = _nanoseconds(event.timestamp)
         self._end_calls(address, "failed", event.error, now)
         record = self._steps.pop(address, None)
@@ -271,10 +269,7 @@ class RunSpans:
                 self._end_calls(below, INTERRUPTED, None, now)
                 _finish(opened.pop(below).span, INTERRUPTED, None, now)
 
-    def _step_skipped(self, event: Event) -> None:
-        address = event.step_id
-        if address is None:
-            return
+    def _step_skipped(self, event: Event, address: str) -> None:
         scope = self._scopes.get(address)
         parent = scope.span if scope is not None else self._ancestor(address, event)[0]
         attributes = self._attributes(address)
@@ -284,9 +279,8 @@ class RunSpans:
 
     # -- iterations, items, loops, graphs ----------------------------------------------
 
-    def _scope_started(self, event: Event) -> None:
-        if event.step_id is not None:
-            self._open_scope(event.step_id, event)
+    def _scope_started(self, event: Event, address: str) -> None:
+        self._open_scope(address, event)
 
     def _open_scope(self, address: str, event: Event) -> _Open:
         """The span of iteration ``loop.N`` or item ``loop[N]``, opened once."""
@@ -309,10 +303,7 @@ class RunSpans:
             _put_on(record.span, "cadenza.items.total", payload(event, ItemStart).total)
         return record
 
-    def _scope_ended(self, event: Event) -> None:
-        address = event.step_id
-        if address is None:
-            return
+    def _scope_ended(self, event: Event, address: str) -> None:
         record = self._scopes.pop(address, None)
         if record is not None:
             if event.type == EventType.ITERATION_END:
@@ -378,10 +369,7 @@ class RunSpans:
 
     # -- model and tool calls ------------------------------------------------------------
 
-    def _agent_turn(self, event: Event) -> None:
-        address = event.step_id
-        if address is None:
-            return
+    def _agent_turn(self, event: Event, address: str) -> None:
         turn = payload(event, AgentTurn)
         if turn.phase == "request":
             parent = self._steps.get(address)
@@ -416,10 +404,7 @@ class RunSpans:
         _put_on(call, "cadenza.llm.attempts", turn.attempts)
         _finish(call, "completed", None, _nanoseconds(event.timestamp))
 
-    def _tool_call(self, event: Event) -> None:
-        address = event.step_id
-        if address is None:
-            return
+    def _tool_call(self, event: Event, address: str) -> None:
         called = payload(event, ToolCall)
         call_id = called.tool_call_id
         if called.phase == "start":

@@ -83,16 +83,29 @@ def _arguments_text(call: ServerToolCall) -> str:
     return call.arguments if isinstance(call.arguments, str) else json.dumps(call.arguments)
 
 
-class _OpenAI:
-    name = "openai"
+class _Family:
+    """What the families share: a completion request is a POST to ``path``."""
+
+    name: str
+    path: str
 
     def accepts(self, path: str) -> bool:
-        return path.rstrip("/").endswith("/chat/completions")
+        return path.rstrip("/").endswith(self.path)
+
+
+def _conversation(body: Any) -> tuple[dict[str, Any], list[dict[str, Any]], dict[str, Any]]:
+    """A request body, its ``messages`` and the last of them (``{}`` for what is missing)."""
+    body = _dict(body)
+    messages = [_dict(m) for m in _list(body.get("messages"))]
+    return body, messages, messages[-1] if messages else {}
+
+
+class _OpenAI(_Family):
+    name = "openai"
+    path = "/chat/completions"
 
     def view(self, body: Any) -> RequestView:
-        body = _dict(body)
-        messages = [_dict(m) for m in _list(body.get("messages"))]
-        last = messages[-1] if messages else {}
+        body, messages, last = _conversation(body)
         return RequestView(
             system="\n".join(
                 _text(m.get("content"))
@@ -167,16 +180,12 @@ class _OpenAI:
         return _sse([(None, c) for c in chunks], done=True)
 
 
-class _Anthropic:
+class _Anthropic(_Family):
     name = "anthropic"
-
-    def accepts(self, path: str) -> bool:
-        return path.rstrip("/").endswith("/v1/messages")
+    path = "/v1/messages"
 
     def view(self, body: Any) -> RequestView:
-        body = _dict(body)
-        messages = [_dict(m) for m in _list(body.get("messages"))]
-        last = messages[-1] if messages else {}
+        body, messages, last = _conversation(body)
         role = last.get("role")
         blocks = _list(last.get("content"))
         if role == "user" and blocks and all(_dict(b).get("type") == "tool_result" for b in blocks):

@@ -110,31 +110,41 @@ def _expr(data: bytes) -> Node:
         elif number == 4:
             node.kind, node.name = "ident", _text(_first(value, 1))
         elif number in (5, 6):
-            # Select (operand 1, field 2, test_only 3: a varint) and Call (target 1,
-            # function 2, args 3) share their first field numbers.
             node.kind = "select" if number == 5 else "call"
-            for n, v in _fields(value):
-                if not isinstance(v, bytes):
-                    continue
-                if n == 1:
-                    node.target = _expr(v)
-                elif n == 2:
-                    node.name = v.decode()
-                elif n == 3:
-                    node.args.append(_expr(v))
+            _operation(node, value)
         elif number == 7:
             node.kind = "list"
             node.args = [_expr(v) for n, v in _fields(value) if n == 1 and isinstance(v, bytes)]
         elif number == 8:
-            node.kind = "struct"
-            for n, entry in _fields(value):
-                if n == 2 and isinstance(entry, bytes):
-                    node.args.extend(
-                        _expr(v) for k, v in _fields(entry) if k in (3, 4) and isinstance(v, bytes)
-                    )
+            node.kind, node.args = "struct", _entries(value)
         elif number == 9:
             node.kind, node.loop = "loop", _loop(value)
     return node
+
+
+def _operation(node: Node, data: bytes) -> None:
+    """A Select's fields (operand 1, field 2, test_only 3: a varint) or a Call's (target 1,
+    function 2, args 3): they share their first field numbers."""
+    for number, value in _fields(data):
+        if not isinstance(value, bytes):
+            continue
+        if number == 1:
+            node.target = _expr(value)
+        elif number == 2:
+            node.name = value.decode()
+        elif number == 3:
+            node.args.append(_expr(value))
+
+
+def _entries(data: bytes) -> list[Node]:
+    """A map's (or message's) keys and values in turn."""
+    nodes: list[Node] = []
+    for number, entry in _fields(data):
+        if number == 2 and isinstance(entry, bytes):
+            nodes.extend(
+                _expr(v) for k, v in _fields(entry) if k in (3, 4) and isinstance(v, bytes)
+            )
+    return nodes
 
 
 def _loop(data: bytes) -> Comprehension:

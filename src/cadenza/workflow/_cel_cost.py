@@ -334,25 +334,10 @@ class _Walker:
         if node.name.startswith("math."):  # numbers in, a number or a bool out
             return _Size(_ONE, _ONE, _add(work, *(part.size for part in parts)))
         name = node.name.rsplit(".", 1)[-1]  # strings.quote -> quote
-        if name in _SEARCHES and len(parts) >= 2:
-            work = _add(work, self._search(parts[0], parts[1]))
-        elif name == "matches" and len(parts) == 2:
-            work = _add(work, self._regex(parts[0], operands[1], scope))
-        if name in ("_&&_", "_||_", "!_", "@not_strictly_false"):
-            return _Size(_ONE, _ONE, work)
-        if name in _READERS:
-            return _Size(_ONE, _ONE, _add(work, *(part.size for part in parts)))
-        if name == "_?_:_" and len(parts) == 3:
-            size = _max(parts[1].size, parts[2].size)
-            return _Size(size, _max(parts[1].count, parts[2].count), work)
-        if name in _SELECTORS and parts:
-            return _Size(parts[0].size, parts[0].size, work)
-        if name in _COPIERS and parts:
-            return _Size(parts[0].size, parts[0].size, _add(work, parts[0].size))
-        if name in _REORDERINGS and parts:
-            self.builds = True
-            sorted_ = _scale(parts[0].size, _REORDERINGS[name])
-            return _Size(parts[0].size, parts[0].count, _add(work, sorted_, parts[0].size))
+        work = _add(work, self._scanning(name, parts, operands, scope))
+        shaped = self._shaped(name, parts, work)
+        if shaped is not None:
+            return shaped
         if node.type in SCALAR_TYPES:
             return _Size(_ONE, _ONE, _add(work, *(part.size for part in parts)))
         self.builds = True
@@ -362,6 +347,41 @@ class _Walker:
             return _Size(size, count, _add(work, _scale(count, ELEMENT)))
         built = _scale(size, _SLOW.get(name, 1.0))
         return _Size(size, count, _add(work, built, *(part.size for part in parts)))
+
+    def _scanning(
+        self, name: str, parts: list[_Size], operands: list[Node], scope: dict[str, _Size]
+    ) -> Poly:
+        """The work of a search of text for text, or of a regular expression's match."""
+        if name in _SEARCHES and len(parts) >= 2:
+            return self._search(parts[0], parts[1])
+        if name == "matches" and len(parts) == 2:
+            return self._regex(parts[0], operands[1], scope)
+        return {}
+
+    def _shaped(self, name: str, parts: list[_Size], work: Poly) -> _Size | None:
+        """The result of a call whose size follows from its operands' (None: another call).
+
+        Logic and readers give a scalar; ``?:`` one of its branches; selectors a part
+        of their first operand, copiers and reorderings a copy of it.
+        """
+        if name in ("_&&_", "_||_", "!_", "@not_strictly_false"):
+            return _Size(_ONE, _ONE, work)
+        if name in _READERS:
+            return _Size(_ONE, _ONE, _add(work, *(part.size for part in parts)))
+        if name == "_?_:_" and len(parts) == 3:
+            size = _max(parts[1].size, parts[2].size)
+            return _Size(size, _max(parts[1].count, parts[2].count), work)
+        if not parts:
+            return None
+        if name in _SELECTORS:
+            return _Size(parts[0].size, parts[0].size, work)
+        if name in _COPIERS:
+            return _Size(parts[0].size, parts[0].size, _add(work, parts[0].size))
+        if name in _REORDERINGS:
+            self.builds = True
+            sorted_ = _scale(parts[0].size, _REORDERINGS[name])
+            return _Size(parts[0].size, parts[0].count, _add(work, sorted_, parts[0].size))
+        return None
 
     def _range(self, length: Node, scope: dict[str, _Size], work: Poly) -> _Size:
         """``lists.range(n)``: n integers, each an element of the list built.
@@ -403,7 +423,12 @@ class _Walker:
         if node.name == "_?_:_" and len(operands) == 3:
             yes, no = (self._magnitude(branch, scope) for branch in operands[1:])
             return None if yes is None or no is None else _max(yes, no)
-        if node.name not in _SUMS and node.name not in _SHRINKS and node.name != "_*_":
+        return self._arithmetic(node.name, operands, scope)
+
+    def _arithmetic(self, name: str, operands: list[Node], scope: dict[str, _Size]) -> Poly | None:
+        """`_magnitude` of a sum, a product or what shrinks its first operand (``/ % -``);
+        None for any other call."""
+        if name not in _SUMS and name not in _SHRINKS and name != "_*_":
             return None
         bounds = []
         for operand in operands:
@@ -411,9 +436,9 @@ class _Walker:
             if bound is None:
                 return None
             bounds.append(bound)
-        if node.name in _SUMS:
+        if name in _SUMS:
             return _add(*bounds)
-        if node.name == "_*_":
+        if name == "_*_":
             return _mul(bounds[0], bounds[1])
         return bounds[0]
 

@@ -213,6 +213,21 @@ def rewrite_step_ids(
     longest_first = _hyphenated_longest_first(step_ids)
     if not longest_first:
         return source, []
+    edits = _step_id_edits(source, tokens, longest_first)
+    if not edits:
+        return source, []
+    parts, last = [], 0
+    for start, length, text in edits:
+        parts += [source[last:start], text]
+        last = start + length
+    parts.append(source[last:])
+    return "".join(parts), [(start, length, len(text)) for start, length, text in edits]
+
+
+def _step_id_edits(
+    source: str, tokens: list[Token], longest_first: tuple[str, ...]
+) -> list[tuple[int, int, str]]:
+    """Where `rewrite_step_ids` quotes an id: (start, old length, new text), in order."""
     edits: list[tuple[int, int, str]] = []
     for i in range(len(tokens) - 2):
         if not (tokens[i].text == "steps" and is_root(tokens, i) and tokens[i + 1].text == "."):
@@ -226,14 +241,7 @@ def rewrite_step_ids(
             if run.group().startswith(sid) and not _continues(source, end):
                 edits.append((field.start, len(sid), f"`{sid}`"))
                 break
-    if not edits:
-        return source, []
-    parts, last = [], 0
-    for start, length, text in edits:
-        parts += [source[last:start], text]
-        last = start + length
-    parts.append(source[last:])
-    return "".join(parts), [(start, length, len(text)) for start, length, text in edits]
+    return edits
 
 
 def _continues(source: str, end: int) -> bool:

@@ -107,28 +107,49 @@ def rule_for(cls: type, key: str) -> Rule | None:
 def constrain(value: Any, path: DocPath, rule: Rule, reporter: Reporter) -> None:
     """Report where ``value`` (at ``path``) breaks ``rule``."""
     name = path[-1]
-    report = reporter.add
+    problems: list[str] = []
     if isinstance(value, (int, float)) and not isinstance(value, bool):
-        if rule.ge is not None and value < rule.ge:
-            report(path, f"{name} must be at least {rule.ge:g}, got {value}")
-        if rule.le is not None and value > rule.le:
-            report(path, f"{name} must be at most {rule.le:g}, got {value}")
+        problems += _out_of_range(value, name, rule)
     elif isinstance(value, (str, list, dict)):
-        unit = "characters" if isinstance(value, str) else "items"
-        if rule.min_len is not None and len(value) < rule.min_len:
-            report(
-                path,
-                f"{name} must not be empty"
-                if rule.min_len == 1
-                else f"{name} needs at least {rule.min_len} {unit}",
-            )
-        if rule.max_len is not None and len(value) > rule.max_len:
-            report(path, f"{name} has {len(value)} {unit}; the limit is {rule.max_len}")
+        problems += _wrong_length(value, name, rule)
     if isinstance(value, str) and value:
-        if rule.pattern is not None and not rule.pattern.match(value):
-            report(path, f"{name} {value!r} must match {rule.pattern.pattern} ({rule.hint})")
-        if rule.duration:
-            try:
-                parse_duration(value)
-            except ValueError as exc:
-                report(path, f"{name}: {exc}")
+        problems += _wrong_text(value, name, rule)
+    for problem in problems:
+        reporter.add(path, problem)
+
+
+def _out_of_range(value: float, name: str | int, rule: Rule) -> list[str]:
+    problems = []
+    if rule.ge is not None and value < rule.ge:
+        problems.append(f"{name} must be at least {rule.ge:g}, got {value}")
+    if rule.le is not None and value > rule.le:
+        problems.append(f"{name} must be at most {rule.le:g}, got {value}")
+    return problems
+
+
+def _wrong_length(
+    value: str | list[Any] | dict[str, Any], name: str | int, rule: Rule
+) -> list[str]:
+    problems = []
+    unit = "characters" if isinstance(value, str) else "items"
+    if rule.min_len is not None and len(value) < rule.min_len:
+        problems.append(
+            f"{name} must not be empty"
+            if rule.min_len == 1
+            else f"{name} needs at least {rule.min_len} {unit}"
+        )
+    if rule.max_len is not None and len(value) > rule.max_len:
+        problems.append(f"{name} has {len(value)} {unit}; the limit is {rule.max_len}")
+    return problems
+
+
+def _wrong_text(value: str, name: str | int, rule: Rule) -> list[str]:
+    problems = []
+    if rule.pattern is not None and not rule.pattern.match(value):
+        problems.append(f"{name} {value!r} must match {rule.pattern.pattern} ({rule.hint})")
+    if rule.duration:
+        try:
+            parse_duration(value)
+        except ValueError as exc:
+            problems.append(f"{name}: {exc}")
+    return problems

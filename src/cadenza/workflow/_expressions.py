@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Literal
 
 from cadenza.errors import ExpressionSyntaxError, ExpressionTooComplex, PredicateNotRegistered
@@ -61,33 +61,37 @@ def constant_kind(source: str) -> str | None:
     variable, calls a function, compares or combines with logic. Only literals,
     parentheses and arithmetic are judged.
     """
+    tokens = _tokens(source)
+    if not tokens:
+        return None
+    first = tokens[0][1]
     kinds: set[str] = set()
+    for group, token in tokens:
+        if group == "id":
+            if token not in ("true", "false", "null"):
+                return None
+            kinds.add("null" if token == "null" else "a boolean")
+        elif group == "op":
+            if token not in _ARITHMETIC and not (first in ("[", "{") and token in "[]{},:"):
+                return None
+        else:
+            kinds.add("a string" if group == "str" else "a number")
+    if first in ("[", "{"):
+        return "a list" if first == "[" else "a map"
+    return kinds.pop() if len(kinds) == 1 else None
+
+
+def _tokens(source: str) -> list[tuple[str, str]] | None:
+    """``source`` as (group of `_TOKEN`, text) pairs; None if part of it is no token."""
+    tokens = []
     pos = 0
-    first = ""
     while pos < len(source):
         match = _TOKEN.match(source, pos)
         if match is None or match.end() == pos:
             return None
         pos = match.end()
-        token = match.group().strip()
-        first = first or token
-        if match.group("str"):
-            kinds.add("a string")
-        elif match.group("num"):
-            kinds.add("a number")
-        elif match.group("id"):
-            if token not in ("true", "false", "null"):
-                return None
-            kinds.add("null" if token == "null" else "a boolean")
-        elif token not in _ARITHMETIC:
-            if first in ("[", "{") and token in "[]{},:":
-                continue
-            return None
-    if first == "[":
-        return "a list"
-    if first == "{":
-        return "a map"
-    return kinds.pop() if len(kinds) == 1 else None
+        tokens.append((match.lastgroup or "", match.group().strip()))
+    return tokens
 
 
 class ExpressionChecker:
@@ -198,51 +202,49 @@ class ExpressionChecker:
         """Report what ``expression`` reads that the document says cannot be there."""
         add = self.reporter.add_rule
         for root, keys in expression.paths:
-            if not keys:
-                continue
-            first = keys[0]
-            if root == "steps" and "." not in first and "[" not in first:
-                if first not in self.step_ids:
-                    found = f"{field} reads steps.{first}, but no step has the id {first!r}"
-                    add(path, found + did_you_mean(first, self.step_ids), offset=offset)
-                elif (
-                    self.visible is not None
-                    and first in self.top_level
-                    and first not in self.visible
-                ):
-                    add(
-                        path,
-                        f"{field} reads steps.{first}, but {first!r} is not among this step's "
-                        f"dependencies: add it to dependsOn (dependsOn: [{first}])",
-                        offset=offset,
-                    )
-                elif self.scope is not None and first not in self.scope:
-                    add(path, self._hidden(field, first), offset=offset)
-                if len(keys) > 1 and keys[1] not in _STEP_FIELDS:
-                    add(
-                        path,
-                        f"{field} reads steps.{first}.{keys[1]}, but a step has only content, "
-                        f"result and status" + did_you_mean(keys[1], _STEP_FIELDS),
-                        offset=offset,
-                    )
-            elif root == "inputs" and self.inputs is not None and first not in self.inputs:
-                declared = ", ".join(sorted(self.inputs)) or "none"
-                add(
-                    path,
-                    f"{field} reads inputs.{first}, but the workflow declares no input {first!r} "
-                    f"(it declares: {declared})" + did_you_mean(first, self.inputs),
-                    offset=offset,
-                )
-            elif root == "step":
-                add(
-                    path,
-                    f"{field} reads step.{first}, but 'step' is a graph's step number; "
-                    f"did you mean steps.{first}?",
-                    offset=offset,
-                )
+            for problem in self._read_problems(field, root, keys):
+                add(path, problem, offset=offset)
         if not expression.is_async and type(expression) is Expression:
             for words in _text_compared_with_numbers(decode_checked(expression.checked_tree())):
                 add(path, f"{field}: {words}", offset=offset)
+
+    def _read_problems(self, field: str, root: str, keys: Sequence[str]) -> Iterator[str]:
+        """Why ``field`` cannot read ``root.keys...``: no such step or input, or not here."""
+        if not keys:
+            return
+        first = keys[0]
+        if root == "steps" and "." not in first and "[" not in first:
+            yield from self._step_problems(field, first, keys)
+        elif root == "inputs" and self.inputs is not None and first not in self.inputs:
+            declared = ", ".join(sorted(self.inputs)) or "none"
+            yield (
+                f"{field} reads inputs.{first}, but the workflow declares no input {first!r} "
+                f"(it declares: {declared})" + did_you_mean(first, self.inputs)
+            )
+        elif root == "step":
+            yield (
+                f"{field} reads step.{first}, but 'step' is a graph's step number; "
+                f"did you mean steps.{first}?"
+            )
+
+    def _step_problems(self, field: str, first: str, keys: Sequence[str]) -> Iterator[str]:
+        """Why ``steps.<first>...`` cannot be read: no such step, not a dependency, hidden
+        in a loop body, or no such field of a step."""
+        if first not in self.step_ids:
+            found = f"{field} reads steps.{first}, but no step has the id {first!r}"
+            yield found + did_you_mean(first, self.step_ids)
+        elif self.visible is not None and first in self.top_level and first not in self.visible:
+            yield (
+                f"{field} reads steps.{first}, but {first!r} is not among this step's "
+                f"dependencies: add it to dependsOn (dependsOn: [{first}])"
+            )
+        elif self.scope is not None and first not in self.scope:
+            yield self._hidden(field, first)
+        if len(keys) > 1 and keys[1] not in _STEP_FIELDS:
+            yield (
+                f"{field} reads steps.{first}.{keys[1]}, but a step has only content, "
+                f"result and status" + did_you_mean(keys[1], _STEP_FIELDS)
+            )
 
     def _hidden(self, field: str, step_id: str) -> str:
         """Why ``steps.<step_id>`` cannot be read here, and what can be read instead."""

@@ -239,6 +239,7 @@ class _Session:
         reporter = Reporter(name, parsed.source)
         return self.load_document(parsed.value, reporter, base_dir, path, chain)
 
+    @suggestion_budget()  # bounded "did you mean" work per document
     def load_document(
         self,
         raw: Any,
@@ -249,18 +250,6 @@ class _Session:
         built: Mapping[str, LoadedWorkflow] = MappingProxyType({}),
     ) -> tuple[LoadedWorkflow | None, int]:
         self.order.setdefault(reporter.file, len(self.order))
-        with suggestion_budget():  # bounded "did you mean" work per document
-            return self._load_document(raw, reporter, base_dir, path, chain, built)
-
-    def _load_document(
-        self,
-        raw: Any,
-        reporter: Reporter,
-        base_dir: Path,
-        path: Path | None,
-        chain: tuple[tuple[Path, str], ...],
-        built: Mapping[str, LoadedWorkflow],
-    ) -> tuple[LoadedWorkflow | None, int]:
         clean = check_schema(raw, reporter)
         if clean is BROKEN:
             self.problems.extend(reporter.problems)

@@ -131,16 +131,7 @@ class _Walker:
             name = _ALIASES.get(key, key) if key not in fields else key
             field = fields.get(name)
             if field is None:
-                where = f" in {_NAMES[cls]}" if cls in _NAMES else ""
-                # A near-exact typo first, then a key of a block written one level too
-                # high (`maxIterations` on a step), then any close match.
-                parent = _nested_keys(cls).get(key)
-                hint = (
-                    did_you_mean(key, fields, cutoff=0.85)
-                    or (f"; it belongs under {parent!r}" if parent else "")
-                    or did_you_mean(key, fields)
-                )
-                self.reporter.add((*path, key), f"unknown key {key!r}{where}{hint}")
+                self.reporter.add((*path, key), _unknown(key, cls, fields))
                 self.dropped.append((*path, key))
                 continue
             if name in out:
@@ -196,6 +187,20 @@ class _Walker:
             wanted = " or ".join(_describe(m) for m in members if not isinstance(m, mi.NoneType))
             message = f"expected {wanted}, got {_describe_value(value)}"
         self.reporter.add(path, message)
+
+
+def _unknown(key: str, cls: type, fields: dict[str, mi.Field]) -> str:
+    """The problem of a key ``cls`` does not have, with the likeliest key meant."""
+    where = f" in {_NAMES[cls]}" if cls in _NAMES else ""
+    # A near-exact typo first, then a key of a block written one level too
+    # high (`maxIterations` on a step), then any close match.
+    parent = _nested_keys(cls).get(key)
+    hint = (
+        did_you_mean(key, fields, cutoff=0.85)
+        or (f"; it belongs under {parent!r}" if parent else "")
+        or did_you_mean(key, fields)
+    )
+    return f"unknown key {key!r}{where}{hint}"
 
 
 def _match(t: mi.Type, value: Any) -> mi.Type | None:

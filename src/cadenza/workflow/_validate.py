@@ -34,6 +34,7 @@ from ._rules import MCP_SERVER_NAME, rule_problem
 from ._scopes import check_scope, declared_ids, loop_owners
 from ._spec import (
     AGENT_BUILTINS,
+    Agent,
     Control,
     Graph,
     Human,
@@ -137,18 +138,7 @@ class Validator:
             self._mcp_server(("mcpServers", name), name, server)
         self._permissions(("permissions",), wf.permissions)
         for name, agent in wf.agents.items():
-            if agent.permissions is not None:
-                self._permissions(("agents", name, "permissions"), agent.permissions)
-            for index, tool in enumerate(agent.tools or ()):
-                self._agent_tool(("agents", name, "tools", index), tool)
-            if agent.prompt is not None and agent.prompt.startswith("@"):
-                self._read(("agents", name, "prompt"), agent.prompt)
-            if agent.result_schema is not None:
-                check_json_schema(
-                    self.reporter, ("agents", name, "resultSchema"), agent.result_schema
-                )
-            if agent.model is not None and self.models is not None:
-                self.models.spec(("agents", name, "model"), agent.model)
+            self._agent_definition(("agents", name), agent)
         if wf.coordinator is not None:
             self._runs_agent(("coordinator", "agent"), wf.coordinator.agent)
         if wf.loop is not None:
@@ -158,6 +148,19 @@ class Validator:
             self.exprs.scope = frozenset(step.id for step in wf.steps)
             self.exprs.expression(("output",), wf.output, field="output", want="any")
             self.exprs.scope = None
+
+    def _agent_definition(self, path: DocPath, agent: Agent) -> None:
+        """An entry of ``agents``: its permissions, tools, prompt file, schema and model."""
+        if agent.permissions is not None:
+            self._permissions((*path, "permissions"), agent.permissions)
+        for index, tool in enumerate(agent.tools or ()):
+            self._agent_tool((*path, "tools", index), tool)
+        if agent.prompt is not None and agent.prompt.startswith("@"):
+            self._read((*path, "prompt"), agent.prompt)
+        if agent.result_schema is not None:
+            check_json_schema(self.reporter, (*path, "resultSchema"), agent.result_schema)
+        if agent.model is not None and self.models is not None:
+            self.models.spec((*path, "model"), agent.model)
 
     # Steps and what they run -------------------------------------------------
 

@@ -17,6 +17,8 @@ from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar
 
+import msgspec
+
 from cadenza.actors.run import (
     NO_BRIEF,
     Brief,
@@ -30,11 +32,11 @@ from cadenza.actors.run import (
 )
 from cadenza.kernel import Address, Timer
 from cadenza.protocols import ErrorInfo, EventType, StepRecord, StepRetry, StepStart, StepStatus
-from cadenza.workflow import LoadedWorkflow, Step, parse_duration
+from cadenza.workflow import LoadedWorkflow, State, Step, parse_duration
 
 from ._dag import DagController, DagOutcome
 
-__all__ = ["ChildDone", "Container", "Outcome", "amend", "last_output"]
+__all__ = ["ChildDone", "Container", "Outcome", "amend", "last_output", "looped_body"]
 
 T = TypeVar("T")
 
@@ -85,12 +87,19 @@ def last_output(steps: Sequence[Step], scope: Scope) -> tuple[str | None, Any]:
     return None, None
 
 
+def looped_body(step: Step | State, steps: Sequence[Step] | None) -> Step | State | None:
+    """What a loop or forEach without ``steps`` repeats: the step itself, its loop gone and
+    its timeout and retries too (they are the loop's); None when ``steps`` are the body."""
+    return None if steps else msgspec.structs.replace(step, loop=None, timeout=None, retries=0)
+
+
 class Container(PlacedActor):
     """Base of the container controllers: attempts, timeout, cancellation, the final record.
 
     Subclasses implement `begin` (start an attempt from scratch) and `child_done`
-    (a child finished), spawn children with `reporter` or `spawn_body`, and end
-    with `finish`. Before starting anything new they check `stopping`.
+    (a child finished), spawn children with `reporter`, `spawn_looped` or
+    `spawn_body`, and end with `finish`. Before starting anything new they check
+    `stopping`.
     """
 
     kind: ClassVar[str] = "container"
@@ -247,6 +256,23 @@ class Container(PlacedActor):
             await send(ChildDone(key, finished.record))
 
         return report
+
+    def spawn_looped(
+        self, key: int, body: Step | State, scope: Scope, address: Address, brief: Brief
+    ) -> None:
+        """Runs the looped step itself (`looped_body`) once at ``address``, an iteration or
+        an item; it comes back as `ChildDone(key)`. zenflow gives it its loop's position."""
+        placement = Placement(
+            self.run,
+            self.document,
+            self.step_id,
+            body,
+            scope,
+            self.reporter(key),
+            self.position,
+            brief,
+        )
+        self.children[key] = self.run.spawn_step(placement, address)
 
     def spawn_body(
         self,

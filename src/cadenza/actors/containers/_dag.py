@@ -39,7 +39,7 @@ from cadenza.actors.run import (
     work_error,
 )
 from cadenza.kernel import Actor, Address
-from cadenza.protocols import ErrorInfo, EventType, StepRecord
+from cadenza.protocols import ErrorInfo, EventType, StepRecord, StepStatus
 from cadenza.workflow import LoadedWorkflow, Step, compile_expression
 
 from ._restarts import Restarts
@@ -330,31 +330,39 @@ class DagController(Actor):
         self.stop()
 
     def _outcome(self) -> DagOutcome:
+        status = self._status()
+        error = self.first_error
+        if status != "completed" and error is None:
+            error = self._first_stop_error()
+        return DagOutcome(status=status, content=self._last_content(), error=error)
+
+    def _status(self) -> StepStatus:
+        """Failed over cancelled over waiting; a failure under ``onError: continue`` is none."""
         statuses = {
             step_id: record.status
             for step_id, record in self.records.items()
             if not (record.status == "failed" and self.steps[step_id].on_error == "continue")
         }
         if "failed" in statuses.values():
-            status = "failed"
-        elif self.run.cancelled is not None or "cancelled" in statuses.values():
-            status = "cancelled"
-        elif self.waiting:
-            status = "waiting"
-        else:
-            status = "completed"
-        content = None
+            return "failed"
+        if self.run.cancelled is not None or "cancelled" in statuses.values():
+            return "cancelled"
+        return "waiting" if self.waiting else "completed"
+
+    def _last_content(self) -> str | None:
+        """The content of the last step in order that ran (neither skipped nor cancelled)."""
         for step_id in reversed(self.order):
             record = self.records.get(step_id)
             if record is not None and record.status not in ("skipped", "cancelled"):
-                content = record.content
-                break
-        error = self.first_error
-        if status != "completed" and error is None:
-            failed = [a for a, r in self.records.items() if r.status in ("failed", "cancelled")]
-            first = self.records[failed[0]] if failed else None
-            error = first.error if first is not None else None
-        return DagOutcome(status=status, content=content, error=error)
+                return record.content
+        return None
+
+    def _first_stop_error(self) -> ErrorInfo | None:
+        """The error of the first step recorded failed or cancelled, if it has one."""
+        for record in self.records.values():
+            if record.status in ("failed", "cancelled"):
+                return record.error
+        return None
 
 
 _ADDRESS_WAITS = 100

@@ -24,8 +24,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import msgspec
-
 from cadenza.actors.run import Brief, Placement, Scope, work_error
 from cadenza.protocols import (
     ErrorInfo,
@@ -42,7 +40,7 @@ from cadenza.protocols import (
 )
 from cadenza.workflow import compile_expression, preview, quote, type_name
 
-from ._container import Container, Outcome, amend
+from ._container import Container, Outcome, amend, looped_body
 
 __all__ = ["ForEachController"]
 
@@ -64,11 +62,7 @@ class ForEachController(Container):
         assert step.loop is not None
         self.loop = step.loop
         self.body_steps = self.loop.steps
-        self.body = (
-            None
-            if self.body_steps
-            else msgspec.structs.replace(step, loop=None, timeout=None, retries=0)
-        )
+        self.body = looped_body(step, self.body_steps)
         self.roots = {s.id for s in self.body_steps or () if not s.depends_on}
         self.tolerant = self.body is not None and step.on_error == "continue"
         self.items: list[Any] = []
@@ -176,17 +170,7 @@ class ForEachController(Container):
         self.run.journal.emit(EventType.ITEM_START, step_id=str(address), data=self.start_event)
         item_brief = amend(self.brief, item_index=index)
         if self.body is not None:
-            placement = Placement(
-                self.run,
-                self.document,
-                self.step_id,
-                self.body,
-                scope,
-                self.reporter(index),
-                self.position,  # zenflow gives an item its forEach's
-                item_brief,
-            )
-            self.children[index] = self.run.spawn_step(placement, address)
+            self.spawn_looped(index, self.body, scope, address, item_brief)
             return
         inner = Brief(item_index=index)
         steps = self.body_steps or ()

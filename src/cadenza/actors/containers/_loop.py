@@ -17,8 +17,6 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
 
-import msgspec
-
 from cadenza.actors.run import (
     NO_BRIEF,
     Brief,
@@ -43,7 +41,7 @@ from cadenza.protocols import (
 )
 from cadenza.workflow import LoadedWorkflow, Loop, Step, compile_expression, parse_duration
 
-from ._container import Container, Outcome, amend
+from ._container import Container, Outcome, amend, looped_body
 from ._dag import DagOutcome
 from ._judge import JUDGE, Judgement, Judging, iteration_report, run_judge
 from ._retention import checkpoint, forget, restore
@@ -85,12 +83,7 @@ class LoopController(Container):
         assert spec is not None, "a loop controller needs a loop"
         self.loop = spec
         self.body_steps = steps if steps is not None else spec.steps
-        # A single-step loop repeats the step itself; its timeout and retries are the loop's.
-        self.body = (
-            None
-            if self.body_steps
-            else msgspec.structs.replace(step, loop=None, timeout=None, retries=0)
-        )
+        self.body = looped_body(step, self.body_steps)
         self.roots = {s.id for s in self.body_steps or () if not s.depends_on}
         # Later body steps keep only the forEach item they belong to.
         index = self.brief.item_index
@@ -149,19 +142,9 @@ class LoopController(Container):
         )
         feedback = self.feedback if self.loop.feedback else None
         if self.body is not None:
-            brief = self._brief(self.step_id, True, feedback)
-            report = self.reporter(n)
-            placement = Placement(
-                self.run,
-                self.document,
-                self.step_id,
-                self.body,
-                scope,
-                report,
-                self.position,  # zenflow gives an iteration its loop's
-                brief,
+            self.spawn_looped(
+                n, self.body, scope, address, self._brief(self.step_id, True, feedback)
             )
-            self.children[n] = self.run.spawn_step(placement, address)
             return
         steps = self.body_steps or ()
         briefs = {s.id: self._brief(s.id, s.id in self.roots, feedback) for s in steps}
@@ -188,40 +171,18 @@ class LoopController(Container):
         self.last = record
         if self.loop.keep_last:
             forget(self, key)
-        if record.status == "cancelled" or self.stopping is not None:
-            await self._end("cancelled")
+        ended = self._ended_by(record)
+        if ended is not None:
+            await self._end(ended, error=record.error if ended == "failed" else None)
             return
-        if record.status == "waiting":  # a person must answer before the loop can go on
-            await self._end("waiting")
-            return
-        tolerated = self.body is not None and self.step.on_error == "continue"
-        if record.status == "failed" and not tolerated:
-            await self._end("failed", error=record.error)
-            return
-        reason = None
-        if self.loop.until is not None:
-            try:
-                expression = compile_expression(self.loop.until, step_ids=self.run.step_ids)
-                names = self._until_names(record)
-                if expression.is_async:  # a Python predicate: awaited where cancel can reach it
-                    stop = await self.park(expression.evaluate_bool_async(names, what="until"))
-                else:
-                    stop = expression.evaluate_bool(names, what="until")
-            except Exception as error:  # a bad until fails the loop, naming the expression
-                await self._end("failed", error=work_error(error, self.here))
+        reason: str | None = None
+        verdict: Judgement | None = None
+        if self.loop.until is not None or self.loop.until_agent is not None:
+            watched = await self._watch(key, record)
+            if watched is None:  # the loop ended there
                 return
-            if self.stopping is not None:  # cancelled while an async until ran
-                await self._end("cancelled")
-                return
-            if stop:
-                reason = "until"
-        verdict = None
-        if reason is None and self.loop.until_agent is not None:
-            verdict = await self.park(self._judge(key, record))
-            if verdict is None or self.stopping is not None:
-                await self._end("cancelled")
-                return
-            reason = "judge" if verdict.done else None
+            reason, verdict = watched
+        # The iteration's output, with the judge's feedback: the next iteration's feedback.
         block = record.content or ""
         if verdict is not None and verdict.feedback:
             block += f"\n\nJudge feedback: {verdict.feedback}"
@@ -233,14 +194,75 @@ class LoopController(Container):
         elif key + 1 >= self.limit:
             await self._at_limit()
         else:
-            if self.loop.keep_last:
-                checkpoint(self, key, block)
-            replay = self.run.journal.replay
-            # A resumed run does not wait again before an iteration it had already begun.
-            resumed = replay is not None and replay.launched(str(self.address.iteration(key + 1)))
-            if self.loop.delay and not resumed:
-                await self.park(self.run.clock.sleep(parse_duration(self.loop.delay)))
+            delay = self._pause_before(key, block)
+            if delay is not None:
+                await self.park(self.run.clock.sleep(delay))
             await self._launch(key + 1)
+
+    def _ended_by(self, record: StepRecord) -> StepStatus | None:
+        """The loop's status when the iteration's own status ends it, else None."""
+        if record.status == "cancelled" or self.stopping is not None:
+            return "cancelled"
+        if record.status == "waiting":  # a person must answer before the loop can go on
+            return "waiting"
+        tolerated = self.body is not None and self.step.on_error == "continue"
+        if record.status == "failed" and not tolerated:
+            return "failed"
+        return None
+
+    async def _until(self, record: StepRecord) -> bool | None:
+        """Whether ``until`` holds after the iteration; None once it ended the loop.
+
+        A bad ``until`` fails the loop, naming the expression; a cancel while an
+        async one ran cancels it.
+        """
+        assert self.loop.until is not None
+        try:
+            expression = compile_expression(self.loop.until, step_ids=self.run.step_ids)
+            names = self._until_names(record)
+            if expression.is_async:  # a Python predicate: awaited where cancel can reach it
+                stop = await self.park(expression.evaluate_bool_async(names, what="until"))
+            else:
+                stop = expression.evaluate_bool(names, what="until")
+        except Exception as error:
+            await self._end("failed", error=work_error(error, self.here))
+            return None
+        if self.stopping is not None:
+            await self._end("cancelled")
+            return None
+        return stop
+
+    async def _watch(
+        self, key: int, record: StepRecord
+    ) -> tuple[str | None, Judgement | None] | None:
+        """Whether ``until``, then the judge, stop the loop after iteration ``key``: why
+        (None: it goes on), and the judge's verdict if it was asked. None once the loop
+        ended (a bad ``until``, a cancel)."""
+        if self.loop.until is not None:
+            stop = await self._until(record)
+            if stop is None:
+                return None
+            if stop:
+                return "until", None
+        if self.loop.until_agent is None:
+            return None, None
+        verdict = await self.park(self._judge(key, record))
+        if verdict is None or self.stopping is not None:
+            await self._end("cancelled")
+            return None
+        return ("judge" if verdict.done else None), verdict
+
+    def _pause_before(self, key: int, block: str) -> float | None:
+        """Seconds to wait before iteration ``key + 1`` (``delay``; None: none, or a resumed
+        run had begun it), once a ``keepLast`` loop has checkpointed iteration ``key``."""
+        if self.loop.keep_last:
+            checkpoint(self, key, block)
+        if not self.loop.delay:
+            return None
+        replay = self.run.journal.replay
+        if replay is not None and replay.launched(str(self.address.iteration(key + 1))):
+            return None
+        return parse_duration(self.loop.delay)
 
     def _until_names(self, record: StepRecord) -> dict[str, object]:
         """What ``until`` sees: the iteration's scope and its output."""

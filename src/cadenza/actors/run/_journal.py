@@ -181,8 +181,6 @@ class RunJournal:
         restated = self.replay is not None and self.replay.suppress(
             type, step_id, message, error, plain
         )
-        if restated and not self._restated:
-            return Event(type=type, timestamp=timestamp(), run_id=self.run_id, seq=self._seq)
         if not restated:
             self._seq += 1
         event = Event(  # positional: the hot path of every step, twice

@@ -654,29 +654,46 @@ class PermissionPolicy:
         call = _Call(request, directory)
         await call.read_ahead((*self.deny, *deny, *self.allow, *allow))
         denied = _deny(call, (*self.deny, *deny))
-        if denied is not None and denied.certain:
+        if denied is not None:
+            return await self._denied(request, denied)
+        if self.hook is not None:
+            answered = await self._hooked(request)
+            if answered is not None:
+                return answered
+        return await self._allowed(call, (*self.allow, *allow))
+
+    async def _denied(self, request: ToolRequest, denied: _RuleMatch) -> PermissionDecision:
+        """A deny rule covers the call (refused), or may cover it (a person decides, if any)."""
+        if denied.certain:
             what = f": {denied.reason}" if denied.reason else ""
             return PermissionDecision(False, "rule", f"denied by the rule {denied.rule}{what}")
-        if denied is not None:
-            if self.ask is not None:
-                return await self._ask(request, sticky=False)
-            reason = f"the rule {denied.rule} may cover this call ({denied.reason})"
-            return PermissionDecision(False, "rule", f"{reason}; nobody was there to ask (--ask)")
-        if self.hook is not None:
-            answer = self.hook(request)
-            if inspect.isawaitable(answer):
-                answer = await answer
-            if answer is True:
-                return PermissionDecision(True, "hook", "allowed by the permission hook")
-            if answer is False or isinstance(answer, str):
-                reason = answer if isinstance(answer, str) and answer else ""
-                return PermissionDecision(False, "hook", reason or "denied by the permission hook")
-        rules = (*self.allow, *allow)
+        if self.ask is not None:
+            return await self._ask(request, sticky=False)
+        reason = f"the rule {denied.rule} may cover this call ({denied.reason})"
+        return PermissionDecision(False, "rule", f"{reason}; nobody was there to ask (--ask)")
+
+    async def _hooked(self, request: ToolRequest) -> PermissionDecision | None:
+        """The permission hook's answer; None when it leaves the call to the allow rules."""
+        assert self.hook is not None
+        answer = self.hook(request)
+        if inspect.isawaitable(answer):
+            answer = await answer
+        if answer is True:
+            return PermissionDecision(True, "hook", "allowed by the permission hook")
+        if answer is False or isinstance(answer, str):
+            reason = answer if isinstance(answer, str) and answer else ""
+            return PermissionDecision(False, "hook", reason or "denied by the permission hook")
+        return None
+
+    async def _allowed(
+        self, call: _Call, rules: Sequence[PermissionRule]
+    ) -> PermissionDecision | None:
+        """What the allow rules (or else the person) say; None: nothing decided, it runs."""
         refusal = _uncovered(call, rules) if rules else None
         if rules and refusal is None:
             return PermissionDecision(True, "rule", _allowed_by(call, rules))
         if self.ask is not None:
-            return await self._ask(request, sticky=True)
+            return await self._ask(call.request, sticky=True)
         if refusal is not None:
             return PermissionDecision(False, "rule", refusal)
         return None

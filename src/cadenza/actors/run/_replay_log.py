@@ -27,6 +27,7 @@ too, as the step will send its message again.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -148,35 +149,40 @@ class _Reader:
         self.unmarked = False  # the coordinator woke without `coordinator_wake`: an older log
 
     def read(self, event: Event) -> None:
-        kind, address = event.type, event.step_id or ""
-        if kind == EventType.MESSAGE_SENT:
-            self._sent(address, payload(event, MessageSent))
-        elif kind == EventType.MESSAGE_DROPPED:
-            self._dropped(address, payload(event, MessageDropped))
-        elif kind == EventType.AGENT_INBOX_DRAIN:
-            self._drained(address, payload(event, AgentInboxDrain))
-        elif kind == EventType.DEAD_LETTER and (event.message or "").startswith("AgentMessage"):
+        """Takes one event of the log into account (most types say nothing to it)."""
+        read = _READS.get(event.type)
+        if read is not None:
+            read(self, event, event.step_id or "")
+
+    def _dead_letter(self, event: Event, address: str) -> None:
+        if (event.message or "").startswith("AgentMessage"):
             self._lost(address)
-        elif kind == EventType.AGENT_TURN:
-            self._turn(event, address)
-        elif kind == EventType.COORDINATOR_WAKE:
-            self._woke(payload(event, CoordinatorWake))
-        elif kind == EventType.MAX_WAKE_CYCLES_REACHED and self.waiting:
+
+    def _wakes_spent(self, event: Event, address: str) -> None:
+        if self.waiting:
             self.waiting.popleft()  # answered by not waking the agent
-        elif kind == EventType.AGENT_MEMORY:
-            memory = payload(event, AgentMemory)
-            self.memories.append((memory.key, memory.turns))
-            self.unconfirmed_memories.setdefault(address, []).append(len(self.memories) - 1)
-        elif kind == EventType.CHECKPOINT:
-            self.state.checkpoints.setdefault(address, []).append(payload(event, Checkpoint))
-        elif kind == EventType.STEP_START and payload(event, StepStart).kind == "loop":
+
+    def _memory(self, event: Event, address: str) -> None:
+        memory = payload(event, AgentMemory)
+        self.memories.append((memory.key, memory.turns))
+        self.unconfirmed_memories.setdefault(address, []).append(len(self.memories) - 1)
+
+    def _checkpoint(self, event: Event, address: str) -> None:
+        self.state.checkpoints.setdefault(address, []).append(payload(event, Checkpoint))
+
+    def _started(self, event: Event, address: str) -> None:
+        if payload(event, StepStart).kind == "loop":
             self.state.checkpoints.pop(address, None)  # a new attempt starts from nothing
-        elif kind in (EventType.STEP_END, EventType.STEP_SKIPPED) or (
-            kind == EventType.ERROR and payload(event, StepError).status == "failed"
-        ):
+
+    def _ended(self, event: Event, address: str) -> None:
+        self._confirm(address)
+
+    def _error(self, event: Event, address: str) -> None:
+        if payload(event, StepError).status == "failed":
             self._confirm(address)
-        elif kind == EventType.RUN_RESUMED:
-            self._restart()
+
+    def _resumed(self, event: Event, address: str) -> None:
+        self._restart()
 
     def _turn(self, event: Event, address: str) -> None:
         turn = payload(event, AgentTurn)
@@ -201,7 +207,8 @@ class _Reader:
         elif position is not None:
             self.replies.setdefault(address, []).append((client, position))
 
-    def _woke(self, wake: CoordinatorWake) -> None:
+    def _woke(self, event: Event, address: str) -> None:
+        wake = payload(event, CoordinatorWake)
         if wake.phase == "start":
             note = next((n for n in self.waiting if n.message.sender == wake.from_), None)
             if note is not None:
@@ -228,7 +235,8 @@ class _Reader:
         for letter in wake.letters:
             letter.gone = True
 
-    def _sent(self, address: str, sent: MessageSent) -> None:
+    def _sent(self, event: Event, address: str) -> None:
+        sent = payload(event, MessageSent)
         sender, to, text = sent.from_, sent.to, sent.text
         wake = self.wake if sender == _COORDINATOR else None
         if to == _COORDINATOR:
@@ -251,7 +259,8 @@ class _Reader:
         # Else a post from outside the run (or, before posts were from `api`, from the
         # coordinator between wakes): it stands, whatever the run did next.
 
-    def _dropped(self, address: str, dropped: MessageDropped) -> None:
+    def _dropped(self, event: Event, address: str) -> None:
+        dropped = payload(event, MessageDropped)
         if dropped.to == _COORDINATOR:  # never reached the coordinator: not a message
             for index in reversed(self.unconfirmed.get(address, [])):
                 entry = self.sent[index]
@@ -268,7 +277,8 @@ class _Reader:
                 letter.gone = True
                 break
 
-    def _drained(self, address: str, drained: AgentInboxDrain) -> None:
+    def _drained(self, event: Event, address: str) -> None:
+        drained = payload(event, AgentInboxDrain)
         name = Address.parse(address).name
         for letter in self.letters:
             if (
@@ -349,6 +359,25 @@ class _Reader:
                 visit = msgspec.convert(turns, list[Message])
                 self.state.conversations.setdefault(key, []).append(visit)
         return self.state
+
+
+_READS: dict[str, Callable[[_Reader, Event, str], None]] = {
+    EventType.MESSAGE_SENT: _Reader._sent,
+    EventType.MESSAGE_DROPPED: _Reader._dropped,
+    EventType.AGENT_INBOX_DRAIN: _Reader._drained,
+    EventType.DEAD_LETTER: _Reader._dead_letter,
+    EventType.AGENT_TURN: _Reader._turn,
+    EventType.COORDINATOR_WAKE: _Reader._woke,
+    EventType.MAX_WAKE_CYCLES_REACHED: _Reader._wakes_spent,
+    EventType.AGENT_MEMORY: _Reader._memory,
+    EventType.CHECKPOINT: _Reader._checkpoint,
+    EventType.STEP_START: _Reader._started,
+    EventType.STEP_END: _Reader._ended,
+    EventType.STEP_SKIPPED: _Reader._ended,
+    EventType.ERROR: _Reader._error,
+    EventType.RUN_RESUMED: _Reader._resumed,
+}
+"""What each type of event the reader heeds does to it (by the address it names)."""
 
 
 def read_log(events: list[Event]) -> LogState:

@@ -234,30 +234,38 @@ class _Wrapper:
         if text in self.flags:
             return 1, False
         if text.startswith("--"):
-            option, equals, _ = text.partition("=")
-            if option in self.code:
-                raise _Unclear(f"{name} {option} runs a shell or a string")
-            if option in self.replace:
-                return 1, True
-            if option in self.valued:
-                return (1 if equals else 2), False
-            if option in self.flags:
-                return 1, False
-            raise _Unclear(f"{name} {option}: an option not read here")
+            return self._long_option(text, name)
         if self.numeric and text[1:].isdigit():
             return 1, False
+        return self._short_options(text, name)
+
+    def _long_option(self, text: str, name: str) -> tuple[int, bool]:
+        """`_option` for ``--name`` or ``--name=value``."""
+        option, equals, _ = text.partition("=")
+        return self._one(option, bool(equals), name) or (1, False)
+
+    def _short_options(self, text: str, name: str) -> tuple[int, bool]:
+        """`_option` for a cluster of letters (``-nu USER``): read up to one taking a value."""
         for position in range(1, len(text)):
-            option = "-" + text[position]
-            rest = position + 1 < len(text)
-            if option in self.code:
-                raise _Unclear(f"{name} {option} runs a shell or a string")
-            if option in self.replace:
-                return 1, True
-            if option in self.valued:
-                return (1 if rest else 2), False
-            if option not in self.flags:
-                raise _Unclear(f"{name} {option}: an option not read here")
+            taken = self._one("-" + text[position], position + 1 < len(text), name)
+            if taken is not None:
+                return taken
         return 1, False
+
+    def _one(self, option: str, attached: bool, name: str) -> tuple[int, bool] | None:
+        """What one option takes: `_option`'s answer, or None for a flag (nothing more).
+
+        ``attached``: its value, if it takes one, is in the same word (``-uUSER``).
+        """
+        if option in self.code:
+            raise _Unclear(f"{name} {option} runs a shell or a string")
+        if option in self.replace:
+            return 1, True
+        if option in self.valued:
+            return (1 if attached else 2), False
+        if option in self.flags:
+            return None
+        raise _Unclear(f"{name} {option}: an option not read here")
 
 
 _WRAPPER_SPECS: Final = {
@@ -373,14 +381,10 @@ class _Reader:
                 _check_variable(_text(name, source) if name is not None else "")
             except _Unclear as unclear:
                 self.unclear.append(str(unclear))
-        elif kind == "command_substitution":
-            self.unclear.append("a command substitution ($(...) or `...`) runs first")
-        elif kind == "process_substitution":
-            self.unclear.append("a process substitution (<(...) or >(...)) runs alongside")
-        elif kind == "compound_statement" and node.children and node.children[0].type == "((":
-            self.unclear.append("((...)) is arithmetic to bash but two subshells to /bin/sh")
-        elif kind == "file_redirect" and any(c.type in ("&>", "&>>") for c in node.children):
-            self.unclear.append("&> means 'redirect' to bash but '& then >' to /bin/sh")
+        else:
+            reason = _unclear_construct(node)
+            if reason is not None:
+                self.unclear.append(reason)
 
     def _command(self, node: Node, extra: list[Node], source: bytes, depth: int) -> None:
         name = node.child_by_field_name("name")
@@ -426,6 +430,20 @@ class _Reader:
         if script is not None and depth < _MAX_INLINE_DEPTH:
             self.read(script, depth + 1)  # what it runs is checked as well, when known
         self.commands.append(_command(name, arguments, more=more, replaced=replaced))
+
+
+def _unclear_construct(node: Node) -> str | None:
+    """Why ``node`` makes the line unclear: it runs first, or bash and /bin/sh differ on it."""
+    kind = node.type
+    if kind == "command_substitution":
+        return "a command substitution ($(...) or `...`) runs first"
+    if kind == "process_substitution":
+        return "a process substitution (<(...) or >(...)) runs alongside"
+    if kind == "compound_statement" and node.children and node.children[0].type == "((":
+        return "((...)) is arithmetic to bash but two subshells to /bin/sh"
+    if kind == "file_redirect" and any(c.type in ("&>", "&>>") for c in node.children):
+        return "&> means 'redirect' to bash but '& then >' to /bin/sh"
+    return None
 
 
 def _walk(root: Node) -> Iterator[Node]:
@@ -513,23 +531,7 @@ def _shell_script(name: str, arguments: Sequence[_Word]) -> tuple[str | None, st
     Raises:
         _Unclear: An option or the operand is expanded.
     """
-    inline = False
-    index = 0
-    while index < len(arguments):
-        text, known = arguments[index]
-        if not known:
-            raise _Unclear(f"{name}'s arguments hold an expansion")
-        if text == "--":
-            index += 1
-            break
-        if text in _SHELL_VALUED:
-            index += 2
-            continue
-        if len(text) < 2 or text[0] not in "-+":
-            break
-        if not text.startswith("--") and any(letter in text[1:] for letter in "csi"):
-            inline = True
-        index += 1
+    index, inline = _shell_options(name, arguments)
     operand = arguments[index] if index < len(arguments) else None
     if not inline and operand is not None and operand[0] != "-":
         if operand[0].startswith(_INPUT_FILES):
@@ -541,9 +543,59 @@ def _shell_script(name: str, arguments: Sequence[_Word]) -> tuple[str | None, st
     return f"{name} -c runs code the rules cannot see", script
 
 
+def _shell_options(name: str, arguments: Sequence[_Word]) -> tuple[int, bool]:
+    """Where a shell's operand is, and whether an option (``-c``, ``-s``, ``-i``) runs code
+    that is not in a file.
+
+    Raises:
+        _Unclear: An option is expanded.
+    """
+    inline = False
+    index = 0
+    while index < len(arguments):
+        text, known = arguments[index]
+        if not known:
+            raise _Unclear(f"{name}'s arguments hold an expansion")
+        if text == "--":
+            return index + 1, inline
+        if text in _SHELL_VALUED:
+            index += 2
+            continue
+        if len(text) < 2 or text[0] not in "-+":
+            break
+        if not text.startswith("--") and any(letter in text[1:] for letter in "csi"):
+            inline = True
+        index += 1
+    return index, inline
+
+
 def _check_interpreter(name: str, interpreter: _Interpreter, arguments: Sequence[_Word]) -> None:
-    program_given = False  # awk -f FILE: the program is a file, not the first operand
-    operand: str | None = None
+    """Refuses an interpreter's call whose code is inline or its input, not a file.
+
+    Raises:
+        _Unclear: The code is not in a file, or a word is expanded.
+    """
+    found = _interpreter_operand(name, interpreter, arguments)
+    if found is None:
+        return  # python -m module: the module runs, by name
+    operand, program_given = found
+    if operand is None or operand == "-" or operand.startswith(_INPUT_FILES):
+        raise _Unclear(f"{name} reads code from its input")
+    if interpreter.program_first and not program_given:
+        raise _Unclear(f"{name}'s program is given inline")
+
+
+def _interpreter_operand(
+    name: str, interpreter: _Interpreter, arguments: Sequence[_Word]
+) -> tuple[str | None, bool] | None:
+    """The interpreter's first operand after its options, and whether ``-f`` named the
+    program's file (awk -f FILE: the program is not the first operand). None: an option
+    runs a module by name (python -m).
+
+    Raises:
+        _Unclear: An option runs code given inline, or a word is expanded.
+    """
+    program_given = False
     index = 0
     while index < len(arguments):
         text, known = arguments[index]
@@ -552,27 +604,33 @@ def _check_interpreter(name: str, interpreter: _Interpreter, arguments: Sequence
         if text in interpreter.long or text.split("=", 1)[0] in interpreter.long:
             raise _Unclear(f"{name} {text} runs code given inline")
         if text == "--" or text == "-" or not text.startswith("-") or len(text) < 2:
-            operand = None if text == "--" else text
-            if text == "--" and index + 1 < len(arguments):
-                operand = arguments[index + 1][0]
-            break
-        if text.startswith("--"):
-            index += 1
-            continue
-        letter = text[1]
-        if letter in interpreter.stop:
-            return  # python -m module: the module runs, by name
-        if any(c in interpreter.letters for c in text[1:]) and letter not in interpreter.valued:
-            raise _Unclear(f"{name} {text} runs code given inline")
-        if letter in interpreter.valued:
-            program_given = program_given or (letter == "f" and interpreter.program_first)
-            index += 1 if len(text) > 2 else 2
-            continue
-        index += 1
-    if operand is None or operand == "-" or operand.startswith(_INPUT_FILES):
-        raise _Unclear(f"{name} reads code from its input")
-    if interpreter.program_first and not program_given:
-        raise _Unclear(f"{name}'s program is given inline")
+            if text == "--":
+                index += 1
+            return (arguments[index][0] if index < len(arguments) else None), program_given
+        taken = _interpreter_option(name, interpreter, text)
+        if taken is None:
+            return None
+        program_given = program_given or (text[1] == "f" and "f" in interpreter.valued)
+        index += taken
+    return None, program_given
+
+
+def _interpreter_option(name: str, interpreter: _Interpreter, text: str) -> int | None:
+    """How many words the option ``text`` takes; None: it names a module to run.
+
+    Raises:
+        _Unclear: The option runs code given inline (``python -c``, ``perl -e``).
+    """
+    if text.startswith("--"):
+        return 1
+    letter = text[1]
+    if letter in interpreter.stop:
+        return None
+    if letter in interpreter.valued:
+        return 1 if len(text) > 2 else 2
+    if any(c in interpreter.letters for c in text[1:]):
+        raise _Unclear(f"{name} {text} runs code given inline")
+    return 1
 
 
 _INPUT_FILES: Final = ("/dev/", "/proc/")

@@ -308,37 +308,47 @@ def _single_statement(
     parameters: list[Any] = []
     result = "SELECT 1"
     if leases:
-        if len(leases) == 1:  # the common batch: one run's step; an index lookup plans fastest
-            parameters = [leases[0].run_id, leases[0].fence]
-            held = "run_id = $1 AND fence = $2"
-        else:
-            parameters = [[lease.run_id for lease in leases], [lease.fence for lease in leases]]
-            held = "(run_id, fence) IN (SELECT * FROM unnest($1::text[], $2::bigint[]))"
-        parts.append(
-            f"fence AS (SELECT 1 / (count(*) = {len(leases)})::int AS ok FROM ("
-            f"SELECT 1 FROM cadenza_leases WHERE {held} FOR KEY SHARE OF cadenza_leases"
-            ") AS held)"
-        )
+        parts.append(_fence(leases, parameters))
         result = "SELECT ok FROM fence"
     for statement, rows in plan:
         if statement.bulk is None or statement.values is None:
             return None
-        if len(rows) <= _FEW:
-            # A VALUES list plans faster than unnest; its text depends on the row
-            # count, so only small counts (a handful of prepared statements) use it.
-            listed = []
-            for row in rows:
-                first = len(parameters) + 1
-                listed.append("(" + ", ".join(f"${first + i}" for i in range(len(row))) + ")")
-                parameters.extend(row)
-            sql = statement.values.format(rows=", ".join(listed))
-        else:
-            columns = [list(column) for column in zip(*rows, strict=True)]
-            numbers = [f"${len(parameters) + i + 1}" for i in range(len(columns))]
-            sql = statement.bulk.format(*numbers)
-            parameters.extend(columns)
+        sql = _upsert(statement.values, statement.bulk, rows, parameters)
         parts.append(f"w{len(parts)} AS ({sql})")
     return f"WITH {', '.join(parts)} {result}", parameters
+
+
+def _fence(leases: list[Lease], parameters: list[Any]) -> str:
+    """`_single_statement`'s ``fence`` part, its parameters added to ``parameters``."""
+    if len(leases) == 1:  # the common batch: one run's step; an index lookup plans fastest
+        parameters += [leases[0].run_id, leases[0].fence]
+        held = "run_id = $1 AND fence = $2"
+    else:
+        parameters += [[lease.run_id for lease in leases], [lease.fence for lease in leases]]
+        held = "(run_id, fence) IN (SELECT * FROM unnest($1::text[], $2::bigint[]))"
+    return (
+        f"fence AS (SELECT 1 / (count(*) = {len(leases)})::int AS ok FROM ("
+        f"SELECT 1 FROM cadenza_leases WHERE {held} FOR KEY SHARE OF cadenza_leases"
+        ") AS held)"
+    )
+
+
+def _upsert(values: str, bulk: str, rows: list[tuple[Any, ...]], parameters: list[Any]) -> str:
+    """A bulk upsert of ``rows`` (a statement's ``values`` or ``bulk`` form), its parameters
+    added to ``parameters``."""
+    if len(rows) <= _FEW:
+        # A VALUES list plans faster than unnest; its text depends on the row
+        # count, so only small counts (a handful of prepared statements) use it.
+        listed = []
+        for row in rows:
+            first = len(parameters) + 1
+            listed.append("(" + ", ".join(f"${first + i}" for i in range(len(row))) + ")")
+            parameters.extend(row)
+        return values.format(rows=", ".join(listed))
+    columns = [list(column) for column in zip(*rows, strict=True)]
+    numbers = [f"${len(parameters) + i + 1}" for i in range(len(columns))]
+    parameters.extend(columns)
+    return bulk.format(*numbers)
 
 
 def _latest(statement: Statement, rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:

@@ -335,32 +335,43 @@ class GroupWriter:
             else:
                 writes.append(item)
         if writes or counted:
-            try:
-                _begin(cursor)
-                tables = _fenced(cursor, writes)
-                for runs in tables.values():
-                    for statement, rows in runs:
-                        if len(rows) == 1:
-                            cursor.execute(statement.sql, rows[0])
-                        else:
-                            cursor.executemany(statement.sql, _latest(statement, rows))
-                changes = [cursor.execute(c.statement.sql, c.parameters).rowcount for c in counted]
-                failpoint("store.before_commit")
-                cursor.execute("COMMIT")
-                failpoint("store.after_commit")
-            except sqlite3.Error as error:
-                if connection.in_transaction:
-                    with contextlib.suppress(sqlite3.Error):
-                        connection.execute("ROLLBACK")
-                failed = f"the run store {str(self.path)!r} could not commit its writes: {error}"
-                for lease in {id(w[2]): w[2] for w in writes if w[2] is not None}.values():
-                    if lease.lost is None:  # a lost one is another process's run
-                        lease_failed(lease, failed)
-            else:
-                for item, change in zip(counted, changes, strict=True):
-                    item.changed.append(change)
+            failed = self._write(connection, cursor, writes, counted)
         _wake(barriers, self._doorbell, failed)
         return stop
+
+    def _write(
+        self,
+        connection: sqlite3.Connection,
+        cursor: sqlite3.Cursor,
+        writes: list[_Write],
+        counted: list[_Counted],
+    ) -> str | None:
+        """Writes and commits in one transaction; why it failed (its leases are marked)."""
+        try:
+            _begin(cursor)
+            tables = _fenced(cursor, writes)
+            for runs in tables.values():
+                for statement, rows in runs:
+                    if len(rows) == 1:
+                        cursor.execute(statement.sql, rows[0])
+                    else:
+                        cursor.executemany(statement.sql, _latest(statement, rows))
+            changes = [cursor.execute(c.statement.sql, c.parameters).rowcount for c in counted]
+            failpoint("store.before_commit")
+            cursor.execute("COMMIT")
+            failpoint("store.after_commit")
+        except sqlite3.Error as error:
+            if connection.in_transaction:
+                with contextlib.suppress(sqlite3.Error):
+                    connection.execute("ROLLBACK")
+            failed = f"the run store {str(self.path)!r} could not commit its writes: {error}"
+            for lease in {id(w[2]): w[2] for w in writes if w[2] is not None}.values():
+                if lease.lost is None:  # a lost one is another process's run
+                    lease_failed(lease, failed)
+            return failed
+        for item, change in zip(counted, changes, strict=True):
+            item.changed.append(change)
+        return None
 
 
 def _begin(cursor: sqlite3.Cursor) -> None:
