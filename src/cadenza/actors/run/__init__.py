@@ -16,13 +16,12 @@ from ._context import RunContext as RunContext
 from ._context import Scope as Scope
 from ._context import cancel_parked as cancel_parked
 from ._context import document_step_ids as document_step_ids
+from ._dispatch import DispatchSink as DispatchSink
+from ._dispatch import StepDispatcher as StepDispatcher
 from ._document import RunDocument as RunDocument
 from ._document import decode_document as decode_document
 from ._document import encode_document as encode_document
-from ._journal import AGENT_MEMORY as AGENT_MEMORY
 from ._journal import MAX_RESULT_MESSAGES as MAX_RESULT_MESSAGES
-from ._journal import STEP_REPLAYED as STEP_REPLAYED
-from ._journal import STEP_WAITING as STEP_WAITING
 from ._journal import EventSink as EventSink
 from ._journal import Position as Position
 from ._journal import RunJournal as RunJournal
@@ -61,8 +60,11 @@ from ._permissions import resume_refusal as resume_refusal
 from ._permissions import resumed_policy as resumed_policy
 from ._replay import CHECKPOINT as CHECKPOINT
 from ._replay import Replay as Replay
-from ._replay import ReplayedStep as ReplayedStep
+from ._replay_log import AGENT_MEMORY as AGENT_MEMORY
 from ._replay_log import RUN_RESUMED as RUN_RESUMED
+from ._replay_log import STEP_REPLAYED as STEP_REPLAYED
+from ._replay_log import STEP_WAITING as STEP_WAITING
+from ._replayed import ReplayedStep as ReplayedStep
 from ._shell import Command as Command
 from ._shell import Reading as Reading
 from ._shell import read_command as read_command
@@ -98,6 +100,7 @@ __all__ = [
     "Cancellable",
     "Command",
     "Decision",
+    "DispatchSink",
     "Drain",
     "EventSink",
     "IsolationError",
@@ -119,6 +122,7 @@ __all__ = [
     "RunDocument",
     "RunJournal",
     "Scope",
+    "StepDispatcher",
     "StepFailure",
     "StepFinished",
     "StepWorktree",

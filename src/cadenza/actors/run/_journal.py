@@ -47,29 +47,19 @@ from cadenza.protocols import (
     timestamp,
 )
 
+from ._replay_log import STEP_REPLAYED, STEP_WAITING
+
 if TYPE_CHECKING:
     from ._replay import Replay
 
 __all__ = [
-    "AGENT_MEMORY",
     "MAX_RESULT_MESSAGES",
-    "STEP_REPLAYED",
-    "STEP_WAITING",
     "EventSink",
     "Position",
     "RunJournal",
     "clean_message",
     "clean_record",
 ]
-
-AGENT_MEMORY = "agent_memory"
-"""An agent visit's turns, kept for later visits (loop ``memory``); data ``{key, turns}``."""
-
-STEP_REPLAYED = "step_replayed"
-"""A leaf's recorded outcome was reported to its controller instead of running it again."""
-
-STEP_WAITING = "step_waiting"
-"""A step waits for a person (SPEC 2.6); message: the prompt, data: ``{prompt, schema}``."""
 
 MAX_RESULT_MESSAGES = 1_000
 """Messages a run's result lists (the newest); older ones are counted, not kept."""

@@ -51,13 +51,22 @@ from cadenza.protocols import (
     payload,
 )
 
-from ._journal import AGENT_MEMORY
 from ._messages import COORDINATOR, MSG_TYPES, AgentMessage, Outgoing
 
-__all__ = ["RUN_RESUMED", "LogState", "read_log"]
+__all__ = ["AGENT_MEMORY", "RUN_RESUMED", "STEP_REPLAYED", "STEP_WAITING", "LogState", "read_log"]
 
 RUN_RESUMED = "run_resumed"
 """The event a resumed run starts with; data ``{replayable, afterSeq}``."""
+
+AGENT_MEMORY = "agent_memory"
+"""An agent visit's turns, kept for later visits (loop ``memory``); data ``{key, turns}``."""
+
+STEP_REPLAYED = "step_replayed"
+"""A leaf's recorded outcome was reported to its controller instead of running it again."""
+
+STEP_WAITING = "step_waiting"
+"""A step waits for a person (SPEC 2.6); message: the prompt, data: ``{prompt, schema}``."""
+
 
 _KINDS = {number: kind for kind, number in MSG_TYPES.items()}
 _COORDINATOR = "coordinator"
