@@ -143,17 +143,12 @@ class _Walker:
         broken = False
         body = cls in _BODIES
         for key, item in value.items():
+            if body and self._registered(key, item, cls, path, out):
+                continue
             name = _ALIASES.get(key, key) if key not in fields else key
             field = fields.get(name)
-            if body and name == _KIND_BLOCK and isinstance(item, dict):  # built in Python
-                for kind, block in item.items():
-                    if not self._kind_block(kind, block, path, out):
-                        self._unknown(kind, cls, fields, path)
-                continue
-            if body and field is None and self._kind_block(key, item, path, out):
-                continue
             if field is None:
-                self._unknown(key, cls, fields, path)
+                self._unknown(key, cls, path)
                 continue
             if name in out:
                 self.reporter.add((*path, key), f"{key!r} repeats {name!r}; give one of them")
@@ -165,16 +160,32 @@ class _Walker:
                 broken = broken or field.required
                 continue
             out[name] = cleaned
-        missing = [name for name, f in fields.items() if f.required and name not in value]
+        missing = self._missing(value, cls, path)
+        return BROKEN if missing or broken else out
+
+    def _missing(self, value: dict[str, Any], cls: type, path: DocPath) -> bool:
+        """Reports each required key of ``cls`` that ``value`` lacks; True: one does."""
+        missing = [name for name, f in _fields(cls).items() if f.required and name not in value]
         for name in missing:
             what = _NAMES.get(cls) or self.blocks.get(cls) or "this mapping"
             self.reporter.add(path, f"{what} needs {name!r}")
-        return BROKEN if missing or broken else out
+        return bool(missing)
 
-    def _unknown(self, key: str, cls: type, fields: dict[str, mi.Field], path: DocPath) -> None:
+    def _registered(
+        self, key: str, item: Any, cls: type, path: DocPath, out: dict[str, Any]
+    ) -> bool:
+        """Whether ``key`` of a step is a registered kind's block, kept in ``out``."""
+        if key == _KIND_BLOCK and isinstance(item, dict):  # a step built in Python
+            for kind, block in item.items():
+                if not self._kind_block(kind, block, path, out):
+                    self._unknown(kind, cls, path)
+            return True
+        return key not in _fields(cls) and self._kind_block(key, item, path, out)
+
+    def _unknown(self, key: str, cls: type, path: DocPath) -> None:
         name = _NAMES.get(cls) or self.blocks.get(cls)
         where = f" in {name}" if name else ""
-        keys: list[str] = list(fields)
+        keys: list[str] = list(_fields(cls))
         if cls in _BODIES:  # the registered kinds' keys are a step's keys too
             keys += [kind.name for kind in step_kinds() if kind.spec is not None]
         # A near-exact typo first, then a key of a block written one level too

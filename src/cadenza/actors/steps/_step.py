@@ -165,12 +165,13 @@ class StepActor(PlacedActor):
                 raise self._unsupported(address)
             run = self.run
             dispatcher = run.dispatcher
-            order = None if dispatcher is None else work.order(self, address, attempt, seconds)
-            isolated = work.isolated and run.worktrees is not None
-            if dispatcher is not None and order is not None:  # the worker applies the timeout
+            if (
+                dispatcher is not None
+                and (order := work.order(self, address, attempt, seconds)) is not None
+            ):  # a worker runs it (None: this kind runs it here), and applies the timeout
                 content, result = await remote_work(self, dispatcher, order)
-            elif seconds is None and not isolated:  # the common case, one frame fewer
-                content, result = await work.work(self, address, attempt)
+            elif seconds is None and (run.worktrees is None or not work.isolated):
+                content, result = await work.work(self, address, attempt)  # the common case
             else:
                 content, result = await self._guarded(work, address, attempt, seconds, task)
             return "completed", content, result, None
@@ -179,16 +180,8 @@ class StepActor(PlacedActor):
                 raise  # the run itself is being torn down: not ours to swallow
             task.uncancel()
             return "cancelled", None, None, ErrorInfo("Cancelled", self._cancel_reason, address)
-        except TimeoutError:
-            message = f"timed out after {seconds:g}s"
-            return "failed", None, None, ErrorInfo("Timeout", message, address)
-        except LoopBlocked as blocked:
-            message = f"timed out after {seconds:g}s: {blocked}"
-            return "failed", None, None, ErrorInfo("Timeout", message, address)
-        except StepFailure as failure:
-            return "failed", failure.content, failure.result, failure.error
         except Exception as error:  # the step's own failure, recorded, not a crash
-            return "failed", None, None, work_error(error, address)
+            return _failed(error, address, seconds)
         finally:
             self._task = None
 
@@ -286,3 +279,17 @@ class StepActor(PlacedActor):
         if template.is_static:
             return text
         return template.render(self.scope.activation(self.run.inputs))
+
+
+def _failed(
+    error: Exception, address: str, seconds: float | None
+) -> tuple[StepStatus, str | None, Any, ErrorInfo | None]:
+    """What an attempt that raised ``error`` records (``seconds``: its timeout)."""
+    if isinstance(error, StepFailure):
+        return "failed", error.content, error.result, error.error
+    if isinstance(error, TimeoutError):
+        return "failed", None, None, ErrorInfo("Timeout", f"timed out after {seconds:g}s", address)
+    if isinstance(error, LoopBlocked):
+        message = f"timed out after {seconds:g}s: {error}"
+        return "failed", None, None, ErrorInfo("Timeout", message, address)
+    return "failed", None, None, work_error(error, address)
