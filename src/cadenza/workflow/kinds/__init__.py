@@ -23,7 +23,7 @@ from typing import Final
 import msgspec
 
 from cadenza.errors import CadenzaError
-from cadenza.workflow._spec import Step
+from cadenza.workflow._spec import State, Step
 
 from ._agent import Agent
 from ._base import Body as Body
@@ -114,7 +114,8 @@ def unregister_step_kind(name: str) -> None:
 
 
 def _step_keys() -> frozenset[str]:
-    fields = msgspec.structs.fields(Step)
+    """The keys a step or a graph state has already (``tool_input``: an alias)."""
+    fields = (*msgspec.structs.fields(Step), *msgspec.structs.fields(State))
     return frozenset(field.encode_name for field in fields) | {"tool_input"}
 
 
