@@ -15,7 +15,7 @@ from typing import Annotated, Any
 import msgspec
 
 from cadenza.actors.steps import LeafKind, LeafStep, WorkSite
-from cadenza.workflow.kinds import Body, KindChecks
+from cadenza.workflow.kinds import Body, DocPath, KindChecks
 
 __all__ = ["ECHO", "Echo", "EchoBlock"]
 
@@ -33,7 +33,7 @@ class Echo(LeafKind):
     name = "echo"
     spec = EchoBlock
 
-    def check(self, body: Body, path: tuple[str | int, ...], depth: int, at: KindChecks) -> None:
+    def check(self, body: Body, path: DocPath, depth: int, at: KindChecks) -> None:
         super().check(body, path, depth, at)  # the block's types: times within 1..10
         block = (body.kind_block or {}).get(self.name)
         if isinstance(block, dict) and isinstance(block.get("text"), str):

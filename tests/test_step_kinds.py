@@ -87,11 +87,16 @@ def environment(*, registered: bool = True) -> dict[str, str]:
     return env
 
 
-def cadenza(*args: str, cwd: Path, registered: bool = True) -> subprocess.CompletedProcess[str]:
+def cadenza(
+    *args: str, cwd: Path, registered: bool = True, kinds: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    env = environment(registered=registered)
+    if kinds is not None:
+        env["CADENZA_STEP_KINDS"] = kinds
     return subprocess.run(
         [sys.executable, "-m", "cadenza", *args],
         cwd=cwd,
-        env=environment(registered=registered),
+        env=env,
         capture_output=True,
         text=True,
         timeout=60,
@@ -159,6 +164,26 @@ def test_cadenza_validate_checks_its_keys(tmp_path: Path) -> None:
     unknown = cadenza("validate", "flow.yaml", cwd=tmp_path, registered=False)
     assert unknown.returncode == 2
     assert "steps[0].echo: unknown key 'echo' in a step" in unknown.stderr
+
+
+@pytest.mark.parametrize(
+    ("kinds", "says"),
+    [
+        ("tests.no_such_module:ECHO", "cannot be loaded: No module named 'tests.no_such_module'"),
+        ("json:dumps", "is not a StepKind (it is function)"),
+        ("tests.echo_kind", "is not 'module:attribute'"),
+    ],
+)
+def test_a_kind_that_does_not_load_is_one_line_and_exit_2(
+    tmp_path: Path, kinds: str, says: str
+) -> None:
+    """For every command, a worker included: before it connects, not at its first step."""
+    write(tmp_path, FLOW)
+    connect = ("worker", "--connect", "tcp://127.0.0.1:9", "--name", "w")
+    for args in (("validate", "flow.yaml"), ("graph", "flow.yaml"), connect):
+        proc = cadenza(*args, cwd=tmp_path, kinds=kinds)
+        assert proc.returncode == 2, (args, proc.stderr)
+        assert proc.stderr == f"cadenza: error: CADENZA_STEP_KINDS: {kinds!r} {says}\n"
 
 
 def test_loading_reports_the_same_problems_in_process(echo: StepKind) -> None:

@@ -207,10 +207,11 @@ class Validator:
                 f"{key!r} into one of them)",
             )
         elif loop.steps is None and named is None:
+            names = [key for kind in step_kinds() if kind.loopable for key in kind.names]
             self.add(
                 (*path, "loop"),
-                f"this loop has no steps and this {noun} has nothing to repeat: "
-                "add loop.steps, or an agent, command, handler or include",
+                f"this loop has no steps and this {noun} has nothing to repeat: add "
+                f"loop.steps, or one of {', '.join(names[:-1])} or {names[-1]}",
             )
         elif loop.steps is None and named is not None and not named[0].loopable:
             self.add(

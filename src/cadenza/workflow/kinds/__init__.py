@@ -23,6 +23,7 @@ from typing import Final
 import msgspec
 
 from cadenza.errors import CadenzaError
+from cadenza.workflow._problems import DocPath as DocPath
 from cadenza.workflow._spec import State, Step
 
 from ._agent import Agent
@@ -41,6 +42,7 @@ from ._tool import Tool
 __all__ = [
     "ENVIRONMENT",
     "Body",
+    "DocPath",
     "KindChecks",
     "StepKind",
     "register_step_kind",
