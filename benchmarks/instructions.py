@@ -169,11 +169,10 @@ RunJournal.emit = lambda self, type, **fields: _EVENT
     (
         "  handler call: resolve, scope, StepContext, await",
         """
-import cadenza.actors.steps._step as _step
-async def _call(handler, context):
+from cadenza.actors.steps.kinds._handler import HandlerWork
+async def _call():
     return "", None
-_step.call_handler = _call
-_step.StepActor._handler_call = lambda self, address, attempt, reference: (None, None)
+HandlerWork.work = lambda self, actor, address, attempt: _call()
 """,
     ),
 )

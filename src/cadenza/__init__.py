@@ -13,6 +13,7 @@ runs are bounded, observable and durable.
 import importlib as _importlib
 import typing as _typing
 
+from ._version import __version__ as __version__
 from .errors import CadenzaError as CadenzaError
 from .errors import InputError as InputError
 from .errors import RunNotFound as RunNotFound
@@ -68,8 +69,6 @@ def __getattr__(name: str) -> _typing.Any:
 def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_LAZY))
 
-
-__version__ = "0.1.0"
 
 __all__ = [
     "CadenzaError",

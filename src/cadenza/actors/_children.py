@@ -7,14 +7,41 @@ the same way and nest freely, and no controller imports this module.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import partial
+from typing import Final
+
 from cadenza.kernel import Address
 
 from .containers import Container, ForEachController, GraphController, LoopController, spawn_include
 from .control import ControlController
 from .run import INBOX_SIZE, Cancellable, Placement, ReplayedStep
-from .steps import HumanStep, StepActor
+from .steps import HumanStep, StepActor, leaf_work
 
 __all__ = ["spawn_step"]
+
+Spawn = Callable[[Placement, Address], Cancellable]
+
+
+def _controller(
+    make: Callable[[Placement], Container], placement: Placement, address: Address
+) -> Cancellable:
+    controller = make(placement)
+    placement.run.supervisor.spawn(address, lambda: controller)
+    return controller
+
+
+_CONTAINERS: Final[dict[str, Spawn]] = {
+    "graph": partial(_controller, GraphController),
+    "control": partial(_controller, ControlController),
+    "include": spawn_include,
+}
+"""The kinds that run steps of their own, by how their controller starts (a ``loop``
+wraps a step of any kind: it is the step's, not a kind)."""
+
+_ACTORS: Final[dict[str, Callable[[Placement], HumanStep]]] = {"human": HumanStep}
+"""Leaf kinds with an actor of their own; any other leaf is a `StepActor`, which does
+what its kind's `LeafWork` says."""
 
 
 def spawn_step(placement: Placement, address: Address) -> Cancellable:
@@ -31,13 +58,14 @@ def spawn_step(placement: Placement, address: Address) -> Cancellable:
     none of them imports the others.
     """
     step, run = placement.step, placement.run
-    if (
-        step.loop is not None
-        or step.graph is not None
-        or step.include is not None
-        or step.control is not None
-    ):
-        return _spawn_container(placement, address)
+    loop = step.loop
+    if loop is not None:
+        make = ForEachController if loop.is_for_each else LoopController
+        return _controller(make, placement, address)
+    kind = step.kind
+    container = _CONTAINERS.get(kind)
+    if container is not None:
+        return container(placement, address)
     replay = run.journal.replay
     if replay is not None:  # a resumed run: a leaf that finished before is not run again
         record = replay.take(str(address))
@@ -48,31 +76,16 @@ def spawn_step(placement: Placement, address: Address) -> Cancellable:
             )
             run.supervisor.spawn(address, lambda: replayed)
             return replayed
-    if step.human is not None:
-        human = HumanStep(placement)
-        run.supervisor.spawn(address, lambda: human)
-        return human
-    child = StepActor(placement)
+    own = _ACTORS.get(kind)
+    if own is not None:
+        actor = own(placement)
+        run.supervisor.spawn(address, lambda: actor)
+        return actor
+    child = StepActor(placement, kind, leaf_work(kind))
     if replay is not None:
         child.first_attempt = max(child.first_attempt, replay.next_attempt(str(address)))
-    # An agent's inbox is where the coordinator delivers: it gets the larger bound.
-    inbox = INBOX_SIZE if child.kind == "agent" else None
+    # The coordinator delivers to the inbox of a kind that takes messages (an agent's).
+    work = child.work
+    inbox = INBOX_SIZE if work is not None and work.mailbox else None
     run.supervisor.spawn(address, lambda: child, inbox_size=inbox)
     return child
-
-
-def _spawn_container(placement: Placement, address: Address) -> Cancellable:
-    step = placement.step
-    controller: Container
-    if step.loop is not None and step.loop.is_for_each:
-        controller = ForEachController(placement)
-    elif step.loop is not None:
-        controller = LoopController(placement)
-    elif step.graph is not None:
-        controller = GraphController(placement)
-    elif step.control is not None:
-        controller = ControlController(placement)
-    else:
-        return spawn_include(placement, address)
-    placement.run.supervisor.spawn(address, lambda: controller)
-    return controller

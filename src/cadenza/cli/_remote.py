@@ -56,7 +56,9 @@ def keys_command(args: argparse.Namespace) -> int:
 def worker_command(args: argparse.Namespace) -> int:
     """``cadenza worker``: serves until drained or stopped; its exit code."""
     from cadenza.remote import Worker
+    from cadenza.workflow import step_kinds
 
+    step_kinds()  # a kind CADENZA_STEP_KINDS names that cannot load: exit 2 now, not per step
     worker = Worker(
         args.connect, concurrency=args.concurrency, name=args.name, curve_keys=args.curve_keys
     )

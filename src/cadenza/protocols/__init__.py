@@ -81,6 +81,7 @@ from ._wire import Dispatch as Dispatch
 from ._wire import HandlerOrder as HandlerOrder
 from ._wire import Heartbeat as Heartbeat
 from ._wire import Hello as Hello
+from ._wire import KindOrder as KindOrder
 from ._wire import Mail as Mail
 from ._wire import Ready as Ready
 from ._wire import Result as Result
@@ -129,6 +130,7 @@ __all__ = [
     "IterationEnd",
     "IterationStart",
     "JudgeVerdict",
+    "KindOrder",
     "LoopEnd",
     "LoopSummary",
     "Mail",

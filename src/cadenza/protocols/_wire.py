@@ -46,6 +46,7 @@ __all__ = [
     "HandlerOrder",
     "Heartbeat",
     "Hello",
+    "KindOrder",
     "Mail",
     "Ready",
     "Result",
@@ -60,11 +61,13 @@ __all__ = [
     "worker_decoder",
 ]
 
-PROTOCOL_VERSION: Final = 3
+PROTOCOL_VERSION: Final = 4
 """The wire protocol's version; a peer with another one is refused.
 
-3: streamed text is an ``output`` event (``delta``, ``done``), not ``agent_delta``: a
-supervisor of version 2 would record each one. 2: ``tool`` orders."""
+4: ``registered`` orders, for a kind of step registered with Cadenza (a worker of
+version 3 could not decode one). 3: streamed text is an ``output`` event (``delta``,
+``done``), not ``agent_delta``: a supervisor of version 2 would record each one.
+2: ``tool`` orders."""
 
 
 class _Message(msgspec.Struct, frozen=True, tag_field="t", omit_defaults=True):
@@ -152,7 +155,16 @@ class ToolOrder(_Order, frozen=True, kw_only=True, tag="tool"):
     arguments: dict[str, Any] = {}
 
 
-WorkOrder = CommandOrder | HandlerOrder | AgentOrder | ToolOrder
+class KindOrder(_Order, frozen=True, kw_only=True, tag="registered"):
+    """Run a step of a kind registered with Cadenza (`cadenza.actors.steps.LeafKind`):
+    its name, and the plain data its ``prepare`` gave in the supervisor. The worker
+    must have the kind registered too (``CADENZA_STEP_KINDS``)."""
+
+    step_kind: str
+    data: Any = None
+
+
+WorkOrder = CommandOrder | HandlerOrder | AgentOrder | ToolOrder | KindOrder
 """One step attempt to run on a worker."""
 
 

@@ -42,6 +42,7 @@ from cadenza.protocols import (
     WorkflowEnd,
     payload,
 )
+from cadenza.workflow import step_kind
 
 if TYPE_CHECKING:
     from cadenza.actors.run import Replay, RunJournal
@@ -54,8 +55,18 @@ INTERRUPTED: Final = "interrupted"
 _SCOPE_KINDS: Final = frozenset({"iteration", "item"})
 """``step_start`` kinds that record a loop iteration or forEach item, not a step."""
 
-_LEAVES: Final = frozenset({"command", "handler", "agent", "human", "judge"})
-"""Step kinds with no children but model and tool calls."""
+_JUDGE: Final = "judge"
+"""``step_start``'s kind of a loop's ``untilAgent`` judge: no step kind, but a leaf."""
+
+
+def _is_leaf(kind: str | None) -> bool:
+    """Whether a span of this ``step_start`` kind has no step spans below it (only model
+    and tool calls): its kind says so (`StepKind.leaf`), a judge's too."""
+    if kind is None:
+        return False
+    known = step_kind(kind)
+    return known.leaf if known is not None else kind == _JUDGE
+
 
 Attributes = dict[str, AttributeValue]
 
@@ -242,7 +253,7 @@ class RunSpans:
                 _tokens(scope.span, event.tokens)
                 _status(scope.span, status, event.error, now)
             return
-        if record.kind not in _LEAVES:
+        if not _is_leaf(record.kind):
             self._end_inside(address, now)
         span = record.span
         _tokens(span, event.tokens)
@@ -255,7 +266,7 @@ class RunSpans:
         self._end_calls(address, "failed", event.error, now)
         record = self._steps.pop(address, None)
         if record is not None:
-            if record.kind not in _LEAVES:
+            if not _is_leaf(record.kind):
                 self._end_inside(address, now)
             record.span.set_attribute("cadenza.retried", True)
             _finish(record.span, "failed", event.error, now)

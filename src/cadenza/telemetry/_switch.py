@@ -49,7 +49,7 @@ class OpenTelemetry:
         _require_api()
         from opentelemetry import trace
 
-        from cadenza import __version__
+        from cadenza._version import __version__
 
         self.tracer_provider = tracer_provider
         self._tracer: Tracer = trace.get_tracer(

@@ -66,13 +66,17 @@ from ._spec import ScriptReply as ScriptReply
 from ._spec import ScriptToolCall as ScriptToolCall
 from ._spec import State as State
 from ._spec import Step as Step
-from ._spec import StepKind as StepKind
 from ._spec import Supervision as Supervision
 from ._spec import Workflow as Workflow
 from ._spec import parse_duration as parse_duration
 from ._template import Template as Template
 from ._template import has_template as has_template
 from ._template import parse_template as parse_template
+from .kinds import StepKind as StepKind
+from .kinds import register_step_kind as register_step_kind
+from .kinds import step_kind as step_kind
+from .kinds import step_kinds as step_kinds
+from .kinds import unregister_step_kind as unregister_step_kind
 
 __all__ = [
     "AGENT_BUILTINS",
@@ -128,12 +132,16 @@ __all__ = [
     "python_expression",
     "quote",
     "register_python",
+    "register_step_kind",
     "resolve_inputs",
     "resolve_inside",
     "rule_problem",
     "split_rule",
+    "step_kind",
+    "step_kinds",
     "to_mermaid",
     "type_name",
+    "unregister_step_kind",
     "validate_file",
     "validate_workflow",
 ]

@@ -14,6 +14,7 @@ from typing import Any
 
 from ._loader import LoadedWorkflow
 from ._spec import Edge, Graph, Loop, State, Step, Workflow
+from .kinds import short, step_kind
 
 __all__ = ["describe_workflow", "to_mermaid"]
 
@@ -57,14 +58,11 @@ class _Describer:
 
     def node(self, name: str, body: Step | State) -> dict[str, Any]:
         node: dict[str, Any] = {"id": name, "kind": body.kind}
-        fields = {
-            "agent": body.agent,
-            "command": body.command,
-            "handler": body.handler,
-            "include": body.include,
-            "timeout": body.timeout,
-        }
-        node.update({key: value for key, value in fields.items() if value is not None})
+        kind = step_kind(body.kind)
+        if kind is not None:
+            node.update(kind.describe(body))
+        if body.timeout is not None:
+            node["timeout"] = body.timeout
         if body.retries:
             node["retries"] = body.retries
         if body.on_error != "fail":
@@ -152,10 +150,6 @@ def _label(text: str) -> str:
     return flat.replace('"', "#quot;").replace("<", "#lt;").replace(">", "#gt;")
 
 
-def _short(text: str, limit: int = 60) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
 def _loop_title(loop: Loop) -> str:
     if loop.is_for_each:
         source = loop.for_each
@@ -165,14 +159,14 @@ def _loop_title(loop: Loop) -> str:
             count = len(source or [])
             over = f"{count} item" if count == 1 else f"{count} items"
         cap = f", ≤{loop.max_concurrency} at once" if loop.max_concurrency else ""
-        return f"forEach {_short(str(over))}{cap}"
+        return f"forEach {short(str(over), 60)}{cap}"
     return f"repeat ≤{loop.max_iterations or 100}"
 
 
 def _repeat_label(loop: Loop) -> str:
     stops = []
     if loop.until:
-        stops.append(f"until {_short(loop.until)}")
+        stops.append(f"until {short(loop.until, 60)}")
     if loop.until_agent:
         stops.append(f"judged by {loop.until_agent}")
     return "next iteration" + (f" ({'; '.join(stops)})" if stops else "")
@@ -274,9 +268,9 @@ class _Mermaid:
         if body.include is not None and loaded is not None and depth < _MAX_INCLUDE_DEPTH:
             child = loaded.includes.get(body.include)
         if child is None:
-            what = body.include if body.include is not None else body.agent or ""
-            detail = f" {_short(str(what), 40)}" if what else ""
-            self.lines.append(f'{indent}{self.id(key)}["{_label(f"{name}: {body.kind}{detail}")}"]')
+            kind = step_kind(body.kind)
+            text = body.kind if kind is None else kind.label(body)
+            self.lines.append(f'{indent}{self.id(key)}["{_label(f"{name}: {text}")}"]')
             return
         workflow = child.workflow
         repeat = f", {_loop_title(workflow.loop)}" if workflow.loop is not None else ""

@@ -10,14 +10,12 @@ importing anything, whether a module could be found).
 
 from __future__ import annotations
 
-import importlib.machinery
-import importlib.util
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
+from ._modules import module_exists
 from ._python import is_python
 from ._spec import Loop, State, Step, Workflow
 
@@ -55,21 +53,6 @@ def code_references(loaded: LoadedWorkflow) -> Iterator[CodeReference]:
     yield from _Walk(loaded.base_dir).workflow(loaded.workflow)
     for child in loaded.includes.values():
         yield from code_references(child)
-
-
-def module_exists(name: str, base_dir: Path) -> bool:
-    """Whether a top-level module ``name`` can be imported, beside the workflow or on the path.
-
-    Nothing is imported: no user code runs.
-    """
-    if name in sys.modules:
-        return True
-    if importlib.machinery.PathFinder.find_spec(name, [str(base_dir)]) is not None:
-        return True
-    try:
-        return importlib.util.find_spec(name) is not None
-    except (ImportError, ValueError):
-        return False
 
 
 @dataclass(frozen=True, slots=True)

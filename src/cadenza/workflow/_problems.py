@@ -14,14 +14,13 @@ import re
 from collections.abc import Iterable, Iterator, Sequence, Sized
 from contextlib import contextmanager
 from contextvars import ContextVar
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 import msgspec
 
 from cadenza.errors import CadenzaError
 
-if TYPE_CHECKING:
-    from ._source import SourceMap
+from ._source import DocPath, SourceMap
 
 __all__ = [
     "MAX_PROBLEMS",
@@ -35,8 +34,6 @@ __all__ = [
     "suggestion_budget",
 ]
 
-DocPath = tuple[str | int, ...]
-"""A position in a document: mapping keys and list indexes from the root."""
 
 _PLAIN_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")
 

@@ -9,6 +9,10 @@ msgspec's own ``convert`` stops at the first error; this walk reports every one 
 returns a *cleaned* copy of the document with the offending parts dropped (an
 unknown key, a wrongly typed optional field, a list item missing its required
 keys). The cleaned copy converts, so the rules that span fields still run.
+
+A kind added to the registry (`cadenza.workflow.kinds`) has its block under its
+own name on a step (``echo: {text: hi}``): it is checked against the kind's
+``spec`` here like any block, and kept in the step's ``kindBlock``.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from ._spec import (
     Supervision,
     Workflow,
 )
+from .kinds import StepKind, step_kind, step_kinds
 
 __all__ = ["BROKEN", "check_schema"]
 
@@ -56,6 +61,8 @@ _NAMES: dict[type, str] = {
 }
 # zenflow's own valid fixtures spell `toolInput` as `tool_input`; accept both.
 _ALIASES = {"tool_input": "toolInput"}
+_BODIES = (Step, State)
+_KIND_BLOCK = "kindBlock"
 
 
 @cache
@@ -63,6 +70,11 @@ def _fields(cls: type) -> dict[str, mi.Field]:
     info = mi.type_info(cls)
     assert isinstance(info, mi.StructType)
     return {f.encode_name: f for f in info.fields}
+
+
+@cache
+def _type(cls: type) -> mi.Type:
+    return mi.type_info(cls)
 
 
 @cache
@@ -100,6 +112,8 @@ class _Walker:
     def __init__(self, reporter: Reporter) -> None:
         self.reporter = reporter
         self.dropped: list[DocPath] = []
+        self.blocks: dict[type, str] = {}
+        """The registered kinds' blocks met, by ``spec``: what messages call them."""
 
     def value(self, value: Any, t: mi.Type, path: DocPath, rule: Rule | None) -> Any:
         member = _match(t, value)
@@ -127,12 +141,14 @@ class _Walker:
         fields = _fields(cls)
         out: dict[str, Any] = {}
         broken = False
+        body = cls in _BODIES
         for key, item in value.items():
+            if body and self._registered(key, item, cls, path, out):
+                continue
             name = _ALIASES.get(key, key) if key not in fields else key
             field = fields.get(name)
             if field is None:
-                self.reporter.add((*path, key), _unknown(key, cls, fields))
-                self.dropped.append((*path, key))
+                self._unknown(key, cls, path)
                 continue
             if name in out:
                 self.reporter.add((*path, key), f"{key!r} repeats {name!r}; give one of them")
@@ -144,11 +160,61 @@ class _Walker:
                 broken = broken or field.required
                 continue
             out[name] = cleaned
-        missing = [name for name, f in fields.items() if f.required and name not in value]
-        for name in missing:
-            what = _NAMES.get(cls, "this mapping")
-            self.reporter.add(path, f"{what} needs {name!r}")
+        missing = self._missing(value, cls, path)
         return BROKEN if missing or broken else out
+
+    def _missing(self, value: dict[str, Any], cls: type, path: DocPath) -> bool:
+        """Reports each required key of ``cls`` that ``value`` lacks; True: one does."""
+        missing = [name for name, f in _fields(cls).items() if f.required and name not in value]
+        for name in missing:
+            what = _NAMES.get(cls) or self.blocks.get(cls) or "this mapping"
+            self.reporter.add(path, f"{what} needs {name!r}")
+        return bool(missing)
+
+    def _registered(
+        self, key: str, item: Any, cls: type, path: DocPath, out: dict[str, Any]
+    ) -> bool:
+        """Whether ``key`` of a step is a registered kind's block, kept in ``out``."""
+        if key == _KIND_BLOCK and isinstance(item, dict):  # a step built in Python
+            for kind, block in item.items():
+                if not self._kind_block(kind, block, path, out):
+                    self._unknown(kind, cls, path)
+            return True
+        return key not in _fields(cls) and self._kind_block(key, item, path, out)
+
+    def _unknown(self, key: str, cls: type, path: DocPath) -> None:
+        name = _NAMES.get(cls) or self.blocks.get(cls)
+        where = f" in {name}" if name else ""
+        keys: list[str] = list(_fields(cls))
+        if cls in _BODIES:  # the registered kinds' keys are a step's keys too
+            keys += [kind.name for kind in step_kinds() if kind.spec is not None]
+        # A near-exact typo first, then a key of a block written one level too
+        # high (`maxIterations` on a step), then any close match.
+        parent = _nested_keys(cls).get(key)
+        hint = (
+            did_you_mean(key, keys, cutoff=0.85)
+            or (f"; it belongs under {parent!r}" if parent else "")
+            or did_you_mean(key, keys)
+        )
+        self.reporter.add((*path, key), f"unknown key {key!r}{where}{hint}")
+        self.dropped.append((*path, key))
+
+    def _kind_block(self, name: str, block: Any, path: DocPath, out: dict[str, Any]) -> bool:
+        """Keeps the block of registered kind ``name`` in ``out``; False: there is no such kind.
+
+        The block is checked against the kind's ``spec`` at ``path.name``, where
+        the document has it, whichever way it was written.
+        """
+        kind: StepKind | None = step_kind(name)
+        if kind is None or kind.spec is None:  # Cadenza's own kinds have fields instead
+            return False
+        self.blocks.setdefault(kind.spec, f"the {name} block")
+        cleaned = self.value(block, _type(kind.spec), (*path, name), None)
+        if cleaned is BROKEN:
+            self.dropped.append((*path, name))
+        else:
+            out.setdefault(_KIND_BLOCK, {})[name] = cleaned
+        return True
 
     def _items(self, value: list[Any], t: mi.Type, path: DocPath) -> list[Any]:
         out = []
@@ -187,20 +253,6 @@ class _Walker:
             wanted = " or ".join(_describe(m) for m in members if not isinstance(m, mi.NoneType))
             message = f"expected {wanted}, got {_describe_value(value)}"
         self.reporter.add(path, message)
-
-
-def _unknown(key: str, cls: type, fields: dict[str, mi.Field]) -> str:
-    """The problem of a key ``cls`` does not have, with the likeliest key meant."""
-    where = f" in {_NAMES[cls]}" if cls in _NAMES else ""
-    # A near-exact typo first, then a key of a block written one level too
-    # high (`maxIterations` on a step), then any close match.
-    parent = _nested_keys(cls).get(key)
-    hint = (
-        did_you_mean(key, fields, cutoff=0.85)
-        or (f"; it belongs under {parent!r}" if parent else "")
-        or did_you_mean(key, fields)
-    )
-    return f"unknown key {key!r}{where}{hint}"
 
 
 def _match(t: mi.Type, value: Any) -> mi.Type | None:

@@ -10,9 +10,10 @@ from __future__ import annotations
 from functools import cached_property
 from typing import NamedTuple
 
-from ._problems import DocPath
+__all__ = ["DocPath", "Loc", "SourceMap"]
 
-__all__ = ["Loc", "SourceMap"]
+DocPath = tuple[str | int, ...]
+"""A position in a document: mapping keys and list indexes from the root."""
 
 
 class Loc(NamedTuple):

@@ -12,42 +12,32 @@ workflows (a callback from the loader, which owns include cycles and depth).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
 from cadenza.errors import InputError
 
-from ._containers import check_graph, check_loop
+from ._containers import check_loop
 from ._expressions import ExpressionChecker
 from ._inputs import resolve_inputs
 from ._models import ModelCheck, ModelRules
-from ._needs import module_exists
 from ._problems import DocPath, Reporter, did_you_mean
-from ._references import (
-    check_include_contract,
-    check_json_schema,
-    judge_problem,
-    read_reference,
-)
+from ._references import check_json_schema, judge_problem, read_reference
 from ._rules import MCP_SERVER_NAME, rule_problem
 from ._scopes import check_scope, declared_ids, loop_owners
 from ._spec import (
     AGENT_BUILTINS,
     Agent,
-    Control,
-    Graph,
-    Human,
     Loop,
     McpServer,
     Permissions,
-    State,
     Step,
     Supervision,
     Workflow,
     parse_duration,
 )
-from ._template import has_template
+from .kinds import Body, StepKind, step_kinds
 
 __all__ = ["MAX_NESTING", "IncludeLoader", "Validator"]
 
@@ -57,23 +47,12 @@ MAX_NESTING = 8
 IncludeLoader = Callable[[DocPath, str], Workflow | None]
 """Loads the workflow a reference names (reporting at the path), or returns None."""
 
-Body = Step | State
-_KIND_KEYS = ("include", "command", "handler", "graph", "control", "human", "tool")
-_NOT_LOOPABLE = frozenset(("graph", "control", "human", "tool"))
-_NOTHING_TO_DO = (
-    "give it one of agent, instructions, command, handler, include, graph, control, human "
-    "or tool, or a loop with its own steps"
-)
-_BASH_EXPRESSION = (
-    "the command of a bash tool step cannot be a $ expression: its value (a model's "
-    "output, perhaps) would become a shell line. Use a command step and pass the value "
-    'through env (env: {NAME: "{{ steps.x.content }}"}, then "$NAME") or stdin; '
-    "a command that starts with a shell variable can start with 'exec ' instead"
-)
-
 
 class Validator:
     """Checks one workflow document; problems go to ``reporter``.
+
+    What each kind of step checks of its own keys is the kind's (`StepKind.check`,
+    in ``kinds/``); this is the `KindChecks` those checks use.
 
     Args:
         workflow: The document, already through the schema layer.
@@ -117,7 +96,6 @@ class Validator:
             declared=self.ids,
             loops=loop_owners(workflow),
         )
-        self.add = reporter.add_rule
         self._defined_agents: str | None = None
         self.models = ModelCheck(models, reporter, workflow.agents) if models else None
 
@@ -194,144 +172,96 @@ class Validator:
         here: frozenset[str] | None = None,
     ) -> None:
         """What a step or graph state does; ``here``: the step ids its own fields can read."""
-        kinds = [key for key in _KIND_KEYS if getattr(body, key) is not None]
-        if body.agent is not None or body.instructions is not None:
-            kinds.append("agent" if body.agent is not None else "instructions")
-        if len(kinds) > 1:
+        kinds = step_kinds()
+        named = [(kind, key) for kind in kinds if (key := kind.named_by(body)) is not None]
+        if len(named) > 1:
+            (_, first), (_, second) = named[:2]
             self.add(
-                (*path, kinds[1]),
-                f"a {noun} does one thing, but this one has both {kinds[0]!r} and {kinds[1]!r}",
+                (*path, second),
+                f"a {noun} does one thing, but this one has both {first!r} and {second!r}",
             )
-        loop = body.loop
-        if loop is not None:
-            if loop.steps is not None and kinds:
-                self.add(
-                    (*path, "loop", "steps"),
-                    f"loop.steps cannot be combined with {kinds[0]!r}: the loop either "
-                    f"repeats this step (drop loop.steps) or runs its own steps (move "
-                    f"{kinds[0]!r} into one of them)",
-                )
-            elif loop.steps is None and not kinds:
-                self.add(
-                    (*path, "loop"),
-                    f"this loop has no steps and this {noun} has nothing to repeat: "
-                    "add loop.steps, or an agent, command, handler or include",
-                )
-            elif loop.steps is None and kinds[0] in _NOT_LOOPABLE:
-                self.add(
-                    (*path, "loop"), f"a loop cannot repeat a {kinds[0]} step; put it in loop.steps"
-                )
+        if body.loop is not None:
+            self._looped(body.loop, path, depth, noun, named[0] if named else None)
             self.exprs.scope = None  # until, forEach: not worked out (their body's scope)
-            self._loop(loop, (*path, "loop"), depth + 1, outer=here)
-        elif not kinds:
-            self.add(path, f"this {noun} has nothing to do: {_NOTHING_TO_DO}")
+            self._loop(body.loop, (*path, "loop"), depth + 1, outer=here)
+        elif not named:
+            names = [key for kind in kinds for key in kind.names]
+            choices = f"{', '.join(names[:-1])} or {names[-1]}"
+            self.add(
+                path,
+                f"this {noun} has nothing to do: give it one of {choices}, "
+                "or a loop with its own steps",
+            )
         self.exprs.scope = here  # a leaf's fields (and a looped one's) read the list's scope
-        self._fields(body, path)
-        if body.human is not None:
-            self._human(body.human, (*path, "human"))
+        for kind in kinds:
+            kind.check(body, path, depth, self)
         self.exprs.scope = None
-        if body.graph is not None:
-            self._graph(body.graph, (*path, "graph"), depth + 1)
-        if body.control is not None:
-            self._control(body.control, (*path, "control"), depth + 1)
 
-    def _fields(self, body: Body, path: DocPath) -> None:
-        if body.agent is not None:
-            self._agent((*path, "agent"), body.agent)
-        if self.models is not None and (body.agent is not None or body.instructions is not None):
-            if body.model is not None:
-                self.models.spec((*path, "model"), body.model)
-            elif body.agent is not None and body.agent in self.agent_names:
-                self.models.runs_agent((*path, "agent"), body.agent)
-            elif body.agent is None:
-                self.models.runs_agent((*path, "instructions"), None)
-        if body.handler is not None:
-            self._handler((*path, "handler"), body.handler)
-        if body.instructions is not None:
-            self._text((*path, "instructions"), body.instructions, "instructions")
-        if body.include is not None:
-            self._include(body, path, body.include)
-        elif body.inputs is not None:
-            self.add((*path, "inputs"), "inputs are given to include steps only")
-        if body.command is not None:
-            self._command(body.command, (*path, "command"))
-        for key in ("env", "cwd", "stdin"):
-            if body.command is None and getattr(body, key) is not None:
-                self.add((*path, key), f"{key} applies to command steps only")
-        for name, value in (body.env or {}).items():
-            self.exprs.template((*path, "env", name), value, field=f"env.{name}")
-        if body.stdin is not None:
-            self.exprs.template((*path, "stdin"), body.stdin, field="stdin")
-        if body.tool_input is not None:
-            if body.tool is None:
-                self.add((*path, "toolInput"), "toolInput needs tool: name the tool to run")
-            for name, value in body.tool_input.items():
-                if not (isinstance(value, str) and value.startswith("$")):
-                    continue  # data, passed to the tool as written
-                where = (*path, "toolInput", name)
-                if body.tool == "bash" and name == "command":
-                    self.add(where, _BASH_EXPRESSION)
-                    continue
-                self.exprs.expression(
-                    where, value[1:], field=f"toolInput.{name}", want="string", shift=1
-                )
+    def _looped(
+        self, loop: Loop, path: DocPath, depth: int, noun: str, named: tuple[StepKind, str] | None
+    ) -> None:
+        """A loop on a step: it repeats the step's work or runs steps of its own, not both."""
+        if loop.steps is not None and named is not None:
+            key = named[1]
+            self.add(
+                (*path, "loop", "steps"),
+                f"loop.steps cannot be combined with {key!r}: the loop either "
+                f"repeats this step (drop loop.steps) or runs its own steps (move "
+                f"{key!r} into one of them)",
+            )
+        elif loop.steps is None and named is None:
+            names = [key for kind in step_kinds() if kind.loopable for key in kind.names]
+            self.add(
+                (*path, "loop"),
+                f"this loop has no steps and this {noun} has nothing to repeat: add "
+                f"loop.steps, or one of {', '.join(names[:-1])} or {names[-1]}",
+            )
+        elif loop.steps is None and named is not None and not named[0].loopable:
+            self.add(
+                (*path, "loop"), f"a loop cannot repeat a {named[1]} step; put it in loop.steps"
+            )
 
-    def _command(self, command: str | list[str], path: DocPath) -> None:
-        parts = (
-            [(path, command)]
-            if isinstance(command, str)
-            else [((*path, i), part) for i, part in enumerate(command)]
-        )
-        if not command:
-            self.add(path, "command is empty")
-        for where, part in parts:
-            if has_template(part):
-                self.add(
-                    where,
-                    "command must not contain {{ }} templates, so that no value (model "
-                    "output least of all) is spliced into a command line: pass values "
-                    'through env (env: {NAME: "{{ ... }}"}, then use $NAME) or stdin',
-                )
+    # What the kinds' checks use (`KindChecks`) ----------------------------------
 
-    def _include(self, body: Body, path: DocPath, ref: str) -> None:
-        for key, present in (
-            ("condition", isinstance(body, Step) and body.condition is not None),
-            ("contextFiles", bool(body.context_files)),
-            ("model", body.model is not None),
-        ):
-            if present:
-                self.add(
-                    (*path, key),
-                    f"an include step cannot have {key} (zenflow section 7): "
-                    "set it inside the included workflow",
-                )
-        given = body.inputs or {}
-        for name, value in given.items():
-            self._templates_in((*path, "inputs", name), value, f"inputs.{name}")
-        child = self.include((*path, "include"), ref)
-        if child is not None:
-            check_include_contract(self.reporter, path, ref, given, child, self.workflow.agents)
+    def add(self, path: DocPath, message: str) -> None:
+        """Reports a problem at ``path`` (quiet where the schema already reported one)."""
+        self.reporter.add_rule(path, message)
 
-    def _templates_in(self, path: DocPath, value: Any, field: str) -> None:
-        if isinstance(value, str):
-            self.exprs.template(path, value, field=field)
-        elif isinstance(value, list):
-            for index, item in enumerate(value):
-                self._templates_in((*path, index), item, f"{field}[{index}]")
-        elif isinstance(value, dict):
-            for key, item in value.items():
-                self._templates_in((*path, key), item, f"{field}.{key}")
+    def agent(self, path: DocPath, name: str) -> bool:
+        """Whether the workflow defines agent ``name``; reports it at ``path`` when not."""
+        return self._agent(path, name)
 
-    # Containers ---------------------------------------------------------------
+    def text(self, path: DocPath, text: str, field: str) -> None:
+        """Checks a text that may be ``@file``: read in, its templates checked."""
+        self._text(path, text, field)
 
-    def _nesting(self, path: DocPath, depth: int) -> None:
-        # Reported at the first level past the cap only; deeper levels would repeat it.
-        if depth == MAX_NESTING + 1:
+    def load_include(self, path: DocPath, reference: str) -> Workflow | None:
+        """Loads the workflow ``reference`` names (problems reported at ``path``)."""
+        return self.include(path, reference)
+
+    def body(self, body: Body, path: DocPath, depth: int, noun: str) -> None:
+        """Checks a step-like body held inside another (a graph's state)."""
+        self._body(body, path, depth, noun)
+
+    def nesting(self, path: DocPath, depth: int) -> None:
+        """Reports a container nested deeper than the cap (at the first level past it)."""
+        if depth == MAX_NESTING + 1:  # deeper levels would repeat it
             self.add(
                 path,
                 f"loops, graphs and control steps nest at most {MAX_NESTING} deep; "
                 f"this one is at depth {depth}",
             )
+
+    @contextmanager
+    def unscoped(self) -> Iterator[None]:
+        """Expressions checked inside read no known scope (a graph's, a control loop's)."""
+        scope, self.exprs.scope = self.exprs.scope, None
+        try:
+            yield
+        finally:
+            self.exprs.scope = scope
+
+    # Containers ---------------------------------------------------------------
 
     def _loop(
         self,
@@ -342,7 +272,7 @@ class Validator:
         root: bool = False,
         outer: frozenset[str] | None = None,
     ) -> None:
-        self._nesting(path, depth)
+        self.nesting(path, depth)
         check_loop(loop, path, self.reporter, self.exprs, root=root)
         if loop.for_each is None and loop.until_agent is not None:
             where = (*path, "untilAgent")
@@ -355,34 +285,6 @@ class Validator:
                 )
         if loop.steps is not None and not root:
             self._scope(loop.steps, (*path, "steps"), depth, outer)
-
-    def _graph(self, graph: Graph, path: DocPath, depth: int) -> None:
-        self._nesting(path, depth)
-        check_graph(graph, path, self.reporter, self.exprs)
-        for name, state in graph.states.items():  # scopes inside a graph are not worked out
-            self._body(state, (*path, "states", name), depth, "graph state")
-
-    def _control(self, control: Control, path: DocPath, depth: int) -> None:
-        self._nesting(path, depth)
-        self.exprs.template((*path, "objective"), control.objective, field="objective")
-        if control.criteria is not None:
-            self.exprs.template((*path, "criteria"), control.criteria, field="criteria")
-        for index, check in enumerate(control.checks):
-            where = (*path, "checks", index)
-            self.exprs.expression((*where, "expr"), check.expr, field="check expr", want="bool")
-            if check.feedback is not None:
-                self.exprs.template((*where, "feedback"), check.feedback, field="check feedback")
-        for key in ("planner", "actor", "delegate", "evaluator"):
-            ref = getattr(control, key)
-            if ref is not None and has_template(ref):  # resolved and loaded when it runs
-                self.exprs.template((*path, key), ref, field=key)
-            elif ref is not None:
-                self.include((*path, key), ref)
-
-    def _human(self, human: Human, path: DocPath) -> None:
-        self.exprs.template((*path, "prompt"), human.prompt, field="prompt")
-        if human.schema is not None:
-            check_json_schema(self.reporter, (*path, "schema"), human.schema)
 
     # References and files -----------------------------------------------------
 
@@ -464,23 +366,6 @@ class Validator:
                 f" not 'module:function', and {server!r} is no MCP server"
                 f" (mcpServers: {', '.join(known)})",
             )
-
-    def _handler(self, path: DocPath, reference: str) -> None:
-        """A handler whose module can be found nowhere fails at load, not mid-run.
-
-        Only the top-level package is looked up, without importing anything: user
-        code never runs at load. ``pkg.missing:fn`` inside an existing ``pkg`` is
-        found at run time.
-        """
-        module, colon, _ = reference.partition(":")
-        top = module.split(".", 1)[0]
-        if not colon or not top.isidentifier() or module_exists(top, self.base_dir):
-            return  # a malformed reference is the schema's to report
-        self.add(
-            path,
-            f"handler {reference!r}: no module {top!r} beside the workflow ({self.base_dir}) "
-            "or on the Python path",
-        )
 
     def _text(self, path: DocPath, text: str, field: str) -> None:
         if text.startswith("@"):

@@ -15,18 +15,36 @@ back into the journal, and starts the iteration after the checkpoint.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-from cadenza.protocols import Checkpoint, EventType
+from cadenza.actors.run import RunContext
+from cadenza.kernel import Address
+from cadenza.protocols import Checkpoint, EventType, StepRecord
 from cadenza.store import is_under
-
-if TYPE_CHECKING:
-    from ._loop import LoopController
+from cadenza.workflow import Loop
 
 __all__ = ["checkpoint", "forget", "restore"]
 
 
-def forget(loop: LoopController, n: int) -> None:
+class _Loop(Protocol):
+    """What retention reads and restores of a repeat-until loop (`LoopController`)."""
+
+    run: RunContext
+    loop: Loop
+    here: str
+    cumulative: bool
+    iterations: int
+    blocks: list[str]
+    feedback: str | None
+    last: StepRecord | None
+
+    @property
+    def address(self) -> Address:
+        """The loop step's address."""
+        ...
+
+
+def forget(loop: _Loop, n: int) -> None:
     """Iteration ``n`` has ended: the one that leaves the window is forgotten.
 
     Forgetting comes before the checkpoint of ``n``: a crash between the two
@@ -43,13 +61,13 @@ def forget(loop: LoopController, n: int) -> None:
     run.journal.store.forget_steps(run.run_id, prefix)
 
 
-def checkpoint(loop: LoopController, n: int, block: str) -> None:
+def checkpoint(loop: _Loop, n: int, block: str) -> None:
     """The loop goes on after iteration ``n``: what a resume restarts it from."""
     point = Checkpoint(iteration=n, block=block, last=loop.last)
     loop.run.journal.emit(EventType.CHECKPOINT, step_id=loop.here, data=point)
 
 
-def restore(loop: LoopController) -> int:
+def restore(loop: _Loop) -> int:
     """Takes a resumed loop back to its newest checkpoint; returns the iteration to run next."""
     replay = loop.run.journal.replay
     points = replay.log.checkpoints.get(loop.here) if replay is not None else None

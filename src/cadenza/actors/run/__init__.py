@@ -17,6 +17,8 @@ from ._context import RunContext as RunContext
 from ._context import Scope as Scope
 from ._context import cancel_parked as cancel_parked
 from ._context import document_step_ids as document_step_ids
+from ._dispatch import DispatchSink as DispatchSink
+from ._dispatch import StepDispatcher as StepDispatcher
 from ._document import RunDocument as RunDocument
 from ._document import decode_document as decode_document
 from ._document import encode_document as encode_document
@@ -58,7 +60,7 @@ from ._permissions import ToolRequest as ToolRequest
 from ._permissions import resume_refusal as resume_refusal
 from ._permissions import resumed_policy as resumed_policy
 from ._replay import Replay as Replay
-from ._replay import ReplayedStep as ReplayedStep
+from ._replayed import ReplayedStep as ReplayedStep
 from ._shell import Reading as Reading
 from ._shell import SimpleCommand as SimpleCommand
 from ._shell import read_command as read_command
@@ -83,6 +85,7 @@ __all__ = [
     "Brief",
     "BudgetExceeded",
     "Cancellable",
+    "DispatchSink",
     "Drain",
     "EventSink",
     "IsolationError",
@@ -107,6 +110,7 @@ __all__ = [
     "RunJournal",
     "Scope",
     "SimpleCommand",
+    "StepDispatcher",
     "StepFailure",
     "StepFinished",
     "StepWorktree",

@@ -14,7 +14,7 @@ from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, nullcontext
 from dataclasses import dataclass, field, fields
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import Any, Literal, Protocol
 
 from cadenza.kernel import Actor, Address, Clock, Slots, Supervisor
 from cadenza.llm import ProviderRegistry
@@ -22,15 +22,13 @@ from cadenza.protocols import ErrorInfo, StepRecord
 from cadenza.workflow import LoadedWorkflow, MemoryWindow, Options, State, Step
 
 from ._budget import TokenBudget
+from ._dispatch import StepDispatcher
 from ._journal import Position, RunJournal
 from ._mcp import McpHost
 from ._messages import COORDINATOR, Backlog, Outgoing, Unanswered
 from ._outcome import Report
 from ._permissions import PermissionPolicy
 from ._worktrees import Worktrees
-
-if TYPE_CHECKING:
-    from cadenza.actors.steps import StepDispatcher
 
 __all__ = [
     "NO_BRIEF",

@@ -22,21 +22,17 @@ the process restarted, and a second resume does not duplicate the first.
 
 from __future__ import annotations
 
-import asyncio
 from collections import Counter
 from typing import Any
 
 import msgspec
 
 from cadenza.errors import CorruptRecord
-from cadenza.kernel import Actor
 from cadenza.protocols import Event, EventType, StepRecord, Tokens
 
-from ._journal import RunJournal
-from ._outcome import Report, StepFinished
 from ._replay_log import LogState, read_log
 
-__all__ = ["REPLAYABLE", "Replay", "ReplayedStep"]
+__all__ = ["REPLAYABLE", "Replay"]
 
 REPLAYABLE = frozenset(("completed", "failed", "skipped"))
 """Statuses of a record that is final: its address is replayed, never re-executed."""
@@ -165,37 +161,3 @@ class Replay:
     def launched(self, iteration: str) -> bool:
         """Whether the interrupted run had already started this loop iteration (``loop.N``)."""
         return iteration in self._launched
-
-
-class ReplayedStep(Actor):
-    """Stands at a finished leaf's address just long enough to report its record again."""
-
-    def __init__(
-        self,
-        journal: RunJournal,
-        step_id: str,
-        record: StepRecord,
-        report: Report,
-        answers: asyncio.Future[None] | None = None,
-    ) -> None:
-        self.journal = journal
-        self.step_id = step_id
-        self.record = record
-        self.report = report
-        self.answers = answers
-        """Done once the resumed coordinator agent has answered the step's messages that
-        the interruption left unanswered (`Unanswered.waiter`); None: there are none."""
-
-    async def receive(self, message: Any) -> None:
-        """Messages for the step arrive too late: it has finished."""
-
-    def cancel(self, reason: str) -> None:
-        """Nothing runs, so there is nothing to cancel."""
-
-    async def on_start(self) -> None:
-        """Notes the record in the journal, reports it (its messages answered), and stops."""
-        self.journal.step_replayed(str(self.address), self.record)
-        if self.answers is not None:
-            await self.answers
-        await self.report(StepFinished(self.step_id, self.record))
-        self.stop()

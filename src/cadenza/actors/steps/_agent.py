@@ -27,7 +27,7 @@ from cadenza.actors.run import (
     ToolRequest,
 )
 from cadenza.errors import CadenzaError, InboxFull
-from cadenza.llm import LLMRequest, Message, ModelToolCall, ToolSpec
+from cadenza.llm import LLMClient, LLMRequest, Message, ModelToolCall, ToolSpec
 from cadenza.protocols import (
     AgentMemory,
     AgentTurn,
@@ -40,7 +40,7 @@ from cadenza.protocols import (
     ToolPermission,
     format_duration,
 )
-from cadenza.workflow import Agent, LoadedWorkflow, MemoryWindow
+from cadenza.workflow import DEFAULT_MAX_TURNS, Agent, LoadedWorkflow, MemoryWindow
 
 from ._agent_tools import agent_builtins, builtin_names
 from ._deltas import Deltas
@@ -258,26 +258,28 @@ def _tools(conversation: _Conversation, document: LoadedWorkflow, *, can_send: b
     )
     for tool in builtins:
         conversation.offer(tool)
+    if agent is not None and agent.result_schema is not None:
+        conversation.offer(_submit_result(conversation, agent.result_schema), internal=True)
     if agent is None or (agent.tools is None and agent.disallowed_tools is None):
         # Nothing allowed or denied by name (the common case): no sets to build.
-        if agent is not None and agent.result_schema is not None:
-            conversation.offer(_submit_result(conversation, agent.result_schema), internal=True)
         if can_send:
-            conversation.offer(_send_message(conversation.run, conversation.address), internal=True)
+            conversation.offer(_send_message(run, conversation.address), internal=True)
         return
+    _named_tools(conversation, agent, document.base_dir, can_send=can_send)
+
+
+def _named_tools(
+    conversation: _Conversation, agent: Agent, base_dir: Path, *, can_send: bool
+) -> None:
+    """What an agent's ``tools`` and ``disallowedTools`` let it have: ``send_message``
+    unless left out, and the Python tools (``module:function``) it names."""
     allowed = None if agent.tools is None else set(agent.tools)
-    denied = set() if agent.disallowed_tools is None else set(agent.disallowed_tools)
-
-    def wanted(name: str) -> bool:
-        return (allowed is None or name in allowed) and name not in denied
-
-    if agent.result_schema is not None:
-        conversation.offer(_submit_result(conversation, agent.result_schema), internal=True)
-    if can_send and wanted("send_message"):
+    denied = set(agent.disallowed_tools or ())
+    if can_send and (allowed is None or "send_message" in allowed) and "send_message" not in denied:
         conversation.offer(_send_message(conversation.run, conversation.address), internal=True)
     for reference in sorted(allowed or ()):
         if ":" in reference and reference not in denied:
-            conversation.offer(python_tool(reference, document.base_dir))
+            conversation.offer(python_tool(reference, base_dir))
 
 
 def _item(scope: Scope) -> Any:
@@ -345,15 +347,55 @@ async def run_agent(run: RunContext, document: LoadedWorkflow, visit: AgentVisit
     ``AgentOutcome.error``; only cancellation propagates.
     """
     agent = document.workflow.agents.get(visit.agent_name) if visit.agent_name else None
-    # zenflow's maxRetries: the step's, else the workflow's, else the provider's policy.
-    retries = (
-        visit.max_retries
-        if visit.max_retries is not None
-        else document.workflow.options.max_retries
-    )
     conversation = _Conversation(run, visit.address, visit.agent_name, agent, document.base_dir)
     contents: list[str] = []
     try:
+        talk = await _Talk.open(run, document, visit, conversation, contents)
+        for turn in range(1, (agent.turns if agent is not None else DEFAULT_MAX_TURNS) + 1):
+            if not await talk.turn(turn):
+                break
+        _remember(run, visit.brief, talk.own_messages(), visit.address)
+    except CadenzaError as error:
+        if isinstance(error, BudgetExceeded):
+            run.exhaust_budget(ErrorInfo("BudgetExceeded", str(error), visit.address))
+        info = ErrorInfo(
+            type=type(error).__name__, message=redact(str(error)), address=visit.address
+        )
+        return AgentOutcome("\n\n".join(contents), None, info)
+    content = "\n\n".join(contents)
+    if agent is not None and agent.result_schema is not None and not conversation.submitted:
+        return AgentOutcome(content, None, ErrorInfo("NoResult", NEVER_SUBMITTED, visit.address))
+    return AgentOutcome(cap(content, 1024 * 1024), conversation.result, None)
+
+
+@dataclass(slots=True)
+class _Talk:
+    """One visit's exchange with its model: what is sent each turn, and what came back."""
+
+    run: RunContext
+    visit: AgentVisit
+    conversation: _Conversation
+    client: LLMClient
+    spec: str
+    """The model as the agent names it (``provider:model``): what the events say."""
+    request: LLMRequest
+    """The first turn's request; each turn sends it with the messages so far."""
+    messages: list[Message]
+    first_own: int
+    """Where this visit's own messages start (before: a loop's remembered ones)."""
+    contents: list[str]
+
+    @classmethod
+    async def open(
+        cls,
+        run: RunContext,
+        document: LoadedWorkflow,
+        visit: AgentVisit,
+        conversation: _Conversation,
+        contents: list[str],
+    ) -> _Talk:
+        """Resolves the model, offers the tools and writes the first prompt."""
+        agent = conversation.agent
         spec = model_spec(run, agent, visit.agent_name, visit.step_model)
         providers = run.providers
         provider, model = providers.check(spec)
@@ -374,77 +416,74 @@ async def run_agent(run: RunContext, document: LoadedWorkflow, visit: AgentVisit
             inbox=visit.drain_inbox(),
         )
         system_prompt = agent.prompt if agent is not None and agent.prompt else DEFAULT_SYSTEM
-        history = _remembered(run, visit.brief)
-        messages: list[Message] = [Message("system", system_prompt), *history]
+        messages = [Message("system", system_prompt), *_remembered(run, visit.brief)]
         first_own = len(messages)
         messages.append(Message("user", scrub(prompt)))
-        specs = tuple(tool.spec for tool in conversation.tools.values())
-        turns = agent.turns if agent is not None else 50
-        for turn in range(1, turns + 1):
-            if turn > 1:
-                waiting = visit.drain_inbox()
-                if waiting:
-                    inbox = "## Inbox\n" + "\n".join(f"- {m}" for m in waiting)
-                    messages.append(Message("user", scrub(inbox)))
-            run.journal.emit(
-                EventType.AGENT_TURN,
-                step_id=visit.address,
-                agent=visit.agent_name,
-                data=AgentTurn(phase="request", turn=turn, model=spec),
-            )
-            request = LLMRequest(
-                model=model,
-                messages=tuple(messages),
-                tools=specs,
-                temperature=agent.temperature if agent is not None else None,
-                top_p=agent.top_p if agent is not None else None,
-                max_retries=retries,
-            )
-            deltas = Deltas(run, visit.address, visit.agent_name)
-            async with run.token_budget():
-                try:
-                    completion = await client.complete(request, on_delta=deltas)
-                finally:  # the reply's text ends here, even when the call failed
-                    deltas.finish()
-                usage = completion.usage
-                run.journal.spend(visit.address, usage.prompt_tokens, usage.completion_tokens)
-            run.journal.emit(
-                EventType.AGENT_TURN,
-                step_id=visit.address,
-                agent=visit.agent_name,
-                tokens=Tokens(
-                    usage.prompt_tokens,
-                    usage.completion_tokens,
-                    usage.prompt_tokens + usage.completion_tokens,
-                ),
-                data=AgentTurn(
-                    phase="response",
-                    model=spec,
-                    attempts=completion.attempts,
-                    script_position=completion.script_position,
-                ),
-            )
-            if completion.content:
-                contents.append(completion.content)
-            messages.append(
-                Message("assistant", completion.content, tool_calls=completion.tool_calls)
-            )
-            if not completion.tool_calls:
-                break
-            for call in completion.tool_calls:
-                output = await conversation.call(call)
-                messages.append(Message("tool", output, tool_call_id=call.id, name=call.name))
-            if conversation.submitted:
-                break
-        _remember(run, visit.brief, messages[first_own:], visit.address)
-    except CadenzaError as error:
-        if isinstance(error, BudgetExceeded):
-            run.exhaust_budget(ErrorInfo("BudgetExceeded", str(error), visit.address))
-        info = ErrorInfo(
-            type=type(error).__name__, message=redact(str(error)), address=visit.address
+        request = LLMRequest(
+            model=model,
+            messages=(),
+            tools=tuple(tool.spec for tool in conversation.tools.values()),
+            temperature=agent.temperature if agent is not None else None,
+            top_p=agent.top_p if agent is not None else None,
+            # zenflow's maxRetries: the step's, else the workflow's, else the provider's.
+            max_retries=(
+                visit.max_retries
+                if visit.max_retries is not None
+                else document.workflow.options.max_retries
+            ),
         )
-        return AgentOutcome("\n\n".join(contents), None, info)
-    content = "\n\n".join(contents)
-    if agent is not None and agent.result_schema is not None and not conversation.submitted:
-        return AgentOutcome(content, None, ErrorInfo("NoResult", NEVER_SUBMITTED, visit.address))
-    return AgentOutcome(cap(content, 1024 * 1024), conversation.result, None)
+        return cls(run, visit, conversation, client, spec, request, messages, first_own, contents)
+
+    def own_messages(self) -> list[Message]:
+        """This visit's messages: what a loop's ``memory`` keeps of it."""
+        return self.messages[self.first_own :]
+
+    async def turn(self, turn: int) -> bool:
+        """Asks the model once and runs the tools it called; False: the visit is over
+        (an answer without tools, or a result submitted)."""
+        run, visit, messages = self.run, self.visit, self.messages
+        if turn > 1:
+            waiting = visit.drain_inbox()
+            if waiting:
+                inbox = "## Inbox\n" + "\n".join(f"- {m}" for m in waiting)
+                messages.append(Message("user", scrub(inbox)))
+        run.journal.emit(
+            EventType.AGENT_TURN,
+            step_id=visit.address,
+            agent=visit.agent_name,
+            data=AgentTurn(phase="request", turn=turn, model=self.spec),
+        )
+        request = msgspec.structs.replace(self.request, messages=tuple(messages))
+        deltas = Deltas(run, visit.address, visit.agent_name)
+        async with run.token_budget():
+            try:
+                completion = await self.client.complete(request, on_delta=deltas)
+            finally:  # the reply's text ends here, even when the call failed
+                deltas.finish()
+            usage = completion.usage
+            run.journal.spend(visit.address, usage.prompt_tokens, usage.completion_tokens)
+        run.journal.emit(
+            EventType.AGENT_TURN,
+            step_id=visit.address,
+            agent=visit.agent_name,
+            tokens=Tokens(
+                usage.prompt_tokens,
+                usage.completion_tokens,
+                usage.prompt_tokens + usage.completion_tokens,
+            ),
+            data=AgentTurn(
+                phase="response",
+                model=self.spec,
+                attempts=completion.attempts,
+                script_position=completion.script_position,
+            ),
+        )
+        if completion.content:
+            self.contents.append(completion.content)
+        messages.append(Message("assistant", completion.content, tool_calls=completion.tool_calls))
+        if not completion.tool_calls:
+            return False
+        for call in completion.tool_calls:
+            output = await self.conversation.call(call)
+            messages.append(Message("tool", output, tool_call_id=call.id, name=call.name))
+        return not self.conversation.submitted

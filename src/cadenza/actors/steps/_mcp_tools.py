@@ -16,6 +16,7 @@ server), less what ``disallowedTools`` names (``SERVER`` or ``SERVER.TOOL``).
 from __future__ import annotations
 
 import re
+from collections.abc import Container
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import anyio
@@ -46,19 +47,8 @@ async def mcp_tools(run: RunContext, agent: Agent | None, address: str) -> list[
     if host is None or agent is None or not agent.tools:
         return []
     denied = set(agent.disallowed_tools or ())
-    wanted: dict[str, set[str] | None] = {}  # server -> its tools named (None: all)
-    for reference in agent.tools:
-        server, _, tool = reference.partition(".")
-        if ":" in reference or server not in host.servers or {reference, server} & denied:
-            continue
-        if not tool:
-            wanted[server] = None
-        else:
-            named = wanted.setdefault(server, set())
-            if named is not None:
-                named.add(tool)
     tools = []
-    for server, names in wanted.items():
+    for server, names in _wanted(agent.tools, host.servers, denied).items():
         session = await host.session(server)
         for listed in await host.tools(server):
             if (names is None or listed.name in names) and f"{server}.{listed.name}" not in denied:
@@ -70,6 +60,25 @@ async def mcp_tools(run: RunContext, agent: Agent | None, address: str) -> list[
                 caller = _caller(run, address, session, server, listed.name)
                 tools.append(Tool(spec, caller, f"{server}.{listed.name}"))
     return tools
+
+
+def _wanted(
+    references: list[str], servers: Container[str], denied: set[str]
+) -> dict[str, set[str] | None]:
+    """The servers ``tools:`` names (``SERVER``, ``SERVER.TOOL``), each with the tools
+    named of it (None: all of them), less what ``disallowedTools`` takes away."""
+    wanted: dict[str, set[str] | None] = {}
+    for reference in references:
+        server, _, tool = reference.partition(".")
+        if ":" in reference or server not in servers or {reference, server} & denied:
+            continue
+        if not tool:
+            wanted[server] = None
+        else:
+            named = wanted.setdefault(server, set())
+            if named is not None:
+                named.add(tool)
+    return wanted
 
 
 def _caller(run: RunContext, address: str, session: ClientSession, server: str, tool: str) -> Any:

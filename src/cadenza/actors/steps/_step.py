@@ -1,4 +1,4 @@
-"""The step actor: runs one leaf step (command, handler, agent, tool) with retries and a timeout.
+"""The step actor: runs one leaf step (command, handler, agent, tool...) with retries and a timeout.
 
 A `StepActor` is spawned under the step's address when its controller decides
 the step should run. It executes as its ``on_start`` turn: waits for a run-wide slot,
@@ -7,15 +7,16 @@ times, records the outcome durably, waits for the coordinator agent to answer
 the messages the step sent (`Unanswered`), and only then reports `StepFinished`
 to its controller and stops. Whatever goes wrong inside the work becomes the
 step's recorded failure; only a bug in the actor itself would crash it.
+
+What the work is belongs to the step's kind (`LeafWork`, found by `leaf_work`):
+its work here, or the work order a worker runs instead (``_remote``).
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
 from collections import deque
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 from cadenza.actors.run import (
@@ -40,28 +41,26 @@ from cadenza.protocols import (
     WorktreeDone,
     WorktreeKept,
 )
-from cadenza.workflow import Step, parse_duration, parse_template
+from cadenza.workflow import parse_duration, parse_template
 
-from ._agent import AgentVisit, run_agent
-from ._command import command_result, run_command
-from ._handler import Handler, StepContext, StepsView, call_handler, resolve_handler
+from ._leaf import LeafWork
 from ._remote import remote_work
-from ._tool_step import run_tool_step
 
 __all__ = ["StepActor"]
 
 
 _NOT_RUN = StepRecord(status="cancelled")
-_ISOLATED = frozenset(("command", "tool", "agent"))
-"""The kinds that can write files: each runs in its own worktree under worktree-per-step."""
 
 
 class StepActor(PlacedActor):
     """Executes one leaf step under its address and reports the outcome."""
 
-    def __init__(self, placement: Placement) -> None:
+    def __init__(self, placement: Placement, kind: str, work: LeafWork | None) -> None:
+        """``kind`` is the step's (`Step.kind`), ``work`` what a run does with it
+        (`leaf_work`; None: nothing, in this process): its spawner knows both."""
         super().__init__(placement)
-        self.kind = self.step.kind
+        self.kind = kind
+        self.work = work
         self._task: asyncio.Task[Any] | None = None
         self._cancel_reason: str | None = None
         self.worker: str | None = None
@@ -92,7 +91,7 @@ class StepActor(PlacedActor):
         finally:
             active.discard(self)
         tokens = None
-        if self.kind == "agent":
+        if self.work is not None and self.work.spends_tokens:
             prompt, completion = journal.take_usage(address)
             tokens = Tokens(prompt, completion, prompt + completion)
         await journal.step_finished(address, record, agent=self.step.agent, tokens=tokens)
@@ -159,53 +158,74 @@ class StepActor(PlacedActor):
         # step, and `cancel()` only fires it while the task is parked inside the work.
         self._task = task
         try:
-            if self.run.dispatcher is not None:  # a worker runs it, and applies its timeout
-                content, result = await remote_work(self, self.run.dispatcher, address, attempt)
-            elif seconds is None:
-                reference = self.step.handler
-                if reference is not None:  # the common case, one coroutine frame fewer
-                    call = self._handler_call(address, attempt, reference)
-                    content, result = await call_handler(*call)
-                else:
-                    content, result = await self._work(address, attempt)
+            work = self.work
+            if work is None:
+                raise self._unsupported(address)
+            run = self.run
+            dispatcher = run.dispatcher
+            if (
+                dispatcher is not None
+                and (order := work.order(self, address, attempt, seconds)) is not None
+            ):  # a worker runs it (None: this kind runs it here), and applies the timeout
+                content, result = await remote_work(self, dispatcher, order)
+            elif seconds is None and (run.worktrees is None or not work.isolated):
+                content, result = await work.work(self, address, attempt)  # the common case
             else:
-                # The loop's timer cannot fire while a handler blocks the loop: the
-                # watchdog's thread enforces the same deadline (runtime/_watchdog.py).
-                guard = LoopWatchdog.for_running_loop().guard(task, seconds)
-                try:
-                    with self.run.clock.fail_after(seconds):
-                        content, result = await self._work(address, attempt)
-                finally:
-                    guard.release()
+                content, result = await self._guarded(work, address, attempt, seconds, task)
             return "completed", content, result, None
         except asyncio.CancelledError:
             if self._cancel_reason is None:
                 raise  # the run itself is being torn down: not ours to swallow
             task.uncancel()
             return "cancelled", None, None, ErrorInfo("Cancelled", self._cancel_reason, address)
-        except TimeoutError:
-            message = f"timed out after {seconds:g}s"
-            return "failed", None, None, ErrorInfo("Timeout", message, address)
-        except LoopBlocked as blocked:
-            message = f"timed out after {seconds:g}s: {blocked}"
-            return "failed", None, None, ErrorInfo("Timeout", message, address)
-        except StepFailure as failure:
-            return "failed", failure.content, failure.result, failure.error
         except Exception as error:  # the step's own failure, recorded, not a crash
-            return "failed", None, None, work_error(error, address)
+            return _failed(error, address, seconds)
         finally:
             self._task = None
 
-    async def _work(self, address: str, attempt: int) -> tuple[str, Any]:
+    def _unsupported(self, address: str) -> StepFailure:
+        """Why this step cannot run: no kind of its name that runs is registered in this
+        process (a run resumed without the kind its document uses, say)."""
+        message = (
+            f"{self.kind!r} steps cannot run in this process: no such kind of step is "
+            "registered here (register_step_kind, CADENZA_STEP_KINDS)"
+        )
+        return StepFailure(ErrorInfo(type="Unsupported", message=message, address=address))
+
+    async def _guarded(
+        self,
+        work: LeafWork,
+        address: str,
+        attempt: int,
+        seconds: float | None,
+        task: asyncio.Task[Any],
+    ) -> tuple[str, Any]:
+        """The kind's work under the step's timeout, in a worktree of its own when it
+        writes files under ``worktree-per-step``."""
+        isolated = work.isolated and self.run.worktrees is not None
+        if seconds is None:
+            return await self._isolated(work, address, attempt)
+        # The loop's timer cannot fire while a handler blocks the loop: the
+        # watchdog's thread enforces the same deadline (runtime/_watchdog.py).
+        guard = LoopWatchdog.for_running_loop().guard(task, seconds)
+        try:
+            with self.run.clock.fail_after(seconds):
+                if isolated:
+                    return await self._isolated(work, address, attempt)
+                return await work.work(self, address, attempt)
+        finally:
+            guard.release()
+
+    async def _isolated(self, work: LeafWork, address: str, attempt: int) -> tuple[str, Any]:
+        """The kind's work in a git worktree of its own (``worktree-per-step``)."""
         worktrees = self.run.worktrees
-        if worktrees is None or self.kind not in _ISOLATED:
-            return await self._run_work(address, attempt)
+        assert worktrees is not None
         journal = self.run.journal
         shared = self.document
         async with worktrees.checkout(address, attempt) as worktree:
             self.document = replace(shared, base_dir=worktree.base_dir)
             try:
-                outcome = await self._run_work(address, attempt)
+                outcome = await work.work(self, address, attempt)
             except BaseException:  # failed or cancelled: its files stay, for a person to see
                 message = f"the step's worktree is kept for inspection: {worktree.path}"
                 kept = WorktreeKept(path=str(worktree.path))
@@ -216,48 +236,6 @@ class StepActor(PlacedActor):
         done = WorktreeDone(branch=worktree.branch or None, commit=worktree.commit)
         journal.emit(EventType.WORKTREE_DONE, step_id=address, data=done)
         return outcome
-
-    async def _run_work(self, address: str, attempt: int) -> tuple[str, Any]:
-        step = self.step
-        if step.command is not None:
-            return await self._command(address, attempt, step.command)
-        if step.handler is not None:
-            return await call_handler(*self._handler_call(address, attempt, step.handler))
-        if step.tool is not None:
-            return await run_tool_step(self, address, attempt)
-        if self.kind == "agent":
-            return await self._agent(address)
-        raise StepFailure(
-            ErrorInfo(
-                type="Unsupported",
-                message=f"{step.kind!r} steps cannot run in this version of Cadenza yet",
-                address=address,
-            )
-        )
-
-    async def _agent(self, address: str) -> tuple[str, Any]:
-        step = self.step
-        outputs = self.scope.steps()
-        depends_on = step.depends_on if isinstance(step, Step) else []
-        outcome = await run_agent(
-            self.run,
-            self.document,
-            AgentVisit(
-                address=address,
-                agent_name=step.agent,
-                instructions=self._render(step.instructions or ""),
-                scope=self.scope,
-                brief=self.brief,
-                step_model=step.model,
-                dependencies=[(d, outputs[d]["content"]) for d in depends_on if d in outputs],
-                context_files=step.context_files,
-                drain_inbox=self._drain_inbox,
-                max_retries=step.max_retries,
-            ),
-        )
-        if outcome.error is not None:
-            raise StepFailure(outcome.error, content=outcome.content or None, result=outcome.result)
-        return outcome.content, outcome.result
 
     def _keep_late_messages(self, letters: list[Any]) -> None:
         """Messages that reached this instance after its last turn wait for the step's next one.
@@ -270,7 +248,7 @@ class StepActor(PlacedActor):
         if late:
             self.run.mail.setdefault(self.address.name, deque()).extend(late)
 
-    def _drain_inbox(self) -> list[str]:
+    def drain_inbox(self) -> list[str]:
         """Messages for this step: kept for it before it started, then its inbox."""
         waiting = self.run.mail.pop(self.address.name, None) or ()
         letters = [*waiting, *self.take_messages()]
@@ -293,48 +271,23 @@ class StepActor(PlacedActor):
         self.run.backlog.give_back(len(texts), drained)
         return texts
 
-    def _render(self, text: str) -> str:
+    def render(self, text: str) -> str:
+        """``text`` with its templates filled in from the step's scope and the run's inputs."""
         template = parse_template(text, step_ids=self.run.step_ids)
         if template.is_static:
             return text
         return template.render(self.scope.activation(self.run.inputs))
 
-    async def _command(
-        self, address: str, attempt: int, command: str | list[str]
-    ) -> tuple[str, Any]:
-        step = self.step
-        env = dict(os.environ)
-        for name, value in (step.env or {}).items():
-            env[name] = self._render(value)
-        env["CADENZA_RUN_ID"] = self.run.run_id
-        env["CADENZA_STEP_ADDRESS"] = address
-        env["CADENZA_ATTEMPT"] = str(attempt)
-        env["CADENZA_IDEMPOTENCY_KEY"] = f"{self.run.run_id}:{address}:{attempt}"
-        stdin = self._render(step.stdin) if step.stdin is not None else None
-        # In a worktree the step's own directory stands for the process's.
-        default = self.document.base_dir if self.run.worktrees is not None else Path.cwd()
-        cwd = self.document.base_dir / step.cwd if step.cwd else default
-        outcome = await run_command(command, env=env, cwd=cwd, stdin=stdin)
-        return command_result(outcome, address)
 
-    def _handler_call(
-        self, address: str, attempt: int, reference: str
-    ) -> tuple[Handler, StepContext]:
-        """The handler ``reference`` names, and the context it is called with."""
-        run = self.run
-        handler = resolve_handler(reference, self.document.base_dir)
-        variables = self.scope.activation(run.inputs)
-        context = StepContext(
-            run_id=run.run_id,
-            address=address,
-            attempt=attempt,
-            idempotency_key=f"{run.run_id}:{address}:{attempt}",
-            inputs=variables["inputs"],
-            steps=StepsView(variables["steps"]),
-            workflow_dir=self.document.base_dir,
-            item=variables.get("item"),
-            index=variables.get("index"),
-            iteration=variables.get("iteration"),
-            brief=self.brief,
-        )
-        return handler, context
+def _failed(
+    error: Exception, address: str, seconds: float | None
+) -> tuple[StepStatus, str | None, Any, ErrorInfo | None]:
+    """What an attempt that raised ``error`` records (``seconds``: its timeout)."""
+    if isinstance(error, StepFailure):
+        return "failed", error.content, error.result, error.error
+    if isinstance(error, TimeoutError):
+        return "failed", None, None, ErrorInfo("Timeout", f"timed out after {seconds:g}s", address)
+    if isinstance(error, LoopBlocked):
+        message = f"timed out after {seconds:g}s: {error}"
+        return "failed", None, None, ErrorInfo("Timeout", message, address)
+    return "failed", None, None, work_error(error, address)

@@ -38,10 +38,10 @@ import anyio
 import msgspec
 
 from cadenza._redact import redact
-from cadenza.actors.run import StepFailure, ToolRequest
+from cadenza.actors.run import StepFailure
 from cadenza.errors import ExpressionEvaluationError
 from cadenza.kernel import Clock, call_in_thread
-from cadenza.protocols import ErrorInfo, EventType, ToolCall, ToolPermission, format_duration
+from cadenza.protocols import ErrorInfo, EventType, ToolCall, format_duration
 from cadenza.workflow import compile_expression, preview, quote, type_name
 
 from ._command import run_command
@@ -49,9 +49,7 @@ from ._confined import DIRECTORY, NotAFile, Place, Skips, Tree, quoted
 from ._tools import ToolError, python_tool
 
 if TYPE_CHECKING:
-    from cadenza.actors.run import RunContext, RunJournal
-
-    from ._step import StepActor
+    from cadenza.actors.run import RunJournal
 
 __all__ = [
     "BUILTIN_TOOLS",
@@ -67,7 +65,6 @@ __all__ = [
     "WriteInput",
     "builtin",
     "call_tool",
-    "run_tool_step",
     "tool_arguments",
 ]
 
@@ -197,50 +194,6 @@ class CallSite:
 
 
 Runner = Callable[[dict[str, Any]], Awaitable[str]]
-
-
-async def run_tool_step(actor: StepActor, address: str, attempt: int) -> tuple[str, None]:
-    """Runs one attempt of ``actor``'s tool step here; returns ``(content, None)``.
-
-    Raises:
-        ExpressionEvaluationError: A ``$`` expression of ``toolInput`` failed.
-        Exception: What `call_tool` raises.
-    """
-    step = actor.step
-    run = actor.run
-    assert step.tool is not None
-    arguments = tool_arguments(step.tool_input, actor.scope.activation(run.inputs), run.step_ids)
-    if any(isinstance(v, str) and v.startswith("$") for v in (step.tool_input or {}).values()):
-        request = ToolRequest(run.run_id, address, None, step.tool, arguments)
-        await _permitted(run, request, actor.document.base_dir, f"{address}:{attempt}")
-    site = CallSite(actor.document.base_dir, run.run_id, address, attempt, run.clock)
-    return await call_tool(step.tool, arguments, site, run.journal)
-
-
-async def _permitted(run: RunContext, request: ToolRequest, directory: Path, call_id: str) -> None:
-    """Asks the run's permission policy about a call whose arguments the run chose.
-
-    Raises:
-        StepFailure: The policy refused the call (``PermissionDenied``).
-    """
-    policy = run.permissions
-    if not policy.active:
-        return
-    decision = await policy.decide(request, directory=directory)
-    if decision is None:
-        return
-    tool, address = request.tool, request.step
-    data = ToolPermission(
-        tool_name=tool,
-        tool_call_id=call_id,
-        allowed=decision.allowed,
-        by=decision.by,
-        reason=decision.reason,
-    )
-    run.journal.emit(EventType.TOOL_PERMISSION, step_id=address, data=data)
-    if not decision.allowed:
-        message = f"{tool}: permission denied: {decision.reason}"
-        raise StepFailure(ErrorInfo(type="PermissionDenied", message=message, address=address))
 
 
 async def call_tool(
