@@ -73,6 +73,17 @@ def test_the_tree_keeps_every_contract(project: Path) -> None:
             "from cadenza.workflow import _loader  # noqa",
             "No import circles between sibling modules or packages BROKEN",
         ),
+        (  # an import for annotations only counts too
+            "cadenza.kernel._clock",
+            "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import cadenza.cli  # noqa",
+            "Layers: a package imports only the packages below it BROKEN",
+        ),
+        (
+            "cadenza.actors.run._journal",
+            "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+            "    from cadenza.actors.steps import StepActor  # noqa",
+            "actors: the run's roles, each on the ones below BROKEN",
+        ),
     ],
 )
 def test_a_planted_violation_breaks_its_contract(
