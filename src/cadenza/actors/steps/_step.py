@@ -178,6 +178,9 @@ class StepActor(PlacedActor):
                 raise  # the run itself is being torn down: not ours to swallow
             task.uncancel()
             return "cancelled", None, None, ErrorInfo("Cancelled", self._cancel_reason, address)
+        except LoopBlocked as blocked:  # a BaseException: user code cannot swallow it
+            message = f"timed out after {seconds:g}s: {blocked}"
+            return "failed", None, None, ErrorInfo("Timeout", message, address)
         except Exception as error:  # the step's own failure, recorded, not a crash
             return _failed(error, address, seconds)
         finally:
@@ -287,7 +290,4 @@ def _failed(
         return "failed", error.content, error.result, error.error
     if isinstance(error, TimeoutError):
         return "failed", None, None, ErrorInfo("Timeout", f"timed out after {seconds:g}s", address)
-    if isinstance(error, LoopBlocked):
-        message = f"timed out after {seconds:g}s: {error}"
-        return "failed", None, None, ErrorInfo("Timeout", message, address)
     return "failed", None, None, work_error(error, address)
