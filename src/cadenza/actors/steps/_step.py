@@ -113,6 +113,8 @@ class StepActor(PlacedActor):
         limiter = run.limiter
         clock = run.clock
         record = _NOT_RUN
+        isolated = self.work is not None and self.work.isolated
+        direct = seconds is None and (run.worktrees is None or not isolated)
         for attempt in range(self.first_attempt, attempts + 1):
             if self._cancel_reason is not None or run.cancelled is not None:
                 reason = self._cancel_reason or run.cancelled or "cancelled"
@@ -123,7 +125,9 @@ class StepActor(PlacedActor):
             try:
                 started = clock.now()
                 run.journal.leaf_started(address, self.kind, attempt, step.agent, self.position)
-                status, content, result, error = await self._attempt(address, attempt, seconds)
+                status, content, result, error = await self._attempt(
+                    address, attempt, seconds, direct
+                )
                 elapsed = clock.now() - started
             finally:
                 limiter.give()
@@ -147,8 +151,10 @@ class StepActor(PlacedActor):
         return record
 
     async def _attempt(
-        self, address: str, attempt: int, seconds: float | None
+        self, address: str, attempt: int, seconds: float | None, direct: bool
     ) -> tuple[StepStatus, str | None, Any, ErrorInfo | None]:
+        """One execution of the work; *direct* when it needs no timeout guard and no
+        worktree, so it runs as a plain await."""
         if self._cancel_reason is not None or self.run.cancelled is not None:
             reason = self._cancel_reason or self.run.cancelled or "cancelled"
             return "cancelled", None, None, ErrorInfo("Cancelled", reason, address)
@@ -168,7 +174,7 @@ class StepActor(PlacedActor):
                 and (order := work.order(self, address, attempt, seconds)) is not None
             ):  # a worker runs it (None: this kind runs it here), and applies the timeout
                 content, result = await remote_work(self, dispatcher, order)
-            elif seconds is None and (run.worktrees is None or not work.isolated):
+            elif direct:
                 content, result = await work.work(self, address, attempt)  # the common case
             else:
                 content, result = await self._guarded(work, address, attempt, seconds, task)
