@@ -63,6 +63,11 @@ async def run_flow(
         return await runtime.run(workflow, inputs=inputs, run_id=run_id)
 
 
+def statuses(result: RunResult, *addresses: str) -> list[str]:
+    """The status of each step record at ``addresses``, in order (a missing one fails)."""
+    return [result.steps[address].status for address in addresses]
+
+
 async def run_with_events(
     workflow: Runnable, *, inputs: Mapping[str, Any] | None = None
 ) -> tuple[RunResult, list[Event]]:

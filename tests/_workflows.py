@@ -127,3 +127,29 @@ def flaky(**more: str) -> str:
     map; ``more`` adds keys (YAML values)."""
     keys = {"id": "flaky", "command": f"'{FLAKY_COMMAND}'", "cwd": ".", **more}
     return "{" + ", ".join(f"{key}: {value}" for key, value in keys.items()) + "}"
+
+
+def bash_then_read(command: str, *, permissions: str = "", approve: bool = False) -> str:
+    """Agent ``fixer`` at step ``fix``: one turn asks for two calls, ``bash`` running
+    ``command`` and a ``read`` of notes.txt, the next says "done". ``permissions`` are
+    lines at the workflow's top level; ``approve`` puts a person's go-ahead (step
+    ``approve``) before it."""
+    head = "  - id: approve\n    human: {prompt: 'Go?'}\n" if approve else ""
+    after = "    dependsOn: [approve]\n" if approve else ""
+    return f"""
+name: tools
+agents:
+  fixer:
+    model: scripted
+    tools: [bash, read]
+    script:
+      - toolCalls:
+          - {{name: bash, arguments: {{command: "{command}"}}}}
+          - {{name: read, arguments: {{path: notes.txt}}}}
+      - "done"
+{permissions}
+steps:
+{head}  - id: fix
+{after}    agent: fixer
+    instructions: "Fix it."
+"""

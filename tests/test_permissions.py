@@ -12,32 +12,17 @@ import pytest
 from cadenza import Event, Runtime, ToolPolicy, ToolRequest
 from cadenza.workflow import WorkflowError, load_workflow
 from tests._helpers import cadenza, run_flow
+from tests._workflows import bash_then_read
 from tests.conftest import WriteFlow
 
 from ._terminal import Terminal
 
-# One turn asks for two calls (a write through bash, a read), the next ends the step.
-FLOW = """
-name: tools
-agents:
-  fixer:
-    model: scripted
-    tools: [bash, read]
-    script:
-      - toolCalls:
-          - {name: bash, arguments: {command: "echo changed > touched.txt"}}
-          - {name: read, arguments: {path: notes.txt}}
-      - "done"
-PERMISSIONS
-steps:
-  - id: fix
-    agent: fixer
-    instructions: "Fix it."
-"""
+TOUCH = "echo changed > touched.txt"
+"""The bash call of the agent's turn: it writes touched.txt."""
 
 
 def flow(write_flow: WriteFlow, permissions: str = "") -> Path:
-    path = write_flow(FLOW.replace("PERMISSIONS", permissions))
+    path = write_flow(bash_then_read(TOUCH, permissions=permissions))
     (path.parent / "notes.txt").write_text("the notes\n")
     return path
 
@@ -133,7 +118,7 @@ async def test_workflow_rules_allow_and_deny_by_tool_and_argument(
 
 async def test_an_agents_rules_add_to_the_runtimes(write_flow: WriteFlow, tmp_path: Path) -> None:
     """``agents.X.permissions`` and ``ToolPolicy(deny=...)`` both hold."""
-    text = FLOW.replace("PERMISSIONS", "").replace(
+    text = bash_then_read(TOUCH).replace(
         "    tools: [bash, read]", '    tools: [bash, read]\n    permissions: {deny: ["read"]}'
     )
     path = write_flow(text)
@@ -184,11 +169,7 @@ def test_ask_without_a_terminal_is_a_usage_error(write_flow: WriteFlow, tmp_path
 
 def test_resume_takes_the_same_permission_flags(write_flow: WriteFlow, tmp_path: Path) -> None:
     """A run resumed after a person's answer, with ``--sandbox``: its agent's bash is refused."""
-    text = FLOW.replace("PERMISSIONS", "").replace(
-        "steps:\n  - id: fix\n",
-        "steps:\n  - id: approve\n    human: {prompt: 'Go?'}\n"
-        "  - id: fix\n    dependsOn: [approve]\n",
-    )
+    text = bash_then_read(TOUCH, approve=True)
     path = write_flow(text)
     (path.parent / "notes.txt").write_text("the notes\n")
     first = cadenza("run", str(path), "--store", "runs.db", "--run-id", "r-4", cwd=tmp_path)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tests._helpers import run_with_events
+from tests._helpers import run_with_events, statuses
 from tests._workflows import PROBE
 from tests.conftest import RunYaml, WriteFlow
 
@@ -207,11 +207,7 @@ async def test_on_error_continue_runs_every_item(run_yaml: RunYaml) -> None:
         """,
     )
     assert result.status == "completed", result.error
-    assert [result.steps[f"each[{i}]"].status for i in range(3)] == [
-        "failed",
-        "completed",
-        "completed",
-    ]
+    assert statuses(result, "each[0]", "each[1]", "each[2]") == ["failed", "completed", "completed"]
     assert result.steps["after"].content == "failed"
 
 

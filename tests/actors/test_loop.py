@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from cadenza.workflow import LoadedWorkflow, Loop, Step, Workflow
-from tests._helpers import run_flow, run_with_events
+from tests._helpers import run_flow, run_with_events, statuses
 from tests.conftest import RunYaml, WriteFlow
 
 
@@ -105,11 +105,7 @@ async def test_on_error_continue_lets_a_failing_step_retry_until_valid(
         """,
     )
     assert result.status == "completed", result.error
-    assert [result.steps[f"fetch.{n}"].status for n in range(3)] == [
-        "failed",
-        "failed",
-        "completed",
-    ]
+    assert statuses(result, "fetch.0", "fetch.1", "fetch.2") == ["failed", "failed", "completed"]
     assert result.steps["fetch"].status == "completed"
     assert result.steps["fetch"].content == "valid"
 

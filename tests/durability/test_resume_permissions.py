@@ -31,32 +31,14 @@ from cadenza.protocols import ToolPermission, payload
 from cadenza.workflow import load_workflow
 from tests._helpers import cadenza
 from tests._terminal import Terminal
+from tests._workflows import bash_then_read
 from tests.conftest import WriteFlow
 
 # The agent's one tool call deletes the notes; a deny rule on rm must keep them.
-CLEAN = """
-name: cleanup
-agents:
-  cleaner:
-    model: scripted
-    tools: [bash, read]
-    script:
-      - toolCalls:
-          - {name: bash, arguments: {command: "rm -f notes.txt"}}
-          - {name: read, arguments: {path: notes.txt}}
-      - "done"
-steps:
-  - id: clean
-    agent: cleaner
-    instructions: "Clean up."
-"""
-
+CLEAN = bash_then_read("rm -f notes.txt")
 # The same, after a person's go-ahead: the run stops cleanly, waiting, before the agent.
-APPROVED = CLEAN.replace(
-    "steps:\n  - id: clean\n",
-    "steps:\n  - id: approve\n    human: {prompt: 'Go?'}\n"
-    "  - id: clean\n    dependsOn: [approve]\n",
-)
+APPROVED = bash_then_read("rm -f notes.txt", approve=True)
+
 
 KILLED_AT_THE_AGENT = {**os.environ, "CADENZA_FAILPOINT": "step.before_work:1"}
 
@@ -211,7 +193,7 @@ def test_an_ask_run_resumed_with_ask_puts_its_calls_to_the_person(
     answer = ("signal", "r-1", "approve", "--data", '"go"', "--store", "runs.db")
     assert cadenza(*answer, cwd=tmp_path).returncode == 0
     with Terminal("resume", "r-1", "--ask", "--store", "runs.db", cwd=tmp_path) as tty:
-        tty.read_until(r"clean \(cleaner\) wants to run bash: rm -f notes.txt")
+        tty.read_until(r"fix \(fixer\) wants to run bash: rm -f notes.txt")
         tty.type("n\n")
         tty.read_until(r"wants to run read: notes.txt")
         tty.type("y\n")

@@ -34,6 +34,9 @@ from cadenza.errors import CorruptRecord
 from ._events import Event, EventType
 from ._result import StepRecord
 
+# The event payloads and what describes them: `cadenza.events` offers exactly these.
+# Helpers for the emitters (`Shared`, `to_data`, `iteration_start`/`_end`) are
+# imported by name.
 __all__ = [
     "ADDED_TYPES",
     "NO_PAYLOAD",
@@ -63,7 +66,6 @@ __all__ = [
     "Payload",
     "ResultRejected",
     "RunResumed",
-    "Shared",
     "SignalReceived",
     "StepDispatched",
     "StepEnd",
@@ -83,10 +85,7 @@ __all__ = [
     "WorktreeKept",
     "ZenflowKeys",
     "extra_keys",
-    "iteration_end",
-    "iteration_start",
     "payload",
-    "to_data",
 ]
 
 P = TypeVar("P", bound="Payload")

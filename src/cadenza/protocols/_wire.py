@@ -168,6 +168,31 @@ WorkOrder = CommandOrder | HandlerOrder | AgentOrder | ToolOrder | KindOrder
 """One step attempt to run on a worker."""
 
 
+# -- bounded fields ---------------------------------------------------------------------
+# Every field a peer sends is bounded, so a malformed or hostile worker is refused at
+# decoding (counted, logged) rather than granted 2**62 credits or a 100,000-character
+# name copied into every event.
+
+MAX_CAPACITY: Final = 1024
+"""The most steps one worker may say it runs at once."""
+WORKER_NAME: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@:+-]{0,63}")
+"""What a worker's name may be: 1 to 64 of letters, digits and ``._@:+-``."""
+
+_Counter = Annotated[int, msgspec.Meta(ge=0, le=2**53)]
+_Capacity = Annotated[int, msgspec.Meta(ge=0, le=MAX_CAPACITY)]
+_Name = Annotated[str, msgspec.Meta(pattern=f"^{WORKER_NAME.pattern}$")]
+_Word = Annotated[str, msgspec.Meta(max_length=256)]
+_Text = Annotated[str, msgspec.Meta(max_length=1 << 20)]
+
+
+class _About(_Message, frozen=True):
+    """A message about one dispatch: ``job`` numbers it, ``attempt`` is its delivery
+    fence (it grows on every re-dispatch, so a late answer to an older one is dropped)."""
+
+    job: _Counter
+    attempt: _Counter
+
+
 # -- supervisor -> worker --------------------------------------------------------------
 
 
@@ -185,19 +210,15 @@ class Welcome(_Message, frozen=True, tag="welcome"):
     max_message: int = 0
 
 
-class Dispatch(_Message, frozen=True, tag="dispatch"):
-    """Run ``order``. ``attempt`` is the delivery fence: it grows on every re-dispatch."""
+class Dispatch(_About, frozen=True, tag="dispatch"):
+    """Run ``order``."""
 
-    job: int
-    attempt: int
     order: WorkOrder
 
 
-class Cancel(_Message, frozen=True, tag="cancel"):
+class Cancel(_About, frozen=True, tag="cancel"):
     """Stop a job; the worker answers with a ``cancelled`` `Result` (its credit back)."""
 
-    job: int
-    attempt: int
     reason: str = ""
 
 
@@ -213,8 +234,8 @@ class WireError(_Message, frozen=True, tag="error"):
 
     code: Annotated[str, msgspec.Meta(max_length=64)]
     message: Annotated[str, msgspec.Meta(max_length=1 << 16)]
-    job: Annotated[int, msgspec.Meta(ge=0, le=2**53)] = 0
-    attempt: Annotated[int, msgspec.Meta(ge=0, le=2**53)] = 0
+    job: _Counter = 0
+    attempt: _Counter = 0
 
 
 class Disconnect(_Message, frozen=True, tag="disconnect"):
@@ -224,20 +245,6 @@ class Disconnect(_Message, frozen=True, tag="disconnect"):
 
 
 # -- worker -> supervisor --------------------------------------------------------------
-# Every field a peer sends is bounded, so a malformed or hostile worker is refused at
-# decoding (counted, logged) rather than granted 2**62 credits or a 100,000-character
-# name copied into every event.
-
-MAX_CAPACITY: Final = 1024
-"""The most steps one worker may say it runs at once."""
-WORKER_NAME: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@:+-]{0,63}")
-"""What a worker's name may be: 1 to 64 of letters, digits and ``._@:+-``."""
-
-_Counter = Annotated[int, msgspec.Meta(ge=0, le=2**53)]
-_Capacity = Annotated[int, msgspec.Meta(ge=0, le=MAX_CAPACITY)]
-_Name = Annotated[str, msgspec.Meta(pattern=f"^{WORKER_NAME.pattern}$")]
-_Word = Annotated[str, msgspec.Meta(max_length=256)]
-_Text = Annotated[str, msgspec.Meta(max_length=1 << 20)]
 
 
 class Hello(_Message, frozen=True, tag="hello"):
@@ -256,11 +263,9 @@ class Ready(_Message, frozen=True, tag="ready"):
     capacity: _Capacity
 
 
-class StepEvent(_Message, frozen=True, tag="event"):
+class StepEvent(_About, frozen=True, tag="event"):
     """An event of a running step (an agent's turn, a tool call), for the run's stream."""
 
-    job: _Counter
-    attempt: _Counter
     type: Annotated[str, msgspec.Meta(max_length=64)]
     agent: _Word | None = None
     message: _Text | None = None
@@ -274,19 +279,15 @@ class StepEvent(_Message, frozen=True, tag="event"):
     """The ``output`` event's ``done``: the reply's text ends."""
 
 
-class Mail(_Message, frozen=True, tag="mail"):
+class Mail(_About, frozen=True, tag="mail"):
     """An agent's ``send_message`` to the run's coordinator."""
 
-    job: _Counter
-    attempt: _Counter
     text: _Text
 
 
-class Result(_Message, frozen=True, tag="result"):
+class Result(_About, frozen=True, tag="result"):
     """The outcome of one dispatch: exactly one per `Dispatch` a worker took."""
 
-    job: _Counter
-    attempt: _Counter
     status: Literal["completed", "failed", "cancelled"]
     content: str | None = None
     result: Any = None

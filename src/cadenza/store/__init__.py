@@ -5,9 +5,10 @@
 store backend is one module or subpackage beside it: ``MemoryRunStore``,
 ``sqlite/`` (``SqliteRunStore``) and ``postgres/`` (``PostgresRunStore``).
 They share the run leases (``Lease``, ``LeaseHolder``: which process drives a
-run, fenced) and the checked records (``_records.py``). ``make_store`` picks a
-store from a path, a ``postgresql://`` URL or None, and ``describe_store``
-names one without its password.
+run, fenced), the checked records (``_records.py``) and, for the two databases,
+the writing half of a store (``_queued.py``: writes queued to one writer, fenced).
+``make_store`` picks a store from a path, a ``postgresql://`` URL or None, and
+``describe_store`` names one without its password.
 
 It knows nothing of actors or workflows: it stores events, step records and
 run rows (``cadenza.protocols``) for whoever drives the run.

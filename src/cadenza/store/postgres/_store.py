@@ -53,6 +53,7 @@ from cadenza.store._base import (
     refuse_command,
 )
 from cadenza.store._lease import DEFAULT_LEASE_TTL, HeldLeases, Lease, LeaseHolder, lease_lost
+from cadenza.store._queued import QueuedWrites
 from cadenza.store._records import (
     crc,
     read_document,
@@ -187,13 +188,17 @@ def _driver() -> Any:
     return asyncpg
 
 
-class PostgresRunStore:
+class PostgresRunStore(QueuedWrites):
     """A durable run store in a PostgreSQL database.
 
     Args:
         url: ``postgresql://user[:password]@host[:port]/database[?sslmode=...]``;
             libpq's ``PG*`` variables and ``~/.pgpass`` fill in what it leaves out.
     """
+
+    save_document_statement = _SAVE_DOCUMENT
+    release_lease_statement = _RELEASE_LEASE
+    _writer: PostgresWriter
 
     def __init__(self, url: str) -> None:
         self.url = url
@@ -298,22 +303,6 @@ class PostgresRunStore:
         lease = self._leases.get(run_id)
         self._writer.put(_END_RUN, (status, time.time(), encoded, run_id), lease)
 
-    async def flush(self, run_id: str | None = None) -> None:
-        """Returns once the writer task has committed all that was queued before.
-
-        Raises:
-            StoreError: What was queued could not be committed, or the writer failed.
-            StoreFailed: ``run_id``'s writes could not be committed: the run must stop.
-            LeaseLost: ``run_id``'s lease went to another owner; its writes were refused.
-        """
-        self._leases.raise_if_stopped(run_id)
-        try:
-            await self._writer.flush(None if run_id is None else self._leases.get(run_id))
-        except StoreError:
-            self._leases.raise_if_stopped(run_id)  # the run's own writes failed: say whose
-            raise
-        self._leases.raise_if_stopped(run_id)
-
     # -- reads: the pool, never the writer's connection -----------------------------------
 
     @contextlib.asynccontextmanager
@@ -368,10 +357,6 @@ class PostgresRunStore:
 
     # -- resuming, retention and maintenance ---------------------------------------------
 
-    def save_document(self, run_id: str, body: bytes) -> None:
-        """Queues the run's document."""
-        self._writer.put(_SAVE_DOCUMENT, (run_id, body, crc(body)), self._leases.get(run_id))
-
     async def document(self, run_id: str) -> bytes | None:
         """The run's document, checked against its CRC, or None."""
         async with self._reaching() as pool:
@@ -403,13 +388,6 @@ class PostgresRunStore:
             raise lease_lost(lease, lease.lost)
         async with self._reaching() as pool, pool.acquire() as connection:
             await renew_lease(connection, lease)
-
-    def release_lease(self, run_id: str, holder: LeaseHolder) -> None:
-        """Queues the release of ``holder``'s lease (nothing if it was lost; a lease whose
-        writes failed is given back, so that the run can be taken up again)."""
-        lease = self._leases.drop(run_id, holder)
-        if lease is not None and lease.lost is None:
-            self._writer.put(_RELEASE_LEASE, (run_id, lease.fence))
 
     async def orphaned_runs(self, *, limit: int = 100) -> list[RunRow]:
         """Running runs whose lease is free or expired (on the server's clock), oldest first."""

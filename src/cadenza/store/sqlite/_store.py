@@ -40,6 +40,7 @@ from cadenza.store._base import (
     refuse_command,
 )
 from cadenza.store._lease import DEFAULT_LEASE_TTL, HeldLeases, Lease, LeaseHolder, lease_lost
+from cadenza.store._queued import QueuedWrites
 from cadenza.store._records import read_document, read_events, read_run, read_steps, run_columns
 
 from ._schema import (
@@ -109,8 +110,12 @@ _TAKE_COMMANDS = Statement(
 )
 
 
-class SqliteRunStore:
+class SqliteRunStore(QueuedWrites):
     """A durable run store in one SQLite file (default ``.cadenza/runs.db``)."""
+
+    save_document_statement = _SAVE_DOCUMENT
+    release_lease_statement = _RELEASE_LEASE
+    _writer: GroupWriter
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
@@ -179,22 +184,6 @@ class SqliteRunStore:
             self._leases.get(run_id),
         )
 
-    async def flush(self, run_id: str | None = None) -> None:
-        """Waits until everything queued before this call is committed.
-
-        Raises:
-            StoreError: What was queued could not be committed.
-            StoreFailed: ``run_id``'s writes could not be committed: the run must stop.
-            LeaseLost: ``run_id``'s lease was lost: its writes were refused.
-        """
-        self._leases.raise_if_stopped(run_id)
-        try:
-            await self._writer.flush(None if run_id is None else self._leases.get(run_id))
-        except StoreError:
-            self._leases.raise_if_stopped(run_id)  # the run's own writes failed: say whose
-            raise
-        self._leases.raise_if_stopped(run_id)
-
     # -- reads: a separate connection, off the event loop --------------------------------
 
     async def _read(self, sql: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
@@ -237,10 +226,6 @@ class SqliteRunStore:
 
     # -- resuming, retention and maintenance ---------------------------------------------
 
-    def save_document(self, run_id: str, body: bytes) -> None:
-        """Queues the run's document."""
-        self._writer.put(_SAVE_DOCUMENT, (run_id, body, crc(body)), self._leases.get(run_id))
-
     async def document(self, run_id: str) -> bytes | None:
         """The run's document, checked against its CRC, or None."""
         rows = await self._read("SELECT body, crc FROM documents WHERE run_id = ?", (run_id,))
@@ -268,13 +253,6 @@ class SqliteRunStore:
         if lease.lost is not None:
             raise lease_lost(lease, lease.lost)
         await anyio.to_thread.run_sync(renew_lease, self.path, lease, time.time())
-
-    def release_lease(self, run_id: str, holder: LeaseHolder) -> None:
-        """Queues the release of ``holder``'s lease (nothing if it was lost; a lease whose
-        writes failed is given back, so that the run can be taken up again)."""
-        lease = self._leases.drop(run_id, holder)
-        if lease is not None and lease.lost is None:
-            self._writer.put(_RELEASE_LEASE, (run_id, lease.fence))
 
     async def orphaned_runs(self, *, limit: int = 100) -> list[RunRow]:
         """Running runs whose lease is free or expired, oldest first."""

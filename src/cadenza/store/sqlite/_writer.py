@@ -254,10 +254,7 @@ class GroupWriter:
     async def flush(self, lease: Lease | None = None) -> None:
         """Waits until everything queued before this call is committed.
 
-        Args:
-            lease: The lease of the run the caller drives: if a batch fails, only
-                a failure of that run's writes matters (the lease tells, and
-                the caller asks it), not the other runs'.
+        ``lease`` is the run the caller drives, as for `Writer.flush`.
 
         Raises:
             StoreError: What was queued before could not be committed (asked

@@ -25,6 +25,8 @@ __all__ = ["Body", "KindChecks", "StepKind", "short"]
 Body = Step | State
 """What has a kind: a step, or a graph state."""
 
+_FIELDS = frozenset(State.__struct_fields__) & frozenset(Step.__struct_fields__)
+
 
 class KindChecks(Protocol):
     """What a kind's checks may use of the validator that runs them.
@@ -101,6 +103,8 @@ class StepKind:
     def named_by(self, body: Body) -> str | None:
         """The key that makes ``body`` this kind (``instructions`` for the default
         agent), or None. A registered kind: its block."""
+        if self.name in _FIELDS:  # a built-in kind: its key is a field of every step
+            return self.name if getattr(body, self.name) is not None else None
         block = body.kind_block
         return self.name if block is not None and self.name in block else None
 

@@ -24,9 +24,6 @@ class Command(StepKind):
     name = "command"
     keys = ("command", "env", "cwd", "stdin")
 
-    def named_by(self, body: Body) -> str | None:
-        return "command" if body.command is not None else None
-
     def check(self, body: Body, path: DocPath, depth: int, at: KindChecks) -> None:
         command = body.command
         if command is not None:

@@ -17,9 +17,6 @@ class Control(StepKind):
     loopable = False
     leaf = False
 
-    def named_by(self, body: Body) -> str | None:
-        return "control" if body.control is not None else None
-
     def check(self, body: Body, path: DocPath, depth: int, at: KindChecks) -> None:
         control = body.control
         if control is None:

@@ -17,9 +17,6 @@ class Graph(StepKind):
     loopable = False
     leaf = False
 
-    def named_by(self, body: Body) -> str | None:
-        return "graph" if body.graph is not None else None
-
     def check(self, body: Body, path: DocPath, depth: int, at: KindChecks) -> None:
         graph = body.graph
         if graph is None:

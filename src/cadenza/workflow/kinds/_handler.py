@@ -17,9 +17,6 @@ class Handler(StepKind):
 
     name = "handler"
 
-    def named_by(self, body: Body) -> str | None:
-        return "handler" if body.handler is not None else None
-
     def check(self, body: Body, path: DocPath, depth: int, at: KindChecks) -> None:
         """A handler whose module can be found nowhere fails at load, not mid-run.
 

@@ -16,9 +16,6 @@ class Human(StepKind):
     name = "human"
     loopable = False
 
-    def named_by(self, body: Body) -> str | None:
-        return "human" if body.human is not None else None
-
     def check(self, body: Body, path: DocPath, depth: int, at: KindChecks) -> None:
         human = body.human
         if human is None:

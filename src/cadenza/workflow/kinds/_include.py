@@ -20,9 +20,6 @@ class Include(StepKind):
     keys = ("include", "inputs")
     leaf = False
 
-    def named_by(self, body: Body) -> str | None:
-        return "include" if body.include is not None else None
-
     def check(self, body: Body, path: DocPath, depth: int, at: KindChecks) -> None:
         reference = body.include
         if reference is None:

@@ -23,9 +23,6 @@ class Tool(StepKind):
     keys = ("tool", "toolInput")
     loopable = False
 
-    def named_by(self, body: Body) -> str | None:
-        return "tool" if body.tool is not None else None
-
     def check(self, body: Body, path: DocPath, depth: int, at: KindChecks) -> None:
         if body.tool_input is None:
             return
