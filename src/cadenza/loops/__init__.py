@@ -28,19 +28,8 @@ gives it, with a ``DeprecationWarning``, for one release.
 
 import warnings as _warnings
 
-from cadenza.actors.control.decide import CheckResult as CheckResult
-from cadenza.actors.control.decide import ControlStatus as ControlStatus
-from cadenza.actors.control.decide import Decision as Decision
-from cadenza.actors.control.decide import History as History
-from cadenza.actors.control.decide import InfraFailure as InfraFailure
-from cadenza.actors.control.decide import Recommendation as Recommendation
-from cadenza.actors.control.decide import Ruling as Ruling
-from cadenza.actors.control.decide import Setup as Setup
-from cadenza.actors.control.decide import Spent as Spent
-from cadenza.actors.control.decide import Verdict as Verdict
-from cadenza.actors.control.decide import admit as admit
-from cadenza.actors.control.decide import advance as advance
-from cadenza.actors.control.decide import decide as decide
+from cadenza.actors.control import decide as _decide
+from cadenza.actors.control.decide import *  # noqa: F403  (the policy: `decide` and its types)
 
 from ._functions import ActorInput as ActorInput
 from ._functions import Evaluation as Evaluation
@@ -53,31 +42,20 @@ from ._run import LoopResult as LoopResult
 from ._run import LoopRun as LoopRun
 from ._sdk import ControlLoop as ControlLoop
 
-__all__ = [
+__all__ = [  # sorted below, with the policy's names
     "ActorInput",
-    "CheckResult",
     "ControlLoop",
-    "ControlStatus",
-    "Decision",
     "DecisionEntry",
     "Evaluation",
     "EvaluatorInput",
-    "History",
-    "InfraFailure",
     "LoopError",
     "LoopResult",
     "LoopRun",
     "PlannerInput",
     "PrePlannerInput",
-    "Recommendation",
-    "Ruling",
-    "Setup",
-    "Spent",
-    "Verdict",
-    "admit",
-    "advance",
-    "decide",
 ]
+__all__ += _decide.__all__
+__all__.sort()
 
 
 def __getattr__(name: str) -> type[ControlLoop]:

@@ -31,7 +31,7 @@ from typing import Annotated, Any, Final, Literal
 
 import msgspec
 
-from ._events import Tokens
+from ._events import Event, Tokens
 from ._result import ErrorInfo, Usage
 
 __all__ = [
@@ -277,6 +277,17 @@ class StepEvent(_About, frozen=True, tag="event"):
     """Streamed model text (an ``output`` event), as the envelope's ``delta``."""
     done: bool | None = None
     """The ``output`` event's ``done``: the reply's text ends."""
+
+    @classmethod
+    def of(cls, job: int, attempt: int, event: Event) -> StepEvent:
+        """What a worker sends of ``event``, one of its step's (its duration in seconds)."""
+        duration = float(event.duration.rstrip("s")) if event.duration else None
+        carried = {name: getattr(event, name) for name in _CARRIED}
+        return cls(job, attempt, event.type, duration=duration, **carried)
+
+
+_CARRIED: Final = ("agent", "message", "tokens", "error", "data", "delta", "done")
+"""The fields of an `Event` a `StepEvent` carries as they are."""
 
 
 class Mail(_About, frozen=True, tag="mail"):

@@ -15,21 +15,7 @@ import msgspec
 
 from cadenza.protocols import Event, RunResult
 
-from ._models import (
-    CancelRequest,
-    ErrorBody,
-    EventPage,
-    MessageAccepted,
-    MessageRequest,
-    PendingInput,
-    ResumeRequest,
-    RunPage,
-    RunSummary,
-    SignalAccepted,
-    SignalRequest,
-    StartRequest,
-    WorkflowList,
-)
+from . import _models
 from ._routes import STATUSES
 
 __all__ = ["EXAMPLE_RUN_ID", "openapi_document"]
@@ -39,21 +25,21 @@ EXAMPLE_RUN_ID: Final = "20261121T101500-3f9a1c"
 
 _REF: Final = "#/components/schemas/{name}"
 _TYPES: Final = (
-    RunPage,
-    RunSummary,
+    _models.RunPage,
+    _models.RunSummary,
     RunResult,
-    EventPage,
+    _models.EventPage,
     Event,
-    PendingInput,
-    WorkflowList,
-    StartRequest,
-    SignalRequest,
-    SignalAccepted,
-    CancelRequest,
-    MessageRequest,
-    MessageAccepted,
-    ResumeRequest,
-    ErrorBody,
+    _models.PendingInput,
+    _models.WorkflowList,
+    _models.StartRequest,
+    _models.SignalRequest,
+    _models.SignalAccepted,
+    _models.CancelRequest,
+    _models.MessageRequest,
+    _models.MessageAccepted,
+    _models.ResumeRequest,
+    _models.ErrorBody,
 )
 
 _WORKFLOW_SCHEMA: Final = {
@@ -108,7 +94,7 @@ def _json(schema: dict[str, Any], description: str) -> dict[str, Any]:
 
 
 def _error(description: str) -> dict[str, Any]:
-    return _json(_ref(ErrorBody), description)
+    return _json(_ref(_models.ErrorBody), description)
 
 
 _RUN_ID_PARAM: Final = {
@@ -178,7 +164,7 @@ def openapi_document(*, token: bool = True) -> dict[str, Any]:
                 "List stored runs, newest first",
                 "listRuns",
                 {
-                    "200": _json(_ref(RunPage), "A page of runs."),
+                    "200": _json(_ref(_models.RunPage), "A page of runs."),
                     "400": _error("A query parameter is malformed."),
                 },
                 parameters=[
@@ -200,10 +186,10 @@ def openapi_document(*, token: bool = True) -> dict[str, Any]:
                 "Start a run of a workflow file under the server's root",
                 "startRun",
                 {
-                    "201": _json(_ref(RunSummary), "The run started."),
+                    "201": _json(_ref(_models.RunSummary), "The run started."),
                     "404": _error("No such workflow file under the root."),
                 },
-                body=StartRequest,
+                body=_models.StartRequest,
                 body_example={"path": "examples/reflection.yaml", "inputs": {"topic": "actors"}},
                 token=token,
             ),
@@ -212,7 +198,7 @@ def openapi_document(*, token: bool = True) -> dict[str, Any]:
             "get": _operation(
                 "A run's summary",
                 "getRun",
-                {"200": _json(_ref(RunSummary), "The run."), "404": not_found},
+                {"200": _json(_ref(_models.RunSummary), "The run."), "404": not_found},
                 parameters=run,
                 token=token,
             )
@@ -231,7 +217,7 @@ def openapi_document(*, token: bool = True) -> dict[str, Any]:
                 "A run's stored events, a page at a time",
                 "getRunEvents",
                 {
-                    "200": _json(_ref(EventPage), "A page of events."),
+                    "200": _json(_ref(_models.EventPage), "A page of events."),
                     "400": _error("A query parameter is malformed."),
                     "404": not_found,
                 },
@@ -286,7 +272,9 @@ def openapi_document(*, token: bool = True) -> dict[str, Any]:
                 "The questions a waiting run asks a person",
                 "getRunInputs",
                 {
-                    "200": _json({"type": "array", "items": _ref(PendingInput)}, "Questions."),
+                    "200": _json(
+                        {"type": "array", "items": _ref(_models.PendingInput)}, "Questions."
+                    ),
                     "404": not_found,
                 },
                 parameters=run,
@@ -298,12 +286,12 @@ def openapi_document(*, token: bool = True) -> dict[str, Any]:
                 "Answer a waiting step (and, by default, resume the run)",
                 "signalRun",
                 {
-                    "202": _json(_ref(SignalAccepted), "The answer is recorded."),
+                    "202": _json(_ref(_models.SignalAccepted), "The answer is recorded."),
                     "404": not_found,
                     "409": _error("The run has finished, or nothing waits at that address."),
                 },
                 parameters=run,
-                body=SignalRequest,
+                body=_models.SignalRequest,
                 body_example={"address": "approve", "data": {"approved": True}},
                 token=token,
             )
@@ -313,12 +301,12 @@ def openapi_document(*, token: bool = True) -> dict[str, Any]:
                 "Cancel a run, whichever process drives it",
                 "cancelRun",
                 {
-                    "202": _json(_ref(RunSummary), "Cancelling."),
+                    "202": _json(_ref(_models.RunSummary), "Cancelling."),
                     "404": not_found,
                     "409": _error("The run has finished."),
                 },
                 parameters=run,
-                body=CancelRequest,
+                body=_models.CancelRequest,
                 body_example={"reason": "wrong inputs"},
                 token=token,
             )
@@ -328,7 +316,7 @@ def openapi_document(*, token: bool = True) -> dict[str, Any]:
                 "Send a message to a step of a running run, whichever process drives it",
                 "postMessage",
                 {
-                    "202": _json(_ref(MessageAccepted), "On its way."),
+                    "202": _json(_ref(_models.MessageAccepted), "On its way."),
                     "404": not_found,
                     "409": _error("The run is not running (finished, or waiting for a person)."),
                     "429": _error(
@@ -337,7 +325,7 @@ def openapi_document(*, token: bool = True) -> dict[str, Any]:
                     ),
                 },
                 parameters=run,
-                body=MessageRequest,
+                body=_models.MessageRequest,
                 body_example={"target": "writer", "text": "Keep it under 200 words."},
                 token=token,
             )
@@ -347,7 +335,7 @@ def openapi_document(*, token: bool = True) -> dict[str, Any]:
                 "Resume an interrupted or waiting run",
                 "resumeRun",
                 {
-                    "202": _json(_ref(RunSummary), "The run goes on in this server."),
+                    "202": _json(_ref(_models.RunSummary), "The run goes on in this server."),
                     "404": not_found,
                     "409": _error(
                         "The run has finished, another process drives it, or it was built in"
@@ -355,7 +343,7 @@ def openapi_document(*, token: bool = True) -> dict[str, Any]:
                     ),
                 },
                 parameters=run,
-                body=ResumeRequest,
+                body=_models.ResumeRequest,
                 body_example={},
                 token=token,
             )
@@ -364,7 +352,7 @@ def openapi_document(*, token: bool = True) -> dict[str, Any]:
             "get": _operation(
                 "Workflow files under the server's root",
                 "listWorkflows",
-                {"200": _json(_ref(WorkflowList), "Paths relative to the root.")},
+                {"200": _json(_ref(_models.WorkflowList), "Paths relative to the root.")},
                 token=token,
             )
         },

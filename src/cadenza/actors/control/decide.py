@@ -55,9 +55,9 @@ from typing import Any, Literal
 
 from cadenza.workflow import ControlLimits, parse_duration
 
+# The policy as `cadenza.loops` offers it; the controller also imports the helpers
+# (`PERSON_SCHEMA`, `RECOMMENDATIONS`, `effective_score`, `heed`, `stalled`) by name.
 __all__ = [
-    "PERSON_SCHEMA",
-    "RECOMMENDATIONS",
     "CheckResult",
     "ControlStatus",
     "Decision",
@@ -71,9 +71,6 @@ __all__ = [
     "admit",
     "advance",
     "decide",
-    "effective_score",
-    "heed",
-    "stalled",
 ]
 
 Decision = Literal["accept", "retry", "replan", "delegate", "escalate", "stop"]

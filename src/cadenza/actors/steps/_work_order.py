@@ -107,22 +107,7 @@ def _forwarding_journal(
     journal = RunJournal(run_id, workflow, _Forwarded())
 
     def forward(event: Event) -> None:
-        duration = float(event.duration.rstrip("s")) if event.duration else None
-        send(
-            StepEvent(
-                job,
-                attempt,
-                event.type,
-                agent=event.agent,
-                message=event.message,
-                duration=duration,
-                tokens=event.tokens,
-                error=event.error,
-                data=event.data,
-                delta=event.delta,
-                done=event.done,
-            )
-        )
+        send(StepEvent.of(job, attempt, event))
 
     journal.subscribe(forward)
     return journal
