@@ -21,8 +21,8 @@ from ._wire import WireFormat, sampling
 
 __all__ = [
     "ANTHROPIC_VERSION",
-    "ANTHROPIC_WIRE",
     "DEFAULT_MAX_TOKENS",
+    "WIRE",
     "decode_anthropic",
     "encode_anthropic",
 ]
@@ -169,7 +169,7 @@ def _api_key(api_key: str) -> dict[str, str]:
     return {"x-api-key": api_key}
 
 
-ANTHROPIC_WIRE = WireFormat(
+WIRE = WireFormat(
     name="anthropic",
     path="/v1/messages",
     encode=encode_anthropic,

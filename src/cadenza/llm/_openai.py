@@ -17,7 +17,7 @@ from ._stream import OpenAIStream
 from ._types import Completion, LLMRequest, LLMUsage, Message, ModelToolCall
 from ._wire import WireFormat, sampling
 
-__all__ = ["OPENAI_WIRE", "decode_openai", "encode_openai"]
+__all__ = ["WIRE", "decode_openai", "encode_openai"]
 
 
 class _Function(msgspec.Struct):
@@ -159,7 +159,7 @@ def _bearer(api_key: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {api_key}"}
 
 
-OPENAI_WIRE = WireFormat(
+WIRE = WireFormat(
     name="openai",
     path="/chat/completions",
     encode=encode_openai,

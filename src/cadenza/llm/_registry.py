@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import importlib
 import os
 import random
 from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
@@ -14,25 +15,28 @@ import httpx
 from cadenza._redact import redact, register_secrets_from, secrets_from
 from cadenza.kernel import Clock, SystemClock
 
-from ._anthropic import ANTHROPIC_WIRE
 from ._errors import LLMConfigError, LLMError
 from ._http import DEFAULT_MAX_BODY, HTTPCaller
-from ._openai import OPENAI_WIRE
 from ._retry import RetryPolicy
 from ._scripted import ScriptedClient, ScriptReplyLike
-from ._specs import DEFAULT_PROVIDER_VARIABLE, hint, key_variable, parse_model
+from ._specs import (
+    DEFAULT_PROVIDER_VARIABLE,
+    PROVIDERS,
+    Provider,
+    hint,
+    http_provider,
+    key_variable,
+    parse_model,
+)
 from ._types import LLMClient
-from ._wire import HTTPModelClient
+from ._wire import HTTPModelClient, WireFormat
 
 __all__ = ["ProviderRegistry"]
 
-_VARIABLES: Final = (
-    "ANTHROPIC_API_KEY",
-    "ANTHROPIC_BASE_URL",
-    "CADENZA_DEFAULT_PROVIDER",
-    "OLLAMA_HOST",
-    "OPENAI_API_KEY",
-    "OPENAI_BASE_URL",
+_VARIABLES: Final = frozenset(
+    [DEFAULT_PROVIDER_VARIABLE]
+    + [entry.url_variable for name in PROVIDERS if (entry := http_provider(name)) is not None]
+    + [variable for name in PROVIDERS if (variable := key_variable(name)) is not None]
 )
 _CONNECT_TIMEOUT: Final = 10.0
 
@@ -190,31 +194,24 @@ class ProviderRegistry:
     ) -> LLMClient:
         if provider == "scripted":
             return ScriptedClient(script or (), taken=self._taken.get(key, ()))
-        if provider == "ollama":
-            host = self._environ.get("OLLAMA_HOST") or "http://127.0.0.1:11434"
-            if "://" not in host:  # ollama itself accepts a bare host:port
-                host = f"http://{host}"
-            base = _http_url("OLLAMA_HOST", host, self._secrets) + "/v1"
-            return self._http_model("ollama", base)
-        if provider == "openai":
-            base = self._environ.get("OPENAI_BASE_URL") or "https://api.openai.com/v1"
-            return self._http_model("openai", _http_url("OPENAI_BASE_URL", base, self._secrets))
-        if provider == "anthropic":
-            base = self._environ.get("ANTHROPIC_BASE_URL") or "https://api.anthropic.com"
-            base = _http_url("ANTHROPIC_BASE_URL", base, self._secrets)
-            return self._http_model("anthropic", base)
-        raise LLMConfigError(f"unknown provider {provider!r}{hint(provider)}")
+        entry = http_provider(provider)
+        if entry is None:
+            raise LLMConfigError(f"unknown provider {provider!r}{hint(provider)}")
+        return self._http_model(entry)
 
-    def _http_model(self, provider: str, base_url: str) -> LLMClient:
-        variable = key_variable(provider)  # ollama needs none
-        api_key = self._environ.get(variable) if variable is not None else None
+    def _http_model(self, entry: Provider) -> LLMClient:
+        base = self._environ.get(entry.url_variable) or entry.default_url
+        if entry.bare_host and "://" not in base:
+            base = f"http://{base}"
+        base_url = _http_url(entry.url_variable, base, self._secrets) + entry.url_suffix
+        variable = entry.key_variable
         return HTTPModelClient(
-            provider=provider,
-            wire=ANTHROPIC_WIRE if provider == "anthropic" else OPENAI_WIRE,
+            provider=entry.name,
+            wire=_wire(entry.wire),
             base_url=base_url,
-            api_key=api_key,
+            api_key=self._environ.get(variable) if variable is not None else None,
             caller=self._caller,
-            missing_key=self._missing_key(provider),
+            missing_key=self._missing_key(entry.name),
             secrets=self._secrets,
         )
 
@@ -251,6 +248,13 @@ class ProviderRegistry:
             transport=self._transport,
             timeout=httpx.Timeout(deadline, connect=min(_CONNECT_TIMEOUT, deadline)),
         )
+
+
+def _wire(name: str) -> WireFormat:
+    """The wire format of API family ``name``: ``WIRE`` of ``cadenza.llm._<name>``, imported
+    when a provider speaking it is first used."""
+    wire: WireFormat = importlib.import_module(f"cadenza.llm._{name}").WIRE
+    return wire
 
 
 def _http_url(variable: str, value: str, secrets: frozenset[str]) -> str:

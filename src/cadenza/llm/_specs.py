@@ -8,6 +8,7 @@ checking a spec costs no more than reading this module.
 from __future__ import annotations
 
 import difflib
+from dataclasses import dataclass
 from typing import Final
 
 from ._errors import LLMConfigError
@@ -15,15 +16,74 @@ from ._errors import LLMConfigError
 __all__ = [
     "DEFAULT_PROVIDER_VARIABLE",
     "PROVIDERS",
+    "Provider",
     "hint",
+    "http_provider",
     "key_variable",
     "parse_model",
 ]
 
-PROVIDERS: Final = ("anthropic", "ollama", "openai", "scripted")
-"""The providers a model spec may name."""
 
-_KEY_VARIABLES: Final = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY"}
+@dataclass(frozen=True, slots=True)
+class Provider:
+    """One provider of models: how to reach it, and which of its names are its own.
+
+    Attributes:
+        name: What a model spec names (``openai`` in ``openai:gpt-4o``).
+        wire: The API family it speaks: the module ``cadenza/llm/_<wire>.py``,
+            whose ``WIRE`` is the `WireFormat` (``openai``: Chat Completions).
+        url_variable: The variable that moves its base URL (``OPENAI_BASE_URL``).
+        default_url: Its base URL when that variable is not set.
+        key_variable: The variable holding its API key; None when it needs none.
+        bare_prefixes: Bare model names it serves natively (``gpt-``), as zenflow
+            places them.
+        url_suffix: Appended to the base URL (``/v1`` for ollama's OpenAI API).
+        bare_host: Whether the variable may give a bare ``host:port`` (ollama's
+            ``OLLAMA_HOST`` may, as ollama allows): ``http://`` is put before it.
+    """
+
+    name: str
+    wire: str
+    url_variable: str
+    default_url: str
+    key_variable: str | None = None
+    bare_prefixes: tuple[str, ...] = ()
+    url_suffix: str = ""
+    bare_host: bool = False
+
+
+# The providers served over HTTP. An OpenAI-compatible one is a line here; a new
+# API family is a module ``_<wire>.py`` (its ``WIRE``) and a line here.
+_TABLE: Final = (
+    Provider(
+        "anthropic",
+        "anthropic",
+        "ANTHROPIC_BASE_URL",
+        "https://api.anthropic.com",
+        "ANTHROPIC_API_KEY",
+        ("claude-",),
+    ),
+    Provider(
+        "ollama",
+        "openai",
+        "OLLAMA_HOST",
+        "http://127.0.0.1:11434",
+        url_suffix="/v1",
+        bare_host=True,
+    ),
+    Provider(
+        "openai",
+        "openai",
+        "OPENAI_BASE_URL",
+        "https://api.openai.com/v1",
+        "OPENAI_API_KEY",
+        ("gpt-", "chatgpt-", "o1", "o3", "o4"),
+    ),
+)
+_BY_NAME: Final = {entry.name: entry for entry in _TABLE}
+
+PROVIDERS: Final = tuple(sorted([*_BY_NAME, "scripted"]))
+"""The providers a model spec may name (``scripted`` runs an agent's script, no model)."""
 
 DEFAULT_PROVIDER_VARIABLE: Final = "CADENZA_DEFAULT_PROVIDER"
 """Names the provider of bare model names no well-known prefix places (e.g. ``ollama``)."""
@@ -37,15 +97,10 @@ _GATEWAY_PROVIDERS: Final = frozenset({
     "vllm", "xai",
 })  # fmt: skip
 
-# zenflow's bare model names: the families whose maker serves them natively.
-_BARE_PREFIXES: Final = (
-    ("gpt-", "openai"),
-    ("chatgpt-", "openai"),
-    ("o1", "openai"),
-    ("o3", "openai"),
-    ("o4", "openai"),
-    ("claude-", "anthropic"),
-)
+
+def http_provider(name: str) -> Provider | None:
+    """The HTTP provider called ``name``; None for ``scripted`` or an unknown name."""
+    return _BY_NAME.get(name)
 
 
 def parse_model(spec: str, *, default_provider: str | None = None) -> tuple[str, str]:
@@ -100,14 +155,16 @@ def parse_model(spec: str, *, default_provider: str | None = None) -> tuple[str,
 
 def key_variable(provider: str) -> str | None:
     """The environment variable that holds ``provider``'s API key; None if it needs none."""
-    return _KEY_VARIABLES.get(provider)
+    entry = _BY_NAME.get(provider)
+    return None if entry is None else entry.key_variable
 
 
 def _bare(spec: str, name: str, default_provider: str | None) -> str:
     """The provider of a bare model name (see `parse_model`)."""
-    for prefix, provider in _BARE_PREFIXES:
-        if name.lower().startswith(prefix):
-            return provider
+    lowered = name.lower()
+    for entry in _TABLE:
+        if lowered.startswith(entry.bare_prefixes):
+            return entry.name
     if default_provider:
         return _default(default_provider)
     raise LLMConfigError(
