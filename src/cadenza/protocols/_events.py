@@ -45,6 +45,12 @@ class EventType:
     data ``{strategy, cause, restart, maxRestarts}``."""
     STEP_REPLAYED = "step_replayed"
     """A leaf's recorded outcome was reported again on resume instead of running it."""
+    CALLS_REPLAYED = "calls_replayed"
+    """A resumed step took the answers of the calls it had made from its journal;
+    data ``{calls, model, tools}``."""
+    REPLAY_DIVERGED = "replay_diverged"
+    """A resumed step asked otherwise than its journal records: it goes live from there;
+    data ``{seq, kind, reason}``."""
     STEP_WAITING = "step_waiting"
     """A step waits for a person (``human``); data ``{prompt, schema}``."""
     ERROR = "error"

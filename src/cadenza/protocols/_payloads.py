@@ -45,6 +45,7 @@ __all__ = [
     "AgentInboxDrain",
     "AgentMemory",
     "AgentTurn",
+    "CallsReplayed",
     "Checkpoint",
     "ControlDecision",
     "CoordinatorWake",
@@ -64,6 +65,7 @@ __all__ = [
     "MessageUndelivered",
     "Output",
     "Payload",
+    "ReplayDiverged",
     "ResultRejected",
     "RunResumed",
     "SignalReceived",
@@ -204,6 +206,26 @@ class StepReplayed(Payload, frozen=True, kw_only=True):
 
     event_type: ClassVar[str] = EventType.STEP_REPLAYED
     status: str
+
+
+class CallsReplayed(Payload, frozen=True, kw_only=True):
+    """A resumed step took ``calls`` answers from its journal (``model`` of them model
+    replies, ``tools`` tool outputs) instead of making the calls again."""
+
+    event_type: ClassVar[str] = EventType.CALLS_REPLAYED
+    calls: int
+    model: int
+    tools: int
+
+
+class ReplayDiverged(Payload, frozen=True, kw_only=True):
+    """A resumed step's call ``seq`` is not the one its journal records: from there on
+    it calls live. ``reason`` says what differs."""
+
+    event_type: ClassVar[str] = EventType.REPLAY_DIVERGED
+    seq: int
+    kind: str
+    reason: str
 
 
 class StepWaiting(Payload, frozen=True, kw_only=True):
@@ -512,6 +534,8 @@ PAYLOADS: dict[str, type[Payload]] = {
         StepRetry,
         StepRestart,
         StepReplayed,
+        CallsReplayed,
+        ReplayDiverged,
         StepWaiting,
         ForEachMessage,
         IterationStart,

@@ -130,6 +130,12 @@ class RunJournal:
         spent = self._step_usage.get(address, (0, 0))
         self._step_usage[address] = (spent[0] + prompt, spent[1] + completion)
 
+    def spent_before(self, address: str, prompt: int, completion: int) -> None:
+        """Counts, for the step at ``address`` only, usage of a call it replayed: the run's
+        totals have it already (the log the run resumed from counted it)."""
+        spent = self._step_usage.get(address, (0, 0))
+        self._step_usage[address] = (spent[0] + prompt, spent[1] + completion)
+
     def take_usage(self, address: str) -> tuple[int, int]:
         """The (prompt, completion) tokens spent at ``address`` since the last take."""
         return self._step_usage.pop(address, (0, 0))

@@ -54,6 +54,9 @@ class LeafStep(Protocol):
     document: LoadedWorkflow
     scope: Scope
     brief: Brief
+    first_attempt: int
+    """Its first attempt's number: above 1 when a resumed run runs it again (or a
+    supervisor restarts it)."""
 
     def render(self, text: str) -> str:
         """``text`` with its templates filled in from the step's scope and the run's inputs."""

@@ -1,0 +1,153 @@
+"""The journal inside an agent step: each model call and tool call, recorded as it completes.
+
+An agent visit (a step's attempt, a judge's question, a coordinator's wake) makes
+calls in a sequence: model, tool, tool, model... Each one is recorded when it
+completes (`CallRecord`: what was asked, as a digest, and what came back) and
+made durable before the visit goes on, so a kill between two calls loses
+neither. A resumed visit reads back what its interrupted execution recorded
+and, call by call, takes the recorded answer instead of calling again, for as
+long as it asks exactly what was asked then: the digest of a model call covers
+the whole request (model, messages, tools, settings), and a tool call's covers
+the model call that asked for it, its name and its arguments. The first call
+asked otherwise (a prompt, a tool list or a model that changed underneath a
+Python-built run) ends the replay there: ``replay_diverged`` says where and
+why, and the visit goes live.
+
+A step's attempts are numbered anew on resume (each execution has its own
+idempotency key), so the resumed attempt first copies its predecessor's calls
+under its own number, in one commit: every attempt's journal is whole, and a
+second kill replays from the newest one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import deque
+from collections.abc import Sequence
+
+import msgspec
+
+from cadenza._failpoints import ARMED, failpoint
+from cadenza.actors.run import RunContext
+from cadenza.protocols import CallKind, CallRecord, CallsReplayed, EventType, ReplayDiverged
+
+__all__ = ["CallLog", "cut_off", "digest"]
+
+
+def digest(*parts: bytes | str) -> str:
+    """The SHA-256 hex digest of ``parts``, each length-prefixed (no two splits collide)."""
+    hashed = hashlib.sha256()
+    for part in parts:
+        data = part.encode() if isinstance(part, str) else part
+        hashed.update(len(data).to_bytes(8, "big"))
+        hashed.update(data)
+    return hashed.hexdigest()
+
+
+def cut_off(run: RunContext, address: str, attempt: int) -> bool:
+    """Whether a resumed run's step at ``address`` was cut off in ``attempt``: its stored
+    record says it was running then (not a supervisor's restart of a failed one)."""
+    replay = run.journal.replay
+    if replay is None or replay.is_final(address):
+        return False
+    prior = replay.prior.get(address)
+    return prior is not None and prior.attempts == attempt
+
+
+class CallLog:
+    """One visit's calls: the answers it may replay, and the record of those it makes.
+
+    Args:
+        run: The run (its journal's store records the calls).
+        address: Where the visit runs.
+        execution: Its number among the address's executions (a step's attempt).
+        recorded: What the interrupted execution recorded, in order: the calls to
+            replay, for as long as they are asked again the same way.
+    """
+
+    def __init__(
+        self,
+        run: RunContext,
+        address: str,
+        execution: int,
+        recorded: Sequence[CallRecord] = (),
+    ) -> None:
+        self._run = run
+        self._address = address
+        self._execution = execution
+        self._recorded = deque(recorded)
+        self._seq = 0
+        self._replayed: dict[CallKind, int] = {"model": 0, "tool": 0}
+
+    @classmethod
+    async def resuming(
+        cls, run: RunContext, address: str, execution: int, *, of: int | None
+    ) -> CallLog:
+        """The log of a visit that may continue an interrupted one: execution ``of`` of
+        ``address`` (None: it continues none, as on a run's first try).
+
+        When ``of`` is an earlier execution, its calls are copied to this one first
+        and made durable, so this execution's journal is whole from the start.
+        """
+        if of is None or run.journal.replay is None:
+            return cls(run, address, execution)
+        store = run.journal.store
+        recorded = [call for call in await store.calls(run.run_id, address) if call.attempt == of]
+        if recorded and of != execution:
+            for call in recorded:
+                store.put_call(run.run_id, msgspec.structs.replace(call, attempt=execution))
+            await store.flush(run.run_id)
+        return cls(run, address, execution, recorded)
+
+    @property
+    def replaying(self) -> bool:
+        """Whether recorded answers are left to replay."""
+        return bool(self._recorded)
+
+    def replay(self, kind: CallKind, asked: str) -> str | None:
+        """The recorded answer to the next call, asked as ``asked`` (its digest); None
+        when it must be made live: nothing recorded is left, or it was asked otherwise
+        (then nothing recorded is replayed from here on, and the event says why)."""
+        self._seq += 1
+        if not self._recorded:
+            return None
+        entry = self._recorded.popleft()
+        if entry.kind == kind and entry.digest == asked:
+            self._replayed[kind] += 1
+            if not self._recorded:
+                self._replayed_all()
+            return entry.body
+        reason = (
+            f"the journal has a {entry.kind} call here, not a {kind} call"
+            if entry.kind != kind
+            else f"the {kind} call asks otherwise than the recorded one"
+        )
+        self._recorded.clear()
+        self._replayed_all()
+        journal = self._run.journal
+        data = ReplayDiverged(seq=self._seq, kind=kind, reason=reason)
+        journal.emit(EventType.REPLAY_DIVERGED, step_id=self._address, data=data)
+        return None
+
+    async def record(self, kind: CallKind, asked: str, body: str) -> None:
+        """Records the call just made live (the one `replay` last declined) and waits
+        until the record is durable: a kill from here on does not make it again."""
+        run = self._run
+        call = CallRecord(
+            address=self._address,
+            attempt=self._execution,
+            seq=self._seq,
+            kind=kind,
+            digest=asked,
+            body=body,
+        )
+        run.journal.store.put_call(run.run_id, call)
+        await run.journal.store.flush(run.run_id)  # LeaseLost: another process drives it
+        if ARMED:  # a crash test is on: spare every other run the call
+            failpoint("call.after_record")
+
+    def _replayed_all(self) -> None:
+        model, tools = self._replayed["model"], self._replayed["tool"]
+        if model + tools:
+            data = CallsReplayed(calls=model + tools, model=model, tools=tools)
+            self._run.journal.emit(EventType.CALLS_REPLAYED, step_id=self._address, data=data)

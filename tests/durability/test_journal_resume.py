@@ -1,0 +1,107 @@
+"""Exact resume inside an agent step: no recorded model or tool call is made again.
+
+An agent makes ten model calls; each asks the built-in ``bash`` tool to append
+its number to a file, and the tenth submits the result too. The run is killed
+with SIGKILL at a call boundary (just after a call's record is durable,
+``call.after_record``) and resumed: the model server sees exactly ten requests
+in all, and the file holds each line once.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cadenza.testing import ServerReply, ServerRule, ServerToolCall
+from cadenza.testing.pytest_plugin import StartLLMServer
+from tests._helpers import cadenza
+from tests.conftest import WriteFlow
+
+pytestmark = pytest.mark.timeout(240)
+
+CALLS = 10
+
+FLOW = """
+name: appender
+agents:
+  appender:
+    model: openai:gpt-test
+    tools: [bash]
+    resultSchema: {type: object}
+steps:
+  - id: append
+    agent: appender
+    instructions: "Append the numbers."
+"""
+
+
+def replies() -> list[ServerReply]:
+    """Call k asks bash to append k; the last one submits the result as well."""
+    scripted = []
+    for k in range(1, CALLS + 1):
+        calls = [ServerToolCall("bash", {"command": f"echo {k} >> lines.txt"})]
+        if k == CALLS:
+            calls.append(ServerToolCall("submit_result", {"done": True}))
+        scripted.append(ServerReply(content=f"call {k}", tool_calls=calls))
+    return scripted
+
+
+def killed_at(tmp_path: Path, write_flow: WriteFlow, boundary: int) -> None:
+    """Runs the flow as run r-1 and kills it at its ``boundary``-th recorded call."""
+    write_flow(FLOW)
+    env = {"CADENZA_FAILPOINT": f"call.after_record:{boundary}"}
+    run = ("run", "flow.yaml", "--store", "runs.db", "--run-id", "r-1")
+    proc = cadenza(*run, cwd=tmp_path, env=env)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+
+
+def lines(tmp_path: Path) -> list[str]:
+    path = tmp_path / "lines.txt"
+    return path.read_text().split() if path.exists() else []
+
+
+def stored_events(tmp_path: Path) -> list[dict[str, Any]]:
+    with sqlite3.connect(tmp_path / "runs.db") as connection:
+        rows = connection.execute("SELECT body FROM events WHERE run_id = 'r-1' ORDER BY seq")
+        return [json.loads(body) for (body,) in rows]
+
+
+@pytest.mark.parametrize("boundary", range(1, 2 * CALLS + 1))
+def test_a_kill_at_each_call_boundary_repeats_no_call(
+    model_server: StartLLMServer, write_flow: WriteFlow, tmp_path: Path, boundary: int
+) -> None:
+    """Killed after the ``boundary``-th call (odd: a model call, even: a tool call) was
+    recorded, then resumed: ten model requests in all, ten lines, each once."""
+    server = model_server([ServerRule(replies())])
+    killed_at(tmp_path, write_flow, boundary)
+    made = (boundary + 1) // 2  # model calls before the kill
+    assert server.request_count == made
+    assert lines(tmp_path) == [str(k) for k in range(1, boundary // 2 + 1)]
+
+    resumed = cadenza("resume", "r-1", "--store", "runs.db", cwd=tmp_path)
+
+    assert resumed.returncode == 0, resumed.stderr
+    assert server.request_count == CALLS  # CALLS - made more, none sent twice
+    assert lines(tmp_path) == [str(k) for k in range(1, CALLS + 1)]
+    replayed = [e["data"] for e in stored_events(tmp_path) if e["type"] == "calls_replayed"]
+    assert replayed == [{"calls": boundary, "model": made, "tools": boundary // 2}]
+
+
+def test_the_issues_case_five_calls_then_five_more(
+    model_server: StartLLMServer, write_flow: WriteFlow, tmp_path: Path
+) -> None:
+    """Killed just after its 5th model call: the resume makes exactly 5 more."""
+    server = model_server([ServerRule(replies())])
+    killed_at(tmp_path, write_flow, 9)  # m1 t1 ... m4 t4 m5: the 9th recorded call
+    assert server.request_count == 5
+    resumed = cadenza("resume", "r-1", "--store", "runs.db", cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
+    assert server.request_count - 5 == 5
+    assert lines(tmp_path) == [str(k) for k in range(1, CALLS + 1)]
+    shown = cadenza("runs", "show", "r-1", "--store", "runs.db", cwd=tmp_path)
+    assert "completed" in shown.stdout
