@@ -81,8 +81,8 @@ def run(quick: bool) -> list[Figure]:
             bare_runs.append(
                 best_of(1, lambda: asyncio.run(_bare_calls_per_s(environ, calls, stream=True)))
             )
-            measured = functools.partial(_cadenza_calls_per_s, environ, calls, store)
-            cadenza_runs.append(best_of(1, lambda: asyncio.run(measured())))
+            measured = functools.partial(asyncio.run, _cadenza_calls_per_s(environ, calls, store))
+            cadenza_runs.append(best_of(1, measured))
             journal = _journal_bytes_per_call(store)
     bare, cadenza = statistics.median(bare_runs), statistics.median(cadenza_runs)
     return [
