@@ -105,3 +105,100 @@ def test_the_issues_case_five_calls_then_five_more(
     assert lines(tmp_path) == [str(k) for k in range(1, CALLS + 1)]
     shown = cadenza("runs", "show", "r-1", "--store", "runs.db", cwd=tmp_path)
     assert "completed" in shown.stdout
+
+
+JUDGED = """
+name: judged
+agents:
+  worker: {model: openai:gpt-test, prompt: "You work.", tools: [bash]}
+  judge: {model: openai:gpt-test, prompt: "You judge."}
+steps:
+  - id: work
+    loop: {maxIterations: 3, untilAgent: judge}
+    agent: worker
+    instructions: "Work."
+"""
+
+
+def judged_rules() -> list[ServerRule]:
+    """Each iteration the worker appends its number, then answers; the judge says done at 3."""
+    work: list[ServerReply] = []
+    for k in (1, 2, 3):
+        appended = ServerToolCall("bash", {"command": f"echo {k} >> lines.txt"})
+        work += [ServerReply(tool_calls=[appended]), ServerReply(content=f"worked {k}")]
+    verdicts = [
+        ServerReply(tool_calls=[ServerToolCall("submit_result", {"done": done, "reason": "r"})])
+        for done in (False, False, True)
+    ]
+    return [
+        ServerRule(verdicts, match={"system": "You judge."}, name="judge"),
+        ServerRule(work, name="worker"),
+    ]
+
+
+@pytest.mark.parametrize("boundary", [5, 6, 7, 8])
+def test_a_judged_loop_killed_inside_an_iteration_repeats_no_call(
+    model_server: StartLLMServer, write_flow: WriteFlow, tmp_path: Path, boundary: int
+) -> None:
+    """Iteration 1 records 4 calls (the worker's 3, the judge's 1); the kill lands inside
+    iteration 2's worker (5-7) or after its judge (8): 9 model requests in all, 3 lines."""
+    server = model_server(judged_rules())
+    write_flow(JUDGED)
+    env = {"CADENZA_FAILPOINT": f"call.after_record:{boundary}"}
+    run = ("run", "flow.yaml", "--store", "runs.db", "--run-id", "r-1")
+    assert cadenza(*run, cwd=tmp_path, env=env).returncode == -signal.SIGKILL
+
+    resumed = cadenza("resume", "r-1", "--store", "runs.db", cwd=tmp_path)
+
+    assert resumed.returncode == 0, resumed.stderr
+    assert server.request_count == 3 * 2 + 3
+    assert lines(tmp_path) == ["1", "2", "3"]
+
+
+COORDINATED = """
+name: coordinated
+coordinator: {agent: broker}
+agents:
+  broker: {model: openai:gpt-test, prompt: "You are the broker.", tools: [bash]}
+  teller: {model: openai:gpt-test, prompt: "You tell."}
+steps:
+  - id: tell
+    agent: teller
+    instructions: "Tell the broker."
+"""
+
+
+def coordinated_rules() -> list[ServerRule]:
+    """The teller sends one message; the broker's wake appends 1 and 2, then answers."""
+    told = ServerToolCall("send_message", {"text": "the price is 42"})
+    tell = [ServerReply(tool_calls=[told]), ServerReply(content="told")]
+    wake = [
+        ServerReply(tool_calls=[ServerToolCall("bash", {"command": f"echo {k} >> lines.txt"})])
+        for k in (1, 2)
+    ]
+    return [
+        ServerRule(
+            [*wake, ServerReply(content="noted")], match={"system": "broker"}, name="broker"
+        ),
+        ServerRule(tell, name="teller"),
+    ]
+
+
+@pytest.mark.parametrize("boundary", [2, 3, 4, 5, 6])
+def test_a_coordinator_turn_killed_between_calls_repeats_no_call(
+    model_server: StartLLMServer, write_flow: WriteFlow, tmp_path: Path, boundary: int
+) -> None:
+    """The teller records its first call; the broker's wake records m, t, m, t, m: killed
+    at any boundary from there, the resumed run sends 5 broker requests in all."""
+    server = model_server(coordinated_rules())
+    write_flow(COORDINATED)
+    env = {"CADENZA_FAILPOINT": f"call.after_record:{boundary}"}
+    run = ("run", "flow.yaml", "--store", "runs.db", "--run-id", "r-1")
+    assert cadenza(*run, cwd=tmp_path, env=env).returncode == -signal.SIGKILL
+
+    resumed = cadenza("resume", "r-1", "--store", "runs.db", cwd=tmp_path)
+
+    assert resumed.returncode == 0, resumed.stderr
+    broker = [r for r in server.requests if r.rule == "broker"]
+    assert len(broker) == 3
+    assert lines(tmp_path) == ["1", "2"]
