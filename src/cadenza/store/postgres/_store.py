@@ -42,7 +42,7 @@ import msgspec
 
 from cadenza._redact import redact, register_secret
 from cadenza.errors import StoreError
-from cadenza.protocols import Event, RunResult, RunStatus, StepRecord
+from cadenza.protocols import CallRecord, Event, RunResult, RunStatus, StepRecord
 from cadenza.store._base import (
     ANSWERED,
     Command,
@@ -56,6 +56,7 @@ from cadenza.store._lease import DEFAULT_LEASE_TTL, HeldLeases, Lease, LeaseHold
 from cadenza.store._queued import QueuedWrites
 from cadenza.store._records import (
     crc,
+    read_calls,
     read_document,
     read_events,
     read_run,
@@ -128,9 +129,49 @@ _FORGET_STEPS = Statement(
     "AND (address = $2 OR starts_with(address, $3) OR starts_with(address, $4))",
     "steps",
 )
+_PUT_CALL = _upsert(
+    "calls",
+    {
+        "run_id": _TEXT,
+        "address": _TEXT,
+        "attempt": _INT,
+        "seq": _INT,
+        "kind": _TEXT,
+        "digest": _TEXT,
+        "body": _TEXT,
+        "blob": _TEXT,
+        "crc": _INT,
+    },
+    4,
+)
+# Under "calls" (see QueuedWrites): a blob is written, and collected, in its
+# place among the writes of the calls that name it.
+_PUT_BLOB = Statement(
+    "INSERT INTO cadenza_blobs (run_id, digest, body, crc) VALUES ($1, $2, $3, $4) "
+    "ON CONFLICT (run_id, digest) DO NOTHING",
+    "calls",
+    2,
+)
+_FORGET_CALLS = Statement(
+    "DELETE FROM cadenza_calls WHERE run_id = $1 "
+    "AND (address = $2 OR starts_with(address, $3) OR starts_with(address, $4))",
+    "calls",
+)
+_COLLECT_BLOBS = Statement(
+    "DELETE FROM cadenza_blobs b WHERE run_id = $1 AND NOT EXISTS "
+    "(SELECT 1 FROM cadenza_calls c WHERE c.run_id = $1 AND c.blob = b.digest)",
+    "calls",
+)
+# A call's row, or a blob it names (address NULL): one statement, one snapshot.
+_CALLS = (
+    "WITH chosen AS (SELECT * FROM cadenza_calls WHERE run_id = $1{}) "
+    "SELECT address, attempt, seq, kind, digest, body, blob, crc FROM chosen UNION ALL "
+    "SELECT NULL, NULL, NULL, NULL, digest, body, NULL, crc FROM cadenza_blobs "
+    "WHERE run_id = $1 AND digest IN (SELECT blob FROM chosen)"
+)
 _DELETE_RUN = [
     Statement(f"DELETE FROM cadenza_{table} WHERE run_id = $1", table)
-    for table in ("events", "steps", "documents", "leases", "commands", "runs")
+    for table in ("events", "steps", "documents", "leases", "commands", "calls", "blobs", "runs")
 ]
 _RUN_COLUMNS = "run_id, workflow, path, status, inputs, created_at, updated_at, result"
 
@@ -198,6 +239,8 @@ class PostgresRunStore(QueuedWrites):
 
     save_document_statement = _SAVE_DOCUMENT
     release_lease_statement = _RELEASE_LEASE
+    put_call_statement = _PUT_CALL
+    put_blob_statement = _PUT_BLOB
     _writer: PostgresWriter
 
     def __init__(self, url: str) -> None:
@@ -355,6 +398,15 @@ class PostgresRunStore(QueuedWrites):
             )
         return read_steps(run_id, rows)
 
+    async def calls(self, run_id: str, address: str | None = None) -> list[CallRecord]:
+        """The run's calls (of ``address`` only, when given), by address, attempt and seq."""
+        async with self._reaching() as pool:
+            if address is None:
+                rows = await pool.fetch(_CALLS.format(""), run_id)
+            else:
+                rows = await pool.fetch(_CALLS.format(" AND address = $2"), run_id, address)
+        return read_calls(run_id, rows)
+
     # -- resuming, retention and maintenance ---------------------------------------------
 
     async def document(self, run_id: str) -> bytes | None:
@@ -454,19 +506,23 @@ class PostgresRunStore(QueuedWrites):
         return read_commands(sorted(rows, key=lambda row: row[0]))
 
     def forget_steps(self, run_id: str, prefix: str) -> None:
-        """Queues the removal of the records at ``prefix`` and below it."""
-        self._writer.put(
-            _FORGET_STEPS, (run_id, prefix, prefix + ".", prefix + "["), self._leases.get(run_id)
-        )
+        """Queues the removal of the records and calls at ``prefix`` and below it, and of
+        the blobs no call names any more."""
+        lease = self._leases.get(run_id)
+        under = (run_id, prefix, prefix + ".", prefix + "[")
+        self._writer.put(_FORGET_STEPS, under, lease)
+        self._writer.put(_FORGET_CALLS, under, lease)
+        self._writer.put(_COLLECT_BLOBS, (run_id,), lease)
 
     async def delete_runs(self, run_ids: Sequence[str]) -> None:
-        """Removes the runs with their events, records, documents and leases."""
+        """Removes the runs with their events, records, documents, calls and leases."""
         for run_id, statement in itertools.product(run_ids, _DELETE_RUN):
             self._writer.put(statement, (run_id,))
         await self.flush()
 
     async def check(self) -> list[str]:
-        """Every stored event, record and document read back and checked, in one snapshot."""
+        """Every stored event, record, document, call and blob read back and checked, in one
+        snapshot."""
         await self.flush()
         async with self._reaching() as pool, pool.acquire() as connection:
             return await integrity_problems(connection)
