@@ -10,6 +10,7 @@ in all, and the file holds each line once.
 from __future__ import annotations
 
 import json
+import os
 import signal
 import sqlite3
 from pathlib import Path
@@ -54,7 +55,7 @@ def replies() -> list[ServerReply]:
 def killed_at(tmp_path: Path, write_flow: WriteFlow, boundary: int) -> None:
     """Runs the flow as run r-1 and kills it at its ``boundary``-th recorded call."""
     write_flow(FLOW)
-    env = {"CADENZA_FAILPOINT": f"call.after_record:{boundary}"}
+    env = {**os.environ, "CADENZA_FAILPOINT": f"call.after_record:{boundary}"}
     run = ("run", "flow.yaml", "--store", "runs.db", "--run-id", "r-1")
     proc = cadenza(*run, cwd=tmp_path, env=env)
     assert proc.returncode == -signal.SIGKILL, proc.stderr
@@ -111,7 +112,13 @@ JUDGED = """
 name: judged
 agents:
   worker: {model: openai:gpt-test, prompt: "You work.", tools: [bash]}
-  judge: {model: openai:gpt-test, prompt: "You judge."}
+  judge:
+    model: openai:gpt-test
+    prompt: "You judge."
+    resultSchema:
+      type: object
+      properties: {done: {type: boolean}, reason: {type: string}}
+      required: [done]
 steps:
   - id: work
     loop: {maxIterations: 3, untilAgent: judge}
@@ -144,7 +151,7 @@ def test_a_judged_loop_killed_inside_an_iteration_repeats_no_call(
     iteration 2's worker (5-7) or after its judge (8): 9 model requests in all, 3 lines."""
     server = model_server(judged_rules())
     write_flow(JUDGED)
-    env = {"CADENZA_FAILPOINT": f"call.after_record:{boundary}"}
+    env = {**os.environ, "CADENZA_FAILPOINT": f"call.after_record:{boundary}"}
     run = ("run", "flow.yaml", "--store", "runs.db", "--run-id", "r-1")
     assert cadenza(*run, cwd=tmp_path, env=env).returncode == -signal.SIGKILL
 
@@ -192,7 +199,7 @@ def test_a_coordinator_turn_killed_between_calls_repeats_no_call(
     at any boundary from there, the resumed run sends 5 broker requests in all."""
     server = model_server(coordinated_rules())
     write_flow(COORDINATED)
-    env = {"CADENZA_FAILPOINT": f"call.after_record:{boundary}"}
+    env = {**os.environ, "CADENZA_FAILPOINT": f"call.after_record:{boundary}"}
     run = ("run", "flow.yaml", "--store", "runs.db", "--run-id", "r-1")
     assert cadenza(*run, cwd=tmp_path, env=env).returncode == -signal.SIGKILL
 

@@ -24,7 +24,7 @@ from cadenza.protocols import Event
 from cadenza.testing import ScriptedLLMServer, ServerReply, ServerRule, ServerToolCall
 from cadenza.testing.pytest_plugin import StartLLMServer
 from cadenza.workflow import LoadedWorkflow
-from tests._helpers import import_source, read_run
+from tests._helpers import import_source, opened_store
 
 TOOLS = """
 import asyncio
@@ -34,13 +34,13 @@ calls = 0
 parked = asyncio.Event()
 
 
-async def note(arguments):
+async def note(n: int) -> str:
     global calls
     calls += 1
     if calls == hold_at:
         parked.set()
         await asyncio.Event().wait()
-    return f"noted {arguments['n']}"
+    return f"noted {n}"
 """
 
 
@@ -120,5 +120,6 @@ async def test_a_changed_prompt_diverges_at_the_first_call_and_goes_live(
     assert "asks otherwise" in diverged[0][1].reason
     assert server.request_count == 3 + 5  # the whole visit again, live
     assert "second meeting" in str(server.requests[3].body)
-    stored = read_run(store, "r-1")
-    assert [e.type for e in stored.events].count("replay_diverged") == 1
+    async with opened_store(store) as opened:
+        stored = await opened.events("r-1")
+    assert [e.type for e in stored].count("replay_diverged") == 1
