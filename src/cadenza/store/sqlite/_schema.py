@@ -5,7 +5,9 @@ every event and step record, a ``documents`` table (what a resume replays) and
 a ``leases`` table (which process drives a run). Version 3 gives each lease a
 fencing token and an expiry (``_lease.py``) and indexes runs by status (what
 takeover looks for). Version 4 adds the ``commands`` table: what other
-processes ask of a run's owner (cancel, post a message). An older store is
+processes ask of a run's owner (cancel, post a message). Version 5 gives each
+run its lineage: the run it was forked from and the address it was forked at
+(both NULL for a run that is not a fork; ``Runtime.fork``). An older store is
 upgraded in place when it is opened; a store of a newer version is refused.
 
 Every stored body is msgspec JSON, checked when it is read back (``_records``).
@@ -34,7 +36,7 @@ __all__ = [
     "take_lease",
 ]
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -45,7 +47,9 @@ CREATE TABLE IF NOT EXISTS runs (
     inputs     TEXT NOT NULL,
     created_at REAL NOT NULL,
     updated_at REAL NOT NULL,
-    result     TEXT
+    result     TEXT,
+    parent_run_id  TEXT,
+    parent_address TEXT
 );
 CREATE INDEX IF NOT EXISTS runs_by_time ON runs (created_at);
 CREATE TABLE IF NOT EXISTS events (
@@ -85,6 +89,7 @@ CREATE TABLE IF NOT EXISTS commands (
     created_at REAL NOT NULL
 );
 CREATE INDEX IF NOT EXISTS commands_by_run ON commands (run_id);
+CREATE INDEX IF NOT EXISTS runs_by_parent ON runs (parent_run_id);
 """
 
 _decode_holder = msgspec.json.Decoder(LeaseHolder).decode
@@ -144,6 +149,9 @@ def migrate(connection: sqlite3.Connection, path: Path) -> None:
         if version == 2:  # a lease of before expiry counts as expired: its holder renews none
             connection.execute("ALTER TABLE leases ADD COLUMN fence INTEGER NOT NULL DEFAULT 0")
             connection.execute("ALTER TABLE leases ADD COLUMN expires_at REAL NOT NULL DEFAULT 0")
+        if 0 < version < 5:  # lineage (forks); the runs of before were forked from nothing
+            connection.execute("ALTER TABLE runs ADD COLUMN parent_run_id TEXT")
+            connection.execute("ALTER TABLE runs ADD COLUMN parent_address TEXT")
         for statement in _SCHEMA.split(";"):
             if statement.strip():
                 connection.execute(statement)
