@@ -23,7 +23,7 @@ from cadenza.testing.pytest_plugin import StartLLMServer
 from cadenza.workflow import load_workflow_text
 from tests._helpers import Watch, assert_refused, cadenza, import_source
 from tests._terminal import Terminal
-from tests.conftest import WriteFlow
+from tests.conftest import StoreFactory, WriteFlow
 
 CHAIN = """
 name: chain
@@ -233,6 +233,30 @@ async def test_a_fork_replaces_inputs_and_takes_a_structured_output(
         forks = await runtime.forks("source")
         assert forks[0].run_id == "again"
         assert len(forks) == 2
+
+
+async def test_a_fork_on_every_store_leaves_its_source_as_it_was(
+    store_factory: StoreFactory,
+) -> None:
+    """Memory, SQLite, PostgreSQL: the fork records its lineage and replays what it
+    reuses; a second runtime on the same data reads the source as it was."""
+    flow = load_workflow_text(ECHOES)
+    async with Runtime(store=store_factory()) as runtime:
+        await runtime.run(flow, run_id="source")
+        before = (await runtime.stored_events("source"), await runtime.store.steps("source"))
+        handle = await runtime.fork("source", at="s3", set={"s2": "edited"}, new_run_id="child")
+        result = await handle.result()
+        assert (result.status, result.steps["s2"].content) == ("completed", "edited")
+        assert result.output == "four\n"
+        after = (await runtime.stored_events("source"), await runtime.store.steps("source"))
+        assert after == before
+        if store_factory.kind == "memory":
+            return  # nothing outlives the runtime
+    async with Runtime(store=store_factory()) as reader:
+        child = await reader.get_run("child")
+        assert (child.parent_run_id, child.parent_address) == ("source", "s3")
+        assert [row.run_id for row in await reader.forks("source")] == ["child"]
+        assert (await reader.stored_events("source"), await reader.store.steps("source")) == before
 
 
 async def test_a_fork_copies_the_calls_of_the_steps_it_reuses_only() -> None:

@@ -361,7 +361,6 @@ class Api:
         resumed = msgspec.structs.replace(summary(row, live=True), status=status)
         return json_response(resumed, 202)
 
-
     async def fork_run(self, request: Request) -> Response:
         """``POST /api/runs/{run_id}/fork``: a new run, going again from an address of this one."""
         row = await self._row(request)
