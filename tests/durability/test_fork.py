@@ -336,6 +336,8 @@ async def test_a_fork_inside_a_loop_replays_the_iterations_before_it(
         result = await handle.result()
         assert result.status == "completed"
         assert result.steps["rounds.1.a"].content == "edited"
+        with pytest.raises(ForkRefused, match=re.escape("'rounds.0': it runs steps of its own")):
+            await runtime.fork("source", at="rounds.1.b", set={"rounds.0": "made again"})
         events = await runtime.stored_events("child")
         forked = next(i for i, e in enumerate(events) if e.type == EventType.RUN_FORKED)
         replayed = [e.step_id for e in events[forked:] if e.type == EventType.STEP_REPLAYED]

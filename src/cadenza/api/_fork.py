@@ -18,7 +18,7 @@ fork's concern).
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,7 +35,7 @@ from cadenza.protocols import (
     StepRecord,
     payload,
 )
-from cadenza.store import RunRow, RunStore
+from cadenza.store import RunRow, RunStore, is_under
 from cadenza.workflow import LoadedWorkflow, resolve_inputs
 
 from ._resume import stored_document
@@ -113,7 +113,8 @@ async def read_fork(
         raise ForkRefused(f"run {source.run_id!r} never started {at!r}; {_started(events)}")
     before = [event for event in events if event.seq < cut]
     reused = _reused(records, before, events[len(before) :])
-    edited = _edit(reused, edits or {}, source.run_id, at)
+    _check_edits(edits or {}, reused, before, source.run_id, at)
+    edited = _edit(reused, edits or {})
     return Fork(
         source=source,
         at=at,
@@ -205,22 +206,45 @@ def _reused(
     }
 
 
-def _edit(
-    reused: dict[str, StepRecord], edits: Mapping[str, Any], run_id: str, at: str
-) -> list[str]:
-    """Applies ``edits`` to ``reused`` in place; the addresses edited.
+def _check_edits(
+    edits: Mapping[str, Any],
+    reused: dict[str, StepRecord],
+    before: list[Event],
+    run_id: str,
+    at: str,
+) -> None:
+    """Refuses an edit the fork could not keep.
 
     Raises:
-        ForkRefused: An edit names an address the fork does not reuse.
-        InputError: Its value is not JSON.
+        ForkRefused: An edit names an address the fork does not reuse (it runs
+            again), or a container, whose output the fork makes again from its
+            steps' (a loop's, a graph's...).
     """
-    for address, value in edits.items():
-        record = reused.get(address)
-        if record is None:
+    started = {e.step_id for e in before if e.type in _STARTS and e.step_id is not None}
+    for address in edits:
+        if address not in reused:
+            which = f"only {_names(reused)}" if reused else "no step (nothing had finished)"
             raise ForkRefused(
                 f"cannot set the output of {address!r}: a fork of run {run_id!r} at {at!r}"
-                f" reuses {_names(reused)}"
+                f" reuses {which}"
             )
+        inside = sorted(a for a in started if a != address and is_under(a, address))
+        if inside:
+            raise ForkRefused(
+                f"cannot set the output of {address!r}: it runs steps of its own, and the"
+                f" fork makes its output again from theirs: set one of {_names(inside)}"
+            )
+
+
+def _edit(reused: dict[str, StepRecord], edits: Mapping[str, Any]) -> list[str]:
+    """Applies ``edits`` (checked: `_check_edits`) to ``reused`` in place; the addresses
+    edited.
+
+    Raises:
+        InputError: A value is not JSON.
+    """
+    for address, value in edits.items():
+        record = reused[address]
         if isinstance(value, str):
             content, result = value, None
         else:
@@ -235,10 +259,8 @@ def _edit(
     return list(edits)
 
 
-def _names(reused: dict[str, StepRecord]) -> str:
-    """The addresses a fork reuses, for an error: the first few, and a count."""
-    if not reused:
-        return "no step: nothing had finished before it started"
-    names = sorted(reused)
+def _names(addresses: Iterable[str]) -> str:
+    """Addresses for an error: the first few, and a count of the rest."""
+    names = sorted(addresses)
     more = f" and {len(names) - _SHOWN} more" if len(names) > _SHOWN else ""
-    return "only " + ", ".join(names[:_SHOWN]) + more
+    return ", ".join(names[:_SHOWN]) + more
