@@ -67,24 +67,26 @@ output: "steps.s4.content"
 
 
 def source_rows(store: Path, run_id: str) -> dict[str, list[tuple[Any, ...]]]:
-    """Every row the store holds about ``run_id``, as the bytes SQLite holds."""
+    """Every row the store holds about ``run_id``, in every table keyed by run (the calls'
+    too, where the store has them), as the bytes SQLite holds."""
     connection = sqlite3.connect(store)
-    connection.text_factory = bytes
     try:
-        return {
-            table: connection.execute(
-                f"SELECT * FROM {table} WHERE run_id = ? ORDER BY {order}", (run_id,)
-            ).fetchall()
-            for table, order in (
-                ("runs", "run_id"),
-                ("events", "seq"),
-                ("steps", "address"),
-                ("documents", "run_id"),
-                ("leases", "run_id"),
-            )
+        tables = {
+            name: [row[1] for row in connection.execute(f"PRAGMA table_info({name})")]
+            for (name,) in connection.execute("SELECT name FROM sqlite_master WHERE type='table'")
         }
+        connection.text_factory = bytes
+        rows = {}
+        for table, columns in tables.items():
+            if "run_id" in columns:
+                order = ", ".join(str(n) for n in range(1, len(columns) + 1))
+                rows[table] = connection.execute(
+                    f"SELECT * FROM {table} WHERE run_id = ? ORDER BY {order}", (run_id,)
+                ).fetchall()
     finally:
         connection.close()
+    assert {"runs", "events", "steps", "documents", "leases"} <= set(rows)
+    return rows
 
 
 def stored_events(store: Path, run_id: str, cwd: Path) -> list[dict[str, Any]]:
@@ -348,3 +350,45 @@ async def test_a_fork_inside_a_loop_replays_the_iterations_before_it(
             "rounds.2.a",
             "rounds.2.b",
         ]
+
+
+async def test_an_interrupted_fork_resumes_like_any_run(
+    tmp_path: Path, write_flow: WriteFlow, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fork stopped by its runtime's shutdown is resumed in another: what it reused and
+    what it finished are replayed, the step it was in runs again."""
+    module = import_source(
+        tmp_path,
+        "import anyio\n\n"
+        "async def once(context):\n"
+        "    if context.run_id == 'child' and context.attempt == 1:\n"
+        "        await anyio.sleep_forever()  # until the runtime shuts down\n"
+        "    return f'{context.run_id} attempt {context.attempt}'\n",
+        monkeypatch,
+    )
+    flow = write_flow(
+        "name: twice\nsteps:\n  - {id: s1, command: 'echo one'}\n"
+        "  - {id: s2, command: 'echo two', dependsOn: [s1]}\n"
+        f"  - {{id: s3, handler: '{module.__name__}:once', dependsOn: [s2]}}\n"
+    )
+    store = tmp_path / "runs.db"
+    async with Runtime(store=store) as runtime:
+        await runtime.run(flow, run_id="source")
+        watch = Watch()
+        await runtime.fork("source", at="s2", new_run_id="child", on_event=watch)
+        await watch.wait_for(EventType.STEP_START, "s3")
+    async with Runtime(store=store) as runtime:
+        assert [row.run_id for row in await runtime.resumable()] == ["child"]
+        result = await (await runtime.resume("child")).result()
+        assert result.status == "completed"
+        assert result.steps["s3"].content == "child attempt 2"
+        events = await runtime.stored_events("child")
+        assert [e.seq for e in events] == list(range(1, len(events) + 1))
+        types = [e.type for e in events]
+        assert types.index("run_forked") < types.index("run_interrupted")
+        resumed = types.index("run_resumed")
+        again = [(e.type, e.step_id) for e in events[resumed:] if e.step_id is not None]
+        # s1's replay is in the log already (the fork's own): a resume does not repeat it.
+        assert again == [("step_replayed", "s2"), ("step_start", "s3"), ("step_end", "s3")]
+        row = await runtime.get_run("child")
+        assert (row.parent_run_id, row.parent_address) == ("source", "s2")
