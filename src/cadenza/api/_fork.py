@@ -104,9 +104,9 @@ async def read_fork(
     if inputs:
         resolved = resolve_inputs(document.workflow.inputs, {**stored_inputs, **inputs})
     # Records first, events after: a record rewritten after `at` started is
-    # then seen to have started again among the events, and is left out.
+    # then seen to have started again among the events, and is left out. The
+    # calls of the addresses reused were all made before `at` started.
     records = await store.steps(source.run_id)
-    calls = await store.calls(source.run_id)
     events = await store.events(source.run_id)
     cut = _first_start(events, at)
     if cut is None:
@@ -115,6 +115,7 @@ async def read_fork(
     reused = _reused(records, before, events[len(before) :])
     _check_edits(edits or {}, reused, before, source.run_id, at)
     edited = _edit(reused, edits or {})
+    calls = await store.calls(source.run_id)
     return Fork(
         source=source,
         at=at,
