@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import msgspec
 import pytest
 
 from cadenza import StoreError
@@ -78,6 +79,28 @@ async def test_ending_a_run_keeps_its_result(store: RunStore) -> None:
     assert stored.result == result
     assert [r.run_id for r in await store.list_runs()] == ["new", "old"]
     assert await store.get_run("missing") is None
+
+
+async def test_a_fork_keeps_its_lineage_and_its_parent_lists_its_forks(store: RunStore) -> None:
+    """A run row's parent and address read back; `forks` is the children, oldest first."""
+    store.begin_run(row("parent", 1.0))
+    later = msgspec.structs.replace(
+        row("later", 3.0), parent_run_id="parent", parent_address="review.2.write"
+    )
+    store.begin_run(later)
+    store.begin_run(msgspec.structs.replace(row("sooner", 2.0), parent_run_id="parent"))
+    store.begin_run(msgspec.structs.replace(row("grandchild", 4.0), parent_run_id="later"))
+    store.end_run("later", "completed", None)  # ending a run keeps its lineage
+    await store.flush()
+    stored = await store.get_run("later")
+    assert stored is not None
+    assert (stored.parent_run_id, stored.parent_address) == ("parent", "review.2.write")
+    assert [r.run_id for r in await store.forks("parent")] == ["sooner", "later"]
+    assert [r.run_id for r in await store.forks("later")] == ["grandchild"]
+    assert await store.forks("grandchild") == []
+    parent = await store.get_run("parent")
+    assert parent is not None
+    assert (parent.parent_run_id, parent.parent_address) == (None, None)
 
 
 async def test_a_durable_store_keeps_what_was_flushed_across_reopen(

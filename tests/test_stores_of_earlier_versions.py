@@ -204,3 +204,43 @@ async def test_a_postgres_database_of_before_calls_is_upgraded_and_records_calls
     finally:
         await connection.close()
     assert [row[0] for row in versions] == list(range(1, POSTGRES_SCHEMA_VERSION + 1))
+
+
+# The runs table as schema version 4 made it (before lineage), and one run in it.
+STORE_V4 = """
+CREATE TABLE runs (run_id TEXT PRIMARY KEY, workflow TEXT NOT NULL, path TEXT,
+    status TEXT NOT NULL, inputs TEXT NOT NULL, created_at REAL NOT NULL,
+    updated_at REAL NOT NULL, result TEXT);
+CREATE INDEX runs_by_time ON runs (created_at);
+CREATE INDEX runs_by_status ON runs (status);
+INSERT INTO runs VALUES ('v4-run', 'w', NULL, 'completed', '{"topic":"x"}', 1.0, 2.0, NULL);
+PRAGMA user_version = 4;
+"""
+
+
+async def test_a_version_4_store_opens_and_its_runs_have_no_parent(tmp_path: Path) -> None:
+    """Upgraded in place to lineage: the old run reads back unforked, a fork records its parent."""
+    path = tmp_path / "v4.db"
+    connection = sqlite3.connect(path)
+    connection.executescript(STORE_V4)
+    connection.close()
+    store = SqliteRunStore(path)
+    await store.open()
+    try:
+        old = await store.get_run("v4-run")
+        assert old is not None
+        assert (old.status, old.inputs) == ("completed", {"topic": "x"})
+        assert (old.parent_run_id, old.parent_address) == (None, None)
+        assert await store.forks("v4-run") == []
+        child = msgspec.structs.replace(
+            old, run_id="child", created_at=3.0, parent_run_id="v4-run", parent_address="a"
+        )
+        store.begin_run(child)
+        await store.flush()
+        assert [row.run_id for row in await store.forks("v4-run")] == ["child"]
+        assert await store.check() == []
+    finally:
+        await store.close()
+    listed = cadenza("runs", "list", "--store", str(path), cwd=tmp_path)
+    assert listed.returncode == 0, listed.stderr
+    assert "v4-run" in listed.stdout

@@ -19,6 +19,7 @@
     │   ├── KeysError            CURVE key files are missing, unreadable or not keys
     │   └── DispatcherClosed     the dispatcher stopped while a step still needed it
     ├── InputError               a run input is missing or has the wrong type
+    │   └── ForkRefused          a fork at an address the run never started, or of a step it redoes
     ├── StoreError               the run store cannot be opened or is inconsistent
     │   ├── CorruptRecord        a stored record is unreadable or contradicts the others
     │   ├── LeaseHeld            another process is running (or resuming) that run
@@ -64,6 +65,7 @@ __all__ = [
     "ExpressionEvaluationError",
     "ExpressionSyntaxError",
     "ExpressionTooComplex",
+    "ForkRefused",
     "InboxFull",
     "InputError",
     "InsecureEndpoint",
@@ -93,6 +95,16 @@ class InputError(CadenzaError):
     """A run input is missing, unknown, or not of its declared type.
 
     Raised before a run starts; fix the ``--input``/``--inputs-file`` values.
+    """
+
+
+class ForkRefused(InputError):
+    """A fork (``cadenza fork``, `cadenza.Runtime.fork`) was not started; nothing was written.
+
+    Raised when the run never started the address to fork at (the message lists
+    addresses it did start), or when an output is given (``--set``) for a step
+    the fork does not reuse: one that had not finished before that address
+    started (the message lists those it reuses). The HTTP API answers 409.
     """
 
 

@@ -68,6 +68,9 @@ class PowerCut:
     async def list_runs(self, *, limit: int = 100) -> list[RunRow]:
         return await self.inner.list_runs(limit=limit)
 
+    async def forks(self, run_id: str) -> list[RunRow]:
+        return await self.inner.forks(run_id)
+
     async def events(self, run_id: str, *, after_seq: int = 0) -> list[Event]:
         return await self.inner.events(run_id, after_seq=after_seq)
 

@@ -227,8 +227,11 @@ async def _record_start(setup: RunSetup) -> None:
     else:
         store.end_run(setup.run_id, "running", None)
         journal.resume_from(replay)
-        data = RunResumed(replayable=replay.replayable, after_seq=replay.last_seq)
-        journal.emit(EventType.RUN_RESUMED, message=workflow.name, data=data)
+        if replay.forked is not None:  # a new run, made of another's records up to here
+            journal.emit(EventType.RUN_FORKED, message=workflow.name, data=replay.forked)
+        else:
+            data = RunResumed(replayable=replay.replayable, after_seq=replay.last_seq)
+            journal.emit(EventType.RUN_RESUMED, message=workflow.name, data=data)
     await store.flush(setup.run_id)
     if setup.lease is not None:
         await store.acquire_lease(setup.run_id, setup.lease)

@@ -31,6 +31,9 @@ class EventType:
     WORKFLOW_END = "workflow_end"
     RUN_RESUMED = "run_resumed"
     """A run resumed: data ``{replayable, afterSeq}``."""
+    RUN_FORKED = "run_forked"
+    """A fork of another run starts (it has no ``workflow_start`` of its own); data
+    ``{parentRunId, at, replayable, afterSeq, edited}``."""
     RUN_INTERRUPTED = "run_interrupted"
     """The process driving a run stopped it on its way out; the run stays resumable."""
     SIGNAL_RECEIVED = "signal_received"

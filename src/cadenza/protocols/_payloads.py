@@ -67,6 +67,7 @@ __all__ = [
     "Payload",
     "ReplayDiverged",
     "ResultRejected",
+    "RunForked",
     "RunResumed",
     "SignalReceived",
     "StepDispatched",
@@ -126,6 +127,22 @@ class RunResumed(Payload, frozen=True, kw_only=True):
     event_type: ClassVar[str] = EventType.RUN_RESUMED
     replayable: int
     after_seq: int = msgspec.field(name="afterSeq")
+
+
+class RunForked(Payload, frozen=True, kw_only=True):
+    """A fork of run ``parent_run_id`` starts at address ``at`` (`Runtime.fork`).
+
+    The events before it are the parent's up to ``at``'s start (``after_seq`` of
+    them); ``replayable`` outcomes of the parent's are replayed, those at
+    ``edited`` with the output the caller gave them.
+    """
+
+    event_type: ClassVar[str] = EventType.RUN_FORKED
+    parent_run_id: str = msgspec.field(name="parentRunId")
+    at: str
+    replayable: int
+    after_seq: int = msgspec.field(name="afterSeq")
+    edited: list[str] = []
 
 
 class SignalReceived(Payload, frozen=True, kw_only=True):
@@ -527,6 +544,7 @@ PAYLOADS: dict[str, type[Payload]] = {
         WorkflowStart,
         WorkflowEnd,
         RunResumed,
+        RunForked,
         SignalReceived,
         StepStart,
         StepEnd,

@@ -198,6 +198,9 @@ class RunStore(Protocol):
     async def list_runs(self, *, limit: int = 100) -> list[RunRow]:
         """The most recent runs first."""
 
+    async def forks(self, run_id: str) -> list[RunRow]:
+        """The runs forked from ``run_id`` (whose ``parent_run_id`` it is), oldest first."""
+
     async def events(self, run_id: str, *, after_seq: int = 0) -> list[Event]:
         """The run's events in order, those with ``seq > after_seq``."""
 

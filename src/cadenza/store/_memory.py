@@ -90,6 +90,11 @@ class MemoryRunStore:
         rows = sorted(self._runs.values(), key=lambda r: r.created_at, reverse=True)
         return rows[:limit]
 
+    async def forks(self, run_id: str) -> list[RunRow]:
+        """The runs forked from ``run_id``, oldest first."""
+        forked = [row for row in self._runs.values() if row.parent_run_id == run_id]
+        return sorted(forked, key=lambda r: r.created_at)
+
     async def events(self, run_id: str, *, after_seq: int = 0) -> list[Event]:
         """The run's events after ``after_seq``."""
         return [e for e in self._events.get(run_id, ()) if e.seq > after_seq]

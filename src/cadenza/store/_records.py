@@ -30,6 +30,7 @@ from cadenza.protocols import CALL_BODY_LIMIT, CallKind, CallRecord, Event, RunR
 from ._base import RunRow
 
 __all__ = [
+    "RUN_COLUMNS",
     "RecordChecker",
     "call_columns",
     "checked",
@@ -82,14 +83,35 @@ def checked(
     return value
 
 
+RUN_COLUMNS = (
+    "run_id, workflow, path, status, inputs, created_at, updated_at, result,"
+    " parent_run_id, parent_address"
+)
+"""The ``runs`` table's columns in `RunRow`'s order: what both stores select and insert.
+
+Named, never ``*``: a store upgraded in place has its columns in the order they
+were added, and a newer Cadenza may add more."""
+
+
 def run_columns(row: RunRow, inputs: bytes | str) -> tuple[Any, ...]:
-    """A run row's columns as both stores write them, ``inputs`` already encoded."""
-    return (row.run_id, row.workflow, row.path, row.status, inputs, row.created_at, row.updated_at)
+    """A new run row's `RUN_COLUMNS`, ``inputs`` already encoded (no result yet)."""
+    return (
+        row.run_id,
+        row.workflow,
+        row.path,
+        row.status,
+        inputs,
+        row.created_at,
+        row.updated_at,
+        None,
+        row.parent_run_id,
+        row.parent_address,
+    )
 
 
 def read_run(row: Sequence[Any]) -> RunRow:
-    """The `RunRow` of a stored ``runs`` row (its columns in `RunRow`'s order), checked."""
-    run_id, workflow, path, status, inputs, created_at, updated_at, result = row
+    """The `RunRow` of a stored ``runs`` row (its `RUN_COLUMNS`), checked."""
+    run_id, workflow, path, status, inputs, created_at, updated_at, result, parent, at = row
     return RunRow(
         run_id=run_id,
         workflow=workflow,
@@ -101,6 +123,8 @@ def read_run(row: Sequence[Any]) -> RunRow:
         result=None
         if result is None
         else checked(result, None, _decode_result, f"run {run_id!r}, result"),
+        parent_run_id=parent,
+        parent_address=at,
     )
 
 

@@ -59,6 +59,7 @@ from ._permissions import ToolPolicy as ToolPolicy
 from ._permissions import ToolRequest as ToolRequest
 from ._permissions import resume_refusal as resume_refusal
 from ._permissions import resumed_policy as resumed_policy
+from ._replay import REPLAYABLE as REPLAYABLE
 from ._replay import Replay as Replay
 from ._replayed import ReplayedStep as ReplayedStep
 from ._shell import Reading as Reading
@@ -77,6 +78,7 @@ __all__ = [
     "NO_BRIEF",
     "POSTER",
     "READ_ONLY_TOOLS",
+    "REPLAYABLE",
     "RUN_MAIL_BYTES",
     "RUN_MAIL_SIZE",
     "AgentMessage",

@@ -18,6 +18,10 @@ Controllers re-emit the events of the decisions they make again; those already
 in the log (same type, address, message and data, counted with multiplicity)
 are dropped, so the log reads as one run with a ``run_resumed`` marker where
 the process restarted, and a second resume does not duplicate the first.
+
+A fork (`cadenza.Runtime.fork`) is a new run that starts as a resume does, from
+records and events copied from the run it forks: what finished there before the
+fork's address started is replayed, the rest runs live.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ from typing import Any
 import msgspec
 
 from cadenza.errors import CorruptRecord
-from cadenza.protocols import Event, EventType, StepRecord, Tokens
+from cadenza.protocols import Event, EventType, RunForked, StepRecord, Tokens
 
 from ._replay_log import LogState, read_log
 
@@ -106,6 +110,9 @@ class Replay:
             if e.type in _DECISIONS
         )
         self._launched = {e.step_id for e in events if e.type == EventType.ITERATION_START}
+        self.forked: RunForked | None = None
+        """Set when this is a fork's start (`Runtime.fork`): the run says so with a
+        ``run_forked`` event instead of ``run_resumed``."""
 
     @property
     def replayable(self) -> int:

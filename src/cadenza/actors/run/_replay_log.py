@@ -14,7 +14,8 @@ before dying is dropped here: a message sent by a step counts once that step's
 outcome is recorded (its ``step_end``, ``step_skipped`` or failing ``error``),
 and is forgotten if the log reaches a restart (``run_resumed``, or its end)
 first. Draining a message out of an inbox is undone the same way, so the
-step's new attempt finds the message waiting again.
+step's new attempt finds the message waiting again. A fork's ``run_forked`` is
+such a restart too: the work its parent had in flight there runs anew in the fork.
 
 The coordinator agent's wakes (``coordinator_wake`` start and end) count once
 the wake has ended and the step whose message woke it has its outcome
@@ -376,6 +377,7 @@ _READS: dict[str, Callable[[_Reader, Event, str], None]] = {
     EventType.STEP_SKIPPED: _Reader._ended,
     EventType.ERROR: _Reader._error,
     EventType.RUN_RESUMED: _Reader._resumed,
+    EventType.RUN_FORKED: _Reader._resumed,
 }
 """What each type of event the reader heeds does to it (by the address it names)."""
 

@@ -124,6 +124,14 @@ MIGRATIONS: tuple[str, ...] = (
         PRIMARY KEY (run_id, digest)
     );
     """,
+    # 5: lineage: the run a run was forked from, and where (`Runtime.fork`); NULL for
+    # the runs of before, and for every run that is not a fork.
+    """
+    ALTER TABLE cadenza_runs
+        ADD COLUMN parent_run_id text,
+        ADD COLUMN parent_address text;
+    CREATE INDEX cadenza_runs_by_parent ON cadenza_runs (parent_run_id);
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -55,6 +55,7 @@ from cadenza.store._base import (
 from cadenza.store._lease import DEFAULT_LEASE_TTL, HeldLeases, Lease, LeaseHolder, lease_lost
 from cadenza.store._queued import QueuedWrites
 from cadenza.store._records import (
+    RUN_COLUMNS,
     crc,
     read_calls,
     read_document,
@@ -103,6 +104,8 @@ _BEGIN_RUN = _upsert(
         "created_at": _FLOAT,
         "updated_at": _FLOAT,
         "result": _TEXT,
+        "parent_run_id": _TEXT,
+        "parent_address": _TEXT,
     },
     1,
 )
@@ -173,7 +176,6 @@ _DELETE_RUN = [
     Statement(f"DELETE FROM cadenza_{table} WHERE run_id = $1", table)
     for table in ("events", "steps", "documents", "leases", "commands", "calls", "blobs", "runs")
 ]
-_RUN_COLUMNS = "run_id, workflow, path, status, inputs, created_at, updated_at, result"
 
 # Reads, leases and maintenance share this many connections; the writer has its own.
 POOL_SIZE = 4
@@ -320,7 +322,7 @@ class PostgresRunStore(QueuedWrites):
         """Queues a new run row."""
         inputs = _encode(row.inputs).decode()
         lease = self._leases.get(row.run_id)
-        self._writer.put(_BEGIN_RUN, (*run_columns(row, inputs), None), lease)  # no result yet
+        self._writer.put(_BEGIN_RUN, run_columns(row, inputs), lease)
 
     def append_event(self, event: Event) -> None:
         """Queues an event."""
@@ -366,7 +368,7 @@ class PostgresRunStore(QueuedWrites):
         """The run row, or None."""
         async with self._reaching() as pool:
             found = await pool.fetchrow(
-                f"SELECT {_RUN_COLUMNS} FROM cadenza_runs WHERE run_id = $1", run_id
+                f"SELECT {RUN_COLUMNS} FROM cadenza_runs WHERE run_id = $1", run_id
             )
         return None if found is None else read_run(found)
 
@@ -374,8 +376,18 @@ class PostgresRunStore(QueuedWrites):
         """Most recent first."""
         async with self._reaching() as pool:
             rows = await pool.fetch(
-                f"SELECT {_RUN_COLUMNS} FROM cadenza_runs ORDER BY created_at DESC LIMIT $1",
+                f"SELECT {RUN_COLUMNS} FROM cadenza_runs ORDER BY created_at DESC LIMIT $1",
                 limit,
+            )
+        return [read_run(r) for r in rows]
+
+    async def forks(self, run_id: str) -> list[RunRow]:
+        """The runs forked from ``run_id``, oldest first."""
+        async with self._reaching() as pool:
+            rows = await pool.fetch(
+                f"SELECT {RUN_COLUMNS} FROM cadenza_runs WHERE parent_run_id = $1 "
+                "ORDER BY created_at",
+                run_id,
             )
         return [read_run(r) for r in rows]
 
@@ -443,7 +455,7 @@ class PostgresRunStore(QueuedWrites):
 
     async def orphaned_runs(self, *, limit: int = 100) -> list[RunRow]:
         """Running runs whose lease is free or expired (on the server's clock), oldest first."""
-        columns = ", ".join(f"r.{name}" for name in _RUN_COLUMNS.split(", "))
+        columns = ", ".join(f"r.{name}" for name in RUN_COLUMNS.split(", "))
         async with self._reaching() as pool:
             rows = await pool.fetch(
                 f"SELECT {columns} FROM cadenza_runs r LEFT JOIN cadenza_leases l USING (run_id) "
@@ -457,7 +469,7 @@ class PostgresRunStore(QueuedWrites):
         """Waiting runs whose newest event is an answer, oldest first."""
         async with self._reaching() as pool:
             rows = await pool.fetch(
-                f"SELECT {_RUN_COLUMNS} FROM cadenza_runs r WHERE status = 'waiting' AND "
+                f"SELECT {RUN_COLUMNS} FROM cadenza_runs r WHERE status = 'waiting' AND "
                 "(SELECT type FROM cadenza_events e WHERE e.run_id = r.run_id "
                 "ORDER BY seq DESC LIMIT 1) = $1 ORDER BY created_at LIMIT $2",
                 ANSWERED,

@@ -8,9 +8,11 @@ takeover looks for). Version 4 adds the ``commands`` table: what other
 processes ask of a run's owner (cancel, post a message). Version 5 adds the
 ``calls`` table (each model and tool call an agent step completed: what resumes
 inside the step) and the ``blobs`` table (a call's body over ``CALL_BODY_LIMIT``
-bytes, kept once per run by its SHA-256, however many calls answered it). An
-older store is upgraded in place when it is opened; a store of a newer version
-is refused.
+bytes, kept once per run by its SHA-256, however many calls answered it), and
+gives each run its lineage: the run it was forked from and the address it was
+forked at (both NULL for a run that is not a fork; ``Runtime.fork``). An older
+store is upgraded in place when it is opened; a store of a newer version is
+refused.
 
 Every stored body is msgspec JSON, checked when it is read back (``_records``).
 """
@@ -49,7 +51,9 @@ CREATE TABLE IF NOT EXISTS runs (
     inputs     TEXT NOT NULL,
     created_at REAL NOT NULL,
     updated_at REAL NOT NULL,
-    result     TEXT
+    result     TEXT,
+    parent_run_id  TEXT,
+    parent_address TEXT
 );
 CREATE INDEX IF NOT EXISTS runs_by_time ON runs (created_at);
 CREATE TABLE IF NOT EXISTS events (
@@ -89,6 +93,7 @@ CREATE TABLE IF NOT EXISTS commands (
     created_at REAL NOT NULL
 );
 CREATE INDEX IF NOT EXISTS commands_by_run ON commands (run_id);
+CREATE INDEX IF NOT EXISTS runs_by_parent ON runs (parent_run_id);
 """
 
 # Version 5: the calls of agent steps. A call's body is in its row, or, over
@@ -175,6 +180,9 @@ def migrate(connection: sqlite3.Connection, path: Path) -> None:
         if version == 2:  # a lease of before expiry counts as expired: its holder renews none
             connection.execute("ALTER TABLE leases ADD COLUMN fence INTEGER NOT NULL DEFAULT 0")
             connection.execute("ALTER TABLE leases ADD COLUMN expires_at REAL NOT NULL DEFAULT 0")
+        if 0 < version < 5:  # lineage (forks); the runs of before were forked from nothing
+            connection.execute("ALTER TABLE runs ADD COLUMN parent_run_id TEXT")
+            connection.execute("ALTER TABLE runs ADD COLUMN parent_address TEXT")
         for statement in _SCHEMA.split(";"):
             if statement.strip():
                 connection.execute(statement)

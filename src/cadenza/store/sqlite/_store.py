@@ -42,6 +42,7 @@ from cadenza.store._base import (
 from cadenza.store._lease import DEFAULT_LEASE_TTL, HeldLeases, Lease, LeaseHolder, lease_lost
 from cadenza.store._queued import QueuedWrites
 from cadenza.store._records import (
+    RUN_COLUMNS,
     read_calls,
     read_document,
     read_events,
@@ -76,7 +77,9 @@ def _blob(body: bytes) -> bytearray:
     return bytearray(body)
 
 
-_BEGIN_RUN = Statement("INSERT OR REPLACE INTO runs VALUES (?, ?, ?, ?, ?, ?, ?, NULL)", "runs", 1)
+_BEGIN_RUN = Statement(
+    f"INSERT OR REPLACE INTO runs ({RUN_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", "runs", 1
+)
 _APPEND_EVENT = Statement(
     "INSERT OR REPLACE INTO events (run_id, seq, type, step_id, body, crc) "
     "VALUES (?, ?, ?, ?, ?, ?)",
@@ -237,12 +240,22 @@ class SqliteRunStore(QueuedWrites):
 
     async def get_run(self, run_id: str) -> RunRow | None:
         """The run row, or None."""
-        rows = await self._read("SELECT * FROM runs WHERE run_id = ?", (run_id,))
+        rows = await self._read(f"SELECT {RUN_COLUMNS} FROM runs WHERE run_id = ?", (run_id,))
         return read_run(rows[0]) if rows else None
 
     async def list_runs(self, *, limit: int = 100) -> list[RunRow]:
         """Most recent first."""
-        rows = await self._read("SELECT * FROM runs ORDER BY created_at DESC LIMIT ?", (limit,))
+        rows = await self._read(
+            f"SELECT {RUN_COLUMNS} FROM runs ORDER BY created_at DESC LIMIT ?", (limit,)
+        )
+        return [read_run(r) for r in rows]
+
+    async def forks(self, run_id: str) -> list[RunRow]:
+        """The runs forked from ``run_id``, oldest first."""
+        rows = await self._read(
+            f"SELECT {RUN_COLUMNS} FROM runs WHERE parent_run_id = ? ORDER BY created_at",
+            (run_id,),
+        )
         return [read_run(r) for r in rows]
 
     async def events(self, run_id: str, *, after_seq: int = 0) -> list[Event]:
@@ -300,8 +313,9 @@ class SqliteRunStore(QueuedWrites):
 
     async def orphaned_runs(self, *, limit: int = 100) -> list[RunRow]:
         """Running runs whose lease is free or expired, oldest first."""
+        columns = ", ".join(f"runs.{name}" for name in RUN_COLUMNS.split(", "))
         rows = await self._read(
-            "SELECT runs.* FROM runs LEFT JOIN leases ON leases.run_id = runs.run_id "
+            f"SELECT {columns} FROM runs LEFT JOIN leases ON leases.run_id = runs.run_id "
             "WHERE runs.status = 'running' AND (leases.run_id IS NULL OR leases.expires_at <= ?) "
             "ORDER BY runs.created_at LIMIT ?",
             (time.time(), limit),
@@ -311,7 +325,7 @@ class SqliteRunStore(QueuedWrites):
     async def answered_runs(self, *, limit: int = 100) -> list[RunRow]:
         """Waiting runs whose newest event is an answer, oldest first."""
         rows = await self._read(
-            "SELECT * FROM runs WHERE status = 'waiting' AND (SELECT type FROM events "
+            f"SELECT {RUN_COLUMNS} FROM runs WHERE status = 'waiting' AND (SELECT type FROM events "
             "WHERE events.run_id = runs.run_id ORDER BY seq DESC LIMIT 1) = ? "
             "ORDER BY created_at LIMIT ?",
             (ANSWERED, limit),
