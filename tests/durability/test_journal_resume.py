@@ -52,11 +52,13 @@ def replies() -> list[ServerReply]:
     return scripted
 
 
-def killed_at(tmp_path: Path, write_flow: WriteFlow, boundary: int) -> None:
+def killed_at(
+    tmp_path: Path, write_flow: WriteFlow, boundary: int, *, store: str = "runs.db"
+) -> None:
     """Runs the flow as run r-1 and kills it at its ``boundary``-th recorded call."""
     write_flow(FLOW)
     env = {**os.environ, "CADENZA_FAILPOINT": f"call.after_record:{boundary}"}
-    run = ("run", "flow.yaml", "--store", "runs.db", "--run-id", "r-1")
+    run = ("run", "flow.yaml", "--store", store, "--run-id", "r-1")
     proc = cadenza(*run, cwd=tmp_path, env=env)
     assert proc.returncode == -signal.SIGKILL, proc.stderr
 
@@ -93,18 +95,25 @@ def test_a_kill_at_each_call_boundary_repeats_no_call(
     assert replayed == [{"calls": boundary, "model": made, "tools": boundary // 2}]
 
 
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
 def test_the_issues_case_five_calls_then_five_more(
-    model_server: StartLLMServer, write_flow: WriteFlow, tmp_path: Path
+    model_server: StartLLMServer,
+    write_flow: WriteFlow,
+    tmp_path: Path,
+    backend: str,
+    request: pytest.FixtureRequest,
 ) -> None:
-    """Killed just after its 5th model call: the resume makes exactly 5 more."""
+    """Killed just after its 5th model call: the resume makes exactly 5 more, on SQLite
+    and on PostgreSQL."""
+    store = "runs.db" if backend == "sqlite" else request.getfixturevalue("postgres_url")
     server = model_server([ServerRule(replies())])
-    killed_at(tmp_path, write_flow, 9)  # m1 t1 ... m4 t4 m5: the 9th recorded call
+    killed_at(tmp_path, write_flow, 9, store=store)  # m1 t1 ... m4 t4 m5: the 9th call
     assert server.request_count == 5
-    resumed = cadenza("resume", "r-1", "--store", "runs.db", cwd=tmp_path)
+    resumed = cadenza("resume", "r-1", "--store", store, cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr
     assert server.request_count - 5 == 5
     assert lines(tmp_path) == [str(k) for k in range(1, CALLS + 1)]
-    shown = cadenza("runs", "show", "r-1", "--store", "runs.db", cwd=tmp_path)
+    shown = cadenza("runs", "show", "r-1", "--store", store, cwd=tmp_path)
     assert "completed" in shown.stdout
 
 
