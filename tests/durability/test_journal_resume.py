@@ -2,9 +2,9 @@
 
 An agent makes ten model calls; each asks the built-in ``bash`` tool to append
 its number to a file, and the tenth submits the result too. The run is killed
-with SIGKILL at a call boundary (just after a call's record is durable,
-``call.after_record``) and resumed: the model server sees exactly ten requests
-in all, and the file holds each line once.
+with SIGKILL at a call boundary (just after a tool call's record, and the model
+call's before it, are durable: ``call.after_record``) and resumed: the model
+server sees exactly ten requests in all, and the file holds each line once.
 """
 
 from __future__ import annotations
@@ -74,25 +74,24 @@ def stored_events(tmp_path: Path) -> list[dict[str, Any]]:
         return [json.loads(body) for (body,) in rows]
 
 
-@pytest.mark.parametrize("boundary", range(1, 2 * CALLS + 1))
+@pytest.mark.parametrize("boundary", range(1, CALLS + 1))
 def test_a_kill_at_each_call_boundary_repeats_no_call(
     model_server: StartLLMServer, write_flow: WriteFlow, tmp_path: Path, boundary: int
 ) -> None:
-    """Killed after the ``boundary``-th call (odd: a model call, even: a tool call) was
+    """Killed once the ``boundary``-th model call and the tool it asked for were
     recorded, then resumed: ten model requests in all, ten lines, each once."""
     server = model_server([ServerRule(replies())])
     killed_at(tmp_path, write_flow, boundary)
-    made = (boundary + 1) // 2  # model calls before the kill
-    assert server.request_count == made
-    assert lines(tmp_path) == [str(k) for k in range(1, boundary // 2 + 1)]
+    assert server.request_count == boundary
+    assert lines(tmp_path) == [str(k) for k in range(1, boundary + 1)]
 
     resumed = cadenza("resume", "r-1", "--store", "runs.db", cwd=tmp_path)
 
     assert resumed.returncode == 0, resumed.stderr
-    assert server.request_count == CALLS  # CALLS - made more, none sent twice
+    assert server.request_count == CALLS  # CALLS - boundary more, none sent twice
     assert lines(tmp_path) == [str(k) for k in range(1, CALLS + 1)]
     replayed = [e["data"] for e in stored_events(tmp_path) if e["type"] == "calls_replayed"]
-    assert replayed == [{"calls": boundary, "model": made, "tools": boundary // 2}]
+    assert replayed == [{"calls": 2 * boundary, "model": boundary, "tools": boundary}]
 
 
 @pytest.mark.parametrize("backend", ["sqlite", "postgres"])
@@ -103,11 +102,11 @@ def test_the_issues_case_five_calls_then_five_more(
     backend: str,
     request: pytest.FixtureRequest,
 ) -> None:
-    """Killed just after its 5th model call: the resume makes exactly 5 more, on SQLite
-    and on PostgreSQL."""
+    """Killed just after its 5th model call (and the tool it asked for): the resume makes
+    exactly 5 more, on SQLite and on PostgreSQL."""
     store = "runs.db" if backend == "sqlite" else request.getfixturevalue("postgres_url")
     server = model_server([ServerRule(replies())])
-    killed_at(tmp_path, write_flow, 9, store=store)  # m1 t1 ... m4 t4 m5: the 9th call
+    killed_at(tmp_path, write_flow, 5, store=store)  # m1 t1 ... m5 t5 recorded
     assert server.request_count == 5
     resumed = cadenza("resume", "r-1", "--store", store, cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr
@@ -152,12 +151,12 @@ def judged_rules() -> list[ServerRule]:
     ]
 
 
-@pytest.mark.parametrize("boundary", [5, 6, 7, 8])
+@pytest.mark.parametrize("boundary", [1, 2, 3])
 def test_a_judged_loop_killed_inside_an_iteration_repeats_no_call(
     model_server: StartLLMServer, write_flow: WriteFlow, tmp_path: Path, boundary: int
 ) -> None:
-    """Iteration 1 records 4 calls (the worker's 3, the judge's 1); the kill lands inside
-    iteration 2's worker (5-7) or after its judge (8): 9 model requests in all, 3 lines."""
+    """Killed inside iteration N's worker, once its tool call is recorded: 9 model requests
+    in all (the worker's 2 and the judge's 1 per iteration), 3 lines."""
     server = model_server(judged_rules())
     write_flow(JUDGED)
     env = {**os.environ, "CADENZA_FAILPOINT": f"call.after_record:{boundary}"}
@@ -200,12 +199,12 @@ def coordinated_rules() -> list[ServerRule]:
     ]
 
 
-@pytest.mark.parametrize("boundary", [2, 3, 4, 5, 6])
+@pytest.mark.parametrize("boundary", [1, 2])
 def test_a_coordinator_turn_killed_between_calls_repeats_no_call(
     model_server: StartLLMServer, write_flow: WriteFlow, tmp_path: Path, boundary: int
 ) -> None:
-    """The teller records its first call; the broker's wake records m, t, m, t, m: killed
-    at any boundary from there, the resumed run sends 5 broker requests in all."""
+    """The broker's wake records m, t, m, t, m: killed after either tool call, the resumed
+    run sends 3 broker requests in all, and each line is appended once."""
     server = model_server(coordinated_rules())
     write_flow(COORDINATED)
     env = {**os.environ, "CADENZA_FAILPOINT": f"call.after_record:{boundary}"}

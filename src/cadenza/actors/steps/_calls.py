@@ -2,10 +2,14 @@
 
 An agent visit (a step's attempt, a judge's question, a coordinator's wake) makes
 calls in a sequence: model, tool, tool, model... Each one is recorded when it
-completes (`CallRecord`: what was asked, as a digest, and what came back) and
-made durable before the visit goes on, so a kill between two calls loses
-neither. A resumed visit reads back what its interrupted execution recorded
-and, call by call, takes the recorded answer instead of calling again, for as
+completes (`CallRecord`: what was asked, as a digest, and what came back). A
+tool call's record is committed, with the model call that asked for it, before
+the visit goes on: a kill after it runs no tool and sends no model call again.
+A model call's record rides on the next commit (a tool's, or the step's
+outcome), so a visit that only talks costs no commit more than a step does.
+
+A resumed visit reads back what its interrupted execution recorded and, call
+by call, takes the recorded answer instead of calling again, for as
 long as it asks exactly what was asked then: the digest of a model call covers
 the whole request (model, messages, tools, settings), and a tool call's covers
 the model call that asked for it, its name and its arguments. The first call
@@ -130,8 +134,15 @@ class CallLog:
         return None
 
     async def record(self, kind: CallKind, asked: str, body: str) -> None:
-        """Records the call just made live (the one `replay` last declined) and waits
-        until the record is durable: a kill from here on does not make it again."""
+        """Records the call just made live (the one `replay` last declined).
+
+        A tool call's record is durable when this returns, with every call before
+        it: a kill from here on neither runs the tool again nor sends those model
+        calls again. A model call's is queued: it is committed with the next tool
+        call's, or the step's outcome, whichever comes first, so a step that only
+        talks costs no commit of its own; a kill before then sends that one model
+        call again (no side effect is repeated: a tool it asked for had not run).
+        """
         run = self._run
         call = CallRecord(
             address=self._address,
@@ -141,8 +152,11 @@ class CallLog:
             digest=asked,
             body=body,
         )
-        run.journal.store.put_call(run.run_id, call)
-        await run.journal.store.flush(run.run_id)  # LeaseLost: another process drives it
+        store = run.journal.store
+        store.put_call(run.run_id, call)
+        if kind == "model":
+            return
+        await store.flush(run.run_id)  # LeaseLost: another process drives the run now
         if ARMED:  # a crash test is on: spare every other run the call
             failpoint("call.after_record")
 
