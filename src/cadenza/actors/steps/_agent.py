@@ -505,9 +505,10 @@ class _Talk:
             return None
         completion = _decode_completion(body)
         usage = completion.usage
-        self.run.journal.spent_before(
-            self.visit.address, usage.prompt_tokens, usage.completion_tokens
-        )
+        # A resumed run's totals have the call already; an offline replay's do not.
+        journal = self.run.journal
+        count = journal.spend if self.log.offline else journal.spent_before
+        count(self.visit.address, usage.prompt_tokens, usage.completion_tokens)
         if completion.script_position is not None and isinstance(self.client, ScriptedClient):
             self.client.take(completion.script_position)  # live calls go on after it
         return completion
