@@ -285,3 +285,32 @@ async def test_replay_run_refuses_what_it_cannot_replay(
         await replay_run(store, "nope")
     with pytest.raises(ReplayRefused, match="without a journal of its model and tool calls"):
         await replay_run(store, "r-1")
+
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+@pytest.mark.parametrize(
+    "example",
+    [
+        "reflection.yaml",  # a loop with a judge (untilAgent)
+        "negotiation.yaml",  # a graph of agents
+        "negotiation-messages.yaml",  # the coordinator agent's wakes and forwards
+        "control-tagline.yaml",  # a control loop: rulings, and tokens counted by the loop
+        "control-signoff.yaml",  # a control loop that waits for a person
+        "foreach-deploy.yaml",  # a forEach of handlers and commands
+        "tool-router.yaml",  # tool steps and agents
+    ],
+)
+async def test_every_kind_of_container_replays_to_a_match(example: str) -> None:
+    """Each example, run on its scripted models, replays to a match: judges, graphs,
+    coordinator wakes, control loops, forEach, tool steps decide again as they did."""
+    store = MemoryRunStore()
+    async with Runtime(store=store) as runtime:
+        recorded = await runtime.run(EXAMPLES / example, run_id="r-1")
+
+    report = await replay_run(store, "r-1")
+
+    assert report.matches, report.difference
+    assert compare_results(recorded, report.result) == []
+    assert report.result.usage == recorded.usage

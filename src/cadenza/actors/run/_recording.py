@@ -256,7 +256,7 @@ class Recording:
     def _match(self, address: str, decision: _Decision) -> bool:
         queue = self._decisions.get(address)
         if not queue:
-            self.differ(f"{address}: the replay {decision.says}, the record did not")
+            self.differ(self._unrecorded(address, decision))
             return False
         expected = queue[0]
         if expected.key != decision.key:
@@ -264,6 +264,17 @@ class Recording:
             return False
         queue.popleft()
         return True
+
+    def _unrecorded(self, address: str, decision: _Decision) -> str:
+        """A decision at an address where the record has none (left): an iteration or an
+        item the record did not begin is told as what its loop did instead."""
+        if decision.key[0] in ("iteration", "item"):
+            container = address.rpartition(".")[0] if decision.key[0] == "iteration" else ""
+            container = container or address.rpartition("[")[0]
+            queue = self._decisions.get(container)
+            if queue:
+                return f"{container}: the record {queue[0].says}, the replay began {address}"
+        return f"{address}: the replay {decision.says}, the record did not"
 
     def answer(self, address: str, kind: str) -> StepRecord:
         """The recorded outcome of the leaf at ``address`` (a side effect: it is not run

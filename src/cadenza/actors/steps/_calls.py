@@ -132,9 +132,9 @@ class CallLog:
         Raises:
             ReplayDiffers: An offline replay's call that the record does not answer.
         """
-        self._seq += 1
         if self._offline is not None:
-            return self._answer(kind, asked, self._offline)
+            return self.answer(kind, asked)
+        self._seq += 1
         if not self._recorded:
             return None
         entry = self._recorded.popleft()
@@ -155,15 +155,20 @@ class CallLog:
         journal.emit(EventType.REPLAY_DIVERGED, step_id=self._address, data=data)
         return None
 
-    def _answer(self, kind: CallKind, asked: str, attempt: int) -> str:
-        """An offline replay's call: the recorded answer, or the difference, raised."""
+    def answer(self, kind: CallKind, asked: str) -> str:
+        """An offline replay's next call, asked as ``asked``: the recorded answer.
+
+        Raises:
+            ReplayDiffers: The record has no such call here, or it was asked otherwise.
+        """
         recording = self._run.recording
-        assert recording is not None
+        assert recording is not None and self._offline is not None, "not an offline replay"
+        self._seq += 1
         entry = self._recorded.popleft() if self._recorded else None
         if entry is not None and entry.kind == kind and entry.digest == asked:
             recording.call_answered(kind)
             return entry.body
-        raise recording.call_differs(self._address, attempt, self._seq, kind, entry)
+        raise recording.call_differs(self._address, self._offline, self._seq, kind, entry)
 
     async def record(self, kind: CallKind, asked: str, body: str) -> None:
         """Records the call just made live (the one `replay` last declined) and waits
