@@ -32,7 +32,7 @@ from collections.abc import Sequence
 import msgspec
 
 from cadenza._failpoints import ARMED, failpoint
-from cadenza.actors.run import RunContext
+from cadenza.actors.run import Recording, RunContext
 from cadenza.protocols import CallKind, CallRecord, CallsReplayed, EventType, ReplayDiverged
 
 __all__ = ["CallLog", "cut_off", "digest"]
@@ -67,8 +67,8 @@ class CallLog:
         execution: Its number among the address's executions (a step's attempt).
         recorded: What the interrupted execution recorded, in order: the calls to
             replay, for as long as they are asked again the same way.
-        offline: In an offline replay, the recorded attempt whose calls ``recorded``
-            holds: every call must be one of them (None: calls may go live).
+        offline: In an offline replay, the recorded run and the attempt whose calls
+            ``recorded`` holds: every call must be one of them (None: calls may go live).
     """
 
     def __init__(
@@ -78,7 +78,7 @@ class CallLog:
         execution: int,
         recorded: Sequence[CallRecord] = (),
         *,
-        offline: int | None = None,
+        offline: tuple[Recording, int] | None = None,
     ) -> None:
         self._run = run
         self._address = address
@@ -102,7 +102,7 @@ class CallLog:
         recording = run.recording
         if recording is not None:
             attempt, recorded = recording.calls(address, execution)
-            return cls(run, address, execution, recorded, offline=attempt)
+            return cls(run, address, execution, recorded, offline=(recording, attempt))
         if of is None or run.journal.replay is None:
             return cls(run, address, execution)
         store = run.journal.store
@@ -161,14 +161,15 @@ class CallLog:
         Raises:
             ReplayDiffers: The record has no such call here, or it was asked otherwise.
         """
-        recording = self._run.recording
-        assert recording is not None and self._offline is not None, "not an offline replay"
+        if self._offline is None:
+            raise RuntimeError(f"{self._address}: answer() is for an offline replay's calls")
+        recording, attempt = self._offline
         self._seq += 1
         entry = self._recorded.popleft() if self._recorded else None
         if entry is not None and entry.kind == kind and entry.digest == asked:
             recording.call_answered(kind)
             return entry.body
-        raise recording.call_differs(self._address, self._offline, self._seq, kind, entry)
+        raise recording.call_differs(self._address, attempt, self._seq, kind, entry)
 
     async def record(self, kind: CallKind, asked: str, body: str) -> None:
         """Records the call just made live (the one `replay` last declined) and waits
