@@ -236,8 +236,17 @@ async def record(store: MemoryRunStore, flow: Path, server: ScriptedLLMServer) -
         return await runtime.run(flow, run_id="r-1")
 
 
+@pytest.fixture(autouse=True)
+def _in_tmp_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Commands run where the process is: in the test's directory, not the project's."""
+    monkeypatch.chdir(tmp_path)
+
+
 async def test_replay_run_reports_a_match_and_a_difference(
-    model_server: StartLLMServer, write_flow: WriteFlow, monkeypatch: pytest.MonkeyPatch
+    model_server: StartLLMServer,
+    write_flow: WriteFlow,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
 ) -> None:
     """`replay_run` on an open store: a `ReplayReport` that matches, with the replayed
     result; then, given an edited workflow, the difference."""
@@ -254,6 +263,8 @@ async def test_replay_run_reports_a_match_and_a_difference(
     assert compare_results(recorded, report.result) == []
     assert report.recorded == recorded
     assert report.answered == {"model": MODEL_CALLS, "tool": 1, "steps": 1}
+    assert lines(tmp_path / "checked.txt") == ["checked"]  # run once, by the recording
+    assert lines(tmp_path / "deployed.txt") == ["deployed"]
 
     edited = load_workflow(flow)
     notes = edited.workflow.steps[2]
