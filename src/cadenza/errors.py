@@ -30,6 +30,7 @@
     ├── PolicyRefused            a resume would drop or widen the run's tool permission policy
     ├── SignalRejected           a human answer that cannot be recorded (no such wait, bad shape)
     ├── MessageRefused           a posted message that a run cannot take (too many wait, too big)
+    ├── ReplayRefused            a recorded run that cannot be replayed offline (not ended...)
     │
     │   defined beside the code that raises them:
     ├── LLMError                 (cadenza.llm) a model call failed
@@ -41,6 +42,7 @@
     ├── BudgetExceeded           (cadenza.actors) ``options.maxTokens`` is spent
     ├── HandlerError             (cadenza.actors) a ``handler`` cannot be imported or called
     ├── McpUnavailable           (cadenza.actors) an MCP server did not start or list its tools
+    ├── ReplayDiffers            (cadenza.actors) an offline replay asked a call its record lacks
     ├── IsolationError           (cadenza.actors) a step's git worktree could not be made
     ├── LoopError                (cadenza.loops) a loop SDK run did not end as asked
     ├── TelemetryUnavailable     (cadenza.telemetry) OpenTelemetry is not installed
@@ -76,6 +78,7 @@ __all__ = [
     "PolicyRefused",
     "PredicateNotRegistered",
     "RemoteError",
+    "ReplayRefused",
     "RunNeedsCode",
     "RunNotFound",
     "RuntimeFailure",
@@ -210,6 +213,17 @@ class PolicyRefused(CadenzaError):
     and this process's `Runtime` has none, or when the resume is given an allow
     rule the run did not have. Resume it where its hook is, or without the
     rule; deny rules and ``--sandbox`` may be added.
+    """
+
+
+class ReplayRefused(CadenzaError):
+    """A recorded run cannot be replayed offline (``cadenza replay``, `replay_run`).
+
+    Raised before anything runs when the run has not ended (it is running, or
+    was interrupted: resume it first), was cancelled (its record stops wherever
+    the cancel came), was recorded without a journal of its model and tool calls
+    (by a Cadenza from before the journal), or names Python code this process
+    does not have (replay it where its workflow is built).
     """
 
 

@@ -3,7 +3,8 @@
 Exit codes: 0 the run completed; 1 it failed or was cancelled, or the run
 store failed it (one line naming what failed and the command that resumes the
 run); 2 the workflow, an input or the command line is invalid (one clear
-message); 3 the run waits for a person. Never a traceback, unless ``--debug``.
+message); 3 the run waits for a person; ``replay`` has its own (``_replay``).
+Never a traceback, unless ``--debug``.
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ from ._inputs import add_input_options, parse_inputs
 from ._paths import DEFAULT_STORE, STORE_HELP, existing_store, store_spec
 from ._permissions import add_permission_options
 from ._remote import add_remote_commands, add_run_options, keys_command, worker_command
+from ._replay import add_replay_command, replay_command
 from ._serve import add_serve_command, serve_command
 from ._supervise import add_supervise_command, supervise_command
 
@@ -110,6 +112,7 @@ def _parser() -> argparse.ArgumentParser:
     runs.add_argument("--limit", type=_positive, default=50)
     add_remote_commands(commands, _positive)
     add_durable_commands(commands, runs, _positive, DEFAULT_STORE)
+    add_replay_command(commands, DEFAULT_STORE)
     add_serve_command(commands, DEFAULT_STORE)
     add_supervise_command(commands, DEFAULT_STORE)
     return parser
@@ -305,6 +308,7 @@ _ASYNC_COMMANDS: dict[str, Callable[[argparse.Namespace], Awaitable[int]]] = {
     "fork": fork_command,
     "signal": signal_command,
     "cancel": cancel_command,
+    "replay": replay_command,
     "supervise": supervise_command,
 }
 """The commands run in an event loop (``runs`` is the rest)."""

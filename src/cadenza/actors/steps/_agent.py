@@ -499,7 +499,10 @@ class _Talk:
         return not self.conversation.submitted
 
     def _replayed(self, asked: str) -> Completion | None:
-        """The recorded reply to this request, when the visit replays its journal."""
+        """The recorded reply to this request, when the visit replays its journal (an
+        offline replay's calls are not: each is asked, and answered by the record)."""
+        if self.log.offline:
+            return None
         body = self.log.replay("model", asked)
         if body is None:
             return None
@@ -513,7 +516,8 @@ class _Talk:
         return completion
 
     async def _ask(self, turn: int, request: LLMRequest, asked: str) -> Completion:
-        """Calls the model, records the call, and says so in the run's events."""
+        """Calls the model, records the call, and says so in the run's events. An offline
+        replay's call is answered by the record instead, and otherwise goes the same way."""
         run, visit = self.run, self.visit
         run.journal.emit(
             EventType.AGENT_TURN,
@@ -521,16 +525,17 @@ class _Talk:
             agent=visit.agent_name,
             data=AgentTurn(phase="request", turn=turn, model=self.spec),
         )
-        deltas = Deltas(run, visit.address, visit.agent_name)
+        offline = self.log.offline
         async with run.token_budget():
-            try:
-                completion = await self.client.complete(request, on_delta=deltas)
-            finally:  # the reply's text ends here, even when the call failed
-                deltas.finish()
+            if offline:  # ReplayDiffers when the record does not answer this request
+                completion = _decode_completion(self.log.answer("model", asked))
+            else:
+                completion = await self._complete(request)
             usage = completion.usage
             run.journal.spend(visit.address, usage.prompt_tokens, usage.completion_tokens)
-        # What is kept is what the run shows: no known secret, whatever the model said.
-        await self.log.record("model", asked, cast(str, scrub(_encode(completion).decode())))
+        if not offline:
+            # What is kept is what the run shows: no known secret, whatever the model said.
+            await self.log.record("model", asked, cast(str, scrub(_encode(completion).decode())))
         run.journal.emit(
             EventType.AGENT_TURN,
             step_id=visit.address,
@@ -548,6 +553,14 @@ class _Talk:
             ),
         )
         return completion
+
+    async def _complete(self, request: LLMRequest) -> Completion:
+        visit = self.visit
+        deltas = Deltas(self.run, visit.address, visit.agent_name)
+        try:
+            return await self.client.complete(request, on_delta=deltas)
+        finally:  # the reply's text ends here, even when the call failed
+            deltas.finish()
 
 
 _encode = msgspec.json.Encoder().encode

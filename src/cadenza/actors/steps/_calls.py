@@ -21,6 +21,10 @@ A step's attempts are numbered anew on resume (each execution has its own
 idempotency key), so the resumed attempt first copies its predecessor's calls
 under its own number, in one commit: every attempt's journal is whole, and a
 second kill replays from the newest one.
+
+An offline replay (``cadenza replay``, `RunContext.recording`) answers every call
+from the recorded run's journal, strictly: a call it does not hold, or asks
+otherwise, is the replay's difference (`ReplayDiffers`), never a live call.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ from collections.abc import Sequence
 import msgspec
 
 from cadenza._failpoints import ARMED, failpoint
-from cadenza.actors.run import RunContext
+from cadenza.actors.run import Recording, RunContext
 from cadenza.protocols import CallKind, CallRecord, CallsReplayed, EventType, ReplayDiverged
 
 __all__ = ["CallLog", "cut_off", "digest"]
@@ -67,6 +71,8 @@ class CallLog:
         execution: Its number among the address's executions (a step's attempt).
         recorded: What the interrupted execution recorded, in order: the calls to
             replay, for as long as they are asked again the same way.
+        offline: In an offline replay, the recorded run and the attempt whose calls
+            ``recorded`` holds: every call must be one of them (None: calls may go live).
     """
 
     def __init__(
@@ -75,6 +81,8 @@ class CallLog:
         address: str,
         execution: int,
         recorded: Sequence[CallRecord] = (),
+        *,
+        offline: tuple[Recording, int] | None = None,
     ) -> None:
         self._run = run
         self._address = address
@@ -82,6 +90,7 @@ class CallLog:
         self._recorded = deque(recorded)
         self._seq = 0
         self._replayed: dict[CallKind, int] = {"model": 0, "tool": 0}
+        self._offline = offline
 
     @classmethod
     async def resuming(
@@ -92,7 +101,12 @@ class CallLog:
 
         When ``of`` is an earlier execution, its calls are copied to this one first
         and made durable, so this execution's journal is whole from the start.
+        An offline replay's visit takes its calls from the recorded run instead.
         """
+        recording = run.recording
+        if recording is not None:
+            attempt, recorded = recording.calls(address, execution)
+            return cls(run, address, execution, recorded, offline=(recording, attempt))
         if of is None or run.journal.replay is None:
             return cls(run, address, execution)
         store = run.journal.store
@@ -108,10 +122,22 @@ class CallLog:
         """Whether recorded answers are left to replay."""
         return bool(self._recorded)
 
+    @property
+    def offline(self) -> bool:
+        """Whether this is an offline replay's visit: nothing is called live, and what
+        the record answered is what the run spends."""
+        return self._offline is not None
+
     def replay(self, kind: CallKind, asked: str) -> str | None:
         """The recorded answer to the next call, asked as ``asked`` (its digest); None
         when it must be made live: nothing recorded is left, or it was asked otherwise
-        (then nothing recorded is replayed from here on, and the event says why)."""
+        (then nothing recorded is replayed from here on, and the event says why).
+
+        Raises:
+            ReplayDiffers: An offline replay's call that the record does not answer.
+        """
+        if self._offline is not None:
+            return self.answer(kind, asked)
         self._seq += 1
         if not self._recorded:
             return None
@@ -132,6 +158,22 @@ class CallLog:
         data = ReplayDiverged(seq=self._seq, kind=kind, reason=reason)
         journal.emit(EventType.REPLAY_DIVERGED, step_id=self._address, data=data)
         return None
+
+    def answer(self, kind: CallKind, asked: str) -> str:
+        """An offline replay's next call, asked as ``asked``: the recorded answer.
+
+        Raises:
+            ReplayDiffers: The record has no such call here, or it was asked otherwise.
+        """
+        if self._offline is None:
+            raise RuntimeError(f"{self._address}: answer() is for an offline replay's calls")
+        recording, attempt = self._offline
+        self._seq += 1
+        entry = self._recorded.popleft() if self._recorded else None
+        if entry is not None and entry.kind == kind and entry.digest == asked:
+            recording.call_answered(kind)
+            return entry.body
+        raise recording.call_differs(self._address, attempt, self._seq, kind, entry)
 
     async def record(self, kind: CallKind, asked: str, body: str) -> None:
         """Records the call just made live (the one `replay` last declined).

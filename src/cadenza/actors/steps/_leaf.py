@@ -99,11 +99,14 @@ class LeafWork:
             worktree of its own.
         mailbox: It takes the coordinator's messages: its actor gets the larger inbox.
         spends_tokens: Its ``step_end`` says the tokens it spent.
+        journaled: Its calls are journaled (`CallLog`): an offline replay runs it
+            against the journal. A leaf without is answered from its record there.
     """
 
     isolated: ClassVar[bool] = False
     mailbox: ClassVar[bool] = False
     spends_tokens: ClassVar[bool] = False
+    journaled: ClassVar[bool] = False
 
     def work(self, actor: LeafStep, address: str, attempt: int) -> Awaitable[tuple[str, Any]]:
         """Does attempt ``attempt`` of ``actor``'s step in this process: ``(content, result)``.

@@ -26,11 +26,13 @@ __all__ = ["AgentWork"]
 
 
 class AgentWork(LeafWork):
-    """An agent step: the coordinator's messages reach it, and it spends tokens."""
+    """An agent step: the coordinator's messages reach it, it spends tokens, and its
+    calls are journaled."""
 
     isolated = True
     mailbox = True
     spends_tokens = True
+    journaled = True
 
     async def work(self, actor: LeafStep, address: str, attempt: int) -> tuple[str, Any]:
         step = actor.step
