@@ -200,7 +200,7 @@ def test_a_run_that_cannot_be_replayed_is_refused_cleanly(
 def test_a_resumed_run_replays_like_one_never_interrupted(
     model_server: StartLLMServer, write_flow: WriteFlow, tmp_path: Path
 ) -> None:
-    """Killed inside the checker's visit (its first call recorded) and resumed: the
+    """Killed inside the checker's visit (its tool call recorded) and resumed: the
     replay takes the calls of the attempt that ended, and matches."""
     server = model_server(rules())
     write_flow(FLOW)
@@ -212,7 +212,7 @@ def test_a_resumed_run_replays_like_one_never_interrupted(
         "--run-id",
         "r-1",
         cwd=tmp_path,
-        env={**os.environ, "CADENZA_FAILPOINT": "call.after_record:2"},
+        env={**os.environ, "CADENZA_FAILPOINT": "call.after_record:1"},
     )
     assert killed.returncode == -signal.SIGKILL, killed.stderr
     resumed = cadenza("resume", "r-1", "--store", "runs.db", cwd=tmp_path)

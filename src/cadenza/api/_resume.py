@@ -90,7 +90,9 @@ async def prepare_resume(store: RunStore, row: RunRow) -> Prepared:
     document, inputs, policy = await stored_document(store, row)
     records = await store.steps(row.run_id)
     events = await store.events(row.run_id)
-    return Prepared(row, document, inputs, Replay(records, events), policy)
+    replay = Replay(records, events)
+    await replay.load_calls(store, row.run_id)
+    return Prepared(row, document, inputs, replay, policy)
 
 
 async def stored_document(

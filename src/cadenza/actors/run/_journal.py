@@ -217,6 +217,24 @@ class RunJournal:
             failpoint("event")
         return event
 
+    def restate(
+        self,
+        type: str,
+        *,
+        step_id: str | None = None,
+        agent: str | None = None,
+        tokens: Tokens | None = None,
+        data: Payload | None = None,
+    ) -> None:
+        """Shows an event the log already holds (a replayed call's) to the observers that
+        count from scratch (`subscribe` with ``restated``), and to no one else: it is not
+        stored or numbered again."""
+        plain = None if data is None else to_builtins(data)
+        event = Event(type, timestamp(), self.run_id, self._seq, step_id, agent, None, None)
+        event = msgspec.structs.replace(event, tokens=tokens, data=plain)
+        for sink in self._restated:
+            sink(event)
+
     def output(self, step_id: str, agent: str | None, delta: str, done: bool) -> None:
         """Shows observers text a model streamed: zenflow's ``output`` event, not recorded.
 

@@ -316,6 +316,12 @@ class _Reader:
         """The process died: what unfinished work did is void, it will be done again."""
         self._restart_coordinator()
         self.spending.clear()
+        # A step cut off replays the model calls its journal holds (their agent_turn
+        # events are committed only after their records): the replies they had stay
+        # had, whichever agent of the resumed run asks first.
+        for replies in self.replies.values():
+            for client, position in replies:
+                self.state.script_positions.setdefault(client, set()).add(position)
         self.replies.clear()
         for indexes in self.unconfirmed.values():
             for index in indexes:

@@ -161,7 +161,7 @@ class _Conversation:
         if recorded is not None:
             return recorded
         text = await self._run(call)
-        await log.record("tool", asked, text)
+        await log.record("tool", asked, text, ran=call.name in self.tools)
         return text
 
     async def _run(self, call: ModelToolCall) -> str:
@@ -382,7 +382,7 @@ async def run_agent(run: RunContext, document: LoadedWorkflow, visit: AgentVisit
     conversation = _Conversation(run, visit.address, visit.agent_name, agent, document.base_dir)
     contents: list[str] = []
     try:
-        log = await CallLog.resuming(run, visit.address, visit.execution, of=visit.resumes)
+        log = CallLog.resuming(run, visit.address, visit.execution, of=visit.resumes)
         talk = await _Talk.open(run, document, visit, conversation, contents, log)
         for turn in range(1, (agent.turns if agent is not None else DEFAULT_MAX_TURNS) + 1):
             if not await talk.turn(turn):
@@ -487,7 +487,7 @@ class _Talk:
                 messages.append(Message("user", scrub(inbox)))
         request = msgspec.structs.replace(self.request, messages=tuple(messages))
         asked = digest(_encode(request))
-        completion = self._replayed(asked) or await self._ask(turn, request, asked)
+        completion = self._replayed(turn, asked) or await self._ask(turn, request, asked)
         if completion.content:
             self.contents.append(completion.content)
         messages.append(Message("assistant", completion.content, tool_calls=completion.tool_calls))
@@ -498,9 +498,14 @@ class _Talk:
             messages.append(Message("tool", output, tool_call_id=call.id, name=call.name))
         return not self.conversation.submitted
 
-    def _replayed(self, asked: str) -> Completion | None:
+    def _replayed(self, turn: int, asked: str) -> Completion | None:
         """The recorded reply to this request, when the visit replays its journal (an
-        offline replay's calls are not: each is asked, and answered by the record)."""
+        offline replay's calls are not: each is asked, and answered by the record).
+
+        Its ``agent_turn`` events are stated again, as every decision of a resumed
+        run is: the log has them, so they are not stored twice, and a control loop's
+        budget, which counts from the restated ones, counts the call.
+        """
         if self.log.offline:
             return None
         body = self.log.replay("model", asked)
@@ -513,18 +518,15 @@ class _Talk:
         )
         if completion.script_position is not None and isinstance(self.client, ScriptedClient):
             self.client.take(completion.script_position)  # live calls go on after it
+        self._requested(turn, restated=True)
+        self._answered(completion, restated=True)
         return completion
 
     async def _ask(self, turn: int, request: LLMRequest, asked: str) -> Completion:
         """Calls the model, records the call, and says so in the run's events. An offline
         replay's call is answered by the record instead, and otherwise goes the same way."""
         run, visit = self.run, self.visit
-        run.journal.emit(
-            EventType.AGENT_TURN,
-            step_id=visit.address,
-            agent=visit.agent_name,
-            data=AgentTurn(phase="request", turn=turn, model=self.spec),
-        )
+        self._requested(turn)
         offline = self.log.offline
         async with run.token_budget():
             if offline:  # ReplayDiffers when the record does not answer this request
@@ -536,7 +538,23 @@ class _Talk:
         if not offline:
             # What is kept is what the run shows: no known secret, whatever the model said.
             await self.log.record("model", asked, cast(str, scrub(_encode(completion).decode())))
-        run.journal.emit(
+        self._answered(completion)
+        return completion
+
+    def _requested(self, turn: int, *, restated: bool = False) -> None:
+        visit = self.visit
+        journal = self.run.journal
+        (journal.restate if restated else journal.emit)(
+            EventType.AGENT_TURN,
+            step_id=visit.address,
+            agent=visit.agent_name,
+            data=AgentTurn(phase="request", turn=turn, model=self.spec),
+        )
+
+    def _answered(self, completion: Completion, *, restated: bool = False) -> None:
+        visit, usage = self.visit, completion.usage
+        journal = self.run.journal
+        (journal.restate if restated else journal.emit)(
             EventType.AGENT_TURN,
             step_id=visit.address,
             agent=visit.agent_name,
@@ -552,7 +570,6 @@ class _Talk:
                 script_position=completion.script_position,
             ),
         )
-        return completion
 
     async def _complete(self, request: LLMRequest) -> Completion:
         visit = self.visit

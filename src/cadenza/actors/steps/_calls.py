@@ -93,28 +93,35 @@ class CallLog:
         self._offline = offline
 
     @classmethod
-    async def resuming(
-        cls, run: RunContext, address: str, execution: int, *, of: int | None
-    ) -> CallLog:
+    def resuming(cls, run: RunContext, address: str, execution: int, *, of: int | None) -> CallLog:
         """The log of a visit that may continue an interrupted one: execution ``of`` of
         ``address`` (None: it continues none, as on a run's first try).
 
-        When ``of`` is an earlier execution, its calls are copied to this one first
-        and made durable, so this execution's journal is whole from the start.
+        When ``of`` is an earlier execution, its calls are copied to this one (queued
+        before anything this one records, so committed before it).
         An offline replay's visit takes its calls from the recorded run instead.
         """
         recording = run.recording
         if recording is not None:
             attempt, recorded = recording.calls(address, execution)
             return cls(run, address, execution, recorded, offline=(recording, attempt))
-        if of is None or run.journal.replay is None:
+        replay = run.journal.replay
+        if of is None or replay is None:
             return cls(run, address, execution)
+        kept = replay.calls.get(address, ())
+        if of == execution:  # a judge's question, a wake: asked again under its number
+            return cls(run, address, execution, [c for c in kept if c.attempt == of])
+        # A step's attempt continues its predecessor's journal, which may itself have
+        # continued one (a second kill) and not committed all its copy: each call is
+        # the newest attempt's that has it.
+        latest: dict[int, CallRecord] = {}
+        for call in kept:  # ordered by attempt, then seq
+            if call.attempt <= of:
+                latest[call.seq] = call
+        recorded = [latest[seq] for seq in sorted(latest)]
         store = run.journal.store
-        recorded = [call for call in await store.calls(run.run_id, address) if call.attempt == of]
-        if recorded and of != execution:
-            for call in recorded:
-                store.put_call(run.run_id, msgspec.structs.replace(call, attempt=execution))
-            await store.flush(run.run_id)
+        for call in recorded:  # committed with this attempt's first record, before it
+            store.put_call(run.run_id, msgspec.structs.replace(call, attempt=execution))
         return cls(run, address, execution, recorded)
 
     @property
@@ -175,7 +182,7 @@ class CallLog:
             return entry.body
         raise recording.call_differs(self._address, attempt, self._seq, kind, entry)
 
-    async def record(self, kind: CallKind, asked: str, body: str) -> None:
+    async def record(self, kind: CallKind, asked: str, body: str, *, ran: bool = True) -> None:
         """Records the call just made live (the one `replay` last declined).
 
         A tool call's record is durable when this returns, with every call before
@@ -196,7 +203,7 @@ class CallLog:
         )
         store = run.journal.store
         store.put_call(run.run_id, call)
-        if kind == "model":
+        if kind == "model" or not ran:  # nothing happened that a kill could repeat
             return
         await store.flush(run.run_id)  # LeaseLost: another process drives the run now
         if ARMED:  # a crash test is on: spare every other run the call
