@@ -100,17 +100,17 @@ async def read_fork(
         CorruptRecord: A record of the source does not read back.
     """
     document, stored_inputs, policy = await stored_document(store, source)
-    resolved = stored_inputs
-    if inputs:
-        resolved = resolve_inputs(document.workflow.inputs, {**stored_inputs, **inputs})
     # Records first, events after: a record rewritten after `at` started is
     # then seen to have started again among the events, and is left out. The
     # calls of the addresses reused were all made before `at` started.
     records = await store.steps(source.run_id)
     events = await store.events(source.run_id)
     cut = _first_start(events, at)
-    if cut is None:
+    if cut is None:  # where the fork starts is the first thing a caller gets right
         raise ForkRefused(f"run {source.run_id!r} never started {at!r}; {_started(events)}")
+    resolved = stored_inputs
+    if inputs:
+        resolved = resolve_inputs(document.workflow.inputs, {**stored_inputs, **inputs})
     before = [event for event in events if event.seq < cut]
     reused = _reused(records, before, events[len(before) :])
     _check_edits(edits or {}, reused, before, source.run_id, at)

@@ -542,34 +542,39 @@ class _Talk:
         return completion
 
     def _requested(self, turn: int, *, restated: bool = False) -> None:
-        visit = self.visit
-        journal = self.run.journal
-        (journal.restate if restated else journal.emit)(
-            EventType.AGENT_TURN,
-            step_id=visit.address,
-            agent=visit.agent_name,
-            data=AgentTurn(phase="request", turn=turn, model=self.spec),
-        )
+        visit, journal = self.visit, self.run.journal
+        data = AgentTurn(phase="request", turn=turn, model=self.spec)
+        if restated:
+            journal.restate(
+                EventType.AGENT_TURN, step_id=visit.address, agent=visit.agent_name, data=data
+            )
+        else:
+            journal.emit(
+                EventType.AGENT_TURN, step_id=visit.address, agent=visit.agent_name, data=data
+            )
 
     def _answered(self, completion: Completion, *, restated: bool = False) -> None:
-        visit, usage = self.visit, completion.usage
-        journal = self.run.journal
-        (journal.restate if restated else journal.emit)(
-            EventType.AGENT_TURN,
-            step_id=visit.address,
-            agent=visit.agent_name,
-            tokens=Tokens(
-                usage.prompt_tokens,
-                usage.completion_tokens,
-                usage.prompt_tokens + usage.completion_tokens,
-            ),
-            data=AgentTurn(
-                phase="response",
-                model=self.spec,
-                attempts=completion.attempts,
-                script_position=completion.script_position,
-            ),
+        visit, journal, usage = self.visit, self.run.journal, completion.usage
+        tokens = Tokens(
+            usage.prompt_tokens,
+            usage.completion_tokens,
+            usage.prompt_tokens + usage.completion_tokens,
         )
+        data = AgentTurn(
+            phase="response",
+            model=self.spec,
+            attempts=completion.attempts,
+            script_position=completion.script_position,
+        )
+        address, agent = visit.address, visit.agent_name
+        if restated:
+            journal.restate(
+                EventType.AGENT_TURN, step_id=address, agent=agent, tokens=tokens, data=data
+            )
+        else:
+            journal.emit(
+                EventType.AGENT_TURN, step_id=address, agent=agent, tokens=tokens, data=data
+            )
 
     async def _complete(self, request: LLMRequest) -> Completion:
         visit = self.visit
