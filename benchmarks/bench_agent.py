@@ -3,7 +3,8 @@
 The same local server (its own process, answering at once) serves both sides.
 Cadenza's side is a run of sequential agent steps, one model call each, so
 the figure includes everything a step costs: the step actor, its prompt, the
-provider, usage accounting, events and the store records. Agent steps stream
+provider, usage accounting, events and the store records on a SQLite file,
+each model call journaled and committed before the step goes on (issue 29). Agent steps stream
 their replies (server-sent events, text shown as ``output`` events), so the floor
 streams too: the same request with ``stream: true``, its events read line by
 line and parsed with ``json``.
@@ -12,8 +13,11 @@ line and parsed with ``json``.
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
+import sqlite3
 import statistics
+import tempfile
 from pathlib import Path
 
 from _harness import Figure, best_of, now
@@ -38,15 +42,26 @@ def _agent_chain(n: int) -> LoadedWorkflow:
     return LoadedWorkflow(workflow=workflow, path=None, base_dir=HERE, includes={})
 
 
-async def _cadenza_calls_per_s(environ: dict[str, str], calls: int) -> float:
+async def _cadenza_calls_per_s(environ: dict[str, str], calls: int, store: Path) -> float:
+    """Calls/s through agent steps on a SQLite store: every call journaled and committed."""
     os.environ.update(environ)
-    async with Runtime() as runtime:
+    async with Runtime(store=store) as runtime:
         await runtime.run(_agent_chain(20))  # warm up: connection, client, caches
         started = now()
-        result = await runtime.run(_agent_chain(calls))
+        result = await runtime.run(_agent_chain(calls), run_id="measured")
         elapsed = now() - started
     assert result.status == "completed", result.error
     return calls / elapsed
+
+
+def _journal_bytes_per_call(store: Path) -> float:
+    """The bytes of the measured run's call journal per model call (rows as stored)."""
+    with sqlite3.connect(store) as connection:
+        count, size = connection.execute(
+            "SELECT count(*), sum(length(address) + length(kind) + length(digest)"
+            " + coalesce(length(body), 0) + 24) FROM calls WHERE run_id = 'measured'"
+        ).fetchone()
+    return size / count if count else 0.0
 
 
 def run(quick: bool) -> list[Figure]:
@@ -55,16 +70,24 @@ def run(quick: bool) -> list[Figure]:
     repeats = 3 if quick else 5
     bare_runs: list[float] = []
     cadenza_runs: list[float] = []
-    with _debug_logs_filtered(), _server_process() as environ:
-        for _ in range(repeats):
+    journal = 0.0
+    with (
+        _debug_logs_filtered(),
+        _server_process() as environ,
+        tempfile.TemporaryDirectory() as directory,
+    ):
+        for attempt in range(repeats):
+            store = Path(directory) / f"runs-{attempt}.db"
             bare_runs.append(
                 best_of(1, lambda: asyncio.run(_bare_calls_per_s(environ, calls, stream=True)))
             )
-            cadenza_runs.append(
-                best_of(1, lambda: asyncio.run(_cadenza_calls_per_s(environ, calls)))
-            )
+            measured = functools.partial(asyncio.run, _cadenza_calls_per_s(environ, calls, store))
+            cadenza_runs.append(best_of(1, measured))
+            journal = _journal_bytes_per_call(store)
     bare, cadenza = statistics.median(bare_runs), statistics.median(cadenza_runs)
     return [
-        Figure("agent", "agent steps through Cadenza (sequential)", cadenza, "ops/s",
+        Figure("agent", "agent steps on SQLite, calls journaled (sequential)", cadenza, "ops/s",
                bare, "bare httpx streamed POST + json", ">= 0.8x raw", cadenza >= 0.8 * bare),
+        Figure("agent", "call journal per model call", journal / 1024, "KiB",
+               None, "", "", None),
     ]  # fmt: skip

@@ -10,16 +10,19 @@ machinery (SQLite's files, PostgreSQL's schema table) say so in their names.
 from __future__ import annotations
 
 import contextlib
+import re
 import shutil
 import sqlite3
 from pathlib import Path
+from typing import Any
 
 import anyio
+import msgspec
 import pytest
 
 from cadenza import StoreError
-from cadenza.errors import LeaseHeld, LeaseLost, MessageRefused
-from cadenza.protocols import Event, RunResult, StepRecord
+from cadenza.errors import CorruptRecord, LeaseHeld, LeaseLost, MessageRefused
+from cadenza.protocols import CALL_BODY_LIMIT, CallKind, CallRecord, Event, RunResult, StepRecord
 from cadenza.store import (
     WAITING_COMMAND_BYTES,
     CancelCommand,
@@ -76,6 +79,28 @@ async def test_ending_a_run_keeps_its_result(store: RunStore) -> None:
     assert stored.result == result
     assert [r.run_id for r in await store.list_runs()] == ["new", "old"]
     assert await store.get_run("missing") is None
+
+
+async def test_a_fork_keeps_its_lineage_and_its_parent_lists_its_forks(store: RunStore) -> None:
+    """A run row's parent and address read back; `forks` is the children, oldest first."""
+    store.begin_run(row("parent", 1.0))
+    later = msgspec.structs.replace(
+        row("later", 3.0), parent_run_id="parent", parent_address="review.2.write"
+    )
+    store.begin_run(later)
+    store.begin_run(msgspec.structs.replace(row("sooner", 2.0), parent_run_id="parent"))
+    store.begin_run(msgspec.structs.replace(row("grandchild", 4.0), parent_run_id="later"))
+    store.end_run("later", "completed", None)  # ending a run keeps its lineage
+    await store.flush()
+    stored = await store.get_run("later")
+    assert stored is not None
+    assert (stored.parent_run_id, stored.parent_address) == ("parent", "review.2.write")
+    assert [r.run_id for r in await store.forks("parent")] == ["sooner", "later"]
+    assert [r.run_id for r in await store.forks("later")] == ["grandchild"]
+    assert await store.forks("grandchild") == []
+    parent = await store.get_run("parent")
+    assert parent is not None
+    assert (parent.parent_run_id, parent.parent_address) == (None, None)
 
 
 async def test_a_durable_store_keeps_what_was_flushed_across_reopen(
@@ -402,3 +427,203 @@ async def test_answered_runs_are_waiting_runs_whose_newest_event_is_an_answer(
     store.append_event(Event(type="workflow_start", timestamp="t", run_id="resumed", seq=3))
     await store.flush()
     assert [r.run_id for r in await store.answered_runs()] == ["answered"]
+
+
+# -- the calls inside a step: what a resume continues from ------------------------------
+
+
+def call(address: str, seq: int, body: str = '{"reply": "ok"}', *, attempt: int = 1) -> CallRecord:
+    kind: CallKind = "model" if seq % 2 else "tool"
+    return CallRecord(
+        address=address, attempt=attempt, seq=seq, kind=kind, digest=f"{seq:064x}", body=body
+    )
+
+
+async def sql(factory: StoreFactory, statement: str) -> list[tuple[Any, ...]]:
+    """``statement`` run on the factory's database through a connection of its own, its
+    tables named without PostgreSQL's ``cadenza_`` prefix (``{calls}``, ``{blobs}``)."""
+    if factory.kind == "postgres":
+        import asyncpg
+
+        connection = await asyncpg.connect(factory.spec)
+        try:
+            names = {table: f"cadenza_{table}" for table in ("calls", "blobs")}
+            return [tuple(found) for found in await connection.fetch(statement.format(**names))]
+        finally:
+            await connection.close()
+    assert factory.spec is not None
+    with contextlib.closing(sqlite3.connect(factory.spec)) as connection, connection:
+        return connection.execute(statement.format(calls="calls", blobs="blobs")).fetchall()
+
+
+async def test_calls_read_back_in_order_and_a_call_recorded_again_replaces_it(
+    store: RunStore,
+) -> None:
+    """Calls come back by address, attempt and seq, whatever order they were recorded in;
+    the same address, attempt and seq again replaces the call; an address picks its own."""
+    recorded = [call("b", 2), call("a", 1, attempt=2), call("b", 1), call("a", 1), call("a", 2)]
+    for each in recorded:
+        store.put_call("r", each)
+    store.put_call("other", call("a", 1))
+    again = call("b", 2, '{"reply": "the second time"}')
+    store.put_call("r", again)
+    await store.flush()
+    assert await store.calls("r") == [
+        call("a", 1),
+        call("a", 2),
+        call("a", 1, attempt=2),
+        call("b", 1),
+        again,
+    ]
+    assert await store.calls("r", "b") == [call("b", 1), again]
+    assert await store.calls("r", "c") == []
+    assert await store.calls("missing") == []
+
+
+async def test_forgetting_steps_forgets_their_calls_and_only_theirs(store: RunStore) -> None:
+    """``loop.1`` holds ``loop.1``, ``loop.1.a`` and ``loop.1[0]``, not ``loop.10.a``."""
+    addresses = ["loop.1", "loop.1.a", "loop.1[0]", "loop.10.a", "loop.1a", "loop.2.a", "loop"]
+    for address in addresses:
+        store.put_call("r", call(address, 1))
+    store.put_call("other", call("loop.1.a", 1))
+    store.forget_steps("r", "loop.1")
+    await store.flush()
+    assert [c.address for c in await store.calls("r")] == [
+        "loop",
+        "loop.10.a",
+        "loop.1a",
+        "loop.2.a",
+    ]
+    assert await store.calls("other") == [call("loop.1.a", 1)]
+
+
+async def test_deleting_a_run_deletes_its_calls(store: RunStore) -> None:
+    """delete_runs takes the calls with the run; another run's stay."""
+    for run_id in ("gone", "kept"):
+        store.begin_run(row(run_id))
+        store.put_call(run_id, call("a", 1))
+        store.put_call(run_id, call("a", 2, f'"{"x" * CALL_BODY_LIMIT}"'))
+    await store.flush()
+    await store.delete_runs(["gone"])
+    assert await store.calls("gone") == []
+    assert [c.seq for c in await store.calls("kept")] == [1, 2]
+
+
+async def test_a_large_body_is_kept_once_per_run_however_many_calls_answered_it(
+    store_factory: StoreFactory,
+) -> None:
+    """Five calls answering the same 3 MiB: each reads it back, the database holds it once
+    (per run); forgetting or deleting the last call that names it removes it."""
+    large = '"' + "x" * (3 << 20) + '"'
+    other = '"' + "y" * (CALL_BODY_LIMIT - 2) + '"'  # exactly the limit: kept in its row
+    assert len(other) == CALL_BODY_LIMIT
+    async with store_factory.opened(1) as (store,):
+        for seq in range(1, 6):
+            store.put_call("r", call("loop.1.a", seq, large))
+        store.put_call("r", call("loop.2.a", 1, large))
+        store.put_call("r", call("loop.2.a", 2, other))
+        store.put_call("s", call("a", 1, large))
+        await store.flush()
+        calls = await store.calls("r")
+        assert [c.body for c in calls] == [large] * 6 + [other]
+        assert await store.calls("s") == [call("a", 1, large)]
+        assert await store.check() == []
+        if store_factory.kind != "memory":  # memory shares the text it was given
+            kept = await sql(store_factory, "SELECT run_id, length(body) FROM {blobs}")
+            assert sorted(kept) == [("r", len(large)), ("s", len(large))]
+            inline = await sql(store_factory, "SELECT sum(length(body)) FROM {calls}")
+            assert inline == [(len(other),)]
+        store.forget_steps("r", "loop.1")
+        await store.flush()
+        assert [c.body for c in await store.calls("r")] == [large, other]
+        store.forget_steps("r", "loop.2")
+        await store.delete_runs(["s"])
+        assert await store.calls("r") == await store.calls("s") == []
+        if store_factory.kind != "memory":
+            assert await sql(store_factory, "SELECT count(*) FROM {blobs}") == [(0,)]
+
+
+async def test_a_large_body_survives_being_forgotten_and_recorded_again_in_one_batch(
+    store: RunStore,
+) -> None:
+    """Writes flushed together land as if made one by one: a body that was forgotten and
+    then answered again is still there for the call that names it."""
+    large = '"' + "z" * (CALL_BODY_LIMIT + 1) + '"'
+    store.put_call("r", call("loop.1.a", 1, large))
+    store.forget_steps("r", "loop.1")
+    store.put_call("r", call("loop.2.a", 1, large))
+    store.forget_steps("r", "loop.3")
+    await store.flush()
+    assert await store.calls("r") == [call("loop.2.a", 1, large)]
+    assert await store.check() == []
+
+
+async def test_a_stale_writers_calls_are_refused(durable_store_factory: StoreFactory) -> None:
+    """Once B took the run over, A's calls of it are refused with LeaseLost and none is
+    recorded, large or small; B's are."""
+    large = '"' + "x" * (CALL_BODY_LIMIT + 1) + '"'
+    async with durable_store_factory.opened(2) as (a_store, b_store):
+        a, b = LeaseHolder.for_this_process(), LeaseHolder.for_this_process()
+        await a_store.acquire_lease("r", a, ttl=0.0)
+        a_store.put_call("r", call("one", 1))
+        await a_store.flush("r")
+
+        await b_store.acquire_lease("r", b, ttl=30.0)
+        a_store.put_call("r", call("one", 2, large))
+        a_store.put_call("r", call("one", 1, '{"reply": "changed"}'))
+        a_store.forget_steps("r", "one")
+        with pytest.raises(LeaseLost):
+            await a_store.flush("r")
+        assert await b_store.calls("r") == [call("one", 1)]
+        assert await sql(durable_store_factory, "SELECT count(*) FROM {blobs}") == [(0,)]
+        b_store.put_call("r", call("one", 2, large))
+        await b_store.flush("r")
+        assert await a_store.calls("r") == [call("one", 1), call("one", 2, large)]
+
+
+@pytest.mark.parametrize(
+    ("damage", "said"),
+    [
+        (
+            "UPDATE {calls} SET body = replace(body, 'ok', 'no') "
+            "WHERE run_id = 'r' AND address = 'a'",
+            "run 'r', calls 'a' attempt 1 seq 1: the record does not match its checksum",
+        ),
+        (
+            "UPDATE {calls} SET kind = 'tool' WHERE run_id = 'r' AND address = 'a'",
+            "run 'r', calls 'a' attempt 1 seq 1: the record does not match its checksum",
+        ),
+        (
+            "UPDATE {calls} SET blob = 'made up' WHERE run_id = 'r' AND address = 'a'",
+            "run 'r', calls 'a' attempt 1 seq 1: the record contradicts the columns",
+        ),
+        (
+            "UPDATE {blobs} SET body = replace(body, 'xx', 'xy')",
+            "run 'r', blobs '{blob}': the record does not match its checksum",
+        ),
+        (
+            "DELETE FROM {blobs}",
+            "run 'r', calls 'b' attempt 1 seq 2: its body (blob '{blob}') is missing",
+        ),
+    ],
+)
+async def test_a_damaged_call_is_reported_by_check_and_refused_when_read(
+    durable_store_factory: StoreFactory, damage: str, said: str
+) -> None:
+    """A call or a blob altered, inconsistent or gone: check() names it, calls() refuses."""
+    large = '"' + "x" * (CALL_BODY_LIMIT + 1) + '"'
+    async with durable_store_factory.opened(1) as (store,):
+        store.put_call("r", call("a", 1))
+        store.put_call("r", call("b", 2, large))
+        store.put_call("s", call("a", 1))  # another run's calls are not this damage
+        await store.flush()
+        assert await store.check() == []
+        [(blob,)] = await sql(durable_store_factory, "SELECT digest FROM {blobs}")
+        await sql(durable_store_factory, damage.replace("{blob}", blob))
+        said = said.replace("{blob}", blob)
+        problems = await store.check()
+        assert [problem for problem in problems if said in problem] == problems
+        assert len(problems) == 1
+        with pytest.raises(CorruptRecord, match=re.escape(said)):
+            await store.calls("r")
+        assert await store.calls("s") == [call("a", 1)]

@@ -45,6 +45,7 @@ FAILPOINTS = frozenset(
         "step.before_work",
         "step.before_record",
         "step.after_record",
+        "call.after_record",
     )
 )
 """Every failpoint name Cadenza passes through."""

@@ -19,6 +19,7 @@
     │   ├── KeysError            CURVE key files are missing, unreadable or not keys
     │   └── DispatcherClosed     the dispatcher stopped while a step still needed it
     ├── InputError               a run input is missing or has the wrong type
+    │   └── ForkRefused          a fork at an address the run never started, or of a step it redoes
     ├── StoreError               the run store cannot be opened or is inconsistent
     │   ├── CorruptRecord        a stored record is unreadable or contradicts the others
     │   ├── LeaseHeld            another process is running (or resuming) that run
@@ -29,6 +30,7 @@
     ├── PolicyRefused            a resume would drop or widen the run's tool permission policy
     ├── SignalRejected           a human answer that cannot be recorded (no such wait, bad shape)
     ├── MessageRefused           a posted message that a run cannot take (too many wait, too big)
+    ├── ReplayRefused            a recorded run that cannot be replayed offline (not ended...)
     │
     │   defined beside the code that raises them:
     ├── LLMError                 (cadenza.llm) a model call failed
@@ -40,6 +42,7 @@
     ├── BudgetExceeded           (cadenza.actors) ``options.maxTokens`` is spent
     ├── HandlerError             (cadenza.actors) a ``handler`` cannot be imported or called
     ├── McpUnavailable           (cadenza.actors) an MCP server did not start or list its tools
+    ├── ReplayDiffers            (cadenza.actors) an offline replay asked a call its record lacks
     ├── IsolationError           (cadenza.actors) a step's git worktree could not be made
     ├── LoopError                (cadenza.loops) a loop SDK run did not end as asked
     ├── TelemetryUnavailable     (cadenza.telemetry) OpenTelemetry is not installed
@@ -64,6 +67,7 @@ __all__ = [
     "ExpressionEvaluationError",
     "ExpressionSyntaxError",
     "ExpressionTooComplex",
+    "ForkRefused",
     "InboxFull",
     "InputError",
     "InsecureEndpoint",
@@ -74,6 +78,7 @@ __all__ = [
     "PolicyRefused",
     "PredicateNotRegistered",
     "RemoteError",
+    "ReplayRefused",
     "RunNeedsCode",
     "RunNotFound",
     "RuntimeFailure",
@@ -93,6 +98,16 @@ class InputError(CadenzaError):
     """A run input is missing, unknown, or not of its declared type.
 
     Raised before a run starts; fix the ``--input``/``--inputs-file`` values.
+    """
+
+
+class ForkRefused(InputError):
+    """A fork (``cadenza fork``, `cadenza.Runtime.fork`) was not started; nothing was written.
+
+    Raised when the run never started the address to fork at (the message lists
+    addresses it did start), or when an output is given (``--set``) for a step
+    the fork does not reuse: one that had not finished before that address
+    started (the message lists those it reuses). The HTTP API answers 409.
     """
 
 
@@ -198,6 +213,17 @@ class PolicyRefused(CadenzaError):
     and this process's `Runtime` has none, or when the resume is given an allow
     rule the run did not have. Resume it where its hook is, or without the
     rule; deny rules and ``--sandbox`` may be added.
+    """
+
+
+class ReplayRefused(CadenzaError):
+    """A recorded run cannot be replayed offline (``cadenza replay``, `replay_run`).
+
+    Raised before anything runs when the run has not ended (it is running, or
+    was interrupted: resume it first), was cancelled (its record stops wherever
+    the cancel came), was recorded without a journal of its model and tool calls
+    (by a Cadenza from before the journal), or names Python code this process
+    does not have (replay it where its workflow is built).
     """
 
 

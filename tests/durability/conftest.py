@@ -6,7 +6,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from cadenza.protocols import Event, RunResult, RunStatus, StepRecord
+from cadenza.protocols import CallRecord, Event, RunResult, RunStatus, StepRecord
 from cadenza.store import DEFAULT_LEASE_TTL, Command, Lease, LeaseHolder, RunRow, SqliteRunStore
 
 TWO = """
@@ -68,6 +68,9 @@ class PowerCut:
     async def list_runs(self, *, limit: int = 100) -> list[RunRow]:
         return await self.inner.list_runs(limit=limit)
 
+    async def forks(self, run_id: str) -> list[RunRow]:
+        return await self.inner.forks(run_id)
+
     async def events(self, run_id: str, *, after_seq: int = 0) -> list[Event]:
         return await self.inner.events(run_id, after_seq=after_seq)
 
@@ -103,6 +106,13 @@ class PowerCut:
 
     async def take_commands(self, run_ids: Sequence[str]) -> list[tuple[str, Command]]:
         return await self.inner.take_commands(run_ids)
+
+    def put_call(self, run_id: str, call: CallRecord) -> None:
+        if not self.dead:
+            self.inner.put_call(run_id, call)
+
+    async def calls(self, run_id: str, address: str | None = None) -> list[CallRecord]:
+        return await self.inner.calls(run_id, address)
 
     def forget_steps(self, run_id: str, prefix: str) -> None:
         if not self.dead:

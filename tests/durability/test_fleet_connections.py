@@ -90,6 +90,15 @@ async def kill_cadenza_sessions(url: str) -> int:
     return len(rows)
 
 
+async def _sessions_open(url: str) -> bool:
+    rows = await query(
+        url,
+        "SELECT pid FROM pg_stat_activity "
+        "WHERE application_name = 'cadenza' AND datname = current_database()",
+    )
+    return len(rows) > 0
+
+
 async def statuses(url: str) -> Counter[str]:
     return Counter(row["status"] for row in await query(url, "SELECT status FROM cadenza_runs"))
 
@@ -111,6 +120,9 @@ async def test_three_supervisors_finish_every_run_through_two_connection_kills(
         killed = []
         for after in (first, second):
             await wait_for(f"{after} side effects", partial(at_least, effects, after), postgres_url)
+            # After the first kill the supervisors connect again as they need to: the
+            # second kill waits for them to be back (else it could end nothing).
+            await wait_for("sessions", partial(_sessions_open, postgres_url), postgres_url)
             assert (await statuses(postgres_url))["running"] > 0  # the kill lands mid-run
             killed.append(await kill_cadenza_sessions(postgres_url))
         second_kill = time.monotonic()

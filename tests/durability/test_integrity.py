@@ -79,7 +79,7 @@ async def test_resume_refuses_a_damaged_run(
 
 
 async def test_a_version_1_store_is_upgraded_in_place(tmp_path: Path) -> None:
-    """A store written before checksums opens as version 2 and its runs stay readable."""
+    """A store written before checksums opens at this version and its runs stay readable."""
     path = tmp_path / "old.db"
     event = '{"type":"workflow_start","timestamp":"t","runId":"old","seq":1}'
     record = '{"status":"completed","content":"x"}'
@@ -112,5 +112,5 @@ async def test_a_version_1_store_is_upgraded_in_place(tmp_path: Path) -> None:
     finally:
         await store.close()
     with sqlite3.connect(path) as connection:
-        assert connection.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 4
+        assert connection.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 5
     connection.close()

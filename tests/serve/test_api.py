@@ -227,6 +227,65 @@ async def test_resume_continues_an_answered_run_and_refuses_a_finished_one(
         assert "finished" in finished.json()["error"]["message"]
 
 
+TWO_STEPS = """\
+name: two
+steps:
+  - {id: first, command: "echo first"}
+  - {id: second, command: "echo second", dependsOn: [first]}
+output: "steps.second.content"
+"""
+
+
+async def test_fork_starts_a_new_run_and_both_runs_show_the_lineage(view_run: ViewRun) -> None:
+    """POST fork: 201 with the new run's summary (its parent named); the source's detail
+    lists it; an address never started or an output for a step run again is 409."""
+    async with view_run("two.yaml", TWO_STEPS, "source") as (runtime, client, _):
+        forked = await client.post(
+            "/api/runs/source/fork",
+            json={"at": "second", "set": {"first": "edited"}, "runId": "child"},
+        )
+        assert forked.status_code == 201, forked.text
+        body = forked.json()
+        assert (body["runId"], body["parentRunId"], body["parentAddress"]) == (
+            "child",
+            "source",
+            "second",
+        )
+        assert "forks" not in body  # a summary; the detail of a run lists its forks
+        result = await runtime.result("child")
+        assert (result.steps["first"].content, result.status) == ("edited", "completed")
+
+        child = (await client.get("/api/runs/child")).json()
+        assert (child["parentRunId"], child["parentAddress"], child["forks"]) == (
+            "source",
+            "second",
+            [],
+        )
+        source = (await client.get("/api/runs/source")).json()
+        assert source["parentRunId"] is None
+        assert [(f["runId"], f["at"], f["status"]) for f in source["forks"]] == [
+            ("child", "second", "completed")
+        ]
+        listed = (await client.get("/api/runs")).json()["runs"]
+        assert {r["runId"]: r["parentRunId"] for r in listed} == {"child": "source", "source": None}
+
+        never = await client.post("/api/runs/source/fork", json={"at": "third"})
+        assert never.status_code == 409
+        assert never.json()["error"] == {
+            "type": "ForkRefused",
+            "message": "run 'source' never started 'third'; it started first, second",
+            "problems": [],
+        }
+        redone = await client.post(
+            "/api/runs/source/fork", json={"at": "first", "set": {"second": "x"}}
+        )
+        assert redone.status_code == 409
+        assert "cannot set the output of 'second'" in redone.json()["error"]["message"]
+        unknown = await client.post("/api/runs/source/fork", json={"at": "first", "when": 1})
+        assert unknown.status_code == 422
+        assert [r.run_id for r in await runtime.forks("source")] == ["child"]
+
+
 async def test_cancel_stops_a_run_this_server_drives(
     tmp_path: Path, open_viewer: OpenViewer
 ) -> None:
@@ -259,7 +318,12 @@ async def test_a_run_that_does_not_exist_is_404_everywhere(
             response = await client.get(f"/api/runs/ghost{path}")
             assert response.status_code == 404, path
             assert "ghost" in response.json()["error"]["message"]
-        bodies: dict[str, Any] = {"signal": {"address": "a"}, "cancel": {}, "resume": {}}
+        bodies: dict[str, Any] = {
+            "signal": {"address": "a"},
+            "cancel": {},
+            "resume": {},
+            "fork": {"at": "a"},
+        }
         for action, body in bodies.items():
             response = await client.post(f"/api/runs/ghost/{action}", json=body)
             assert response.status_code == 404, action

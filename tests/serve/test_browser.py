@@ -300,3 +300,54 @@ def test_a_running_agents_streamed_text_shows_on_its_panel(
     finally:
         first.set()
         second.set()
+
+
+CHAIN = """\
+name: chain
+steps:
+  - {id: first, command: "echo first"}
+  - {id: second, command: "echo second", dependsOn: [first]}
+  - {id: third, command: "echo third", dependsOn: [second]}
+output: "steps.third.content"
+"""
+
+
+def test_run_again_from_here_opens_the_fork_linked_to_its_parent(
+    tmp_path: Path, page: Page
+) -> None:
+    """A step's "Run again from here" starts a fork there and shows it: its header links
+    to the run it came from, whose header lists it back; the steps before it are replayed."""
+    write(tmp_path, "chain.yaml", CHAIN)
+    options = ServeOptions(store=tmp_path / "runs.db", root=tmp_path, port=0)
+    with BackgroundServer(options) as server:
+        started = httpx.post(
+            f"{server.url}/api/runs", json={"path": "chain.yaml"}, headers=server.headers
+        )
+        source = started.json()["runId"]
+        page.goto(f"{server.page_url}#/runs/{source}")
+        expect(page.locator(".run-status .status")).to_have_text("completed")
+        expect(page.locator(".lineage")).to_be_empty()
+        page.locator('[data-key="second"]').click()
+        details = page.locator("aside.details")
+        expect(details.locator("h2")).to_contain_text("second")
+        details.get_by_role("button", name="Run again from here").click()
+
+        parent = page.locator(".forked-from a")
+        expect(parent).to_have_text(source)
+        expect(page.locator(".forked-from")).to_have_text(f"Forked from {source} at second")
+        expect(page.locator(".run-status .status")).to_have_text("completed")
+        fork = re.search(r"#/runs/(.+)$", page.url)
+        assert fork is not None
+        assert fork.group(1) != source
+        page.locator('[data-key="first"]').click()
+        expect(details).to_contain_text("yes (recorded outcome, not run again)")
+        page.locator('[data-key="second"]').click()
+        expect(details).not_to_contain_text("recorded outcome")
+        shoot(page, tmp_path, "fork")
+
+        parent.click()
+        expect(page.locator(".mono.muted").first).to_have_text(source)
+        expect(page.locator(".lineage .forks a")).to_have_text(fork.group(1))
+        expect(page.locator(".lineage .forks")).to_contain_text("at second")
+        runs = httpx.get(f"{server.url}/api/runs/{source}", headers=server.headers).json()
+        assert [f["runId"] for f in runs["forks"]] == [fork.group(1)]

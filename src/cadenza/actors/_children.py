@@ -52,7 +52,9 @@ def spawn_step(placement: Placement, address: Address) -> Cancellable:
     controller; ``human`` a `HumanStep`; anything else a `StepActor`. In a resumed
     run, a leaf whose address already has a final record is replayed instead
     (a `ReplayedStep` reports that record), and one that was in flight runs again
-    from the next attempt number. Returns the actor so the caller can cancel it.
+    from the next attempt number. An offline replay (`RunContext.recording`) answers
+    a leaf whose calls are not journaled from the recorded run's outcome the same
+    way. Returns the actor so the caller can cancel it.
 
     Controllers reach this function through `RunContext.spawn_step`, so that
     none of them imports the others.
@@ -81,11 +83,24 @@ def spawn_step(placement: Placement, address: Address) -> Cancellable:
         actor = own(placement)
         run.supervisor.spawn(address, lambda: actor)
         return actor
-    child = StepActor(placement, kind, leaf_work(kind))
+    work = leaf_work(kind)
+    if run.recording is not None and (work is None or not work.journaled):
+        return _answered(placement, address, kind)
+    child = StepActor(placement, kind, work)
     if replay is not None:
         child.first_attempt = max(child.first_attempt, replay.next_attempt(str(address)))
     # The coordinator delivers to the inbox of a kind that takes messages (an agent's).
-    work = child.work
     inbox = INBOX_SIZE if work is not None and work.mailbox else None
     run.supervisor.spawn(address, lambda: child, inbox_size=inbox)
     return child
+
+
+def _answered(placement: Placement, address: Address, kind: str) -> Cancellable:
+    """An offline replay's leaf that is not an agent: a side effect, not run again, but
+    answered from the recorded run's outcome at ``address``."""
+    run = placement.run
+    assert run.recording is not None
+    record = run.recording.answer(str(address), kind)
+    answered = ReplayedStep(run.journal, placement.step_id, record, placement.report)
+    run.supervisor.spawn(address, lambda: answered)
+    return answered

@@ -168,6 +168,10 @@ class CoordinatorActor(Actor):
                 brief=NO_BRIEF,
                 extra_tools=self._tools(),
                 can_send_messages=False,
+                # A wake the kill cut off happens again under its number; its digests tell
+                # whether what it is asked is what it was asked then.
+                execution=self.wakes,
+                resumes=self.wakes,
             ),
         )
         if outcome.error is not None:

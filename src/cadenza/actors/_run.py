@@ -6,7 +6,9 @@ run's final status is decided here: the DAG's outcome, unless the run was
 cancelled by its caller (``cancelled``), timed out (``failed``, ``Timeout``) or
 an actor crashed (``failed``, with the crash as the error). A run whose steps
 wait for a person ends ``waiting``. Given a `Replay`, it continues an
-interrupted run instead of starting one (see ``_replay.py``).
+interrupted run instead of starting one (see ``_replay.py``); given a
+`Recording`, it replays a recorded run offline: no model is called, no leaf's
+side effect happens again, and no worktree is made (see ``_recording.py``).
 
 A run *interrupted* (`RunControl.interrupt`: its runtime is shutting down) is
 cancelled the same way, step by step, but is not ended: its status stays
@@ -157,8 +159,9 @@ async def execute_run(setup: RunSetup) -> RunResult:
     scope = Scope()
     servers = setup.document.workflow.mcp_servers
     mcp = McpHost(servers, setup.document.base_dir) if servers else None
+    offline = setup.recording is not None  # a replay: every model call is answered
     async with (
-        ProviderRegistry(clock=clock, http=setup.http) as providers,
+        ProviderRegistry(clock=clock, http=setup.http, offline=offline) as providers,
         mcp if mcp is not None else nullcontext(),
     ):
         if setup.replay is not None:  # scripted agents go on where the run was
@@ -227,8 +230,11 @@ async def _record_start(setup: RunSetup) -> None:
     else:
         store.end_run(setup.run_id, "running", None)
         journal.resume_from(replay)
-        data = RunResumed(replayable=replay.replayable, after_seq=replay.last_seq)
-        journal.emit(EventType.RUN_RESUMED, message=workflow.name, data=data)
+        if replay.forked is not None:  # a new run, made of another's records up to here
+            journal.emit(EventType.RUN_FORKED, message=workflow.name, data=replay.forked)
+        else:
+            data = RunResumed(replayable=replay.replayable, after_seq=replay.last_seq)
+            journal.emit(EventType.RUN_RESUMED, message=workflow.name, data=data)
     await store.flush(setup.run_id)
     if setup.lease is not None:
         await store.acquire_lease(setup.run_id, setup.lease)
@@ -273,7 +279,7 @@ async def _drive(
         context.permissions = PermissionPolicy.of(
             setup.tool_policy, rules.allow, rules.deny, setup.added_policy
         )
-        if document.workflow.options.isolation == WORKTREE_PER_STEP:
+        if document.workflow.options.isolation == WORKTREE_PER_STEP and setup.recording is None:
             context.worktrees = Worktrees(setup.run_id, document.base_dir)
         timer = _run_timeout(context, ending.timed_out)
         coordinator = CoordinatorActor(context, document)

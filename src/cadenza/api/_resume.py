@@ -45,6 +45,7 @@ __all__ = [
     "record_signal",
     "resumable_runs",
     "runs_to_prune",
+    "stored_document",
 ]
 
 
@@ -86,17 +87,30 @@ async def prepare_resume(store: RunStore, row: RunRow) -> Prepared:
         StoreError: The run has neither a stored document nor a workflow file.
         WorkflowError: (old runs only) its workflow file no longer loads.
     """
-    body = await store.document(row.run_id)
-    policy = None
-    if body is not None:
-        document, inputs, policy = decode_document(body, row.run_id)
-    elif row.path is not None:  # recorded before documents were stored
-        document, inputs = load_workflow(row.path), row.inputs
-    else:
-        raise StoreError(f"run {row.run_id!r} has no stored workflow to resume from")
+    document, inputs, policy = await stored_document(store, row)
     records = await store.steps(row.run_id)
     events = await store.events(row.run_id)
-    return Prepared(row, document, inputs, Replay(records, events), policy)
+    replay = Replay(records, events)
+    await replay.load_calls(store, row.run_id)
+    return Prepared(row, document, inputs, replay, policy)
+
+
+async def stored_document(
+    store: RunStore, row: RunRow
+) -> tuple[LoadedWorkflow, dict[str, Any], StoredPolicy | None]:
+    """The workflow, inputs and policy a run started with.
+
+    Raises:
+        CorruptRecord: The stored document is unreadable.
+        StoreError: The run has neither a stored document nor a workflow file.
+        WorkflowError: (old runs only) its workflow file no longer loads.
+    """
+    body = await store.document(row.run_id)
+    if body is not None:
+        return decode_document(body, row.run_id)
+    if row.path is not None:  # recorded before documents were stored
+        return load_workflow(row.path), row.inputs, None
+    raise StoreError(f"run {row.run_id!r} has no stored workflow to replay")
 
 
 def pending_inputs(records: dict[str, StepRecord]) -> dict[str, dict[str, Any]]:

@@ -110,6 +110,7 @@ from cadenza.workflow import (
 from cadenza.workflow import WorkflowError as WorkflowError
 
 from ._backoff import Backoff
+from ._fork import read_fork, write_fork
 from ._handle import SHUTTING_DOWN, DrivenRun, RunHandle
 from ._rebuild import check_rebuildable
 from ._resume import (
@@ -721,6 +722,87 @@ class Runtime:
         )
         return driven
 
+    async def fork(
+        self,
+        run_id: str,
+        *,
+        at: str,
+        inputs: Mapping[str, Any] | None = None,
+        set: Mapping[str, Any] | None = None,
+        new_run_id: str | None = None,
+        on_event: EventSink | None = None,
+    ) -> RunHandle:
+        """Starts a new run that goes again from ``at``, reusing what run ``run_id``
+        recorded before ``at`` first started (time travel; docs/durability.md).
+
+        The new run copies the source's workflow and inputs, its events up to the
+        start of ``at``, and the records (and recorded calls) of the addresses that
+        had finished by then: those are replayed, not run; ``at`` and everything
+        after it run live. Its row names its parent (``parent_run_id``,
+        ``parent_address``). Nothing of the source is written or locked: a run
+        still going, here or in another process, can be forked.
+
+        Args:
+            run_id: The run to fork.
+            at: The address to run again from (``draft``, ``review.2.write``): one
+                the source started.
+            inputs: Inputs that replace the source's (the others stay), checked as
+                a new run's are.
+            set: New outputs of reused steps, by address: a string is the step's
+                text (its result null), any other JSON value its result (its text
+                that value as JSON); the step counts as ``completed``.
+            new_run_id: The fork's id (default: a new unique id).
+            on_event: Called with every event of the fork, from the first; must not block.
+
+        Raises:
+            RunNotFound: The store has no run ``run_id``.
+            ForkRefused: The source never started ``at``, or ``set`` names a step
+                the fork does not reuse. Nothing is written.
+            InputError: An input or an output given does not fit; the id is taken.
+            CorruptRecord: A record of the source does not read back; nothing is written.
+            RunNeedsCode: The workflow names Python code this process lacks.
+            PolicyRefused: As for `resume`: the source's tool policy cannot be kept here.
+        """
+        if self._group is None:
+            raise CadenzaError("the runtime is not running; use it as 'async with Runtime()'")
+        source = await get_row(self.store, run_id)
+        fork_id = new_run_id or _fresh_run_id()
+        if fork_id in self._runs or await self.store.get_run(fork_id) is not None:
+            raise InputError(f"run id {fork_id!r} is already taken in this store")
+        fork = await read_fork(self.store, source, at, inputs=inputs, edits=set)
+        check_rebuildable(run_id, fork.document)
+        self._check_policy(run_id, fork.document, fork.policy)
+        journal = RunJournal(fork_id, source.workflow, self.store)
+        if on_event is not None:
+            journal.subscribe(on_event)
+        driven = DrivenRun(fork_id, journal, self.store, RunControl(), self.clock)
+        holder = LeaseHolder.for_this_process()
+        lease = await self._first_lease(fork_id, holder)  # taken before it is recorded
+        try:
+            replay = write_fork(self.store, fork, fork_id)
+            await self.store.flush(fork_id)
+        except BaseException:
+            self.store.release_lease(fork_id, holder)
+            await self.store.flush()
+            raise
+        driven.resumed_after = replay.last_seq
+        options = fork.document.workflow.options
+        limit = options.max_concurrency or self.max_concurrency or DEFAULT_MAX_CONCURRENCY
+        policy = resumed_policy(fork.policy, self.tool_policy)
+        await self._launch(
+            driven, fork.document, fork.inputs, limit, holder, replay, lease=lease, policy=policy
+        )
+        return driven.handle
+
+    async def forks(self, run_id: str) -> list[RunRow]:
+        """The runs forked from ``run_id``, oldest first.
+
+        Raises:
+            RunNotFound: The store has no such run.
+        """
+        await self.get_run(run_id)
+        return await self.store.forks(run_id)
+
     def _check_policy(
         self, run_id: str, document: LoadedWorkflow, stored: StoredPolicy | None
     ) -> None:
@@ -921,6 +1003,9 @@ class Runtime:
         """
         await self.get_run(run_id)
         return await self.store.events(run_id)
+
+
+_fresh_run_id = new_run_id  # `Runtime.fork`'s keyword of that name hides the function
 
 
 def _unrecorded(run_id: str, why: str, *, resumable: bool) -> StoreFailed:

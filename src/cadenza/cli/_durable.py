@@ -1,11 +1,13 @@
-"""The command line's durable-run parts: ``resume``, ``signal``, ``runs prune|check``.
+"""The command line's durable-run parts: ``resume``, ``fork``, ``signal``, ``runs prune|check``.
 
 ``cadenza resume RUN_ID`` reports like ``cadenza run`` (same output, same exit
 codes); ``--all`` resumes every interrupted run in the store, and every
 waiting run whose question has been answered since. A run whose workflow
 names Python code this process lacks (built with ``cadenza.build``) is left
 untouched: exit 2 for ``resume RUN_ID``; a warning, then the next run, for
-``--all``. ``cadenza signal RUN_ID ADDRESS --data JSON`` records a person's
+``--all``. ``cadenza fork RUN_ID --at ADDRESS`` starts a new run that reuses
+what the run recorded before ADDRESS started and runs live from there, reported
+like ``cadenza run``. ``cadenza signal RUN_ID ADDRESS --data JSON`` records a person's
 answer (exit 2, nothing recorded, when it does not fit the step's schema).
 ``cadenza runs prune`` deletes finished runs (``--older-than 7d`` and/or
 ``--keep N``); ``cadenza runs check`` checks the store's integrity (exit 1 when
@@ -24,6 +26,7 @@ from cadenza.errors import CadenzaError, InputError, RunNeedsCode
 from cadenza.store import describe_store
 from cadenza.workflow import parse_duration
 
+from ._inputs import add_input_options, parse_edits, parse_inputs
 from ._paths import STORE_HELP, StoreSpec, existing_store, store_spec
 from ._permissions import TerminalAsker, add_permission_options, tool_policy
 
@@ -33,6 +36,7 @@ if TYPE_CHECKING:
 __all__ = [
     "add_durable_commands",
     "cancel_command",
+    "fork_command",
     "maintain_runs",
     "parse_age",
     "resume_command",
@@ -69,6 +73,31 @@ def add_durable_commands(
     resume.add_argument("--max-concurrency", type=positive, help="steps in parallel")
     resume.add_argument("--model", help="model for steps without an agent (provider:model)")
     add_permission_options(resume)
+
+    fork = commands.add_parser("fork", help="run again from a step of a run, as a new run")
+    fork.add_argument("run_id", help="the run to fork")
+    fork.add_argument("--at", required=True, metavar="ADDRESS", help="the step to run again from")
+    add_input_options(fork)
+    fork.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="ADDRESS=TEXT",
+        help="a reused step's new text (its result becomes null)",
+    )
+    fork.add_argument(
+        "--set-json",
+        action="append",
+        default=[],
+        metavar="ADDRESS=JSON",
+        help="a reused step's new result (its text becomes the JSON)",
+    )
+    fork.add_argument("--run-id", dest="run_id_new", help="record the new run under this id")
+    fork.add_argument("--json", action="store_true", help="print the result JSON only")
+    fork.add_argument("--events", action="store_true", help="write NDJSON events to stderr")
+    fork.add_argument("--store", type=store_spec, default=store, help=STORE_HELP)
+    fork.add_argument("--model", help="model for steps without an agent (provider:model)")
+    add_permission_options(fork)
 
     signal = commands.add_parser("signal", help="answer a step waiting for a person")
     signal.add_argument("run_id")
@@ -128,6 +157,35 @@ async def _resume_one(
         handle = await runtime.resume(
             run_id, max_concurrency=args.max_concurrency, on_event=on_event
         )
+        return await follow(handle, args)
+
+
+async def fork_command(args: argparse.Namespace) -> int:
+    """``cadenza fork``: a new run from ADDRESS on, reported like ``cadenza run``."""
+    inputs = parse_inputs(args)
+    edits = parse_edits(args)
+    from cadenza.api import Runtime  # loaded by the commands that need it
+
+    from ._output import LiveProgress, follow, watch_run
+
+    asker = TerminalAsker() if args.ask else None
+    policy = tool_policy(args, asker)
+    async with (
+        Runtime(store=_store(args), default_model=args.model, permissions=policy) as runtime,
+        watch_run(events=args.events, json_only=args.json) as on_event,
+    ):
+        if asker is not None and isinstance(on_event, LiveProgress):
+            asker.progress = on_event
+        handle = await runtime.fork(
+            args.run_id,
+            at=args.at,
+            inputs=inputs or None,
+            set=edits,
+            new_run_id=args.run_id_new,
+            on_event=on_event,
+        )
+        if on_event is None:  # no progress on the terminal to say it: the new run's id
+            sys.stderr.write(f"cadenza: run {handle.run_id} forks {args.run_id} at {args.at}\n")
         return await follow(handle, args)
 
 

@@ -3,7 +3,8 @@
 Exit codes: 0 the run completed; 1 it failed or was cancelled, or the run
 store failed it (one line naming what failed and the command that resumes the
 run); 2 the workflow, an input or the command line is invalid (one clear
-message); 3 the run waits for a person. Never a traceback, unless ``--debug``.
+message); 3 the run waits for a person; ``replay`` has its own (``_replay``).
+Never a traceback, unless ``--debug``.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import sys
 import traceback
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 import anyio
 import msgspec
@@ -24,7 +25,7 @@ import msgspec
 from cadenza import __version__
 from cadenza._logging import configure_logging
 from cadenza._redact import redact
-from cadenza.errors import CadenzaError, InputError, StoreFailed
+from cadenza.errors import CadenzaError, StoreFailed
 from cadenza.workflow import (
     ModelRules,
     WorkflowError,
@@ -37,13 +38,16 @@ from cadenza.workflow import (
 from ._durable import (
     add_durable_commands,
     cancel_command,
+    fork_command,
     maintain_runs,
     resume_command,
     signal_command,
 )
+from ._inputs import add_input_options, parse_inputs
 from ._paths import DEFAULT_STORE, STORE_HELP, existing_store, store_spec
 from ._permissions import add_permission_options
 from ._remote import add_remote_commands, add_run_options, keys_command, worker_command
+from ._replay import add_replay_command, replay_command
 from ._serve import add_serve_command, serve_command
 from ._supervise import add_supervise_command, supervise_command
 
@@ -75,14 +79,7 @@ def _parser() -> argparse.ArgumentParser:
 
     run = commands.add_parser("run", help="run a workflow file")
     run.add_argument("file", type=Path)
-    run.add_argument(
-        "--input",
-        action="append",
-        default=[],
-        metavar="K=V",
-        help="an input; V is JSON if it parses",
-    )
-    run.add_argument("--inputs-file", type=Path, help="a JSON or YAML file of inputs")
+    add_input_options(run)
     run.add_argument("--json", action="store_true", help="print the result JSON as the only stdout")
     run.add_argument("--events", action="store_true", help="write NDJSON events to stderr")
     run.add_argument("--store", type=store_spec, default=DEFAULT_STORE, help=STORE_HELP)
@@ -115,6 +112,7 @@ def _parser() -> argparse.ArgumentParser:
     runs.add_argument("--limit", type=_positive, default=50)
     add_remote_commands(commands, _positive)
     add_durable_commands(commands, runs, _positive, DEFAULT_STORE)
+    add_replay_command(commands, DEFAULT_STORE)
     add_serve_command(commands, DEFAULT_STORE)
     add_supervise_command(commands, DEFAULT_STORE)
     return parser
@@ -130,45 +128,6 @@ def _positive(text: str) -> int:
     return value
 
 
-def _inputs(args: argparse.Namespace) -> dict[str, Any]:
-    values: dict[str, Any] = {}
-    if args.inputs_file is not None:
-        try:
-            text = args.inputs_file.read_text()
-        except OSError as error:
-            raise InputError(
-                f"cannot read --inputs-file {str(args.inputs_file)!r}: {error}"
-            ) from None
-        import yaml
-
-        try:
-            loaded = yaml.safe_load(text)
-        except yaml.YAMLError as error:
-            raise InputError(
-                f"--inputs-file {str(args.inputs_file)!r} is not JSON/YAML: {error}"
-            ) from None
-        except RecursionError:  # PyYAML's composer recurses once per nesting level
-            raise InputError(
-                f"--inputs-file {str(args.inputs_file)!r} nests too deeply to be run data"
-            ) from None
-        if not isinstance(loaded, dict):
-            raise InputError(
-                f"--inputs-file {str(args.inputs_file)!r} must hold a mapping of inputs"
-            )
-        values.update(loaded)
-    for item in args.input:
-        name, sep, raw = item.partition("=")
-        if not sep or not name:
-            raise InputError(f"--input {item!r} is not of the form NAME=VALUE")
-        try:
-            values[name] = json.loads(raw)
-        except ValueError:
-            values[name] = raw
-        except RecursionError:  # JSON nested thousands deep: no run state may hold it
-            raise InputError(f"--input {name!r} nests too deeply to be run data") from None
-    return values
-
-
 async def _run(args: argparse.Namespace) -> int:
     from cadenza.api import Runtime  # the runtime loads only for the commands that run
 
@@ -176,7 +135,7 @@ async def _run(args: argparse.Namespace) -> int:
     from ._permissions import TerminalAsker, tool_policy
 
     document = load_workflow(args.file)
-    inputs = _inputs(args)
+    inputs = parse_inputs(args)
     asker = TerminalAsker() if args.ask else None
     async with (
         Runtime(
@@ -294,7 +253,8 @@ async def _show_run(runtime: Runtime, args: argparse.Namespace) -> None:
     if not args.json and sys.stdout.isatty():
         from ._output import print_run
 
-        print_run(row, steps, sys.stdout, store=args.store)
+        forks = await runtime.forks(row.run_id)
+        print_run(row, steps, sys.stdout, store=args.store, forks=forks)
     elif row.result is not None:
         sys.stdout.write(_encode_json(row.result).decode() + "\n")
     else:  # not ended: what the store holds so far
@@ -345,8 +305,10 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
 _ASYNC_COMMANDS: dict[str, Callable[[argparse.Namespace], Awaitable[int]]] = {
     "run": _run,
     "resume": resume_command,
+    "fork": fork_command,
     "signal": signal_command,
     "cancel": cancel_command,
+    "replay": replay_command,
     "supervise": supervise_command,
 }
 """The commands run in an event loop (``runs`` is the rest)."""

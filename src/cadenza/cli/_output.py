@@ -20,7 +20,7 @@ import shlex
 import signal
 import sys
 import time
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TextIO
@@ -38,6 +38,7 @@ from cadenza.protocols import (
     ItemStart,
     IterationStart,
     JudgeVerdict,
+    RunForked,
     RunResult,
     StepRecord,
     StepReplayed,
@@ -314,6 +315,12 @@ class LiveProgress:
         if event.type in (EventType.WORKFLOW_START, EventType.RUN_RESUMED):
             verb = "started" if event.type == EventType.WORKFLOW_START else "resumed"
             return f"run {event.run_id} ({event.message}) {verb}"
+        if event.type == EventType.RUN_FORKED:
+            forked = payload(event, RunForked)
+            return (
+                f"run {event.run_id} ({event.message}) forked from {forked.parent_run_id}"
+                f" at {forked.at}"
+            )
         if event.step_id is not None and "[" in event.step_id and not self._tells_item(event):
             return None  # inside a forEach item: counted on the forEach's line
         progress = _progress(event)
@@ -428,12 +435,21 @@ def print_summary(result: RunResult, stream: TextIO, *, store: StoreSpec) -> Non
 
 
 def print_run(
-    row: RunRow, steps: Mapping[str, StepRecord], stream: TextIO, *, store: StoreSpec
+    row: RunRow,
+    steps: Mapping[str, StepRecord],
+    stream: TextIO,
+    *,
+    store: StoreSpec,
+    forks: Sequence[RunRow] = (),
 ) -> None:
     """A stored run for a person (``runs show`` on a terminal): the summary's header,
-    when it started and how long it took, every step, then the rest of the summary."""
+    when it started and how long it took, its lineage (the run it was forked from,
+    the runs forked from it), every step, then the rest of the summary."""
     lines = [_header(row.run_id, row.workflow, row.status)]
     lines.append(f"  started {_started(row)}, {_duration(row)}")
+    if row.parent_run_id is not None:
+        lines.append(f"  forked from {row.parent_run_id} at {row.parent_address}")
+    lines.extend(f"  fork {f.run_id} at {f.parent_address}: {f.status}" for f in forks)
     if steps:
         lines.append("  steps:")
         lines.extend(_step_lines(steps))

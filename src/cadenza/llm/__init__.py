@@ -29,6 +29,7 @@ from ._errors import LLMHTTPError as LLMHTTPError
 from ._errors import LLMResponseError as LLMResponseError
 from ._errors import LLMTimeout as LLMTimeout
 from ._retry import RetryPolicy as RetryPolicy
+from ._scripted import ScriptedClient as ScriptedClient
 from ._scripted import ScriptReplyLike as ScriptReplyLike
 from ._specs import DEFAULT_PROVIDER_VARIABLE as DEFAULT_PROVIDER_VARIABLE
 from ._specs import PROVIDERS as PROVIDERS
@@ -80,6 +81,7 @@ __all__ = [
     "RetryPolicy",
     "Role",
     "ScriptReplyLike",
+    "ScriptedClient",
     "ToolSpec",
     "key_variable",
     "parse_model",

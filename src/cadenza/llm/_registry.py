@@ -69,6 +69,9 @@ class ProviderRegistry:
         http: Where to get a shared ``httpx.AsyncClient`` owned by the caller (a
             `Runtime` shares one across its runs, so connections and the loaded
             CA bundle are reused); the registry then neither builds nor closes one.
+        offline: An offline replay's (``cadenza replay``): its calls are answered from
+            a recorded run's journal, so no key is asked for (`check` passes without
+            one) and no client may reach the network (a call fails with `LLMError`).
     """
 
     def __init__(
@@ -81,6 +84,7 @@ class ProviderRegistry:
         rng: random.Random | None = None,
         max_body: int = DEFAULT_MAX_BODY,
         http: Callable[[], Awaitable[httpx.AsyncClient]] | None = None,
+        offline: bool = False,
     ) -> None:
         source = os.environ if environ is None else environ
         register_secrets_from(source)
@@ -94,6 +98,7 @@ class ProviderRegistry:
         self._http_lock = asyncio.Lock()
         self._shared_http = http
         self._closed = False
+        self._offline = offline
         self._clients: dict[tuple[str, str], LLMClient] = {}
         self._taken: Mapping[str, Collection[int]] = {}  # see resume_scripts
         self._checked: dict[str, tuple[str, str]] = {}  # spec -> check(spec), once it passed
@@ -125,7 +130,7 @@ class ProviderRegistry:
             return checked
         default = self._environ.get(DEFAULT_PROVIDER_VARIABLE)
         provider, model = parse_model(spec, default_provider=default)
-        variable = self._missing_key(provider)
+        variable = None if self._offline else self._missing_key(provider)
         if variable is not None:
             raise LLMConfigError(f"{variable} is not set (needed by model {provider}:{model})")
         self._checked[spec] = provider, model
@@ -222,6 +227,8 @@ class ProviderRegistry:
         return variable
 
     async def _http_client(self) -> httpx.AsyncClient:
+        if self._offline:  # never reached by a replay's calls: a guard, should one go live
+            raise LLMError("an offline replay makes no model call")
         if self._shared_http is not None:
             return await self._shared_http()
         if self._http is not None:

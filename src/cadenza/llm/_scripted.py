@@ -95,6 +95,15 @@ class ScriptedClient:
             ahead.discard(self._next)
             self._next += 1
 
+    def take(self, position: int) -> None:
+        """Marks reply ``position`` used by a call a resumed step replayed from its
+        journal: no later call is given it."""
+        if position == self._next:
+            self._next += 1
+            self._skip_taken()
+        elif position > self._next:
+            self._ahead.add(position)
+
     async def complete(self, request: LLMRequest, **hooks: Unpack[CallHooks]) -> Completion:
         """The next scripted reply; ``on_retry`` is never called (nothing fails).
 

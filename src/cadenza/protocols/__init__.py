@@ -3,7 +3,8 @@
 Data only: msgspec Structs and their codecs, imported by every other layer.
 """
 
-from . import _events, _payloads, _result, _wire
+from . import _calls, _events, _payloads, _result, _wire
+from ._calls import *  # noqa: F403
 from ._events import *  # noqa: F403
 from ._payloads import *  # noqa: F403
 from ._payloads import Shared as Shared
@@ -16,6 +17,7 @@ from ._wire import *  # noqa: F403
 # Each module's `__all__` is what it offers; the payloads' helpers for emitters
 # (internal to the package's users, not in `cadenza.events`) are named here.
 __all__ = ["Shared", "iteration_end", "iteration_start", "to_data"]
+__all__ += _calls.__all__
 __all__ += _events.__all__
 __all__ += _payloads.__all__
 __all__ += _result.__all__

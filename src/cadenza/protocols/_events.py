@@ -31,6 +31,9 @@ class EventType:
     WORKFLOW_END = "workflow_end"
     RUN_RESUMED = "run_resumed"
     """A run resumed: data ``{replayable, afterSeq}``."""
+    RUN_FORKED = "run_forked"
+    """A fork of another run starts (it has no ``workflow_start`` of its own); data
+    ``{parentRunId, at, replayable, afterSeq, edited}``."""
     RUN_INTERRUPTED = "run_interrupted"
     """The process driving a run stopped it on its way out; the run stays resumable."""
     SIGNAL_RECEIVED = "signal_received"
@@ -45,6 +48,12 @@ class EventType:
     data ``{strategy, cause, restart, maxRestarts}``."""
     STEP_REPLAYED = "step_replayed"
     """A leaf's recorded outcome was reported again on resume instead of running it."""
+    CALLS_REPLAYED = "calls_replayed"
+    """A resumed step took the answers of the calls it had made from its journal;
+    data ``{calls, model, tools}``."""
+    REPLAY_DIVERGED = "replay_diverged"
+    """A resumed step asked otherwise than its journal records: it goes live from there;
+    data ``{seq, kind, reason}``."""
     STEP_WAITING = "step_waiting"
     """A step waits for a person (``human``); data ``{prompt, schema}``."""
     ERROR = "error"

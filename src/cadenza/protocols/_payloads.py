@@ -45,6 +45,7 @@ __all__ = [
     "AgentInboxDrain",
     "AgentMemory",
     "AgentTurn",
+    "CallsReplayed",
     "Checkpoint",
     "ControlDecision",
     "CoordinatorWake",
@@ -64,7 +65,9 @@ __all__ = [
     "MessageUndelivered",
     "Output",
     "Payload",
+    "ReplayDiverged",
     "ResultRejected",
+    "RunForked",
     "RunResumed",
     "SignalReceived",
     "StepDispatched",
@@ -124,6 +127,22 @@ class RunResumed(Payload, frozen=True, kw_only=True):
     event_type: ClassVar[str] = EventType.RUN_RESUMED
     replayable: int
     after_seq: int = msgspec.field(name="afterSeq")
+
+
+class RunForked(Payload, frozen=True, kw_only=True):
+    """A fork of run ``parent_run_id`` starts at address ``at`` (`Runtime.fork`).
+
+    The events before it are the parent's up to ``at``'s start (``after_seq`` of
+    them); ``replayable`` outcomes of the parent's are replayed, those at
+    ``edited`` with the output the caller gave them.
+    """
+
+    event_type: ClassVar[str] = EventType.RUN_FORKED
+    parent_run_id: str = msgspec.field(name="parentRunId")
+    at: str
+    replayable: int
+    after_seq: int = msgspec.field(name="afterSeq")
+    edited: list[str] = []
 
 
 class SignalReceived(Payload, frozen=True, kw_only=True):
@@ -204,6 +223,26 @@ class StepReplayed(Payload, frozen=True, kw_only=True):
 
     event_type: ClassVar[str] = EventType.STEP_REPLAYED
     status: str
+
+
+class CallsReplayed(Payload, frozen=True, kw_only=True):
+    """A resumed step took ``calls`` answers from its journal (``model`` of them model
+    replies, ``tools`` tool outputs) instead of making the calls again."""
+
+    event_type: ClassVar[str] = EventType.CALLS_REPLAYED
+    calls: int
+    model: int
+    tools: int
+
+
+class ReplayDiverged(Payload, frozen=True, kw_only=True):
+    """A resumed step's call ``seq`` is not the one its journal records: from there on
+    it calls live. ``reason`` says what differs."""
+
+    event_type: ClassVar[str] = EventType.REPLAY_DIVERGED
+    seq: int
+    kind: str
+    reason: str
 
 
 class StepWaiting(Payload, frozen=True, kw_only=True):
@@ -505,6 +544,7 @@ PAYLOADS: dict[str, type[Payload]] = {
         WorkflowStart,
         WorkflowEnd,
         RunResumed,
+        RunForked,
         SignalReceived,
         StepStart,
         StepEnd,
@@ -512,6 +552,8 @@ PAYLOADS: dict[str, type[Payload]] = {
         StepRetry,
         StepRestart,
         StepReplayed,
+        CallsReplayed,
+        ReplayDiverged,
         StepWaiting,
         ForEachMessage,
         IterationStart,

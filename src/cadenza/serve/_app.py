@@ -26,6 +26,7 @@ from cadenza import Runtime
 from cadenza.errors import (
     CadenzaError,
     CorruptRecord,
+    ForkRefused,
     InputError,
     LeaseHeld,
     MessageRefused,
@@ -53,6 +54,7 @@ _STATUS: Final[list[tuple[type[CadenzaError], int]]] = [
     (StoreError, 500),
     (SignalRejected, 422),
     (WorkflowError, 422),
+    (ForkRefused, 409),
     (InputError, 422),
     (MessageRefused, 429),
     (CadenzaError, 409),
@@ -132,6 +134,7 @@ def create_app(  # noqa: PLR0913 -- keyword-only options, each documented in doc
         Route(f"{run}/cancel", api.cancel_run, methods=["POST"]),
         Route(f"{run}/messages", api.post_message, methods=["POST"]),
         Route(f"{run}/resume", api.resume_run, methods=["POST"]),
+        Route(f"{run}/fork", api.fork_run, methods=["POST"]),
         Mount("/static", StaticFiles(directory=STATIC), name="static"),
     ]
     app = Starlette(

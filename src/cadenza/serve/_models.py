@@ -20,8 +20,11 @@ __all__ = [
     "CancelRequest",
     "ErrorBody",
     "EventPage",
+    "ForkLink",
+    "ForkRequest",
     "PendingInput",
     "ResumeRequest",
+    "RunDetail",
     "RunPage",
     "RunSummary",
     "SignalAccepted",
@@ -29,6 +32,7 @@ __all__ = [
     "StartRequest",
     "WorkflowFile",
     "WorkflowList",
+    "detail",
     "summary",
 ]
 
@@ -49,6 +53,8 @@ class RunSummary(_Body, frozen=True):
         updated_at: Epoch seconds of the last status change.
         inputs: The run's inputs after defaults.
         live: True when this server drives the run (it can be cancelled here).
+        parent_run_id: The run this one was forked from (``POST .../fork``), else null.
+        parent_address: The address it was forked at: from there on it ran itself.
     """
 
     run_id: str
@@ -59,20 +65,56 @@ class RunSummary(_Body, frozen=True):
     updated_at: float
     inputs: dict[str, Any] = {}
     live: bool = False
+    parent_run_id: str | None = None
+    parent_address: str | None = None
+
+
+class ForkLink(_Body, frozen=True):
+    """A run forked from another: its id, the address it runs again from, its status."""
+
+    run_id: str
+    at: str | None
+    status: RunStatus
+    created_at: float
+
+
+class RunDetail(RunSummary, frozen=True):
+    """One run, as ``GET /api/runs/{id}`` shows it: its summary and the runs forked from it.
+
+    Attributes:
+        forks: The runs forked from this one, oldest first.
+    """
+
+    forks: list[ForkLink] = []
 
 
 def summary(row: RunRow, *, live: bool = False) -> RunSummary:
     """The summary of a stored run row."""
-    return RunSummary(
-        run_id=row.run_id,
-        workflow=row.workflow,
-        path=row.path,
-        status=row.status,
-        created_at=row.created_at,
-        updated_at=row.updated_at,
-        inputs=row.inputs,
-        live=live,
-    )
+    return RunSummary(**_summary_fields(row, live))
+
+
+def detail(row: RunRow, forks: list[RunRow], *, live: bool = False) -> RunDetail:
+    """The detail of a stored run row, with the rows of the runs forked from it."""
+    links = [
+        ForkLink(run_id=f.run_id, at=f.parent_address, status=f.status, created_at=f.created_at)
+        for f in forks
+    ]
+    return RunDetail(**_summary_fields(row, live), forks=links)
+
+
+def _summary_fields(row: RunRow, live: bool) -> dict[str, Any]:
+    return {
+        "run_id": row.run_id,
+        "workflow": row.workflow,
+        "path": row.path,
+        "status": row.status,
+        "created_at": row.created_at,
+        "updated_at": row.updated_at,
+        "inputs": row.inputs,
+        "live": live,
+        "parent_run_id": row.parent_run_id,
+        "parent_address": row.parent_address,
+    }
 
 
 class RunPage(_Body, frozen=True):
@@ -164,6 +206,23 @@ class MessageAccepted(_Body, frozen=True):
 
 class ResumeRequest(_Body, frozen=True):
     """Continue the run (no options yet: send ``{}``)."""
+
+
+class ForkRequest(_Body, frozen=True):
+    """Start a new run that goes again from the address ``at`` of this one.
+
+    Attributes:
+        at: The address to run again from: one the run started.
+        inputs: Inputs that replace the run's (the others stay).
+        set: New outputs of steps that finished before ``at`` started, by address:
+            a string is the step's text, any other JSON value its result.
+        run_id: The new run's id (default: a new unique id).
+    """
+
+    at: Annotated[str, msgspec.Meta(min_length=1)]
+    inputs: dict[str, Any] = {}
+    set_: dict[str, Any] = msgspec.field(default_factory=dict, name="set")
+    run_id: RunIdText | None = None
 
 
 class ApiError(_Body, frozen=True):

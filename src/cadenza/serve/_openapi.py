@@ -27,6 +27,7 @@ _REF: Final = "#/components/schemas/{name}"
 _TYPES: Final = (
     _models.RunPage,
     _models.RunSummary,
+    _models.RunDetail,
     RunResult,
     _models.EventPage,
     Event,
@@ -39,6 +40,7 @@ _TYPES: Final = (
     _models.MessageRequest,
     _models.MessageAccepted,
     _models.ResumeRequest,
+    _models.ForkRequest,
     _models.ErrorBody,
 )
 
@@ -196,9 +198,9 @@ def openapi_document(*, token: bool = True) -> dict[str, Any]:
         },
         "/api/runs/{run_id}": {
             "get": _operation(
-                "A run's summary",
+                "A run's summary and the runs forked from it",
                 "getRun",
-                {"200": _json(_ref(_models.RunSummary), "The run."), "404": not_found},
+                {"200": _json(_ref(_models.RunDetail), "The run."), "404": not_found},
                 parameters=run,
                 token=token,
             )
@@ -345,6 +347,29 @@ def openapi_document(*, token: bool = True) -> dict[str, Any]:
                 parameters=run,
                 body=_models.ResumeRequest,
                 body_example={},
+                token=token,
+            )
+        },
+        "/api/runs/{run_id}/fork": {
+            "post": _operation(
+                "Start a new run that goes again from an address of this one (time travel)",
+                "forkRun",
+                {
+                    "201": _json(
+                        _ref(_models.RunSummary),
+                        "The new run started: what this run recorded before `at` started is"
+                        " replayed in it, `at` and what follows run live.",
+                    ),
+                    "404": not_found,
+                    "409": _error(
+                        "The run never started `at`, `set` names a step that had not finished"
+                        " before `at` started (ForkRefused), or the run was built in Python"
+                        " with code this server does not have (RunNeedsCode)."
+                    ),
+                },
+                parameters=run,
+                body=_models.ForkRequest,
+                body_example={"at": "review", "set": {"draft": "A shorter draft."}},
                 token=token,
             )
         },

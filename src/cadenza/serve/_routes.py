@@ -40,6 +40,7 @@ from ._limits import StreamSlots
 from ._models import (
     CancelRequest,
     EventPage,
+    ForkRequest,
     MessageAccepted,
     MessageRequest,
     PendingInput,
@@ -51,6 +52,7 @@ from ._models import (
     StartRequest,
     WorkflowFile,
     WorkflowList,
+    detail,
     summary,
 )
 from ._stream import EventStream
@@ -170,9 +172,10 @@ class Api:
         return json_response(RunPage(runs=page, offset=offset, limit=limit, total=len(rows)))
 
     async def get_run(self, request: Request) -> Response:
-        """``GET /api/runs/{run_id}``: the run's summary."""
+        """``GET /api/runs/{run_id}``: the run's summary, and the runs forked from it."""
         row = await self._row(request)
-        return json_response(summary(row, live=self._live(row.run_id)))
+        forks = await self.runtime.forks(row.run_id)
+        return json_response(detail(row, forks, live=self._live(row.run_id)))
 
     async def get_result(self, request: Request) -> Response:
         """``GET /api/runs/{run_id}/result``: the result JSON, or a snapshot while it runs."""
@@ -357,6 +360,20 @@ class Api:
         status: RunStatus = "running"
         resumed = msgspec.structs.replace(summary(row, live=True), status=status)
         return json_response(resumed, 202)
+
+    async def fork_run(self, request: Request) -> Response:
+        """``POST /api/runs/{run_id}/fork``: a new run, going again from an address of this one."""
+        row = await self._row(request)
+        body = await _decode(request, ForkRequest)
+        handle = await self.runtime.fork(
+            row.run_id,
+            at=body.at,
+            inputs=body.inputs or None,
+            set=body.set_,
+            new_run_id=body.run_id,
+        )
+        forked = await self.runtime.get_run(handle.run_id)  # recorded before fork returns
+        return json_response(summary(forked, live=True), 201)
 
 
 def _usage(events: list[Event]) -> Usage:

@@ -34,7 +34,7 @@ import msgspec
 
 from cadenza._logging import get_logger
 from cadenza.errors import MessageRefused
-from cadenza.protocols import Event, RunResult, RunStatus, SignalReceived, StepRecord
+from cadenza.protocols import CallRecord, Event, RunResult, RunStatus, SignalReceived, StepRecord
 
 from ._lease import DEFAULT_LEASE_TTL, Lease, LeaseHolder
 
@@ -67,6 +67,8 @@ class RunRow(msgspec.Struct, frozen=True):
         created_at: Epoch seconds when the run started.
         updated_at: Epoch seconds of the last status change.
         result: The result JSON once the run has ended, else None.
+        parent_run_id: The run this one was forked from (`Runtime.fork`), else None.
+        parent_address: The address it was forked at: what ran from there on is its own.
     """
 
     run_id: str
@@ -77,6 +79,8 @@ class RunRow(msgspec.Struct, frozen=True):
     created_at: float
     updated_at: float
     result: RunResult | None = None
+    parent_run_id: str | None = None
+    parent_address: str | None = None
 
 
 ANSWERED = SignalReceived.event_type
@@ -194,6 +198,9 @@ class RunStore(Protocol):
     async def list_runs(self, *, limit: int = 100) -> list[RunRow]:
         """The most recent runs first."""
 
+    async def forks(self, run_id: str) -> list[RunRow]:
+        """The runs forked from ``run_id`` (whose ``parent_run_id`` it is), oldest first."""
+
     async def events(self, run_id: str, *, after_seq: int = 0) -> list[Event]:
         """The run's events in order, those with ``seq > after_seq``."""
 
@@ -259,8 +266,20 @@ class RunStore(Protocol):
         A body this Cadenza cannot read is removed and left out.
         """
 
+    def put_call(self, run_id: str, call: CallRecord) -> None:
+        """Queues one completed call of a step's execution, fenced like the run's other writes.
+
+        A call already recorded (the same address, attempt and seq) is replaced. A
+        body over `CALL_BODY_LIMIT` bytes is kept once per run, by its digest.
+        """
+
+    async def calls(self, run_id: str, address: str | None = None) -> list[CallRecord]:
+        """The run's recorded calls (those of ``address`` only, when given), ordered by
+        address, attempt and seq."""
+
     def forget_steps(self, run_id: str, prefix: str) -> None:
-        """Queues the removal of the records at ``prefix`` and below it (loop ``keepLast``)."""
+        """Queues the removal of the records, and the calls, at ``prefix`` and below it
+        (loop ``keepLast``)."""
 
     async def delete_runs(self, run_ids: Sequence[str]) -> None:
         """Removes the runs and everything recorded about them, durably."""

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 import msgspec
 
-from cadenza.protocols import Event, RunResult, RunStatus, StepRecord
+from cadenza.protocols import CallRecord, Event, RunResult, RunStatus, StepRecord
 
 from ._base import (
     ANSWERED,
@@ -43,6 +43,7 @@ class MemoryRunStore:
         self._expiry: dict[str, float] = {}
         self._fences: dict[str, int] = {}
         self._commands: list[tuple[str, Command]] = []
+        self._calls: dict[str, dict[tuple[str, int, int], CallRecord]] = {}
 
     async def open(self) -> None:
         """Nothing to prepare."""
@@ -88,6 +89,11 @@ class MemoryRunStore:
         """Most recent first."""
         rows = sorted(self._runs.values(), key=lambda r: r.created_at, reverse=True)
         return rows[:limit]
+
+    async def forks(self, run_id: str) -> list[RunRow]:
+        """The runs forked from ``run_id``, oldest first."""
+        forked = [row for row in self._runs.values() if row.parent_run_id == run_id]
+        return sorted(forked, key=lambda r: r.created_at)
 
     async def events(self, run_id: str, *, after_seq: int = 0) -> list[Event]:
         """The run's events after ``after_seq``."""
@@ -182,11 +188,23 @@ class MemoryRunStore:
             self._commands = [item for item in self._commands if item[0] not in wanted]
         return taken
 
+    def put_call(self, run_id: str, call: CallRecord) -> None:
+        """Keeps the call (the body too: memory holds no duplicates worth sharing)."""
+        self._calls.setdefault(run_id, {})[call.address, call.attempt, call.seq] = call
+
+    async def calls(self, run_id: str, address: str | None = None) -> list[CallRecord]:
+        """The run's calls (of ``address`` only, when given), by address, attempt and seq."""
+        kept = self._calls.get(run_id, {})
+        return [kept[key] for key in sorted(kept) if address is None or key[0] == address]
+
     def forget_steps(self, run_id: str, prefix: str) -> None:
-        """Drops the records at ``prefix`` and below it."""
+        """Drops the records and the calls at ``prefix`` and below it."""
         steps = self._steps.get(run_id, {})
         for address in [a for a in steps if is_under(a, prefix)]:
             del steps[address]
+        calls = self._calls.get(run_id, {})
+        for key in [key for key in calls if is_under(key[0], prefix)]:
+            del calls[key]
 
     async def delete_runs(self, run_ids: Sequence[str]) -> None:
         """Forgets the runs."""
@@ -195,6 +213,7 @@ class MemoryRunStore:
             self._events.pop(run_id, None)
             self._steps.pop(run_id, None)
             self._documents.pop(run_id, None)
+            self._calls.pop(run_id, None)
             self._leases.pop(run_id, None)
             self._expiry.pop(run_id, None)
         doomed = set(run_ids)

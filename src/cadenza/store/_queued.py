@@ -4,7 +4,7 @@ Both stores hand every write to a writer task (a thread for SQLite, a connection
 for PostgreSQL) that commits what is queued in batches; a write of a run whose
 lease this store holds is committed only while the lease row still carries its
 fence. `QueuedWrites` is that half of a store, the same for both: a backend sets
-its writer, its held leases and the two statements it writes here.
+its writer, its held leases and the statements it writes here.
 """
 
 from __future__ import annotations
@@ -12,9 +12,10 @@ from __future__ import annotations
 from typing import Any, ClassVar, Protocol
 
 from cadenza.errors import StoreError
+from cadenza.protocols import CallRecord
 
 from ._lease import HeldLeases, Lease, LeaseHolder
-from ._records import crc
+from ._records import call_columns, crc
 
 __all__ = ["QueuedWrites", "Writer"]
 
@@ -42,10 +43,17 @@ class QueuedWrites:
         save_document_statement: Writes ``(run_id, body, crc)`` into the documents.
         release_lease_statement: Frees ``(run_id, fence)``'s lease, keeping its row
             (the next holder's fence must be higher still).
+        put_call_statement: Writes (or replaces) a call's row (`call_columns`).
+        put_blob_statement: Writes a blob's row unless the run has that blob already.
+            Both go under the table ``calls``, so that the writer keeps them in
+            queue order with the calls' removals (which collect the blobs no call
+            names any more).
     """
 
     save_document_statement: ClassVar[Any]
     release_lease_statement: ClassVar[Any]
+    put_call_statement: ClassVar[Any]
+    put_blob_statement: ClassVar[Any]
     _writer: Writer
     _leases: HeldLeases
 
@@ -70,6 +78,14 @@ class QueuedWrites:
         self._writer.put(
             self.save_document_statement, (run_id, body, crc(body)), self._leases.get(run_id)
         )
+
+    def put_call(self, run_id: str, call: CallRecord) -> None:
+        """Queues one completed call; a body over `CALL_BODY_LIMIT` bytes goes to the blobs."""
+        row, blob = call_columns(run_id, call)
+        lease = self._leases.get(run_id)
+        if blob is not None:
+            self._writer.put(self.put_blob_statement, blob, lease)
+        self._writer.put(self.put_call_statement, row, lease)
 
     def release_lease(self, run_id: str, holder: LeaseHolder) -> None:
         """Queues the release of ``holder``'s lease (nothing if it was lost; a lease whose

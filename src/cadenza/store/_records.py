@@ -6,25 +6,36 @@ beside it; anything else is a `CorruptRecord` naming the run, the table and the
 key. The CRC catches damage and hand edits, not an adversary (who could
 recompute it). `RecordChecker` is what ``runs check`` does over a whole store,
 whichever database holds it.
+
+A call's body (`CallRecord`) is the one stored body that is not a msgspec Struct:
+it is the answer's JSON text as the layer above wrote it, kept as it came and
+checked by its CRC only. A body over `CALL_BODY_LIMIT` bytes is kept in the
+``blobs`` table once per run, named by its SHA-256, and the call's row names it
+(``blob``): the CRC beside the call then covers the name, and the blob's own CRC
+its body.
 """
 
 from __future__ import annotations
 
+import hashlib
 import zlib
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, TypeVar
+from typing import Any, TypeVar, get_args
 
 import msgspec
 
 from cadenza.errors import CorruptRecord
-from cadenza.protocols import Event, RunResult, StepRecord
+from cadenza.protocols import CALL_BODY_LIMIT, CallKind, CallRecord, Event, RunResult, StepRecord
 
 from ._base import RunRow
 
 __all__ = [
+    "RUN_COLUMNS",
     "RecordChecker",
+    "call_columns",
     "checked",
     "crc",
+    "read_calls",
     "read_document",
     "read_events",
     "read_run",
@@ -39,6 +50,7 @@ _decode_event = msgspec.json.Decoder(Event).decode
 _decode_step = msgspec.json.Decoder(StepRecord).decode
 _decode_inputs = msgspec.json.Decoder(dict[str, Any]).decode
 _decode_result = msgspec.json.Decoder(RunResult).decode
+_CALL_KINDS = frozenset(get_args(CallKind))
 
 
 def crc(body: bytes) -> int:
@@ -71,14 +83,35 @@ def checked(
     return value
 
 
+RUN_COLUMNS = (
+    "run_id, workflow, path, status, inputs, created_at, updated_at, result,"
+    " parent_run_id, parent_address"
+)
+"""The ``runs`` table's columns in `RunRow`'s order: what both stores select and insert.
+
+Named, never ``*``: a store upgraded in place has its columns in the order they
+were added, and a newer Cadenza may add more."""
+
+
 def run_columns(row: RunRow, inputs: bytes | str) -> tuple[Any, ...]:
-    """A run row's columns as both stores write them, ``inputs`` already encoded."""
-    return (row.run_id, row.workflow, row.path, row.status, inputs, row.created_at, row.updated_at)
+    """A new run row's `RUN_COLUMNS`, ``inputs`` already encoded (no result yet)."""
+    return (
+        row.run_id,
+        row.workflow,
+        row.path,
+        row.status,
+        inputs,
+        row.created_at,
+        row.updated_at,
+        None,
+        row.parent_run_id,
+        row.parent_address,
+    )
 
 
 def read_run(row: Sequence[Any]) -> RunRow:
-    """The `RunRow` of a stored ``runs`` row (its columns in `RunRow`'s order), checked."""
-    run_id, workflow, path, status, inputs, created_at, updated_at, result = row
+    """The `RunRow` of a stored ``runs`` row (its `RUN_COLUMNS`), checked."""
+    run_id, workflow, path, status, inputs, created_at, updated_at, result, parent, at = row
     return RunRow(
         run_id=run_id,
         workflow=workflow,
@@ -90,6 +123,8 @@ def read_run(row: Sequence[Any]) -> RunRow:
         result=None
         if result is None
         else checked(result, None, _decode_result, f"run {run_id!r}, result"),
+        parent_run_id=parent,
+        parent_address=at,
     )
 
 
@@ -124,16 +159,108 @@ def read_steps(run_id: str, rows: Iterable[Sequence[Any]]) -> dict[str, StepReco
     return records
 
 
+def _call_crc(kind: str, digest: str, body: bytes | None, blob: str | None) -> int:
+    """The CRC-32 stored beside a call: of its kind and digest, and of its body or, for a
+    body kept in the blobs, of the blob's name."""
+    head = f"{kind} {digest} " if blob is None else f"{kind} {digest} blob {blob}"
+    return zlib.crc32(body or b"", zlib.crc32(head.encode()))
+
+
+def call_columns(run_id: str, call: CallRecord) -> tuple[tuple[Any, ...], tuple[Any, ...] | None]:
+    """A call's row as both stores write it, and its blob's row when its body goes there.
+
+    The call's row is ``(run_id, address, attempt, seq, kind, digest, body, blob, crc)``.
+    A body over `CALL_BODY_LIMIT` bytes goes in the blob's row ``(run_id, name, body,
+    crc)`` instead, named by its SHA-256: the call's ``blob`` is that name, its ``body`` None.
+    """
+    data = call.body.encode()
+    head = (run_id, call.address, call.attempt, call.seq, call.kind, call.digest)
+    if len(data) <= CALL_BODY_LIMIT:
+        return (*head, call.body, None, _call_crc(call.kind, call.digest, data, None)), None
+    name = hashlib.sha256(data).hexdigest()
+    row = (*head, None, name, _call_crc(call.kind, call.digest, None, name))
+    return row, (run_id, name, call.body, crc(data))
+
+
+def _text(value: str | bytes) -> tuple[str, bytes]:
+    """A stored text as text and as the bytes its CRC is of (a hand edit may leave bytes)."""
+    if isinstance(value, str):
+        return value, value.encode()
+    data = bytes(value)
+    return data.decode(errors="replace"), data
+
+
+def _check_call(where: str, row: Sequence[Any]) -> str | None:
+    """A stored call's body if its row holds it, None if it names a blob; checked.
+
+    ``row`` is ``(address, attempt, seq, kind, digest, body, blob, crc)``.
+
+    Raises:
+        CorruptRecord: The row fails its CRC, or holds both a body and a blob's name or neither.
+    """
+    _, _, _, kind, digest, body, blob, stored = row
+    if (body is None) == (blob is None) or kind not in _CALL_KINDS:
+        raise CorruptRecord(f"{where}: {_CONTRADICTS}")
+    text, data = (None, None) if body is None else _text(body)
+    if _call_crc(kind, digest, data, blob) != stored:
+        raise CorruptRecord(f"{where}: the record does not match its checksum (it was altered)")
+    return text
+
+
+def _check_blob(where: str, body: str | bytes, stored: int) -> str:
+    """A stored blob's body, checked against its CRC (`CorruptRecord` if it fails)."""
+    text, data = _text(body)
+    if crc(data) != stored:
+        raise CorruptRecord(f"{where}: the record does not match its checksum (it was altered)")
+    return text
+
+
+def read_calls(run_id: str, rows: Iterable[Sequence[Any]]) -> list[CallRecord]:
+    """The run's calls from stored rows, checked, ordered by address, attempt and seq.
+
+    A row is a call's ``(address, attempt, seq, kind, digest, body, blob, crc)``, or a
+    blob that calls name, ``(None, None, None, None, name, body, None, crc)``: one
+    query reads both, so that they are of one moment. A blob named by many calls is
+    read and checked once, and their records share its text.
+    """
+    rows = list(rows)
+    blobs = {
+        row[4]: _check_blob(f"run {run_id!r}, blobs {row[4]!r}", row[5], row[7])
+        for row in rows
+        if row[0] is None
+    }
+    calls = []
+    for row in rows:
+        address, attempt, seq, kind, digest, _, blob, _ = row
+        if address is None:
+            continue
+        where = f"run {run_id!r}, calls {address!r} attempt {attempt} seq {seq}"
+        body = _check_call(where, row)
+        if body is None:
+            body = blobs.get(blob)
+            if body is None:
+                raise CorruptRecord(f"{where}: its body (blob {blob!r}) is missing")
+        calls.append(
+            CallRecord(
+                address=address, attempt=attempt, seq=seq, kind=kind, digest=digest, body=body
+            )
+        )
+    calls.sort(key=lambda call: (call.address, call.attempt, call.seq))
+    return calls
+
+
 class RecordChecker:
     """Collects the problems of a store's records, fed one row at a time.
 
-    Events must come ordered by run and ``seq`` (a gap is a problem); steps and
-    documents in any order.
+    Events must come ordered by run and ``seq`` (a gap is a problem); steps,
+    documents, calls and blobs in any order.
     """
 
     def __init__(self) -> None:
         self.problems: list[str] = []
         self._expected: dict[str, int] = {}
+        self._named: dict[tuple[str, str], list[str]] = {}  # (run, blob) -> the calls naming it
+        self._blobs: set[tuple[str, str]] = set()
 
     def event(
         self, run_id: str, seq: int, kind: str, body: bytes | str, stored: int | None
@@ -169,9 +296,36 @@ class RecordChecker:
         except CorruptRecord as error:
             self.problems.append(str(error))
 
+    def call(self, run_id: str, row: Sequence[Any]) -> None:
+        """Checks one stored call, ``(address, attempt, seq, kind, digest, body, blob, crc)``."""
+        address, attempt, seq, _, _, _, blob, _ = row
+        where = f"run {run_id!r}, calls {address!r} attempt {attempt} seq {seq}"
+        try:
+            if _check_call(where, row) is None:
+                self._named.setdefault((run_id, blob), []).append(where)
+        except CorruptRecord as error:
+            self.problems.append(str(error))
+
+    def blob(self, run_id: str, name: str, body: str | bytes, stored: int) -> None:
+        """Checks one stored blob: its CRC, and that its name is its body's SHA-256."""
+        where = f"run {run_id!r}, blobs {name!r}"
+        self._blobs.add((run_id, name))
+        try:
+            _check_blob(where, body, stored)
+            if hashlib.sha256(_text(body)[1]).hexdigest() != name:
+                self.problems.append(f"{where}: {_CONTRADICTS}")
+        except CorruptRecord as error:
+            self.problems.append(str(error))
+
     def report(self, *, limit: int = 100) -> list[str]:
         """The problems found, at most ``limit`` of them and a count of the rest."""
         problems = list(self.problems)
+        problems += [
+            f"{where}: its body (blob {key[1]!r}) is missing"
+            for key, calls in self._named.items()
+            if key not in self._blobs
+            for where in calls
+        ]
         if len(problems) > limit:
             problems[limit:] = [f"... and {len(problems) - limit} more"]
         return problems

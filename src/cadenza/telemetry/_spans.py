@@ -33,6 +33,7 @@ from cadenza.protocols import (
     IterationStart,
     JudgeVerdict,
     LoopEnd,
+    RunForked,
     RunResumed,
     StepEnd,
     StepError,
@@ -108,6 +109,7 @@ class RunSpans:
         self._handlers: dict[str, Callable[[Event], None]] = {
             EventType.WORKFLOW_START: self._run_started,
             EventType.RUN_RESUMED: self._run_started,
+            EventType.RUN_FORKED: self._run_started,
             EventType.WORKFLOW_END: self._run_ended,
             EventType.LOOP_END: self._loop_ended,
             EventType.GRAPH_END: self._graph_ended,
@@ -157,6 +159,11 @@ class RunSpans:
             attributes["cadenza.resumed"] = True
             after = payload(event, RunResumed).after_seq
             _put(attributes, "cadenza.resumed.after_seq", after)
+        elif event.type == EventType.RUN_FORKED:  # replays its parent's records, as a resume
+            self._replay = self._journal.replay
+            forked = payload(event, RunForked)
+            _put(attributes, "cadenza.forked_from", forked.parent_run_id)
+            _put(attributes, "cadenza.forked_at", forked.at)
         self._run = self._tracer.start_span(
             f"run {self._workflow}",
             attributes=attributes,

@@ -22,8 +22,14 @@ which step read them; ``FakeClock`` makes delays and timeouts instant.
 ``CrashHarness`` runs a workflow in a real ``cadenza`` process, kills it with
 SIGKILL at a chosen moment (``KillPoint``), resumes it, and
 ``compare_results`` tells how the result differs from an uninterrupted run's.
+
+``replay_run`` replays a recorded run offline, against its recorded model replies
+and tool outputs, and its ``ReplayReport`` names the first place where the
+workflow (or an edited copy of it) decides otherwise than the record.
 """
 
+from cadenza.api import ReplayReport as ReplayReport
+from cadenza.api import replay_run as replay_run
 from cadenza.kernel import FakeClock as FakeClock
 
 from ._crash import CrashHarness as CrashHarness
@@ -56,6 +62,7 @@ __all__ = [
     "ProcessOutcome",
     "RecordedMessage",
     "RecordedRequest",
+    "ReplayReport",
     "ReplyLike",
     "RequestMatch",
     "RequestView",
@@ -66,5 +73,6 @@ __all__ = [
     "ServerRule",
     "ServerToolCall",
     "compare_results",
+    "replay_run",
     "run_workflow",
 ]

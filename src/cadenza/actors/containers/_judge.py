@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import msgspec
 
 from cadenza.actors.run import NO_BRIEF, Position, RunContext, Scope
-from cadenza.actors.steps import AgentVisit, run_agent
+from cadenza.actors.steps import AgentVisit, cut_off, run_agent
 from cadenza.protocols import ErrorInfo, EventType, JudgeVerdict, StepRecord, StepStart
 from cadenza.workflow import LoadedWorkflow, Step
 
@@ -141,6 +141,7 @@ async def _ask_judge(run: RunContext, document: LoadedWorkflow, judging: Judging
                     scope=judging.scope,
                     brief=NO_BRIEF,
                     context=judging.context,
+                    resumes=1 if cut_off(run, address, 1) else None,  # asked again, as attempt 1
                 ),
             )
         content, result, error = outcome.content, outcome.result, outcome.error

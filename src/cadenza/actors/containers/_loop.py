@@ -253,11 +253,12 @@ class LoopController(Container):
         return ("judge" if verdict.done else None), verdict
 
     def _pause_before(self, key: int, block: str) -> float | None:
-        """Seconds to wait before iteration ``key + 1`` (``delay``; None: none, or a resumed
-        run had begun it), once a ``keepLast`` loop has checkpointed iteration ``key``."""
+        """Seconds to wait before iteration ``key + 1`` (``delay``; None: none, an offline
+        replay, or a resumed run had begun it), once a ``keepLast`` loop has checkpointed
+        iteration ``key``."""
         if self.loop.keep_last:
             checkpoint(self, key, block)
-        if not self.loop.delay:
+        if not self.loop.delay or self.run.recording is not None:
             return None
         replay = self.run.journal.replay
         if replay is not None and replay.launched(str(self.address.iteration(key + 1))):

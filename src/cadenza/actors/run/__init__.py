@@ -1,9 +1,10 @@
 """What the actors of one run share: its context, journal and replay, and the words they speak.
 
 `RunContext` (with `Scope`, `Brief` and `Placement`) is handed to every actor of a
-run; `RunJournal` writes down every fact about it and `Replay` reads an interrupted
-run's record back; `_messages` are the letters agents exchange, `_outcome` how a
-step reports its end. Nothing here knows any particular kind of step.
+run; `RunJournal` writes down every fact about it, `Replay` reads an interrupted
+run's record back, `Recording` holds a recorded run up to its offline replay;
+`_messages` are the letters agents exchange, `_outcome` how a step reports its
+end. Nothing here knows any particular kind of step.
 """
 
 from ._budget import BudgetExceeded as BudgetExceeded
@@ -59,6 +60,9 @@ from ._permissions import ToolPolicy as ToolPolicy
 from ._permissions import ToolRequest as ToolRequest
 from ._permissions import resume_refusal as resume_refusal
 from ._permissions import resumed_policy as resumed_policy
+from ._recording import Recording as Recording
+from ._recording import ReplayDiffers as ReplayDiffers
+from ._replay import REPLAYABLE as REPLAYABLE
 from ._replay import Replay as Replay
 from ._replayed import ReplayedStep as ReplayedStep
 from ._shell import Reading as Reading
@@ -77,6 +81,7 @@ __all__ = [
     "NO_BRIEF",
     "POSTER",
     "READ_ONLY_TOOLS",
+    "REPLAYABLE",
     "RUN_MAIL_BYTES",
     "RUN_MAIL_SIZE",
     "AgentMessage",
@@ -101,7 +106,9 @@ __all__ = [
     "Placement",
     "Position",
     "Reading",
+    "Recording",
     "Replay",
+    "ReplayDiffers",
     "ReplayedStep",
     "Report",
     "RunBasis",

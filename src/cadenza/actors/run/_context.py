@@ -28,6 +28,7 @@ from ._mcp import McpHost
 from ._messages import COORDINATOR, Backlog, Outgoing, Unanswered
 from ._outcome import Report
 from ._permissions import PermissionPolicy
+from ._recording import Recording
 from ._worktrees import Worktrees
 
 __all__ = [
@@ -138,6 +139,10 @@ class RunBasis:
     """The model of agent steps that name none."""
     dispatcher: StepDispatcher | None = None
     """Where leaf steps run when the run has remote workers (None: in this process)."""
+    recording: Recording | None = None
+    """The recorded run this one replays offline (``cadenza replay``): its agents' calls
+    are answered from its journal, its other leaves from its records, and each decision
+    is checked against its own (None: the run is live)."""
 
     def shared(self) -> dict[str, Any]:
         """These fields by name, to make a `RunContext` of a `RunSetup` (or the reverse)."""

@@ -130,6 +130,12 @@ class RunJournal:
         spent = self._step_usage.get(address, (0, 0))
         self._step_usage[address] = (spent[0] + prompt, spent[1] + completion)
 
+    def spent_before(self, address: str, prompt: int, completion: int) -> None:
+        """Counts, for the step at ``address`` only, usage of a call it replayed: the run's
+        totals have it already (the log the run resumed from counted it)."""
+        spent = self._step_usage.get(address, (0, 0))
+        self._step_usage[address] = (spent[0] + prompt, spent[1] + completion)
+
     def take_usage(self, address: str) -> tuple[int, int]:
         """The (prompt, completion) tokens spent at ``address`` since the last take."""
         return self._step_usage.pop(address, (0, 0))
@@ -210,6 +216,24 @@ class RunJournal:
         if ARMED:  # a crash test is on: spare every other run the call
             failpoint("event")
         return event
+
+    def restate(
+        self,
+        type: str,
+        *,
+        step_id: str | None = None,
+        agent: str | None = None,
+        tokens: Tokens | None = None,
+        data: Payload | None = None,
+    ) -> None:
+        """Shows an event the log already holds (a replayed call's) to the observers that
+        count from scratch (`subscribe` with ``restated``), and to no one else: it is not
+        stored or numbered again."""
+        plain = None if data is None else to_builtins(data)
+        event = Event(type, timestamp(), self.run_id, self._seq, step_id, agent, None, None)
+        event = msgspec.structs.replace(event, tokens=tokens, data=plain)
+        for sink in self._restated:
+            sink(event)
 
     def output(self, step_id: str, agent: str | None, delta: str, done: bool) -> None:
         """Shows observers text a model streamed: zenflow's ``output`` event, not recorded.

@@ -18,6 +18,10 @@ Controllers re-emit the events of the decisions they make again; those already
 in the log (same type, address, message and data, counted with multiplicity)
 are dropped, so the log reads as one run with a ``run_resumed`` marker where
 the process restarted, and a second resume does not duplicate the first.
+
+A fork (`cadenza.Runtime.fork`) is a new run that starts as a resume does, from
+records and events copied from the run it forks: what finished there before the
+fork's address started is replayed, the rest runs live.
 """
 
 from __future__ import annotations
@@ -28,8 +32,10 @@ from typing import Any
 import msgspec
 
 from cadenza.errors import CorruptRecord
-from cadenza.protocols import Event, EventType, StepRecord, Tokens
+from cadenza.protocols import CallRecord, Event, EventType, RunForked, StepRecord, Tokens
+from cadenza.store import RunStore
 
+from ._messages import COORDINATOR
 from ._replay_log import LogState, read_log
 
 __all__ = ["REPLAYABLE", "Replay"]
@@ -106,6 +112,21 @@ class Replay:
             if e.type in _DECISIONS
         )
         self._launched = {e.step_id for e in events if e.type == EventType.ITERATION_START}
+        self.forked: RunForked | None = None
+        """Set when this is a fork's start (`Runtime.fork`): the run says so with a
+        ``run_forked`` event instead of ``run_resumed``."""
+        self.calls: dict[str, list[CallRecord]] = {}
+        """The calls recorded at each address the kill cut off, read by `load_calls`."""
+
+    async def load_calls(self, store: RunStore, run_id: str) -> None:
+        """Reads the calls of every address the kill cut off (and of the coordinator
+        agent's wakes) before the run starts again: a visit that continues one takes
+        them at once, so the resumed run's visits ask in the order they did."""
+        cut_off = [a for a, r in self.prior.items() if r.status not in (*REPLAYABLE, "waiting")]
+        for address in [*cut_off, str(COORDINATOR)]:
+            calls = await store.calls(run_id, address)
+            if calls:
+                self.calls[address] = calls
 
     @property
     def replayable(self) -> int:

@@ -14,7 +14,8 @@ before dying is dropped here: a message sent by a step counts once that step's
 outcome is recorded (its ``step_end``, ``step_skipped`` or failing ``error``),
 and is forgotten if the log reaches a restart (``run_resumed``, or its end)
 first. Draining a message out of an inbox is undone the same way, so the
-step's new attempt finds the message waiting again.
+step's new attempt finds the message waiting again. A fork's ``run_forked`` is
+such a restart too: the work its parent had in flight there runs anew in the fork.
 
 The coordinator agent's wakes (``coordinator_wake`` start and end) count once
 the wake has ended and the step whose message woke it has its outcome
@@ -315,6 +316,12 @@ class _Reader:
         """The process died: what unfinished work did is void, it will be done again."""
         self._restart_coordinator()
         self.spending.clear()
+        # A step cut off replays the model calls its journal holds (their agent_turn
+        # events are committed only after their records): the replies they had stay
+        # had, whichever agent of the resumed run asks first.
+        for replies in self.replies.values():
+            for client, position in replies:
+                self.state.script_positions.setdefault(client, set()).add(position)
         self.replies.clear()
         for indexes in self.unconfirmed.values():
             for index in indexes:
@@ -376,6 +383,7 @@ _READS: dict[str, Callable[[_Reader, Event, str], None]] = {
     EventType.STEP_SKIPPED: _Reader._ended,
     EventType.ERROR: _Reader._error,
     EventType.RUN_RESUMED: _Reader._resumed,
+    EventType.RUN_FORKED: _Reader._resumed,
 }
 """What each type of event the reader heeds does to it (by the address it names)."""
 

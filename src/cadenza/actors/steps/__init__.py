@@ -14,6 +14,7 @@ from cadenza.actors.run import StepDispatcher as StepDispatcher
 
 from ._agent import AgentVisit as AgentVisit
 from ._agent import run_agent as run_agent
+from ._calls import cut_off as cut_off
 from ._handler import HandlerError as HandlerError
 from ._handler import StepContext as StepContext
 from ._handler import StepOutput as StepOutput
@@ -52,6 +53,7 @@ __all__ = [
     "WorkSite",
     "WorkerSite",
     "ask_person",
+    "cut_off",
     "leaf_work",
     "resolve_handler",
     "run_agent",

@@ -27,7 +27,15 @@ from cadenza.actors.run import (
     ToolRequest,
 )
 from cadenza.errors import CadenzaError, InboxFull
-from cadenza.llm import LLMClient, LLMRequest, Message, ModelToolCall, ToolSpec
+from cadenza.llm import (
+    Completion,
+    LLMClient,
+    LLMRequest,
+    Message,
+    ModelToolCall,
+    ScriptedClient,
+    ToolSpec,
+)
 from cadenza.protocols import (
     AgentMemory,
     AgentTurn,
@@ -43,6 +51,7 @@ from cadenza.protocols import (
 from cadenza.workflow import DEFAULT_MAX_TURNS, Agent, LoadedWorkflow, MemoryWindow
 
 from ._agent_tools import agent_builtins, builtin_names
+from ._calls import CallLog, digest
 from ._deltas import Deltas
 from ._mcp_tools import mcp_tools
 from ._prompt import build_prompt, cap, read_context_files
@@ -133,12 +142,29 @@ class _Conversation:
         if not decision.allowed:
             raise ToolError(f"permission denied: {decision.reason}")
 
-    async def call(self, call: ModelToolCall) -> str:
-        """Runs one tool call; any failure becomes an error message for the model.
+    async def call(self, call: ModelToolCall, log: CallLog, turn: str) -> str:
+        """Runs one tool call, or replays its recorded output; any failure becomes an
+        error message for the model.
+
+        The run's own tools (``submit_result``, ``send_message``...) act on the run, not
+        on the world, and run again on resume, as the rest of the run's decisions do;
+        the others are journaled in ``log``, keyed to the ``turn`` (model call) that
+        asked for them.
 
         Returns:
             The answer for the model, known secrets scrubbed (``_redact.scrub``).
         """
+        if call.name in self.internal:
+            return await self._run(call)
+        asked = digest(turn, call.id, call.name, call.arguments)
+        recorded = log.replay("tool", asked)
+        if recorded is not None:
+            return recorded
+        text = await self._run(call)
+        await log.record("tool", asked, text, ran=call.name in self.tools)
+        return text
+
+    async def _run(self, call: ModelToolCall) -> str:
         journal = self.run.journal
         redacted = redact(call.arguments)[:_OUTPUT_PREVIEW]
         journal.emit(
@@ -338,6 +364,12 @@ class AgentVisit:
     extra_tools: Sequence[Tool] = ()
     can_send_messages: bool = True
     max_retries: int | None = None
+    execution: int = 1
+    """Its number among the executions at ``address`` (a step's attempt): what its
+    calls are recorded under."""
+    resumes: int | None = None
+    """The execution at ``address`` this one continues, on resume: its recorded calls
+    are replayed (None: it continues none)."""
 
 
 async def run_agent(run: RunContext, document: LoadedWorkflow, visit: AgentVisit) -> AgentOutcome:
@@ -350,7 +382,8 @@ async def run_agent(run: RunContext, document: LoadedWorkflow, visit: AgentVisit
     conversation = _Conversation(run, visit.address, visit.agent_name, agent, document.base_dir)
     contents: list[str] = []
     try:
-        talk = await _Talk.open(run, document, visit, conversation, contents)
+        log = CallLog.resuming(run, visit.address, visit.execution, of=visit.resumes)
+        talk = await _Talk.open(run, document, visit, conversation, contents, log)
         for turn in range(1, (agent.turns if agent is not None else DEFAULT_MAX_TURNS) + 1):
             if not await talk.turn(turn):
                 break
@@ -384,6 +417,8 @@ class _Talk:
     first_own: int
     """Where this visit's own messages start (before: a loop's remembered ones)."""
     contents: list[str]
+    log: CallLog
+    """The visit's calls: those it replays on resume, and the record of the rest."""
 
     @classmethod
     async def open(
@@ -393,6 +428,7 @@ class _Talk:
         visit: AgentVisit,
         conversation: _Conversation,
         contents: list[str],
+        log: CallLog,
     ) -> _Talk:
         """Resolves the model, offers the tools and writes the first prompt."""
         agent = conversation.agent
@@ -432,7 +468,9 @@ class _Talk:
                 else document.workflow.options.max_retries
             ),
         )
-        return cls(run, visit, conversation, client, spec, request, messages, first_own, contents)
+        return cls(
+            run, visit, conversation, client, spec, request, messages, first_own, contents, log
+        )
 
     def own_messages(self) -> list[Message]:
         """This visit's messages: what a loop's ``memory`` keeps of it."""
@@ -441,49 +479,111 @@ class _Talk:
     async def turn(self, turn: int) -> bool:
         """Asks the model once and runs the tools it called; False: the visit is over
         (an answer without tools, or a result submitted)."""
-        run, visit, messages = self.run, self.visit, self.messages
+        visit, messages = self.visit, self.messages
         if turn > 1:
             waiting = visit.drain_inbox()
             if waiting:
                 inbox = "## Inbox\n" + "\n".join(f"- {m}" for m in waiting)
                 messages.append(Message("user", scrub(inbox)))
-        run.journal.emit(
-            EventType.AGENT_TURN,
-            step_id=visit.address,
-            agent=visit.agent_name,
-            data=AgentTurn(phase="request", turn=turn, model=self.spec),
-        )
         request = msgspec.structs.replace(self.request, messages=tuple(messages))
-        deltas = Deltas(run, visit.address, visit.agent_name)
-        async with run.token_budget():
-            try:
-                completion = await self.client.complete(request, on_delta=deltas)
-            finally:  # the reply's text ends here, even when the call failed
-                deltas.finish()
-            usage = completion.usage
-            run.journal.spend(visit.address, usage.prompt_tokens, usage.completion_tokens)
-        run.journal.emit(
-            EventType.AGENT_TURN,
-            step_id=visit.address,
-            agent=visit.agent_name,
-            tokens=Tokens(
-                usage.prompt_tokens,
-                usage.completion_tokens,
-                usage.prompt_tokens + usage.completion_tokens,
-            ),
-            data=AgentTurn(
-                phase="response",
-                model=self.spec,
-                attempts=completion.attempts,
-                script_position=completion.script_position,
-            ),
-        )
+        asked = digest(_encode(request))
+        completion = self._replayed(turn, asked) or await self._ask(turn, request, asked)
         if completion.content:
             self.contents.append(completion.content)
         messages.append(Message("assistant", completion.content, tool_calls=completion.tool_calls))
         if not completion.tool_calls:
             return False
         for call in completion.tool_calls:
-            output = await self.conversation.call(call)
+            output = await self.conversation.call(call, self.log, asked)
             messages.append(Message("tool", output, tool_call_id=call.id, name=call.name))
         return not self.conversation.submitted
+
+    def _replayed(self, turn: int, asked: str) -> Completion | None:
+        """The recorded reply to this request, when the visit replays its journal (an
+        offline replay's calls are not: each is asked, and answered by the record).
+
+        Its ``agent_turn`` events are stated again, as every decision of a resumed
+        run is: the log has them, so they are not stored twice, and a control loop's
+        budget, which counts from the restated ones, counts the call.
+        """
+        if self.log.offline:
+            return None
+        body = self.log.replay("model", asked)
+        if body is None:
+            return None
+        completion = _decode_completion(body)
+        usage = completion.usage
+        self.run.journal.spent_before(
+            self.visit.address, usage.prompt_tokens, usage.completion_tokens
+        )
+        if completion.script_position is not None and isinstance(self.client, ScriptedClient):
+            self.client.take(completion.script_position)  # live calls go on after it
+        self._requested(turn, restated=True)
+        self._answered(completion, restated=True)
+        return completion
+
+    async def _ask(self, turn: int, request: LLMRequest, asked: str) -> Completion:
+        """Calls the model, records the call, and says so in the run's events. An offline
+        replay's call is answered by the record instead, and otherwise goes the same way."""
+        run, visit = self.run, self.visit
+        self._requested(turn)
+        offline = self.log.offline
+        async with run.token_budget():
+            if offline:  # ReplayDiffers when the record does not answer this request
+                completion = _decode_completion(self.log.answer("model", asked))
+            else:
+                completion = await self._complete(request)
+            usage = completion.usage
+            run.journal.spend(visit.address, usage.prompt_tokens, usage.completion_tokens)
+        if not offline:
+            # What is kept is what the run shows: no known secret, whatever the model said.
+            await self.log.record("model", asked, cast(str, scrub(_encode(completion).decode())))
+        self._answered(completion)
+        return completion
+
+    def _requested(self, turn: int, *, restated: bool = False) -> None:
+        visit, journal = self.visit, self.run.journal
+        data = AgentTurn(phase="request", turn=turn, model=self.spec)
+        if restated:
+            journal.restate(
+                EventType.AGENT_TURN, step_id=visit.address, agent=visit.agent_name, data=data
+            )
+        else:
+            journal.emit(
+                EventType.AGENT_TURN, step_id=visit.address, agent=visit.agent_name, data=data
+            )
+
+    def _answered(self, completion: Completion, *, restated: bool = False) -> None:
+        visit, journal, usage = self.visit, self.run.journal, completion.usage
+        tokens = Tokens(
+            usage.prompt_tokens,
+            usage.completion_tokens,
+            usage.prompt_tokens + usage.completion_tokens,
+        )
+        data = AgentTurn(
+            phase="response",
+            model=self.spec,
+            attempts=completion.attempts,
+            script_position=completion.script_position,
+        )
+        address, agent = visit.address, visit.agent_name
+        if restated:
+            journal.restate(
+                EventType.AGENT_TURN, step_id=address, agent=agent, tokens=tokens, data=data
+            )
+        else:
+            journal.emit(
+                EventType.AGENT_TURN, step_id=address, agent=agent, tokens=tokens, data=data
+            )
+
+    async def _complete(self, request: LLMRequest) -> Completion:
+        visit = self.visit
+        deltas = Deltas(self.run, visit.address, visit.agent_name)
+        try:
+            return await self.client.complete(request, on_delta=deltas)
+        finally:  # the reply's text ends here, even when the call failed
+            deltas.finish()
+
+
+_encode = msgspec.json.Encoder().encode
+_decode_completion = msgspec.json.Decoder(Completion).decode

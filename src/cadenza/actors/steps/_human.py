@@ -50,6 +50,8 @@ async def ask_person(
     """
     replay = run.journal.replay
     answered = replay.take(address) if replay is not None else None
+    if run.recording is not None:  # an offline replay: the recorded answer, if any
+        answered = run.recording.answer_person(address)
     if answered is not None and answered.status == "completed":
         run.journal.step_replayed(address, answered)
         return answered

@@ -54,6 +54,9 @@ class LeafStep(Protocol):
     document: LoadedWorkflow
     scope: Scope
     brief: Brief
+    first_attempt: int
+    """Its first attempt's number: above 1 when a resumed run runs it again (or a
+    supervisor restarts it)."""
 
     def render(self, text: str) -> str:
         """``text`` with its templates filled in from the step's scope and the run's inputs."""
@@ -96,11 +99,14 @@ class LeafWork:
             worktree of its own.
         mailbox: It takes the coordinator's messages: its actor gets the larger inbox.
         spends_tokens: Its ``step_end`` says the tokens it spent.
+        journaled: Its calls are journaled (`CallLog`): an offline replay runs it
+            against the journal. A leaf without is answered from its record there.
     """
 
     isolated: ClassVar[bool] = False
     mailbox: ClassVar[bool] = False
     spends_tokens: ClassVar[bool] = False
+    journaled: ClassVar[bool] = False
 
     def work(self, actor: LeafStep, address: str, attempt: int) -> Awaitable[tuple[str, Any]]:
         """Does attempt ``attempt`` of ``actor``'s step in this process: ``(content, result)``.

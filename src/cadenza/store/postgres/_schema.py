@@ -99,6 +99,39 @@ MIGRATIONS: tuple[str, ...] = (
     );
     CREATE INDEX cadenza_commands_by_run ON cadenza_commands (run_id);
     """,
+    # 4: the calls of agent steps (what resumes inside a step); a body over
+    # CALL_BODY_LIMIT bytes is in cadenza_blobs once per run, named by its SHA-256
+    # (the call's blob). Addresses sort bytewise ("C"), as in SQLite and in memory.
+    """
+    CREATE TABLE cadenza_calls (
+        run_id  text NOT NULL,
+        address text COLLATE "C" NOT NULL,
+        attempt bigint NOT NULL,
+        seq     bigint NOT NULL,
+        kind    text NOT NULL,
+        digest  text NOT NULL,
+        body    text,
+        blob    text,
+        crc     bigint NOT NULL,
+        PRIMARY KEY (run_id, address, attempt, seq)
+    );
+    CREATE INDEX cadenza_calls_by_blob ON cadenza_calls (run_id, blob) WHERE blob IS NOT NULL;
+    CREATE TABLE cadenza_blobs (
+        run_id text NOT NULL,
+        digest text NOT NULL,
+        body   text NOT NULL,
+        crc    bigint NOT NULL,
+        PRIMARY KEY (run_id, digest)
+    );
+    """,
+    # 5: lineage: the run a run was forked from, and where (`Runtime.fork`); NULL for
+    # the runs of before, and for every run that is not a fork.
+    """
+    ALTER TABLE cadenza_runs
+        ADD COLUMN parent_run_id text,
+        ADD COLUMN parent_address text;
+    CREATE INDEX cadenza_runs_by_parent ON cadenza_runs (parent_run_id);
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -141,7 +174,7 @@ async def migrate(connection: Any, where: str) -> None:
 
 
 async def integrity_problems(connection: Any, *, limit: int = 100) -> list[str]:
-    """Every event, record and document read back and checked, in one snapshot."""
+    """Every event, record, document, call and blob read back and checked, in one snapshot."""
     checker = RecordChecker()
     async with connection.transaction(isolation="repeatable_read", readonly=True):
         async for run_id, seq, kind, body, stored in connection.cursor(
@@ -156,6 +189,14 @@ async def integrity_problems(connection: Any, *, limit: int = 100) -> list[str]:
             "SELECT run_id, body, crc FROM cadenza_documents"
         ):
             checker.document(run_id, body, stored)
+        async for run_id, *row in connection.cursor(
+            "SELECT run_id, address, attempt, seq, kind, digest, body, blob, crc FROM cadenza_calls"
+        ):
+            checker.call(run_id, row)
+        async for run_id, name, body, stored in connection.cursor(
+            "SELECT run_id, digest, body, crc FROM cadenza_blobs"
+        ):
+            checker.blob(run_id, name, body, stored)
     return checker.report(limit=limit)
 
 

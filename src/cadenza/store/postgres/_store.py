@@ -42,7 +42,7 @@ import msgspec
 
 from cadenza._redact import redact, register_secret
 from cadenza.errors import StoreError
-from cadenza.protocols import Event, RunResult, RunStatus, StepRecord
+from cadenza.protocols import CallRecord, Event, RunResult, RunStatus, StepRecord
 from cadenza.store._base import (
     ANSWERED,
     Command,
@@ -55,7 +55,9 @@ from cadenza.store._base import (
 from cadenza.store._lease import DEFAULT_LEASE_TTL, HeldLeases, Lease, LeaseHolder, lease_lost
 from cadenza.store._queued import QueuedWrites
 from cadenza.store._records import (
+    RUN_COLUMNS,
     crc,
+    read_calls,
     read_document,
     read_events,
     read_run,
@@ -102,6 +104,8 @@ _BEGIN_RUN = _upsert(
         "created_at": _FLOAT,
         "updated_at": _FLOAT,
         "result": _TEXT,
+        "parent_run_id": _TEXT,
+        "parent_address": _TEXT,
     },
     1,
 )
@@ -128,11 +132,50 @@ _FORGET_STEPS = Statement(
     "AND (address = $2 OR starts_with(address, $3) OR starts_with(address, $4))",
     "steps",
 )
+_PUT_CALL = _upsert(
+    "calls",
+    {
+        "run_id": _TEXT,
+        "address": _TEXT,
+        "attempt": _INT,
+        "seq": _INT,
+        "kind": _TEXT,
+        "digest": _TEXT,
+        "body": _TEXT,
+        "blob": _TEXT,
+        "crc": _INT,
+    },
+    4,
+)
+# Under "calls" (see QueuedWrites): a blob is written, and collected, in its
+# place among the writes of the calls that name it.
+_PUT_BLOB = Statement(
+    "INSERT INTO cadenza_blobs (run_id, digest, body, crc) VALUES ($1, $2, $3, $4) "
+    "ON CONFLICT (run_id, digest) DO NOTHING",
+    "calls",
+    2,
+)
+_FORGET_CALLS = Statement(
+    "DELETE FROM cadenza_calls WHERE run_id = $1 "
+    "AND (address = $2 OR starts_with(address, $3) OR starts_with(address, $4))",
+    "calls",
+)
+_COLLECT_BLOBS = Statement(
+    "DELETE FROM cadenza_blobs b WHERE run_id = $1 AND NOT EXISTS "
+    "(SELECT 1 FROM cadenza_calls c WHERE c.run_id = $1 AND c.blob = b.digest)",
+    "calls",
+)
+# A call's row, or a blob it names (address NULL): one statement, one snapshot.
+_CALLS = (
+    "WITH chosen AS (SELECT * FROM cadenza_calls WHERE run_id = $1{}) "
+    "SELECT address, attempt, seq, kind, digest, body, blob, crc FROM chosen UNION ALL "
+    "SELECT NULL, NULL, NULL, NULL, digest, body, NULL, crc FROM cadenza_blobs "
+    "WHERE run_id = $1 AND digest IN (SELECT blob FROM chosen)"
+)
 _DELETE_RUN = [
     Statement(f"DELETE FROM cadenza_{table} WHERE run_id = $1", table)
-    for table in ("events", "steps", "documents", "leases", "commands", "runs")
+    for table in ("events", "steps", "documents", "leases", "commands", "calls", "blobs", "runs")
 ]
-_RUN_COLUMNS = "run_id, workflow, path, status, inputs, created_at, updated_at, result"
 
 # Reads, leases and maintenance share this many connections; the writer has its own.
 POOL_SIZE = 4
@@ -198,6 +241,8 @@ class PostgresRunStore(QueuedWrites):
 
     save_document_statement = _SAVE_DOCUMENT
     release_lease_statement = _RELEASE_LEASE
+    put_call_statement = _PUT_CALL
+    put_blob_statement = _PUT_BLOB
     _writer: PostgresWriter
 
     def __init__(self, url: str) -> None:
@@ -277,7 +322,7 @@ class PostgresRunStore(QueuedWrites):
         """Queues a new run row."""
         inputs = _encode(row.inputs).decode()
         lease = self._leases.get(row.run_id)
-        self._writer.put(_BEGIN_RUN, (*run_columns(row, inputs), None), lease)  # no result yet
+        self._writer.put(_BEGIN_RUN, run_columns(row, inputs), lease)
 
     def append_event(self, event: Event) -> None:
         """Queues an event."""
@@ -323,7 +368,7 @@ class PostgresRunStore(QueuedWrites):
         """The run row, or None."""
         async with self._reaching() as pool:
             found = await pool.fetchrow(
-                f"SELECT {_RUN_COLUMNS} FROM cadenza_runs WHERE run_id = $1", run_id
+                f"SELECT {RUN_COLUMNS} FROM cadenza_runs WHERE run_id = $1", run_id
             )
         return None if found is None else read_run(found)
 
@@ -331,8 +376,18 @@ class PostgresRunStore(QueuedWrites):
         """Most recent first."""
         async with self._reaching() as pool:
             rows = await pool.fetch(
-                f"SELECT {_RUN_COLUMNS} FROM cadenza_runs ORDER BY created_at DESC LIMIT $1",
+                f"SELECT {RUN_COLUMNS} FROM cadenza_runs ORDER BY created_at DESC LIMIT $1",
                 limit,
+            )
+        return [read_run(r) for r in rows]
+
+    async def forks(self, run_id: str) -> list[RunRow]:
+        """The runs forked from ``run_id``, oldest first."""
+        async with self._reaching() as pool:
+            rows = await pool.fetch(
+                f"SELECT {RUN_COLUMNS} FROM cadenza_runs WHERE parent_run_id = $1 "
+                "ORDER BY created_at",
+                run_id,
             )
         return [read_run(r) for r in rows]
 
@@ -354,6 +409,15 @@ class PostgresRunStore(QueuedWrites):
                 "SELECT address, status, record, crc FROM cadenza_steps WHERE run_id = $1", run_id
             )
         return read_steps(run_id, rows)
+
+    async def calls(self, run_id: str, address: str | None = None) -> list[CallRecord]:
+        """The run's calls (of ``address`` only, when given), by address, attempt and seq."""
+        async with self._reaching() as pool:
+            if address is None:
+                rows = await pool.fetch(_CALLS.format(""), run_id)
+            else:
+                rows = await pool.fetch(_CALLS.format(" AND address = $2"), run_id, address)
+        return read_calls(run_id, rows)
 
     # -- resuming, retention and maintenance ---------------------------------------------
 
@@ -391,7 +455,7 @@ class PostgresRunStore(QueuedWrites):
 
     async def orphaned_runs(self, *, limit: int = 100) -> list[RunRow]:
         """Running runs whose lease is free or expired (on the server's clock), oldest first."""
-        columns = ", ".join(f"r.{name}" for name in _RUN_COLUMNS.split(", "))
+        columns = ", ".join(f"r.{name}" for name in RUN_COLUMNS.split(", "))
         async with self._reaching() as pool:
             rows = await pool.fetch(
                 f"SELECT {columns} FROM cadenza_runs r LEFT JOIN cadenza_leases l USING (run_id) "
@@ -405,7 +469,7 @@ class PostgresRunStore(QueuedWrites):
         """Waiting runs whose newest event is an answer, oldest first."""
         async with self._reaching() as pool:
             rows = await pool.fetch(
-                f"SELECT {_RUN_COLUMNS} FROM cadenza_runs r WHERE status = 'waiting' AND "
+                f"SELECT {RUN_COLUMNS} FROM cadenza_runs r WHERE status = 'waiting' AND "
                 "(SELECT type FROM cadenza_events e WHERE e.run_id = r.run_id "
                 "ORDER BY seq DESC LIMIT 1) = $1 ORDER BY created_at LIMIT $2",
                 ANSWERED,
@@ -454,19 +518,23 @@ class PostgresRunStore(QueuedWrites):
         return read_commands(sorted(rows, key=lambda row: row[0]))
 
     def forget_steps(self, run_id: str, prefix: str) -> None:
-        """Queues the removal of the records at ``prefix`` and below it."""
-        self._writer.put(
-            _FORGET_STEPS, (run_id, prefix, prefix + ".", prefix + "["), self._leases.get(run_id)
-        )
+        """Queues the removal of the records and calls at ``prefix`` and below it, and of
+        the blobs no call names any more."""
+        lease = self._leases.get(run_id)
+        under = (run_id, prefix, prefix + ".", prefix + "[")
+        self._writer.put(_FORGET_STEPS, under, lease)
+        self._writer.put(_FORGET_CALLS, under, lease)
+        self._writer.put(_COLLECT_BLOBS, (run_id,), lease)
 
     async def delete_runs(self, run_ids: Sequence[str]) -> None:
-        """Removes the runs with their events, records, documents and leases."""
+        """Removes the runs with their events, records, documents, calls and leases."""
         for run_id, statement in itertools.product(run_ids, _DELETE_RUN):
             self._writer.put(statement, (run_id,))
         await self.flush()
 
     async def check(self) -> list[str]:
-        """Every stored event, record and document read back and checked, in one snapshot."""
+        """Every stored event, record, document, call and blob read back and checked, in one
+        snapshot."""
         await self.flush()
         async with self._reaching() as pool, pool.acquire() as connection:
             return await integrity_problems(connection)

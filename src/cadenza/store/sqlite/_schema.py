@@ -5,8 +5,14 @@ every event and step record, a ``documents`` table (what a resume replays) and
 a ``leases`` table (which process drives a run). Version 3 gives each lease a
 fencing token and an expiry (``_lease.py``) and indexes runs by status (what
 takeover looks for). Version 4 adds the ``commands`` table: what other
-processes ask of a run's owner (cancel, post a message). An older store is
-upgraded in place when it is opened; a store of a newer version is refused.
+processes ask of a run's owner (cancel, post a message). Version 5 adds the
+``calls`` table (each model and tool call an agent step completed: what resumes
+inside the step) and the ``blobs`` table (a call's body over ``CALL_BODY_LIMIT``
+bytes, kept once per run by its SHA-256, however many calls answered it), and
+gives each run its lineage: the run it was forked from and the address it was
+forked at (both NULL for a run that is not a fork; ``Runtime.fork``). An older
+store is upgraded in place when it is opened; a store of a newer version is
+refused.
 
 Every stored body is msgspec JSON, checked when it is read back (``_records``).
 """
@@ -34,7 +40,7 @@ __all__ = [
     "take_lease",
 ]
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -45,7 +51,9 @@ CREATE TABLE IF NOT EXISTS runs (
     inputs     TEXT NOT NULL,
     created_at REAL NOT NULL,
     updated_at REAL NOT NULL,
-    result     TEXT
+    result     TEXT,
+    parent_run_id  TEXT,
+    parent_address TEXT
 );
 CREATE INDEX IF NOT EXISTS runs_by_time ON runs (created_at);
 CREATE TABLE IF NOT EXISTS events (
@@ -85,6 +93,34 @@ CREATE TABLE IF NOT EXISTS commands (
     created_at REAL NOT NULL
 );
 CREATE INDEX IF NOT EXISTS commands_by_run ON commands (run_id);
+CREATE INDEX IF NOT EXISTS runs_by_parent ON runs (parent_run_id);
+"""
+
+# Version 5: the calls of agent steps. A call's body is in its row, or, over
+# CALL_BODY_LIMIT bytes, in `blobs` (named by the body's SHA-256 in `blob`): a
+# rowid table, as SQLite advises for rows that large. The index finds the calls
+# that name a blob, which is how a blob no call names any more is found.
+_CALLS_SCHEMA = """
+CREATE TABLE IF NOT EXISTS calls (
+    run_id  TEXT NOT NULL,
+    address TEXT NOT NULL,
+    attempt INTEGER NOT NULL,
+    seq     INTEGER NOT NULL,
+    kind    TEXT NOT NULL,
+    digest  TEXT NOT NULL,
+    body    TEXT,
+    blob    TEXT,
+    crc     INTEGER NOT NULL,
+    PRIMARY KEY (run_id, address, attempt, seq)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS calls_by_blob ON calls (run_id, blob) WHERE blob IS NOT NULL;
+CREATE TABLE IF NOT EXISTS blobs (
+    run_id TEXT NOT NULL,
+    digest TEXT NOT NULL,
+    body   TEXT NOT NULL,
+    crc    INTEGER NOT NULL,
+    PRIMARY KEY (run_id, digest)
+);
 """
 
 _decode_holder = msgspec.json.Decoder(LeaseHolder).decode
@@ -122,7 +158,7 @@ def connect(path: Path) -> sqlite3.Connection:
 
 
 def migrate(connection: sqlite3.Connection, path: Path) -> None:
-    """Creates the schema, or upgrades a version-1 store, in one transaction.
+    """Creates the schema, or upgrades an older store, in one transaction.
 
     Raises:
         StoreError: The store was written by a newer Cadenza.
@@ -144,9 +180,16 @@ def migrate(connection: sqlite3.Connection, path: Path) -> None:
         if version == 2:  # a lease of before expiry counts as expired: its holder renews none
             connection.execute("ALTER TABLE leases ADD COLUMN fence INTEGER NOT NULL DEFAULT 0")
             connection.execute("ALTER TABLE leases ADD COLUMN expires_at REAL NOT NULL DEFAULT 0")
+        if 0 < version < 5:  # lineage (forks); the runs of before were forked from nothing
+            connection.execute("ALTER TABLE runs ADD COLUMN parent_run_id TEXT")
+            connection.execute("ALTER TABLE runs ADD COLUMN parent_address TEXT")
         for statement in _SCHEMA.split(";"):
             if statement.strip():
                 connection.execute(statement)
+        if version < 5:  # the calls of agent steps, and the large bodies they share
+            for statement in _CALLS_SCHEMA.split(";"):
+                if statement.strip():
+                    connection.execute(statement)
         connection.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
         connection.execute("COMMIT")
     except BaseException:
@@ -155,7 +198,8 @@ def migrate(connection: sqlite3.Connection, path: Path) -> None:
 
 
 def integrity_problems(connection: sqlite3.Connection, *, limit: int = 100) -> list[str]:
-    """``PRAGMA integrity_check``, then every event, record and document read back and checked."""
+    """``PRAGMA integrity_check``, then every event, record, document, call and blob read
+    back and checked."""
     checker = RecordChecker()
     checker.problems.extend(
         str(row[0])
@@ -172,6 +216,15 @@ def integrity_problems(connection: sqlite3.Connection, *, limit: int = 100) -> l
         checker.step(run_id, address, status, body, stored)
     for run_id, body, stored in connection.execute("SELECT run_id, body, crc FROM documents"):
         checker.document(run_id, body, stored)
+    calls = connection.execute(
+        "SELECT run_id, address, attempt, seq, kind, digest, body, blob, crc FROM calls"
+    )
+    for run_id, *row in calls:
+        checker.call(run_id, row)
+    for run_id, name, body, stored in connection.execute(
+        "SELECT run_id, digest, body, crc FROM blobs"
+    ):
+        checker.blob(run_id, name, body, stored)
     return checker.report(limit=limit)
 
 

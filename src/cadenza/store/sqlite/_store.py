@@ -29,7 +29,7 @@ import anyio
 import msgspec
 
 from cadenza.errors import StoreError
-from cadenza.protocols import Event, RunResult, RunStatus, StepRecord
+from cadenza.protocols import CallRecord, Event, RunResult, RunStatus, StepRecord
 from cadenza.store._base import (
     ANSWERED,
     Command,
@@ -41,7 +41,15 @@ from cadenza.store._base import (
 )
 from cadenza.store._lease import DEFAULT_LEASE_TTL, HeldLeases, Lease, LeaseHolder, lease_lost
 from cadenza.store._queued import QueuedWrites
-from cadenza.store._records import read_document, read_events, read_run, read_steps, run_columns
+from cadenza.store._records import (
+    RUN_COLUMNS,
+    read_calls,
+    read_document,
+    read_events,
+    read_run,
+    read_steps,
+    run_columns,
+)
 
 from ._schema import (
     SCHEMA_VERSION,
@@ -69,7 +77,9 @@ def _blob(body: bytes) -> bytearray:
     return bytearray(body)
 
 
-_BEGIN_RUN = Statement("INSERT OR REPLACE INTO runs VALUES (?, ?, ?, ?, ?, ?, ?, NULL)", "runs", 1)
+_BEGIN_RUN = Statement(
+    f"INSERT OR REPLACE INTO runs ({RUN_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", "runs", 1
+)
 _APPEND_EVENT = Statement(
     "INSERT OR REPLACE INTO events (run_id, seq, type, step_id, body, crc) "
     "VALUES (?, ?, ?, ?, ?, ?)",
@@ -93,9 +103,36 @@ _FORGET_STEPS = Statement(
     "DELETE FROM steps WHERE run_id = ? AND (address = ? OR substr(address, 1, ?) IN (?, ?))",
     "steps",
 )
+_PUT_CALL = Statement(
+    "INSERT OR REPLACE INTO calls (run_id, address, attempt, seq, kind, digest, body, blob, crc) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+    "calls",
+    4,
+)
+# Under "calls" (see QueuedWrites): a blob is written, and collected, in its
+# place among the writes of the calls that name it.
+_PUT_BLOB = Statement(
+    "INSERT OR IGNORE INTO blobs (run_id, digest, body, crc) VALUES (?, ?, ?, ?)", "calls", 2
+)
+_FORGET_CALLS = Statement(
+    "DELETE FROM calls WHERE run_id = ? AND (address = ? OR substr(address, 1, ?) IN (?, ?))",
+    "calls",
+)
+_COLLECT_BLOBS = Statement(
+    "DELETE FROM blobs WHERE run_id = ?1 AND NOT EXISTS "
+    "(SELECT 1 FROM calls WHERE calls.run_id = ?1 AND calls.blob = blobs.digest)",
+    "calls",
+)
+# A call's row, or a blob it names (address NULL): one statement, one moment.
+_CALLS = (
+    "WITH chosen AS (SELECT * FROM calls WHERE run_id = ?1{}) "
+    "SELECT address, attempt, seq, kind, digest, body, blob, crc FROM chosen UNION ALL "
+    "SELECT NULL, NULL, NULL, NULL, digest, body, NULL, crc FROM blobs "
+    "WHERE run_id = ?1 AND digest IN (SELECT blob FROM chosen)"
+)
 _DELETE_RUN = [
     Statement(f"DELETE FROM {table} WHERE run_id = ?", table)
-    for table in ("events", "steps", "documents", "leases", "commands", "runs")
+    for table in ("events", "steps", "documents", "leases", "commands", "calls", "blobs", "runs")
 ]
 # The bound and the insert in one statement, in the writer's transaction: exact
 # however many processes post at once. length() of a BLOB reads no content.
@@ -115,6 +152,8 @@ class SqliteRunStore(QueuedWrites):
 
     save_document_statement = _SAVE_DOCUMENT
     release_lease_statement = _RELEASE_LEASE
+    put_call_statement = _PUT_CALL
+    put_blob_statement = _PUT_BLOB
     _writer: GroupWriter
 
     def __init__(self, path: str | Path) -> None:
@@ -201,12 +240,22 @@ class SqliteRunStore(QueuedWrites):
 
     async def get_run(self, run_id: str) -> RunRow | None:
         """The run row, or None."""
-        rows = await self._read("SELECT * FROM runs WHERE run_id = ?", (run_id,))
+        rows = await self._read(f"SELECT {RUN_COLUMNS} FROM runs WHERE run_id = ?", (run_id,))
         return read_run(rows[0]) if rows else None
 
     async def list_runs(self, *, limit: int = 100) -> list[RunRow]:
         """Most recent first."""
-        rows = await self._read("SELECT * FROM runs ORDER BY created_at DESC LIMIT ?", (limit,))
+        rows = await self._read(
+            f"SELECT {RUN_COLUMNS} FROM runs ORDER BY created_at DESC LIMIT ?", (limit,)
+        )
+        return [read_run(r) for r in rows]
+
+    async def forks(self, run_id: str) -> list[RunRow]:
+        """The runs forked from ``run_id``, oldest first."""
+        rows = await self._read(
+            f"SELECT {RUN_COLUMNS} FROM runs WHERE parent_run_id = ? ORDER BY created_at",
+            (run_id,),
+        )
         return [read_run(r) for r in rows]
 
     async def events(self, run_id: str, *, after_seq: int = 0) -> list[Event]:
@@ -223,6 +272,14 @@ class SqliteRunStore(QueuedWrites):
             "SELECT address, status, record, crc FROM steps WHERE run_id = ?", (run_id,)
         )
         return read_steps(run_id, rows)
+
+    async def calls(self, run_id: str, address: str | None = None) -> list[CallRecord]:
+        """The run's calls (of ``address`` only, when given), by address, attempt and seq."""
+        if address is None:
+            rows = await self._read(_CALLS.format(""), (run_id,))
+        else:
+            rows = await self._read(_CALLS.format(" AND address = ?2"), (run_id, address))
+        return read_calls(run_id, rows)
 
     # -- resuming, retention and maintenance ---------------------------------------------
 
@@ -256,8 +313,9 @@ class SqliteRunStore(QueuedWrites):
 
     async def orphaned_runs(self, *, limit: int = 100) -> list[RunRow]:
         """Running runs whose lease is free or expired, oldest first."""
+        columns = ", ".join(f"runs.{name}" for name in RUN_COLUMNS.split(", "))
         rows = await self._read(
-            "SELECT runs.* FROM runs LEFT JOIN leases ON leases.run_id = runs.run_id "
+            f"SELECT {columns} FROM runs LEFT JOIN leases ON leases.run_id = runs.run_id "
             "WHERE runs.status = 'running' AND (leases.run_id IS NULL OR leases.expires_at <= ?) "
             "ORDER BY runs.created_at LIMIT ?",
             (time.time(), limit),
@@ -267,7 +325,7 @@ class SqliteRunStore(QueuedWrites):
     async def answered_runs(self, *, limit: int = 100) -> list[RunRow]:
         """Waiting runs whose newest event is an answer, oldest first."""
         rows = await self._read(
-            "SELECT * FROM runs WHERE status = 'waiting' AND (SELECT type FROM events "
+            f"SELECT {RUN_COLUMNS} FROM runs WHERE status = 'waiting' AND (SELECT type FROM events "
             "WHERE events.run_id = runs.run_id ORDER BY seq DESC LIMIT 1) = ? "
             "ORDER BY created_at LIMIT ?",
             (ANSWERED, limit),
@@ -303,15 +361,16 @@ class SqliteRunStore(QueuedWrites):
         return read_commands(rows)
 
     def forget_steps(self, run_id: str, prefix: str) -> None:
-        """Queues the removal of the records at ``prefix`` and below it."""
-        self._writer.put(
-            _FORGET_STEPS,
-            (run_id, prefix, len(prefix) + 1, prefix + ".", prefix + "["),
-            self._leases.get(run_id),
-        )
+        """Queues the removal of the records and calls at ``prefix`` and below it, and of
+        the blobs no call names any more."""
+        lease = self._leases.get(run_id)
+        under = (run_id, prefix, len(prefix) + 1, prefix + ".", prefix + "[")
+        self._writer.put(_FORGET_STEPS, under, lease)
+        self._writer.put(_FORGET_CALLS, under, lease)
+        self._writer.put(_COLLECT_BLOBS, (run_id,), lease)
 
     async def delete_runs(self, run_ids: Sequence[str]) -> None:
-        """Removes the runs with their events, records, documents and leases."""
+        """Removes the runs with their events, records, documents, calls and leases."""
         for run_id, statement in itertools.product(run_ids, _DELETE_RUN):
             self._writer.put(statement, (run_id,))
         await self.flush()

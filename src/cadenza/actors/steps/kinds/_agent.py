@@ -15,6 +15,7 @@ import msgspec
 
 from cadenza.actors.run import COORDINATOR, NO_BRIEF, Outgoing, RunContext, Scope, StepFailure
 from cadenza.actors.steps._agent import AgentOutcome, AgentVisit, model_spec, run_agent
+from cadenza.actors.steps._calls import cut_off
 from cadenza.actors.steps._leaf import LeafStep, LeafWork, Send, WorkerSite, order_head
 from cadenza.actors.steps._prompt import build_prompt, read_context_files
 from cadenza.kernel import Actor, Slots, Supervisor
@@ -25,11 +26,13 @@ __all__ = ["AgentWork"]
 
 
 class AgentWork(LeafWork):
-    """An agent step: the coordinator's messages reach it, and it spends tokens."""
+    """An agent step: the coordinator's messages reach it, it spends tokens, and its
+    calls are journaled."""
 
     isolated = True
     mailbox = True
     spends_tokens = True
+    journaled = True
 
     async def work(self, actor: LeafStep, address: str, attempt: int) -> tuple[str, Any]:
         step = actor.step
@@ -46,6 +49,8 @@ class AgentWork(LeafWork):
             context_files=step.context_files,
             drain_inbox=actor.drain_inbox,
             max_retries=step.max_retries,
+            execution=attempt,
+            resumes=_resumes(actor, address, attempt),
         )
         return _outcome(await run_agent(actor.run, actor.document, visit))
 
@@ -54,6 +59,8 @@ class AgentWork(LeafWork):
     ) -> WorkOrder | None:
         if actor.brief.memory != "fresh":
             return None  # the conversation this visit continues is the run's state
+        if _resumes(actor, address, attempt) is not None:
+            return None  # it replays its journal, which is in this process's store
         run = actor.run
         step = actor.step
         agent = actor.document.workflow.agents.get(step.agent) if step.agent else None
@@ -125,6 +132,14 @@ class AgentWork(LeafWork):
                 )
             )
         return _outcome(outcome)
+
+
+def _resumes(actor: LeafStep, address: str, attempt: int) -> int | None:
+    """The attempt a resumed run's first attempt at this step continues (its calls are
+    replayed), or None: the run is not resumed, or the step was not cut off."""
+    if attempt != actor.first_attempt or not cut_off(actor.run, address, attempt - 1):
+        return None
+    return attempt - 1
 
 
 def _outcome(outcome: AgentOutcome) -> tuple[str, Any]:

@@ -48,6 +48,8 @@ export const api = {
   signal: (id, address, data) => call("POST", `${run(id)}/signal`, { address, data, resume: true }),
   cancel: (id) => call("POST", `${run(id)}/cancel`, {}),
   resume: (id) => call("POST", `${run(id)}/resume`, {}),
+  /** A new run going again from `at`, reusing what run `id` recorded before `at` started. */
+  fork: (id, at) => call("POST", `${run(id)}/fork`, { at }),
   /** An EventSource on the run's events with seq > after. */
   stream: (id, after) => new EventSource(`${run(id)}/events/stream?after=${after}`),
 };

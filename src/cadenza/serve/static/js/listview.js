@@ -77,7 +77,7 @@ export function showList(app, params) {
                   "tr",
                   { "data-run": run.runId },
                   h("td", { class: "mono" }, h("a", { href: `#/runs/${encodeURIComponent(run.runId)}` }, run.runId)),
-                  h("td", {}, run.workflow),
+                  h("td", {}, run.workflow, run.parentRunId ? h("span", { class: "muted", title: `forked from ${run.parentRunId} at ${run.parentAddress}` }, " ⑂ fork") : null),
                   h("td", {}, badge(run.status), run.live ? h("span", { class: "muted" }, " live") : null),
                   h("td", {}, formatTime(run.createdAt)),
                   h("td", {}, formatTime(run.updatedAt)),

@@ -106,6 +106,7 @@ export class RunModel {
         this.status = "running";
         break;
       case "run_resumed":
+      case "run_forked":
         this.status = "running";
         this.ended = null;
         break;

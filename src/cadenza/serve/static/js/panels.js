@@ -94,8 +94,9 @@ function section(title, ...content) {
 /**
  * One step's details: what it is, how it went, its content and result, prompts, model
  * turns and tool calls. `info` is the diagram item (node and agents) when there is one.
+ * A step that started offers "Run again from here": `onFork(address)` forks the run there.
  */
-export function renderDetails(el, { model, address, key, info, result, onSelect }) {
+export function renderDetails(el, { model, address, key, info, result, onSelect, onFork }) {
   if (!address && !key) {
     fill(el, h("h2", {}, "Step details"), h("p", { class: "muted" }, "Select a step in the diagram or the timeline (Enter or click)."));
     return;
@@ -131,6 +132,24 @@ export function renderDetails(el, { model, address, key, info, result, onSelect 
     ["Replayed", step && step.replayed ? "yes (recorded outcome, not run again)" : null],
   ].filter(([, v]) => v !== null && v !== undefined && v !== "");
   parts.push(h("dl", {}, facts.map(([k, v]) => [h("dt", {}, k), h("dd", {}, String(v))])));
+  if (onFork && step && step.start) {
+    parts.push(
+      h(
+        "div",
+        { class: "row actions" },
+        h(
+          "button",
+          {
+            type: "button",
+            "data-action": "fork",
+            title: "A new run: what finished before this step started is reused, this step and what follows run again",
+            onclick: () => onFork(address),
+          },
+          "Run again from here",
+        ),
+      ),
+    );
+  }
   const error = (record && record.error && `${record.error.type}: ${record.error.message}`) || (step && (step.error || step.message));
   if (error) parts.push(...section("Error", h("pre", { class: "check-fail" }, error)));
   if (step && step.status === "running" && step.streamed) {

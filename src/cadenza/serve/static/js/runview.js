@@ -1,6 +1,7 @@
 // The run page: header with status, usage and loop counters; the diagram; step details;
-// the answer form of a waiting step; tabs for timeline, decisions, messages, output, events.
-// Live from the run's server-sent events.
+// the answer form of a waiting step; tabs for timeline, decisions, messages, output, events;
+// its lineage (the run it was forked from, the runs forked from it) and, on a step that
+// started, "Run again from here" (a fork). Live from the run's server-sent events.
 
 import { api } from "./api.js";
 import { buildDiagram } from "./diagram.js";
@@ -67,6 +68,7 @@ export function showRun(app, runId) {
   const status = h("span", { class: "run-status" });
   const facts = h("div", { class: "facts" });
   const loops = h("div", { class: "loops", "aria-live": "polite" });
+  const lineage = h("div", { class: "lineage" });
   const actions = h("div", { class: "row actions" });
   const problem = h("div");
   const waiting = h("div");
@@ -80,7 +82,7 @@ export function showRun(app, runId) {
     h(
       "section",
       { class: "panel run-head" },
-      h("div", {}, h("div", { class: "row" }, title, status), h("div", { class: "mono muted" }, runId), facts, loops),
+      h("div", {}, h("div", { class: "row" }, title, status), h("div", { class: "mono muted" }, runId), lineage, facts, loops),
       h("div", { class: "spacer" }),
       actions,
     ),
@@ -265,6 +267,7 @@ export function showRun(app, runId) {
       live ? h("button", { type: "button", class: "danger", onclick: onCancel }, "Cancel run") : null,
       resumable ? h("button", { type: "button", onclick: onResume }, "Resume run") : null,
     );
+    renderLineage();
     if (diagram) diagram.update(model, selectedKey);
     renderDetails(details, {
       model,
@@ -273,6 +276,7 @@ export function showRun(app, runId) {
       info: diagram && selectedKey !== null ? diagram.info(selectedKey) : null,
       result,
       onSelect: select,
+      onFork,
     });
     const tab = views.current();
     if (tab === "timeline") renderTimeline(views.panel.timeline, model, selectedAddress, select, now);
@@ -286,6 +290,37 @@ export function showRun(app, runId) {
     try {
       await api.cancel(runId);
       announce("Cancelling the run");
+    } catch (error) {
+      showProblem(error);
+    }
+  }
+
+  function runLink(id) {
+    return h("a", { class: "mono", href: `#/runs/${encodeURIComponent(id)}` }, id);
+  }
+
+  function renderLineage() {
+    const parent = summary && summary.parentRunId;
+    const forks = (summary && summary.forks) || [];
+    fill(
+      lineage,
+      parent ? h("div", { class: "forked-from" }, "Forked from ", runLink(parent), " at ", h("code", {}, summary.parentAddress || "")) : null,
+      forks.length
+        ? h(
+            "div",
+            { class: "forks" },
+            `Forks (${forks.length}): `,
+            forks.map((fork, i) => [i ? ", " : "", runLink(fork.runId), ` at ${fork.at} `, badge(fork.status)]),
+          )
+        : null,
+    );
+  }
+
+  async function onFork(address) {
+    try {
+      const forked = await api.fork(runId, address);
+      announce(`Started run ${forked.runId} from ${address}`);
+      location.hash = `#/runs/${encodeURIComponent(forked.runId)}`;
     } catch (error) {
       showProblem(error);
     }
