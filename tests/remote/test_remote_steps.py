@@ -7,6 +7,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+import anyio
+
 from cadenza import RunResult, Runtime
 from cadenza.protocols import Event, EventType
 from cadenza.remote import Dispatcher
@@ -228,3 +230,106 @@ async def test_a_tool_step_on_a_worker_is_ended_by_its_timeout(
     assert slow.error is not None
     assert (slow.error.type, slow.error.message) == ("Timeout", "timed out after 1s")
     assert not running(tmp_path / "slow.pid")
+
+
+JOURNALED = """
+name: journaled
+agents:
+  appender:
+    tools: [bash]
+    script:
+      - toolCalls: [{name: bash, arguments: {command: "echo 1 >> lines.txt"}}]
+      - toolCalls: [{name: bash, arguments: {command: "echo 2 >> lines.txt"}}]
+      - "appended"
+steps:
+  - id: append
+    agent: appender
+    instructions: "Append."
+"""
+
+
+async def test_an_agent_on_a_worker_journals_its_calls_in_the_supervisors_store(
+    write_flow: WriteFlow, spawn_worker: SpawnWorker, tmp_path: Path
+) -> None:
+    """The worker sends each call it makes back: the run's store holds the agent's three
+    model calls and two tool calls, under the step's address and attempt, in order."""
+    flow = write_flow(JOURNALED)
+    store = tmp_path / "runs.db"
+    dispatcher = Dispatcher("tcp://127.0.0.1:*", heartbeat=0.2)
+    async with Runtime(store=store, workers=dispatcher) as runtime:
+        assert runtime.workers is not None
+        spawn_worker(runtime.workers.endpoint, "journaler")
+        result = await runtime.run(flow, run_id="r-1")
+        calls = await runtime.store.calls("r-1")
+    assert result.status == "completed", result.error
+    assert result.steps["append"].worker == "journaler"
+    assert [(c.address, c.attempt, c.seq, c.kind) for c in calls] == [
+        ("append", 1, 1, "model"),
+        ("append", 1, 2, "tool"),
+        ("append", 1, 3, "model"),
+        ("append", 1, 4, "tool"),
+        ("append", 1, 5, "model"),
+    ]
+    assert json.loads(calls[-1].body)["content"] == "appended"
+
+
+PARKED = """
+name: parked
+agents:
+  appender:
+    tools: [bash, "HANDLERS:hold"]
+    script:
+      - toolCalls: [{name: bash, arguments: {command: "echo 1 >> lines.txt"}}]
+      - toolCalls: [{name: hold, arguments: {}}]
+      - "done"
+steps:
+  - id: append
+    agent: appender
+    instructions: "Append, then hold."
+"""
+
+HOLD = """
+import asyncio
+from pathlib import Path
+
+async def hold() -> str:
+    while Path("hold.flag").exists():  # the first worker's supervisor goes away meanwhile
+        await asyncio.sleep(0.01)
+    return "released"
+"""
+
+
+async def test_a_resumed_agent_step_replays_its_calls_on_a_worker(
+    write_flow: WriteFlow, spawn_worker: SpawnWorker, tmp_path: Path
+) -> None:
+    """Interrupted while its second tool call runs on a worker, the run resumes with
+    another worker: the step's recorded calls travel with its order and are replayed
+    there (the bash line is appended once), and it goes on live from the held call."""
+    flow = write_flow(PARKED, handlers=HOLD)
+    store = tmp_path / "runs.db"
+    (tmp_path / "hold.flag").touch()
+    held = anyio.Event()
+
+    def holding(event: Event) -> None:
+        if event.type == "tool_call" and (event.data or {}).get("tool_name") == "hold":
+            held.set()
+
+    first = Dispatcher("tcp://127.0.0.1:*", heartbeat=0.2)
+    async with Runtime(store=store, workers=first, shutdown_deadline=0) as runtime:
+        assert runtime.workers is not None
+        spawn_worker(runtime.workers.endpoint, "first")
+        await runtime.start(flow, run_id="r-1", on_event=holding)
+        with anyio.fail_after(30):  # a hang detector, not a timing
+            await held.wait()
+    (tmp_path / "hold.flag").unlink()
+    events: Sink[Event] = Sink()
+    second = Dispatcher("tcp://127.0.0.1:*", heartbeat=0.2)
+    async with Runtime(store=store, workers=second) as runtime:
+        assert runtime.workers is not None
+        spawn_worker(runtime.workers.endpoint, "second")
+        result = await (await runtime.resume("r-1", on_event=events)).result()
+    assert result.status == "completed", result.error
+    assert result.steps["append"].worker == "second"
+    assert (tmp_path / "lines.txt").read_text().split() == ["1"]
+    replayed = [e.data for e in events.items if e.type == "calls_replayed"]
+    assert replayed == [{"calls": 3, "model": 2, "tools": 1}]

@@ -31,6 +31,7 @@ from typing import Annotated, Any, Final, Literal
 
 import msgspec
 
+from ._calls import CallRecord
 from ._events import Event, Tokens
 from ._result import ErrorInfo, Usage
 
@@ -39,6 +40,7 @@ __all__ = [
     "PROTOCOL_VERSION",
     "WORKER_NAME",
     "AgentOrder",
+    "CallMade",
     "Cancel",
     "CommandOrder",
     "Disconnect",
@@ -61,9 +63,12 @@ __all__ = [
     "worker_decoder",
 ]
 
-PROTOCOL_VERSION: Final = 4
+PROTOCOL_VERSION: Final = 5
 """The wire protocol's version; a peer with another one is refused.
 
+5: an agent order carries the calls it replays (``recorded``), and a worker sends
+each call it makes back (``call``) for the run's journal (a worker of version 4
+would make every call of a resumed step again).
 4: ``registered`` orders, for a kind of step registered with Cadenza (a worker of
 version 3 could not decode one). 3: streamed text is an ``output`` event (``delta``,
 ``done``), not ``agent_delta``: a supervisor of version 2 would record each one.
@@ -145,6 +150,9 @@ class AgentOrder(_Order, frozen=True, kw_only=True, tag="agent"):
     tokens_spent: int = 0
     can_send_messages: bool = True
     max_retries: int | None = None
+    recorded: list[CallRecord] = []
+    """The calls this attempt replays: the journal of the attempt a resumed run's step
+    continues (empty on a first try)."""
 
 
 class ToolOrder(_Order, frozen=True, kw_only=True, tag="tool"):
@@ -296,6 +304,12 @@ class Mail(_About, frozen=True, tag="mail"):
     text: _Text
 
 
+class CallMade(_About, frozen=True, tag="call"):
+    """A call an agent step made on the worker, for the run's journal (`CallRecord`)."""
+
+    call: CallRecord
+
+
 class Result(_About, frozen=True, tag="result"):
     """The outcome of one dispatch: exactly one per `Dispatch` a worker took."""
 
@@ -309,7 +323,9 @@ class Result(_About, frozen=True, tag="result"):
 SupervisorMessage = Welcome | Dispatch | Cancel | Heartbeat | WireError | Disconnect
 """What a worker's DEALER receives."""
 
-WorkerMessage = Hello | Ready | Heartbeat | StepEvent | Mail | Result | WireError | Disconnect
+WorkerMessage = (
+    Hello | Ready | Heartbeat | StepEvent | Mail | CallMade | Result | WireError | Disconnect
+)
 """What the supervisor's ROUTER receives (after the peer's identity frame)."""
 
 

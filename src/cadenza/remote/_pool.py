@@ -29,6 +29,7 @@ from cadenza._logging import get_logger
 from cadenza.kernel import Clock
 from cadenza.protocols import (
     PROTOCOL_VERSION,
+    CallMade,
     Cancel,
     Disconnect,
     Dispatch,
@@ -137,7 +138,7 @@ class Pool:
         if isinstance(message, Result):
             self._on_result(identity, record, message)
             self._pump()
-        elif isinstance(message, StepEvent | Mail):
+        elif isinstance(message, StepEvent | Mail | CallMade):
             self._on_step(record, message)
         elif isinstance(message, Hello):
             self._on_hello(identity, record, message)
@@ -147,7 +148,7 @@ class Pool:
         else:
             self._on_session(record, message)
 
-    def _on_step(self, record: WorkerRecord | None, message: StepEvent | Mail) -> None:
+    def _on_step(self, record: WorkerRecord | None, message: StepEvent | Mail | CallMade) -> None:
         """An event or a message from a job's step, passed on while the job is current."""
         job = self.jobs.get(message.job)
         if job is None or record is None or job.worker is not record:
@@ -156,6 +157,8 @@ class Pool:
             return
         if isinstance(message, Mail):
             job.sink.mail(message.text)
+        elif isinstance(message, CallMade):
+            job.sink.call(message.call)
         else:
             job.sink.event(message)
 

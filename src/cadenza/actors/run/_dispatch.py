@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from cadenza.protocols import Result, StepEvent, WorkOrder
+from cadenza.protocols import CallRecord, Result, StepEvent, WorkOrder
 
 __all__ = ["DispatchSink", "StepDispatcher"]
 
@@ -35,6 +35,9 @@ class DispatchSink(Protocol):
 
     def mail(self, text: str) -> None:
         """The running agent sent a message to the coordinator."""
+
+    def call(self, call: CallRecord) -> None:
+        """The running agent made a call, for the run's journal."""
 
 
 class StepDispatcher(Protocol):

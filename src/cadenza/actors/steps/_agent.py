@@ -39,6 +39,7 @@ from cadenza.llm import (
 from cadenza.protocols import (
     AgentMemory,
     AgentTurn,
+    CallRecord,
     ErrorInfo,
     EventType,
     MessageDropped,
@@ -370,6 +371,9 @@ class AgentVisit:
     resumes: int | None = None
     """The execution at ``address`` this one continues, on resume: its recorded calls
     are replayed (None: it continues none)."""
+    recorded: Sequence[CallRecord] | None = None
+    """The calls to replay, given (a work order's, on a worker) rather than read from
+    the resumed run."""
 
 
 async def run_agent(run: RunContext, document: LoadedWorkflow, visit: AgentVisit) -> AgentOutcome:
@@ -382,7 +386,10 @@ async def run_agent(run: RunContext, document: LoadedWorkflow, visit: AgentVisit
     conversation = _Conversation(run, visit.address, visit.agent_name, agent, document.base_dir)
     contents: list[str] = []
     try:
-        log = CallLog.resuming(run, visit.address, visit.execution, of=visit.resumes)
+        if visit.recorded is not None:
+            log = CallLog(run, visit.address, visit.execution, visit.recorded)
+        else:
+            log = CallLog.resuming(run, visit.address, visit.execution, of=visit.resumes)
         talk = await _Talk.open(run, document, visit, conversation, contents, log)
         for turn in range(1, (agent.turns if agent is not None else DEFAULT_MAX_TURNS) + 1):
             if not await talk.turn(turn):

@@ -39,7 +39,7 @@ from cadenza._failpoints import ARMED, failpoint
 from cadenza.actors.run import Recording, RunContext
 from cadenza.protocols import CallKind, CallRecord, CallsReplayed, EventType, ReplayDiverged
 
-__all__ = ["CallLog", "cut_off", "digest"]
+__all__ = ["CallLog", "continued", "cut_off", "digest"]
 
 
 def digest(*parts: bytes | str) -> str:
@@ -60,6 +60,27 @@ def cut_off(run: RunContext, address: str, attempt: int) -> bool:
         return False
     prior = replay.prior.get(address)
     return prior is not None and prior.attempts == attempt
+
+
+def continued(run: RunContext, address: str, execution: int, *, of: int) -> list[CallRecord]:
+    """The calls execution ``execution`` of ``address`` replays as it continues ``of``
+    (a resumed run's): copied under ``execution`` when it is a step's new attempt."""
+    replay = run.journal.replay
+    kept = replay.calls.get(address, ()) if replay is not None else ()
+    if of == execution:  # a judge's question, a wake: asked again under its number
+        return [call for call in kept if call.attempt == of]
+    # A step's attempt continues its predecessor's journal, which may itself have
+    # continued one (a second kill) and not committed all its copy: each call is
+    # the newest attempt's that has it.
+    latest: dict[int, CallRecord] = {}
+    for call in kept:  # ordered by attempt, then seq
+        if call.attempt <= of:
+            latest[call.seq] = call
+    recorded = [latest[seq] for seq in sorted(latest)]
+    store = run.journal.store
+    for call in recorded:  # committed with this attempt's first record, before it
+        store.put_call(run.run_id, msgspec.structs.replace(call, attempt=execution))
+    return recorded
 
 
 class CallLog:
@@ -108,21 +129,7 @@ class CallLog:
         replay = run.journal.replay
         if of is None or replay is None:
             return cls(run, address, execution)
-        kept = replay.calls.get(address, ())
-        if of == execution:  # a judge's question, a wake: asked again under its number
-            return cls(run, address, execution, [c for c in kept if c.attempt == of])
-        # A step's attempt continues its predecessor's journal, which may itself have
-        # continued one (a second kill) and not committed all its copy: each call is
-        # the newest attempt's that has it.
-        latest: dict[int, CallRecord] = {}
-        for call in kept:  # ordered by attempt, then seq
-            if call.attempt <= of:
-                latest[call.seq] = call
-        recorded = [latest[seq] for seq in sorted(latest)]
-        store = run.journal.store
-        for call in recorded:  # committed with this attempt's first record, before it
-            store.put_call(run.run_id, msgspec.structs.replace(call, attempt=execution))
-        return cls(run, address, execution, recorded)
+        return cls(run, address, execution, continued(run, address, execution, of=of))
 
     @property
     def replaying(self) -> bool:

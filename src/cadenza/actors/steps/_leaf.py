@@ -24,7 +24,7 @@ from typing import Any, ClassVar, Protocol
 from cadenza.actors.run import Brief, RunContext, RunJournal, Scope
 from cadenza.kernel import Clock
 from cadenza.llm import ProviderRegistry
-from cadenza.protocols import KindOrder, Mail, StepEvent, Usage, WorkOrder
+from cadenza.protocols import CallMade, KindOrder, Mail, StepEvent, Usage, WorkOrder
 from cadenza.workflow import LoadedWorkflow, State, Step, StepKind
 
 __all__ = [
@@ -38,7 +38,7 @@ __all__ = [
     "order_head",
 ]
 
-Send = Callable[[StepEvent | Mail], None]
+Send = Callable[[StepEvent | Mail | CallMade], None]
 """How a running order reaches its supervisor (events, messages); must not block."""
 
 

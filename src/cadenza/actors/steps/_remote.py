@@ -28,6 +28,7 @@ from cadenza.actors.run import (
 )
 from cadenza.errors import InboxFull
 from cadenza.protocols import (
+    CallRecord,
     ErrorInfo,
     EventType,
     MessageDropped,
@@ -84,6 +85,12 @@ class _StepSink:
             journal.output(self.address, event.agent, event.delta or "", bool(event.done))
             return
         self.run.journal.relay(self.address, event)
+
+    def call(self, call: CallRecord) -> None:
+        if call.address != self.address:  # a worker's say only goes for its own step
+            return
+        run = self.run
+        run.journal.store.put_call(run.run_id, call)
 
     def mail(self, text: str) -> None:
         run = self.run

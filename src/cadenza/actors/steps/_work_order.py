@@ -18,7 +18,17 @@ from functools import partial
 from cadenza.actors.run import RunJournal, StepFailure, work_error
 from cadenza.kernel import Clock
 from cadenza.llm import ProviderRegistry
-from cadenza.protocols import ErrorInfo, Event, KindOrder, Result, StepEvent, Usage, WorkOrder
+from cadenza.protocols import (
+    CallMade,
+    CallRecord,
+    ErrorInfo,
+    Event,
+    KindOrder,
+    Result,
+    StepEvent,
+    Usage,
+    WorkOrder,
+)
 from cadenza.store import MemoryRunStore
 
 from ._leaf import LeafWork, Send, WorkerSite
@@ -94,17 +104,27 @@ def _one(usage: list[Usage]) -> Usage | None:
 
 
 class _Forwarded(MemoryRunStore):
-    """A worker keeps no events: each one goes to the supervisor, which records it."""
+    """A worker keeps no events and no calls: each goes to the supervisor, which records it."""
+
+    def __init__(self, send: Send, job: int, attempt: int) -> None:
+        super().__init__()
+        self._send = send
+        self._job = job
+        self._attempt = attempt
 
     def append_event(self, event: Event) -> None:
         """Keeps nothing."""
+
+    def put_call(self, run_id: str, call: CallRecord) -> None:
+        """Sends the call to the supervisor's journal of the run."""
+        self._send(CallMade(self._job, self._attempt, call))
 
 
 def _forwarding_journal(
     run_id: str, workflow: str, *, job: int, attempt: int, send: Send
 ) -> RunJournal:
-    """A journal that keeps nothing and sends every event to the supervisor."""
-    journal = RunJournal(run_id, workflow, _Forwarded())
+    """A journal that keeps nothing and sends every event and call to the supervisor."""
+    journal = RunJournal(run_id, workflow, _Forwarded(send, job, attempt))
 
     def forward(event: Event) -> None:
         send(StepEvent.of(job, attempt, event))

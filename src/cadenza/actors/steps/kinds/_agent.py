@@ -15,7 +15,7 @@ import msgspec
 
 from cadenza.actors.run import COORDINATOR, NO_BRIEF, Outgoing, RunContext, Scope, StepFailure
 from cadenza.actors.steps._agent import AgentOutcome, AgentVisit, model_spec, run_agent
-from cadenza.actors.steps._calls import cut_off
+from cadenza.actors.steps._calls import continued, cut_off
 from cadenza.actors.steps._leaf import LeafStep, LeafWork, Send, WorkerSite, order_head
 from cadenza.actors.steps._prompt import build_prompt, read_context_files
 from cadenza.kernel import Actor, Slots, Supervisor
@@ -59,8 +59,7 @@ class AgentWork(LeafWork):
     ) -> WorkOrder | None:
         if actor.brief.memory != "fresh":
             return None  # the conversation this visit continues is the run's state
-        if _resumes(actor, address, attempt) is not None:
-            return None  # it replays its journal, which is in this process's store
+        resumes = _resumes(actor, address, attempt)
         run = actor.run
         step = actor.step
         agent = actor.document.workflow.agents.get(step.agent) if step.agent else None
@@ -84,6 +83,7 @@ class AgentWork(LeafWork):
             max_tokens=run.options.max_tokens,
             tokens_spent=run.journal.prompt_tokens + run.journal.completion_tokens,
             max_retries=retries,
+            recorded=[] if resumes is None else continued(run, address, attempt, of=resumes),
         )
 
     async def run_order(self, order: WorkOrder, site: WorkerSite) -> tuple[str, Any]:
@@ -121,6 +121,8 @@ class AgentWork(LeafWork):
                     step_model=order.model,
                     can_send_messages=order.can_send_messages,
                     max_retries=order.max_retries,
+                    execution=order.attempt,
+                    recorded=order.recorded,
                 )
                 outcome = await run_agent(context, document, visit)
         finally:
