@@ -29,7 +29,7 @@ import zmq.asyncio
 
 from _harness import Figure, now, per_op_us
 from cadenza import Runtime, StepContext
-from cadenza.protocols import HandlerOrder, Result, StepEvent
+from cadenza.protocols import CallRecord, HandlerOrder, Result, StepEvent
 from cadenza.remote import Dispatcher, WorkerEvent
 from cadenza.workflow import LoadedWorkflow, Loop, Options, Step, Workflow
 
@@ -127,6 +127,8 @@ class _Quiet:
     def rejected(self, worker: str, job: int, attempt: int) -> None: ...
     def event(self, event: StepEvent) -> None: ...
     def mail(self, text: str) -> None: ...
+
+    def call(self, call: CallRecord) -> None: ...
 
 
 def _order(i: int) -> HandlerOrder:
