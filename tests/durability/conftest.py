@@ -95,6 +95,11 @@ class PowerCut:
     def release_lease(self, run_id: str, holder: LeaseHolder) -> None:
         self.inner.release_lease(run_id, holder)
 
+    async def take_queued(
+        self, holder: LeaseHolder, *, ttl: float = DEFAULT_LEASE_TTL
+    ) -> tuple[RunRow, Lease] | None:
+        return await self.inner.take_queued(holder, ttl=ttl)
+
     async def orphaned_runs(self, *, limit: int = 100) -> list[RunRow]:
         return await self.inner.orphaned_runs(limit=limit)
 

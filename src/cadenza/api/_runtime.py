@@ -112,6 +112,7 @@ from cadenza.workflow import WorkflowError as WorkflowError
 from ._backoff import Backoff
 from ._fork import read_fork, write_fork
 from ._handle import SHUTTING_DOWN, DrivenRun, RunHandle
+from ._queue import cancel_queued, fail_queued, submit_run
 from ._rebuild import check_rebuildable
 from ._resume import (
     finished_result,
@@ -121,6 +122,7 @@ from ._resume import (
     record_signal,
     resumable_runs,
     runs_to_prune,
+    stored_document,
 )
 from ._subscription import SubscriptionStatistics as SubscriptionStatistics
 
@@ -203,6 +205,11 @@ class Runtime:
         recover: Take over the store's orphaned runs (status ``running``, lease
             expired or free) and resume them, looking every
             ``recovery_interval`` seconds until the runtime stops.
+        capacity: Take queued runs (`submit`, from any process) from the store and
+            start them while this runtime drives fewer than this many runs:
+            the highest priority first, then the oldest, looking every
+            ``recovery_interval`` seconds and whenever a run it drives ends.
+            None: take none.
 
     Raises:
         StoreError: ``store`` is a PostgreSQL URL and the ``postgres`` extra is missing.
@@ -227,12 +234,17 @@ class Runtime:
         permissions: PermissionHook | ToolPolicy | None = None,
         lease_ttl: float | None = None,
         recover: bool = False,
+        capacity: int | None = None,
     ) -> None:
         if lease_ttl is None:
             lease_ttl = lease_ttl_from_environment()
         elif lease_ttl <= 0:
             raise ValueError(f"lease_ttl must be above 0 seconds, not {lease_ttl}")
+        if capacity is not None and capacity < 1:
+            raise ValueError(f"capacity must be at least 1 run, not {capacity}")
         self.store: RunStore = make_store(store)
+        self.capacity = capacity
+        self._wake = anyio.Event()  # set when a run ends: room to take a queued one
         self.lease_ttl = lease_ttl
         self.recover = recover
         self.recovery_interval = min(RECOVERY_INTERVAL, lease_ttl / 3)
@@ -299,7 +311,7 @@ class Runtime:
                 raise
         self._group = anyio.create_task_group()
         await self._group.__aenter__()
-        if self.recover:
+        if self.recover or self.capacity is not None:
             self._recovery = anyio.CancelScope()
             self._group.start_soon(self._recover, self._recovery, name="cadenza recovery")
         self._commands = anyio.CancelScope()
@@ -555,11 +567,101 @@ class Runtime:
         return result
 
     async def _recover(self, scope: anyio.CancelScope) -> None:
-        """Takes over orphaned and answered runs every ``recovery_interval`` seconds."""
+        """Takes over orphaned and answered runs (``recover``), and takes queued runs
+        (``capacity``), every ``recovery_interval`` seconds; queued ones also as soon
+        as a run ends."""
         with scope:
             while True:
-                await self._take_over()
-                await anyio.sleep(self.recovery_interval)
+                self._wake = anyio.Event()  # before the look: a run ending during it counts
+                if self.recover:
+                    await self._take_over()
+                if self.capacity is not None:
+                    await self._take_queued(self.capacity)
+                with anyio.move_on_after(self.recovery_interval):
+                    await self._wake.wait()
+
+    async def _take_queued(self, capacity: int) -> None:
+        """Starts queued runs of the store while this runtime drives fewer than ``capacity``."""
+        while sum(not run.done for run in self._runs.values()) < capacity:
+            holder = LeaseHolder.for_this_process()
+            try:
+                taken = await self.store.take_queued(holder, ttl=self.lease_ttl)
+            except Exception as error:
+                _log.warning("cannot take a queued run", error=redact(str(error)))
+                return
+            if taken is None:
+                return  # none waits (or a rival took the one picked: next look)
+            row, lease = taken
+            try:
+                driven = await self._start_queued(row, holder, lease)
+            except Exception as error:
+                _log.error("cannot start the queued run", run_id=row.run_id, error=str(error))
+                continue
+            driven.when_ended(lambda _: self._wake.set())
+            _log.info("took a queued run", run_id=row.run_id, priority=row.priority)
+
+    async def _start_queued(self, row: RunRow, holder: LeaseHolder, lease: Lease) -> DrivenRun:
+        """Starts a queued run this runtime took (``lease``): a new run, from its document.
+
+        A run that cannot start here at all (its workflow names code this process
+        lacks, its document is unreadable, this runtime's policy refuses it) ends
+        ``failed``, saying why, rather than stay at the head of the queue.
+
+        Raises:
+            Exception: The store failed (the lease is given back, the run stays queued),
+                or the run cannot start (it is ended failed, as above).
+        """
+        run_id = row.run_id
+        try:
+            document, inputs, policy = await stored_document(self.store, row)
+            check_rebuildable(run_id, document)
+            self._check_policy(run_id, document, policy)
+            if self.workers is not None:
+                self._check_remote(document)
+        except Exception as error:
+            if not _passing(error):
+                fail_queued(self.store, row, error)
+            self.store.release_lease(run_id, holder)
+            await self.store.flush()
+            raise
+        journal = RunJournal(run_id, row.workflow, self.store)
+        driven = DrivenRun(run_id, journal, self.store, RunControl(), self.clock)
+        limit = (
+            document.workflow.options.max_concurrency
+            or self.max_concurrency
+            or DEFAULT_MAX_CONCURRENCY
+        )
+        own = resumed_policy(policy, self.tool_policy)
+        await self._launch(driven, document, inputs, limit, holder, lease=lease, policy=own)
+        return driven
+
+    async def submit(
+        self,
+        workflow: LoadedWorkflow | Workflow | str | os.PathLike[str],
+        *,
+        inputs: Mapping[str, Any] | None = None,
+        run_id: str | None = None,
+        priority: int | None = None,
+    ) -> str:
+        """Queues a run and returns its id at once: a runtime with a ``capacity`` (this
+        one or another sharing the store: ``cadenza supervise``) will start it.
+
+        The run is recorded ``queued`` with its workflow, inputs and this runtime's
+        tool policy, as `start` records them. Runs with a higher ``priority``
+        (None counts as 0) are taken first, then the oldest.
+
+        Raises:
+            WorkflowError: The workflow is invalid (each problem located).
+            InputError: An input is missing, unknown or of the wrong type, or the
+                run id is already taken.
+        """
+        document = _as_document(workflow)
+        resolved = resolve_inputs(document.workflow.inputs, inputs or {})
+        run_id = run_id or new_run_id()
+        await submit_run(
+            self.store, document, resolved, run_id, priority=priority, policy=self.tool_policy
+        )
+        return run_id
 
     async def _take_over(self) -> None:
         """Resumes each run of the store that nobody drives and that can go on.
@@ -688,6 +790,11 @@ class Runtime:
         if row.status in FINISHED:
             driven.finish(finished_result(row))
             return driven
+        if row.status == "queued":
+            raise CadenzaError(
+                f"run {run_id!r} is queued: a supervisor with capacity starts it"
+                " (cadenza supervise --capacity N); there is nothing to resume"
+            )
         running = self._runs.get(run_id)
         if running is not None and not running.done:
             raise LeaseHeld(f"run {run_id!r} is running in this runtime already")
@@ -865,6 +972,16 @@ class Runtime:
         if row.status in FINISHED:
             raise CadenzaError(f"run {run_id!r} has finished ({row.status}); nothing to cancel")
         try:
+            if row.status == "queued" and (ended := await cancel_queued(self.store, row, reason)):
+                queued = DrivenRun(
+                    run_id,
+                    RunJournal(run_id, row.workflow, self.store),
+                    self.store,
+                    RunControl(),
+                    self.clock,
+                )
+                queued.finish(ended)
+                return queued.handle
             return (await self._resume(run_id, cancel=reason)).handle
         except LeaseHeld:  # another process drives it: that process cancels it
             await self.store.send_command(run_id, CancelCommand(reason))

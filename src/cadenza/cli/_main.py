@@ -49,7 +49,7 @@ from ._permissions import add_permission_options
 from ._remote import add_remote_commands, add_run_options, keys_command, worker_command
 from ._replay import add_replay_command, replay_command
 from ._serve import add_serve_command, serve_command
-from ._supervise import add_supervise_command, supervise_command
+from ._supervise import add_supervise_command, submit_command, supervise_command
 
 if TYPE_CHECKING:
     from cadenza.api import Runtime
@@ -310,6 +310,7 @@ _ASYNC_COMMANDS: dict[str, Callable[[argparse.Namespace], Awaitable[int]]] = {
     "cancel": cancel_command,
     "replay": replay_command,
     "supervise": supervise_command,
+    "submit": submit_command,
 }
 """The commands run in an event loop (``runs`` is the rest)."""
 

@@ -460,10 +460,11 @@ def print_run(
 
 def print_runs(rows: list[RunRow], stream: TextIO) -> None:
     """``runs list``: a line per run: id, status, when it started, how long it took
-    (``-`` while running), workflow."""
+    (``-`` while queued or running), workflow."""
     width = max((len(row.run_id) for row in rows), default=0)
     for row in rows:
-        duration = took(row.updated_at - row.created_at) if row.status != "running" else "-"
+        ongoing = row.status in ("running", "queued")
+        duration = "-" if ongoing else took(row.updated_at - row.created_at)
         stream.write(
             f"{row.run_id:<{width}}  {row.status:<9}  {_started(row)}  {duration:>7}  "
             f"{row.workflow}\n"
@@ -479,6 +480,8 @@ def _started(row: RunRow) -> str:
 
 
 def _duration(row: RunRow) -> str:
+    if row.status == "queued":
+        return "not started"
     if row.status == "running":
         return "not ended"
     return f"took {took(row.updated_at - row.created_at)}"
@@ -575,7 +578,7 @@ def _step_lines(steps: Mapping[str, StepRecord]) -> list[str]:
     return lines
 
 
-EXIT_CODES = {"completed": 0, "failed": 1, "cancelled": 1, "waiting": 3, "running": 1}
+EXIT_CODES = {"completed": 0, "failed": 1, "cancelled": 1, "waiting": 3, "running": 1, "queued": 1}
 """The exit code of ``cadenza run`` and ``resume`` for each run status."""
 
 CANCEL_GRACE = 5.0

@@ -1,4 +1,5 @@
-"""``cadenza supervise``: takes over the runs whose owner stopped renewing its lease.
+"""``cadenza supervise``: starts queued runs, and takes over those whose owner stopped
+renewing its lease; ``cadenza submit``: queues a run for a supervisor.
 
 A supervisor is a `cadenza.Runtime` with ``recover=True`` and nothing else to
 do: every few seconds it looks in the store for runs of status ``running``
@@ -8,6 +9,11 @@ was recorded. Several supervisors may share one store (PostgreSQL): the lease
 decides which of them takes a run, and its fencing token keeps a former owner
 that comes back from writing to it. SIGTERM or Ctrl-C stops the supervisor;
 the runs it was driving are left resumable, for another supervisor to take.
+
+A supervisor also starts queued runs (``cadenza submit``, `cadenza.Runtime.submit`)
+while it drives fewer than ``--capacity`` runs: the highest priority first, then
+the oldest. Taking one is taking its lease, in the statement that picks it, so two
+supervisors never start one run.
 """
 
 from __future__ import annotations
@@ -17,16 +23,22 @@ import contextlib
 import os
 import signal
 import sys
+from pathlib import Path
 from typing import Any
 
 import anyio
 
 from cadenza._logging import configure_logging
 from cadenza.store import DEFAULT_LEASE_TTL, describe_store
+from cadenza.workflow import load_workflow
 
+from ._inputs import add_input_options, parse_inputs
 from ._paths import STORE_HELP, StoreSpec, store_spec
 
-__all__ = ["add_supervise_command", "supervise_command"]
+__all__ = ["DEFAULT_CAPACITY", "add_supervise_command", "submit_command", "supervise_command"]
+
+DEFAULT_CAPACITY = 10
+"""Runs a supervisor drives at once before it leaves queued runs to others."""
 
 
 def _seconds(text: str) -> float:
@@ -49,6 +61,48 @@ def add_supervise_command(commands: Any, store: StoreSpec) -> None:
     )
     supervise.add_argument("--lease-ttl", type=_seconds, metavar="SECONDS", help=ttl)
     supervise.add_argument("--model", help="model for steps without an agent (provider:model)")
+    capacity = (
+        "start queued runs (cadenza submit) while this supervisor drives fewer than N runs "
+        f"(default {DEFAULT_CAPACITY})"
+    )
+    supervise.add_argument(
+        "--capacity", type=_count, default=DEFAULT_CAPACITY, metavar="N", help=capacity
+    )
+
+    what = "queue a run of a workflow file for a supervisor (cadenza supervise); print its id"
+    submit = commands.add_parser("submit", help=what)
+    submit.add_argument("file", type=Path)
+    add_input_options(submit)
+    submit.add_argument("--store", type=store_spec, default=store, help=STORE_HELP)
+    submit.add_argument("--run-id", help="record the run under this id")
+    submit.add_argument(
+        "--priority",
+        type=int,
+        metavar="N",
+        help="supervisors start higher priorities first, then the oldest (default 0)",
+    )
+
+
+def _count(text: str) -> int:
+    """A whole number of runs, at least 1 (``--capacity 50``)."""
+    with contextlib.suppress(ValueError):
+        if (value := int(text)) >= 1:
+            return value
+    raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of runs above 0")
+
+
+async def submit_command(args: argparse.Namespace) -> int:
+    """Records the run as queued and prints its id; returns the exit code."""
+    from cadenza.api import Runtime
+
+    document = load_workflow(args.file)
+    inputs = parse_inputs(args)
+    async with Runtime(store=args.store) as runtime:
+        run_id = await runtime.submit(
+            document, inputs=inputs, run_id=args.run_id, priority=args.priority
+        )
+    sys.stdout.write(f"{run_id}\n")
+    return 0
 
 
 async def supervise_command(args: argparse.Namespace) -> int:
@@ -59,12 +113,17 @@ async def supervise_command(args: argparse.Namespace) -> int:
     if not args.debug:
         configure_logging(None if "CADENZA_LOG_LEVEL" in os.environ else "info")
     async with Runtime(
-        store=args.store, lease_ttl=args.lease_ttl, recover=True, default_model=args.model
+        store=args.store,
+        lease_ttl=args.lease_ttl,
+        recover=True,
+        default_model=args.model,
+        capacity=args.capacity,
     ) as runtime:
         every = runtime.recovery_interval
         sys.stderr.write(
             f"cadenza supervise: taking over orphaned runs of {describe_store(args.store)} "
-            f"every {every:g} s (lease {runtime.lease_ttl:g} s); SIGTERM or Ctrl-C stops\n"
+            f"every {every:g} s (lease {runtime.lease_ttl:g} s), and queued runs while it "
+            f"drives fewer than {args.capacity}; SIGTERM or Ctrl-C stops\n"
         )
         sys.stderr.flush()
         with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:

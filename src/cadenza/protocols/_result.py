@@ -20,7 +20,7 @@ __all__ = [
 ]
 
 StepStatus = Literal["pending", "running", "completed", "failed", "skipped", "cancelled", "waiting"]
-RunStatus = Literal["running", "completed", "failed", "cancelled", "waiting"]
+RunStatus = Literal["queued", "running", "completed", "failed", "cancelled", "waiting"]
 
 FINISHED: frozenset[RunStatus] = frozenset(("completed", "failed", "cancelled"))
 """The statuses of a run that has ended for good: its result never changes again."""

@@ -60,7 +60,7 @@ from ._structure import run_structure
 
 __all__ = ["Api", "HttpProblem", "json_response"]
 
-STATUSES: Final = ("running", "completed", "failed", "cancelled", "waiting")
+STATUSES: Final = ("queued", "running", "completed", "failed", "cancelled", "waiting")
 WORKFLOW_SUFFIXES: Final = (".yaml", ".yml", ".json")
 _MAX_WORKFLOWS: Final = 500
 _SKIP_DIRS: Final = frozenset({"node_modules", "__pycache__", "venv", "site-packages"})

@@ -56,7 +56,7 @@ async def run_events(
         for event in await runtime.store.events(run_id, after_seq=last):
             last = event.seq
             yield event
-        if row.status != "running":
+        if row.status not in ("running", "queued"):
             return
         if runtime.handle(run_id) is not None:  # this server resumed it meanwhile
             async for event in run_events(runtime, run_id, last, poll):

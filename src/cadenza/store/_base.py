@@ -62,13 +62,16 @@ class RunRow(msgspec.Struct, frozen=True):
         run_id: The run's id.
         workflow: The workflow's ``name``.
         path: The workflow file the run came from, when there is one.
-        status: ``running``, ``completed``, ``failed``, ``cancelled`` or ``waiting``.
+        status: ``queued``, ``running``, ``completed``, ``failed``, ``cancelled`` or
+            ``waiting``.
         inputs: The run's inputs after defaults and coercion.
         created_at: Epoch seconds when the run started.
         updated_at: Epoch seconds of the last status change.
         result: The result JSON once the run has ended, else None.
         parent_run_id: The run this one was forked from (`Runtime.fork`), else None.
         parent_address: The address it was forked at: what ran from there on is its own.
+        priority: A queued run's priority (`cadenza.Runtime.submit`): supervisors take
+            the highest first (None counts as 0), then the oldest.
     """
 
     run_id: str
@@ -81,6 +84,7 @@ class RunRow(msgspec.Struct, frozen=True):
     result: RunResult | None = None
     parent_run_id: str | None = None
     parent_address: str | None = None
+    priority: int | None = None
 
 
 ANSWERED = SignalReceived.event_type
@@ -236,6 +240,22 @@ class RunStore(Protocol):
 
     def release_lease(self, run_id: str, holder: LeaseHolder) -> None:
         """Queues the release of ``holder``'s lease (a no-op if it no longer holds it)."""
+
+    async def take_queued(
+        self, holder: LeaseHolder, *, ttl: float = DEFAULT_LEASE_TTL
+    ) -> tuple[RunRow, Lease] | None:
+        """Makes ``holder`` the driver of the queued run to start next, atomically.
+
+        That run is the one of status ``queued`` nobody holds (no lease, or an
+        expired one) with the highest priority (None counts as 0), then the
+        oldest. Two processes never take one run: the lease is taken in the
+        statement that picks it (PostgreSQL: ``FOR UPDATE SKIP LOCKED``). The
+        run stays ``queued`` until its taker records its start: a taker that
+        dies first leaves it to be taken again once the lease expires.
+
+        Returns:
+            The run's row and its lease; None when no queued run is free.
+        """
 
     async def orphaned_runs(self, *, limit: int = 100) -> list[RunRow]:
         """Runs of status ``running`` that nobody drives: no lease, or an expired one.

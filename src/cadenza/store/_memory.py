@@ -147,6 +147,21 @@ class MemoryRunStore:
             del self._leases[run_id]
             self._expiry.pop(run_id, None)
 
+    async def take_queued(
+        self, holder: LeaseHolder, *, ttl: float = DEFAULT_LEASE_TTL
+    ) -> tuple[RunRow, Lease] | None:
+        """Takes the lease of the queued run to start next (highest priority, then oldest)."""
+        now = time.monotonic()
+        free = [
+            row
+            for row in self._runs.values()
+            if row.status == "queued" and now >= self._expiry.get(row.run_id, 0.0)
+        ]
+        if not free:
+            return None
+        row = min(free, key=lambda r: (-(r.priority or 0), r.created_at))
+        return row, await self.acquire_lease(row.run_id, holder, ttl=ttl)
+
     async def orphaned_runs(self, *, limit: int = 100) -> list[RunRow]:
         """Running runs whose lease is free or expired, oldest first."""
         now = time.monotonic()

@@ -85,7 +85,7 @@ def checked(
 
 RUN_COLUMNS = (
     "run_id, workflow, path, status, inputs, created_at, updated_at, result,"
-    " parent_run_id, parent_address"
+    " parent_run_id, parent_address, priority"
 )
 """The ``runs`` table's columns in `RunRow`'s order: what both stores select and insert.
 
@@ -106,12 +106,13 @@ def run_columns(row: RunRow, inputs: bytes | str) -> tuple[Any, ...]:
         None,
         row.parent_run_id,
         row.parent_address,
+        row.priority,
     )
 
 
 def read_run(row: Sequence[Any]) -> RunRow:
     """The `RunRow` of a stored ``runs`` row (its `RUN_COLUMNS`), checked."""
-    run_id, workflow, path, status, inputs, created_at, updated_at, result, parent, at = row
+    run_id, workflow, path, status, inputs, created_at, updated_at, result, parent, at, rank = row
     return RunRow(
         run_id=run_id,
         workflow=workflow,
@@ -125,6 +126,7 @@ def read_run(row: Sequence[Any]) -> RunRow:
         else checked(result, None, _decode_result, f"run {run_id!r}, result"),
         parent_run_id=parent,
         parent_address=at,
+        priority=rank,
     )
 
 

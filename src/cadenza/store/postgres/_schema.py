@@ -29,6 +29,7 @@ __all__ = [
     "migrate",
     "renew_lease",
     "take_lease",
+    "take_queued",
 ]
 
 LOCK_TIMEOUT_MS = 2000
@@ -131,6 +132,13 @@ MIGRATIONS: tuple[str, ...] = (
         ADD COLUMN parent_run_id text,
         ADD COLUMN parent_address text;
     CREATE INDEX cadenza_runs_by_parent ON cadenza_runs (parent_run_id);
+    """,
+    # 6: queued runs (`Runtime.submit`) and their priority; supervisors pick the
+    # highest priority (NULL counts as 0), then the oldest, among the queued only.
+    """
+    ALTER TABLE cadenza_runs ADD COLUMN priority bigint;
+    CREATE INDEX cadenza_runs_queued ON cadenza_runs ((coalesce(priority, 0)) DESC, created_at)
+        WHERE status = 'queued';
     """,
 )
 
@@ -257,6 +265,41 @@ async def take_lease(connection: Any, run_id: str, holder: LeaseHolder, ttl: flo
                 ttl,
             )
             return Lease(run_id, holder, fence, ttl)
+
+
+# One statement picks the run and takes its lease. SKIP LOCKED: a run another
+# supervisor is picking at this moment is passed over, not waited for. A run
+# picked from a snapshot older than a rival's commit finds the rival's lease
+# row unexpired: the conflict's WHERE refuses it, and nothing is taken.
+_TAKE_QUEUED = f"""
+WITH chosen AS (
+    SELECT r.run_id FROM cadenza_runs r LEFT JOIN cadenza_leases l USING (run_id)
+    WHERE r.status = 'queued' AND (l.run_id IS NULL OR l.expires_at <= {NOW})
+    ORDER BY coalesce(r.priority, 0) DESC, r.created_at
+    LIMIT 1 FOR UPDATE OF r SKIP LOCKED
+)
+INSERT INTO cadenza_leases (run_id, holder, taken_at, fence, expires_at)
+SELECT run_id, $1, {NOW}, 1, {NOW} + $2 FROM chosen
+ON CONFLICT (run_id) DO UPDATE SET holder = excluded.holder, taken_at = excluded.taken_at,
+    fence = cadenza_leases.fence + 1, expires_at = excluded.expires_at
+    WHERE cadenza_leases.expires_at <= {NOW}
+RETURNING run_id, fence
+"""
+
+
+async def take_queued(connection: Any, holder: LeaseHolder, ttl: float) -> Lease | None:
+    """Gives ``holder`` the lease of the queued run to start next, in one statement.
+
+    The highest priority first, then the oldest, among the queued runs nobody
+    holds; a run that another supervisor is taking is skipped.
+
+    Returns:
+        The lease, or None when no queued run is free (or a rival took the one picked).
+    """
+    taken = await connection.fetchrow(_TAKE_QUEUED, _encode(holder).decode(), ttl)
+    if taken is None:
+        return None
+    return Lease(taken["run_id"], holder, taken["fence"], ttl)
 
 
 async def renew_lease(connection: Any, lease: Lease) -> None:

@@ -66,7 +66,7 @@ from cadenza.store._records import (
 )
 from cadenza.store._urls import redacted_url, url_password
 
-from ._schema import NOW, integrity_problems, migrate, renew_lease, take_lease
+from ._schema import NOW, integrity_problems, migrate, renew_lease, take_lease, take_queued
 from ._writer import PostgresWriter, Statement
 
 __all__ = ["PostgresRunStore"]
@@ -106,6 +106,7 @@ _BEGIN_RUN = _upsert(
         "result": _TEXT,
         "parent_run_id": _TEXT,
         "parent_address": _TEXT,
+        "priority": _INT,
     },
     1,
 )
@@ -452,6 +453,23 @@ class PostgresRunStore(QueuedWrites):
             raise lease_lost(lease, lease.lost)
         async with self._reaching() as pool, pool.acquire() as connection:
             await renew_lease(connection, lease)
+
+    async def take_queued(
+        self, holder: LeaseHolder, *, ttl: float = DEFAULT_LEASE_TTL
+    ) -> tuple[RunRow, Lease] | None:
+        """Takes the lease of the queued run to start next (``FOR UPDATE SKIP LOCKED``).
+
+        Raises:
+            StoreError: The server could not be reached.
+        """
+        async with self._reaching() as pool, pool.acquire() as connection:
+            lease = await take_queued(connection, holder, ttl)
+            if lease is None:
+                return None
+            found = await connection.fetchrow(
+                f"SELECT {RUN_COLUMNS} FROM cadenza_runs WHERE run_id = $1", lease.run_id
+            )
+        return read_run(found), self._leases.hold(lease)
 
     async def orphaned_runs(self, *, limit: int = 100) -> list[RunRow]:
         """Running runs whose lease is free or expired (on the server's clock), oldest first."""

@@ -27,7 +27,7 @@ import msgspec
 
 from cadenza.errors import StoreError
 from cadenza.store._lease import Lease, LeaseHolder, check_takeover, lease_lost
-from cadenza.store._records import RecordChecker, checked, crc
+from cadenza.store._records import RUN_COLUMNS, RecordChecker, checked, crc
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -38,9 +38,10 @@ __all__ = [
     "migrate",
     "renew_lease",
     "take_lease",
+    "take_queued",
 ]
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -53,7 +54,8 @@ CREATE TABLE IF NOT EXISTS runs (
     updated_at REAL NOT NULL,
     result     TEXT,
     parent_run_id  TEXT,
-    parent_address TEXT
+    parent_address TEXT,
+    priority   INTEGER
 );
 CREATE INDEX IF NOT EXISTS runs_by_time ON runs (created_at);
 CREATE TABLE IF NOT EXISTS events (
@@ -94,6 +96,7 @@ CREATE TABLE IF NOT EXISTS commands (
 );
 CREATE INDEX IF NOT EXISTS commands_by_run ON commands (run_id);
 CREATE INDEX IF NOT EXISTS runs_by_parent ON runs (parent_run_id);
+CREATE INDEX IF NOT EXISTS runs_queued ON runs (created_at) WHERE status = 'queued';
 """
 
 # Version 5: the calls of agent steps. A call's body is in its row, or, over
@@ -183,6 +186,8 @@ def migrate(connection: sqlite3.Connection, path: Path) -> None:
         if 0 < version < 5:  # lineage (forks); the runs of before were forked from nothing
             connection.execute("ALTER TABLE runs ADD COLUMN parent_run_id TEXT")
             connection.execute("ALTER TABLE runs ADD COLUMN parent_address TEXT")
+        if 0 < version < 6:  # queued runs' priority (NULL: the runs of before had none)
+            connection.execute("ALTER TABLE runs ADD COLUMN priority INTEGER")
         for statement in _SCHEMA.split(";"):
             if statement.strip():
                 connection.execute(statement)
@@ -265,6 +270,53 @@ def take_lease(path: Path, run_id: str, holder: LeaseHolder, now: float, ttl: fl
     finally:
         connection.close()
     return Lease(run_id, holder, fence, ttl)
+
+
+def take_queued(
+    path: Path, holder: LeaseHolder, now: float, ttl: float
+) -> tuple[tuple[Any, ...], Lease] | None:
+    """Gives ``holder`` the lease of the queued run to start next, in one ``BEGIN IMMEDIATE``
+    transaction: the highest priority, then the oldest, among those nobody holds.
+
+    One transaction writes the file at a time, so two processes of this machine
+    never take one run. A taker that dies before it starts the run leaves it
+    queued, its lease expiring: the run is taken again after that.
+
+    Returns:
+        The run's ``runs`` row (`RUN_COLUMNS`) and the lease; None when no run waits.
+
+    Raises:
+        StoreError: The store cannot be written.
+    """
+    columns = ", ".join(f"runs.{name}" for name in RUN_COLUMNS.split(", "))
+    connection = connect(path)
+    try:
+        connection.execute("BEGIN IMMEDIATE")
+        try:
+            row = connection.execute(
+                f"SELECT {columns}, leases.fence FROM runs "
+                "LEFT JOIN leases ON leases.run_id = runs.run_id WHERE runs.status = 'queued' "
+                "AND (leases.run_id IS NULL OR leases.expires_at <= ?) "
+                "ORDER BY coalesce(runs.priority, 0) DESC, runs.created_at LIMIT 1",
+                (now,),
+            ).fetchone()
+            lease = None
+            if row is not None:
+                run_id, fence = row[0], (row[-1] or 0) + 1
+                connection.execute(
+                    "INSERT OR REPLACE INTO leases VALUES (?, ?, ?, ?, ?)",
+                    (run_id, _encode(holder), now, fence, now + ttl),
+                )
+                lease = Lease(run_id, holder, fence, ttl)
+            connection.execute("COMMIT")
+        except BaseException:
+            connection.execute("ROLLBACK")
+            raise
+    except sqlite3.Error as error:
+        raise StoreError(f"cannot take a queued run: {error}") from error
+    finally:
+        connection.close()
+    return None if row is None or lease is None else (row[:-1], lease)
 
 
 def renew_lease(path: Path, lease: Lease, now: float) -> None:

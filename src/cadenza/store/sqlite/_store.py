@@ -59,6 +59,7 @@ from ._schema import (
     migrate,
     renew_lease,
     take_lease,
+    take_queued,
 )
 from ._writer import GroupWriter, Statement
 
@@ -78,7 +79,9 @@ def _blob(body: bytes) -> bytearray:
 
 
 _BEGIN_RUN = Statement(
-    f"INSERT OR REPLACE INTO runs ({RUN_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", "runs", 1
+    f"INSERT OR REPLACE INTO runs ({RUN_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+    "runs",
+    1,
 )
 _APPEND_EVENT = Statement(
     "INSERT OR REPLACE INTO events (run_id, seq, type, step_id, body, crc) "
@@ -310,6 +313,20 @@ class SqliteRunStore(QueuedWrites):
         if lease.lost is not None:
             raise lease_lost(lease, lease.lost)
         await anyio.to_thread.run_sync(renew_lease, self.path, lease, time.time())
+
+    async def take_queued(
+        self, holder: LeaseHolder, *, ttl: float = DEFAULT_LEASE_TTL
+    ) -> tuple[RunRow, Lease] | None:
+        """Takes the lease of the queued run to start next, in its own transaction.
+
+        Raises:
+            StoreError: The store cannot be written.
+        """
+        taken = await anyio.to_thread.run_sync(take_queued, self.path, holder, time.time(), ttl)
+        if taken is None:
+            return None
+        row, lease = taken
+        return read_run(row), self._leases.hold(lease)
 
     async def orphaned_runs(self, *, limit: int = 100) -> list[RunRow]:
         """Running runs whose lease is free or expired, oldest first."""
