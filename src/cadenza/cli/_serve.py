@@ -18,6 +18,7 @@ from cadenza.errors import CadenzaError
 from cadenza.store import describe_store, lease_ttl_from_environment
 
 from ._paths import STORE_HELP, StoreSpec, store_spec
+from ._supervise import DEFAULT_CAPACITY
 
 __all__ = ["add_serve_command", "serve_command"]
 
@@ -104,7 +105,15 @@ def add_serve_command(commands: Any, store: StoreSpec) -> None:
         "--recover",
         action="store_true",
         help="also take over the store's runs whose owner died, and waiting runs that "
-        "were answered (several replicas on one PostgreSQL store: docs/deploying.md)",
+        "were answered, and start queued runs (several replicas on one PostgreSQL store: "
+        "docs/deploying.md)",
+    )
+    serve.add_argument(
+        "--capacity",
+        type=_count,
+        metavar="N",
+        help="with --recover: start queued runs (cadenza submit) while this server drives "
+        f"fewer than N runs (default {DEFAULT_CAPACITY})",
     )
 
 
@@ -136,6 +145,7 @@ def serve_command(args: argparse.Namespace) -> int:
         default_model=args.model,
         recover=args.recover,
         limits=Limits(**chosen),
+        capacity=(args.capacity or DEFAULT_CAPACITY) if args.recover else None,
     )
     options.check()
     lease_ttl_from_environment()  # here: in the app's lifespan a bad value is a traceback
@@ -149,7 +159,7 @@ def serve_command(args: argparse.Namespace) -> int:
         elif args.no_token:
             notes.insert(0, "no token: any process of this machine may use it")
         if args.recover:
-            notes.append("taking over orphaned runs")
+            notes.append(f"taking over orphaned runs, and queued ones up to {options.capacity}")
         # The address ends at a space, so that a terminal's link takes the token whole.
         sys.stderr.write(f"cadenza serve: listening on {url} ({'; '.join(notes)}; Ctrl-C stops)\n")
         sys.stderr.flush()

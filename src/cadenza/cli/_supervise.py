@@ -35,7 +35,13 @@ from cadenza.workflow import load_workflow
 from ._inputs import add_input_options, parse_inputs
 from ._paths import STORE_HELP, StoreSpec, store_spec
 
-__all__ = ["DEFAULT_CAPACITY", "add_supervise_command", "submit_command", "supervise_command"]
+__all__ = [
+    "DEFAULT_CAPACITY",
+    "add_supervise_command",
+    "run_count",
+    "submit_command",
+    "supervise_command",
+]
 
 DEFAULT_CAPACITY = 10
 """Runs a supervisor drives at once before it leaves queued runs to others."""
@@ -66,7 +72,7 @@ def add_supervise_command(commands: Any, store: StoreSpec) -> None:
         f"(default {DEFAULT_CAPACITY})"
     )
     supervise.add_argument(
-        "--capacity", type=_count, default=DEFAULT_CAPACITY, metavar="N", help=capacity
+        "--capacity", type=run_count, default=DEFAULT_CAPACITY, metavar="N", help=capacity
     )
 
     what = "queue a run of a workflow file for a supervisor (cadenza supervise); print its id"
@@ -83,7 +89,7 @@ def add_supervise_command(commands: Any, store: StoreSpec) -> None:
     )
 
 
-def _count(text: str) -> int:
+def run_count(text: str) -> int:
     """A whole number of runs, at least 1 (``--capacity 50``)."""
     with contextlib.suppress(ValueError):
         if (value := int(text)) >= 1:

@@ -72,6 +72,7 @@ def create_app(  # noqa: PLR0913 -- keyword-only options, each documented in doc
     poll: float = 0.5,
     recover: bool = False,
     limits: Limits = DEFAULT_LIMITS,
+    capacity: int | None = None,
 ) -> Starlette:
     """The viewer's ASGI application.
 
@@ -89,6 +90,8 @@ def create_app(  # noqa: PLR0913 -- keyword-only options, each documented in doc
             and answered runs (`cadenza.Runtime`'s ``recover``).
         limits: The caps on a request's body and on open event streams (the
             others are the server's: see `Limits`).
+        capacity: With ``runtime`` None: the runtime starts queued runs while it
+            drives fewer than this many (`cadenza.Runtime`'s ``capacity``).
 
     Returns:
         The application; ``app.state.api`` holds the endpoints (``api.stopping``
@@ -103,7 +106,9 @@ def create_app(  # noqa: PLR0913 -- keyword-only options, each documented in doc
         if runtime is not None:
             yield
             return
-        async with Runtime(store=store, default_model=default_model, recover=recover) as owned:
+        async with Runtime(
+            store=store, default_model=default_model, recover=recover, capacity=capacity
+        ) as owned:
             api.runtime = owned
             try:
                 yield

@@ -48,8 +48,9 @@ class RunSummary(_Body, frozen=True):
         run_id: The run's id.
         workflow: The workflow's name.
         path: The workflow file the run came from, when there is one.
-        status: ``running``, ``completed``, ``failed``, ``cancelled`` or ``waiting``.
-        created_at: Epoch seconds when the run started.
+        status: ``queued``, ``running``, ``completed``, ``failed``, ``cancelled`` or
+            ``waiting``.
+        created_at: Epoch seconds when the run started (a queued run: was submitted).
         updated_at: Epoch seconds of the last status change.
         inputs: The run's inputs after defaults.
         live: True when this server drives the run (it can be cancelled here).
@@ -160,11 +161,18 @@ RunIdText = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,
 
 
 class StartRequest(_Body, frozen=True):
-    """Start a run of the workflow file at ``path`` (relative to the server's root)."""
+    """Start a run of the workflow file at ``path`` (relative to the server's root).
+
+    With ``queue``, the run is recorded ``queued`` instead, for a supervisor
+    with capacity (``cadenza supervise``, ``cadenza serve --recover``) to start;
+    supervisors start a higher ``priority`` first, then the oldest.
+    """
 
     path: Annotated[str, msgspec.Meta(min_length=1)]
     inputs: dict[str, Any] = {}
     run_id: RunIdText | None = None
+    queue: bool = False
+    priority: int | None = None
 
 
 class SignalRequest(_Body, frozen=True):

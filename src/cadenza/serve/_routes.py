@@ -266,10 +266,17 @@ class Api:
     # Acting ------------------------------------------------------------------------
 
     async def start_run(self, request: Request) -> Response:
-        """``POST /api/runs``: starts a run of a workflow file under the root."""
+        """``POST /api/runs``: starts a run of a workflow file under the root (or, with
+        ``queue``, records it queued for a supervisor)."""
         body = await _decode(request, StartRequest)
         path = self._under_root(body.path)
         loaded = await anyio.to_thread.run_sync(load_workflow, path)
+        if body.queue:
+            run_id = await self.runtime.submit(
+                loaded, inputs=body.inputs, run_id=body.run_id, priority=body.priority
+            )
+            queued = await self.runtime.get_run(run_id)
+            return json_response(summary(queued, live=False), 201)
         handle = await self.runtime.start(loaded, inputs=body.inputs, run_id=body.run_id)
         now = time.time()
         row = await self.runtime.store.get_run(handle.run_id)

@@ -72,6 +72,8 @@ class ServeOptions:
             through any replica (`cadenza.Runtime`'s ``recover``).
         limits: What one client may cost the server: body size, open event
             streams, connections, time to send a request.
+        capacity: Start queued runs while the server drives fewer than this many
+            (`cadenza.Runtime`'s ``capacity``); None: start none.
     """
 
     store: str | os.PathLike[str] | None = None
@@ -84,6 +86,7 @@ class ServeOptions:
     poll: float = 0.5
     recover: bool = False
     limits: Limits = DEFAULT_LIMITS
+    capacity: int | None = None
 
     def check(self) -> None:
         """Refuses what would be unsafe or cannot work.
@@ -119,6 +122,7 @@ class ServeOptions:
             poll=self.poll,
             recover=self.recover,
             limits=self.limits,
+            capacity=self.capacity,
         )
 
 
