@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sqlite3
 import subprocess
 import time
 from collections import Counter
@@ -217,3 +218,32 @@ async def test_two_supervisors_on_postgres_never_start_one_run_twice(
             kinds = [event.type for event in await store.events(run_id)]
             assert kinds.count("workflow_start") == 1
             assert "run_resumed" not in kinds
+
+
+async def test_a_queued_run_that_cannot_start_fails_and_does_not_block_the_queue(
+    write_flow: WriteFlow, tmp_path: Path
+) -> None:
+    """Its document is damaged: the supervisor ends it failed, saying why, and goes on."""
+    effects = tmp_path / "effects.txt"
+    flow = write_flow(STEPS.format(effects=effects))
+    spec = str(tmp_path / "runs.db")
+    async with Runtime(store=spec) as submitter:
+        await submitter.submit(flow, run_id="damaged", priority=9)
+        await submitter.submit(flow, run_id="sound")
+    with sqlite3.connect(spec) as connection:
+        connection.execute("UPDATE documents SET crc = crc + 1 WHERE run_id = 'damaged'")
+    connection.close()
+    async with Runtime(store=spec, capacity=1):
+
+        async def both_ended() -> bool:
+            return (await statuses(spec)) == Counter(completed=1, failed=1)
+
+        await wait_for("both runs to end", both_ended)
+    async with opened_store(spec) as store:
+        damaged = await store.get_run("damaged")
+    assert damaged is not None
+    assert damaged.result is not None
+    assert damaged.result.error is not None
+    assert damaged.result.error.type == "CorruptRecord"
+    assert "cannot start the queued run" in damaged.result.error.message
+    assert {run_id for run_id, _, _ in effects_of(effects)} == {"sound"}

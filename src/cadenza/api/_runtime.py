@@ -162,6 +162,12 @@ def _passing(error: Exception) -> bool:
     return isinstance(error, StoreError) or not isinstance(error, CadenzaError)
 
 
+def _startable_later(error: Exception) -> bool:
+    """Whether a queued run that failed to start may start at a later look: the store
+    was busy or away, not the run's own record unreadable."""
+    return _passing(error) and not isinstance(error, CorruptRecord)
+
+
 def new_run_id() -> str:
     """A sortable, unique run id: UTC time plus randomness (``20261121T101500-3f9a1c``)."""
     return time.strftime("%Y%m%dT%H%M%S", time.gmtime()) + "-" + secrets.token_hex(3)
@@ -595,6 +601,10 @@ class Runtime:
             try:
                 driven = await self._start_queued(row, holder, lease)
             except Exception as error:
+                if _startable_later(error):  # left queued: look again at the next look
+                    why = redact(str(error))
+                    _log.warning("cannot start the queued run yet", run_id=row.run_id, error=why)
+                    return
                 _log.error("cannot start the queued run", run_id=row.run_id, error=str(error))
                 continue
             driven.when_ended(lambda _: self._wake.set())
@@ -619,7 +629,7 @@ class Runtime:
             if self.workers is not None:
                 self._check_remote(document)
         except Exception as error:
-            if not _passing(error):
+            if not _startable_later(error):
                 fail_queued(self.store, row, error)
             self.store.release_lease(run_id, holder)
             await self.store.flush()
@@ -655,6 +665,8 @@ class Runtime:
             InputError: An input is missing, unknown or of the wrong type, or the
                 run id is already taken.
         """
+        if self._group is None:
+            raise CadenzaError("the runtime is not running; use it as 'async with Runtime()'")
         document = _as_document(workflow)
         resolved = resolve_inputs(document.workflow.inputs, inputs or {})
         run_id = run_id or new_run_id()
@@ -1094,6 +1106,8 @@ class Runtime:
         if running is not None:
             return await running.handle.result()
         row = await get_row(self.store, run_id)
+        if row.status == "queued":
+            raise CadenzaError(f"run {run_id!r} is queued: a supervisor with capacity starts it")
         if row.status not in FINISHED:
             raise CadenzaError(
                 f"run {run_id!r} is {row.status} and not running in this runtime; resume it"

@@ -363,6 +363,10 @@ class Api:
         await _decode(request, ResumeRequest)
         if row.status in FINISHED:
             raise HttpProblem(409, "Conflict", f"run {row.run_id!r} has finished ({row.status})")
+        if row.status == "queued":
+            raise HttpProblem(
+                409, "Conflict", f"run {row.run_id!r} is queued: a supervisor starts it"
+            )
         await self.runtime.resume(row.run_id)
         status: RunStatus = "running"
         resumed = msgspec.structs.replace(summary(row, live=True), status=status)
