@@ -213,11 +213,23 @@ async def test_two_supervisors_on_postgres_never_start_one_run_twice(
     assert ran == {(run_id, step): 1 for run_id in run_ids for step in "abc"}
     drivers = {run_id: {pid for r, _, pid in lines if r == run_id} for run_id in run_ids}
     assert all(len(pids) == 1 for pids in drivers.values()), drivers
+    spans: dict[str, list[tuple[str, int]]] = {}  # by driving process: (time, +1 start/-1 end)
     async with opened_store(postgres_url) as store:
         for run_id in run_ids:
-            kinds = [event.type for event in await store.events(run_id)]
+            events = await store.events(run_id)
+            kinds = [event.type for event in events]
             assert kinds.count("workflow_start") == 1
             assert "run_resumed" not in kinds
+            [pid] = drivers[run_id]
+            spans.setdefault(pid, []).extend([(events[0].timestamp, 1), (events[-1].timestamp, -1)])
+    # Each supervisor drove at most its capacity at once (an end sorts before a start
+    # at the same instant: a supervisor takes the next run once one has ended).
+    for marks in spans.values():
+        driving = peak = 0
+        for _, step in sorted(marks):
+            driving += step
+            peak = max(peak, driving)
+        assert peak <= 2, marks
 
 
 async def test_a_queued_run_that_cannot_start_fails_and_does_not_block_the_queue(
