@@ -259,3 +259,64 @@ async def test_a_queued_run_that_cannot_start_fails_and_does_not_block_the_queue
     assert damaged.result.error.type == "CorruptRecord"
     assert "cannot start the queued run" in damaged.result.error.message
     assert {run_id for run_id, _, _ in effects_of(effects)} == {"sound"}
+
+
+SLOW = """
+name: slow
+steps:
+  - id: a
+    command: sleep 0.2; echo "$CADENZA_RUN_ID a $PPID" >> {effects}
+  - id: b
+    dependsOn: [a]
+    command: sleep 0.2; echo "$CADENZA_RUN_ID b $PPID" >> {effects}
+  - id: c
+    dependsOn: [b]
+    command: sleep 0.2; echo "$CADENZA_RUN_ID c $PPID" >> {effects}
+"""
+
+
+async def test_a_supervisor_killed_mid_queue_leaves_its_runs_to_the_other(
+    postgres_url: str, write_flow: WriteFlow, tmp_path: Path
+) -> None:
+    """SIGKILL one of two supervisors while it drives queued runs: the other takes its
+    started runs over (resumed, not started again) and the queue's rest; every step is
+    recorded completed, and no run ever has two starts."""
+    effects = tmp_path / "effects.txt"
+    flow = write_flow(SLOW.format(effects=effects))
+    run_ids = [f"k{n:02}" for n in range(16)]
+    victim, survivor = (_supervise(postgres_url, tmp_path, n, capacity=3) for n in range(2))
+    try:
+        async with Runtime(store=postgres_url) as submitter:
+            for run_id in run_ids:
+                await submitter.submit(flow, run_id=run_id)
+
+        async def victim_busy() -> bool:
+            return sum(pid == str(victim.pid) for _, _, pid in effects_of(effects)) >= 3
+
+        await wait_for("the first supervisor to run steps", victim_busy)
+        victim.send_signal(signal.SIGKILL)
+        victim.wait(timeout=30)
+
+        async def all_completed() -> bool:
+            return (await statuses(postgres_url))["completed"] == len(run_ids)
+
+        await wait_for("every run to complete", all_completed)
+    finally:
+        for process in (victim, survivor):
+            if process.poll() is None:
+                process.terminate()
+            process.wait(timeout=30)
+    ran = Counter((run_id, step) for run_id, step, _ in effects_of(effects))
+    assert set(ran) == {(run_id, step) for run_id in run_ids for step in "abc"}
+    taken_over = 0
+    async with opened_store(postgres_url) as store:
+        for run_id in run_ids:
+            kinds = [event.type for event in await store.events(run_id)]
+            assert kinds.count("workflow_start") == 1, (run_id, kinds)
+            records = await store.steps(run_id)
+            assert all(records[step].status == "completed" for step in "abc"), records
+            resumed = kinds.count("run_resumed")
+            taken_over += resumed
+            again = sum(ran[run_id, step] - 1 for step in "abc")
+            assert again <= resumed, (run_id, again, resumed)  # only a step cut short by the kill
+    assert taken_over >= 1  # the killed supervisor was driving runs: another finished them
