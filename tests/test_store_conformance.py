@@ -339,6 +339,63 @@ async def test_a_lease_taken_by_two_at_once_goes_to_one(
         assert won == [2]
 
 
+def queued(run_id: str, created_at: float, priority: int | None = None) -> RunRow:
+    return msgspec.structs.replace(row(run_id, created_at), status="queued", priority=priority)
+
+
+async def test_queued_runs_are_taken_by_priority_then_age_each_once(store: RunStore) -> None:
+    """Highest priority first (None as 0), then the oldest; a taken run is not offered
+    again while its lease holds, nor is a run of another status; an expired lease of a
+    run still queued makes it free again, under a higher fence."""
+    for each in (
+        queued("old", 1.0),
+        queued("urgent", 3.0, 5),
+        queued("new", 2.0),
+        queued("late", 0.5, -1),
+        row("running", 0.1),
+    ):
+        store.begin_run(each)
+    await store.flush()
+    holders = [LeaseHolder.for_this_process() for _ in range(5)]
+    taken = [await store.take_queued(holder, ttl=30.0) for holder in holders[:4]]
+    assert [t[0].run_id for t in taken if t is not None] == ["urgent", "old", "new", "late"]
+    assert [t[0].priority for t in taken if t is not None] == [5, None, None, -1]
+    assert await store.take_queued(holders[4]) is None
+    first = taken[0]
+    assert first is not None
+    with pytest.raises(LeaseHeld):
+        await store.acquire_lease("urgent", holders[4])
+    store.begin_run(queued("dropped", 4.0))
+    await store.flush()
+    stale = await store.take_queued(holders[4], ttl=0.0)  # its taker died before starting it
+    assert stale is not None
+    again = await store.take_queued(LeaseHolder.for_this_process(), ttl=30.0)
+    assert again is not None
+    assert again[0].run_id == "dropped"
+    assert again[1].fence == stale[1].fence + 1
+
+
+async def test_a_queued_run_raced_for_by_many_goes_to_one(
+    durable_store_factory: StoreFactory,
+) -> None:
+    """Takers on separate stores (as separate processes) racing for few queued runs:
+    each run goes to exactly one."""
+    async with durable_store_factory.opened(6) as stores:
+        for n in range(3):
+            stores[0].begin_run(queued(f"q{n}", float(n)))
+        await stores[0].flush()
+        won: list[str] = []
+
+        async def take(each: RunStore) -> None:
+            while (taken := await each.take_queued(LeaseHolder.for_this_process())) is not None:
+                won.append(taken[0].run_id)
+
+        async with anyio.create_task_group() as group:
+            for each in stores[1:]:
+                group.start_soon(take, each)
+        assert sorted(won) == ["q0", "q1", "q2"]
+
+
 async def test_commands_are_taken_once_by_run_in_the_order_sent(store: RunStore) -> None:
     """A command waits for its run's owner; taking removes it; other runs' stay."""
     store.begin_run(row("a"))

@@ -596,7 +596,7 @@ class Runtime:
                 _log.warning("cannot take a queued run", error=redact(str(error)))
                 return
             if taken is None:
-                return  # none waits (or a rival took the one picked: next look)
+                return  # none waits
             row, lease = taken
             try:
                 driven = await self._start_queued(row, holder, lease)

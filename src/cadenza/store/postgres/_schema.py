@@ -270,36 +270,47 @@ async def take_lease(connection: Any, run_id: str, holder: LeaseHolder, ttl: flo
 # One statement picks the run and takes its lease. SKIP LOCKED: a run another
 # supervisor is picking at this moment is passed over, not waited for. A run
 # picked from a snapshot older than a rival's commit finds the rival's lease
-# row unexpired: the conflict's WHERE refuses it, and nothing is taken.
+# row unexpired: the conflict's WHERE refuses it, and the statement says so
+# (``picked`` without a ``fence``), for the taker to look again.
 _TAKE_QUEUED = f"""
 WITH chosen AS (
     SELECT r.run_id FROM cadenza_runs r LEFT JOIN cadenza_leases l USING (run_id)
     WHERE r.status = 'queued' AND (l.run_id IS NULL OR l.expires_at <= {NOW})
     ORDER BY coalesce(r.priority, 0) DESC, r.created_at
     LIMIT 1 FOR UPDATE OF r SKIP LOCKED
+), taken AS (
+    INSERT INTO cadenza_leases (run_id, holder, taken_at, fence, expires_at)
+    SELECT run_id, $1, {NOW}, 1, {NOW} + $2 FROM chosen
+    ON CONFLICT (run_id) DO UPDATE SET holder = excluded.holder, taken_at = excluded.taken_at,
+        fence = cadenza_leases.fence + 1, expires_at = excluded.expires_at
+        WHERE cadenza_leases.expires_at <= {NOW}
+    RETURNING run_id, fence
 )
-INSERT INTO cadenza_leases (run_id, holder, taken_at, fence, expires_at)
-SELECT run_id, $1, {NOW}, 1, {NOW} + $2 FROM chosen
-ON CONFLICT (run_id) DO UPDATE SET holder = excluded.holder, taken_at = excluded.taken_at,
-    fence = cadenza_leases.fence + 1, expires_at = excluded.expires_at
-    WHERE cadenza_leases.expires_at <= {NOW}
-RETURNING run_id, fence
+SELECT c.run_id, t.fence FROM chosen c LEFT JOIN taken t USING (run_id)
 """
+
+_RACES = 100
+"""Picks lost to rivals one take tries before it leaves the queue for the next look."""
 
 
 async def take_queued(connection: Any, holder: LeaseHolder, ttl: float) -> Lease | None:
-    """Gives ``holder`` the lease of the queued run to start next, in one statement.
+    """Gives ``holder`` the lease of the queued run to start next, one statement a try.
 
     The highest priority first, then the oldest, among the queued runs nobody
-    holds; a run that another supervisor is taking is skipped.
+    holds; a run that another supervisor is taking is skipped, and a pick that
+    a rival took first is tried again (each such loss is a run the rival took).
 
     Returns:
-        The lease, or None when no queued run is free (or a rival took the one picked).
+        The lease, or None when no queued run is free.
     """
-    taken = await connection.fetchrow(_TAKE_QUEUED, _encode(holder).decode(), ttl)
-    if taken is None:
-        return None
-    return Lease(taken["run_id"], holder, taken["fence"], ttl)
+    body = _encode(holder).decode()
+    for _ in range(_RACES):
+        taken = await connection.fetchrow(_TAKE_QUEUED, body, ttl)
+        if taken is None:
+            return None
+        if taken["fence"] is not None:
+            return Lease(taken["run_id"], holder, taken["fence"], ttl)
+    return None
 
 
 async def renew_lease(connection: Any, lease: Lease) -> None:
