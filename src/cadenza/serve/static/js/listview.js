@@ -3,7 +3,7 @@
 import { api } from "./api.js";
 import { badge, fill, formatTime, h } from "./dom.js";
 
-const STATUSES = ["running", "waiting", "completed", "failed", "cancelled"];
+const STATUSES = ["queued", "running", "waiting", "completed", "failed", "cancelled"];
 const PAGE = 25;
 
 /** Shows the run list in `app`; returns a function that stops refreshing it. */

@@ -264,7 +264,8 @@ export function showRun(app, runId) {
     const resumable = (runStatus === "running" && summary && !summary.live && !source) || (runStatus === "waiting" && !model.waiting.size);
     fill(
       actions,
-      live ? h("button", { type: "button", class: "danger", onclick: onCancel }, "Cancel run") : null,
+      // A queued run is cancelled where it waits, by whichever server is asked.
+      live || runStatus === "queued" ? h("button", { type: "button", class: "danger", onclick: onCancel }, "Cancel run") : null,
       resumable ? h("button", { type: "button", onclick: onResume }, "Resume run") : null,
     );
     renderLineage();
