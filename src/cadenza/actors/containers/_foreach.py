@@ -90,6 +90,9 @@ class ForEachController(Container):
         # kept by the store, and the index is already in the address (loop[i]).
         self.start_event = Shared(ItemStart(total=0))
         self.end_events: dict[str, Shared] = {}
+        # The addresses of the items in flight: `item_end` names its item with the text
+        # its `item_start` did, not a copy (the memory store keeps both events).
+        self.in_flight: dict[int, str] = {}
         self.evaluated: list[Any] | None = None  # this attempt's items (`before_start`)
         self.failure: Exception | None = None  # why they could not be evaluated
 
@@ -126,6 +129,7 @@ class ForEachController(Container):
         count = len(items)
         self.items = items
         self.launched = self.settled = 0
+        self.in_flight = {}
         if self.summary:
             self.counts, self.unfinished = {}, {}
         else:
@@ -180,8 +184,11 @@ class ForEachController(Container):
     def _launch(self, index: int) -> None:
         self.launched = index + 1
         address = self.address.item(index)
+        self.in_flight[index] = str(address)
         scope = Scope(self.scope, {"item": self.items[index], "index": index})
-        self.run.journal.emit(EventType.ITEM_START, step_id=str(address), data=self.start_event)
+        self.run.journal.emit(
+            EventType.ITEM_START, step_id=self.in_flight[index], data=self.start_event
+        )
         item_brief = amend(self.brief, item_index=index)
         if self.body is not None:
             self.spawn_looped(index, self.body, scope, address, item_brief)
@@ -194,8 +201,9 @@ class ForEachController(Container):
     async def child_done(self, key: int, record: StepRecord) -> None:
         """Notes iteration ``key`` and starts the next waiting one, if any may start."""
         self.settled += 1
+        item = self.in_flight.pop(key, None) or str(self.address.item(key))
         if self.summary:
-            self._tally(key, record)
+            self._tally(key, item, record)
         else:
             self.contents[key] = record.content
             self.results[key] = record.result
@@ -203,7 +211,7 @@ class ForEachController(Container):
         ended = self.end_events.get(record.status)
         if ended is None:
             ended = self.end_events[record.status] = Shared(ItemEnd(status=record.status))
-        self.run.journal.emit(EventType.ITEM_END, step_id=str(self.address.item(key)), data=ended)
+        self.run.journal.emit(EventType.ITEM_END, step_id=item, data=ended)
         if record.error is not None:
             self.errors[key] = record.error
         if record.status in ("failed", "cancelled"):
@@ -216,7 +224,7 @@ class ForEachController(Container):
         if not self.children:
             await self._complete()
 
-    def _tally(self, key: int, record: StepRecord) -> None:
+    def _tally(self, key: int, item: str, record: StepRecord) -> None:
         """Counts item ``key`` (``outputMode: summary``); a completed item is forgotten."""
         status = record.status
         self.counts[status] = self.counts.get(status, 0) + 1
@@ -226,10 +234,9 @@ class ForEachController(Container):
         # Its own records only: deeper ones (a loop in the body) stay, as finding them
         # would mean a scan of every record per item.
         records = self.run.journal.records
-        item = self.address.item(key)
-        records.pop(str(item), None)
-        for step in self.body_steps or ():
-            records.pop(str(item.child(step.id)), None)
+        records.pop(item, None)
+        for step in self.body_steps or ():  # ids the document checked: `Address.child`'s text
+            records.pop(f"{item}.{step.id}", None)
 
     async def _complete(self) -> None:
         # Membership is all that is asked of it: the list's statuses, or the summary's counts.
