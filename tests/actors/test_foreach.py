@@ -251,3 +251,80 @@ async def test_an_item_that_did_not_complete_says_so_in_the_joined_content(
         ["ok 0", "[item 1 failed: ValueError: one is bad]", "ok 2"]
     )
     assert [i["content"] for i in record.result["iterations"]] == ["ok 0", "", "ok 2"]
+
+
+SUMMARY = """
+name: summary
+steps:
+  - id: each
+    handler: "HANDLERS:check"
+    onError: continue
+    loop: {forEach: [0, 1, 2, 3], maxConcurrency: 2, outputMode: summary}
+"""
+"""``check`` on four items in ``outputMode: summary``; tolerant, so every item runs."""
+
+
+async def test_a_summary_foreach_counts_items_and_keeps_only_the_failures(
+    run_yaml: RunYaml,
+) -> None:
+    """outputMode summary: the step's output is counts and the items that did not
+    complete; the completed items' records are not in the result, the failed one's is."""
+    result = await run_yaml(
+        SUMMARY,
+        handlers="""
+        def check(ctx):
+            if ctx.item == 2:
+                raise ValueError("two is bad\\nand more")
+            return f"ok {ctx.item}"
+        """,
+    )
+    assert result.status == "completed", result.error
+    record = result.steps["each"]
+    assert record.status == "failed"
+    assert record.content == (
+        "forEach: 4 of 4 item(s) started (3 completed, 1 failed)\n"
+        "[item 2 failed: ValueError: two is bad]"
+    )
+    assert record.result == {
+        "total": 4,
+        "started": 4,
+        "counts": {"completed": 3, "failed": 1},
+        "unfinished": [
+            {
+                "index": 2,
+                "item": 2,
+                "status": "failed",
+                "error": {"type": "ValueError", "message": "two is bad\nand more"},
+            }
+        ],
+    }
+    assert sorted(a for a in result.steps if a.startswith("each[")) == ["each[2]"]
+    assert result.loops["each"].iterations == 4
+
+
+async def test_a_summary_foreach_forgets_a_multi_step_body_of_completed_items(
+    run_yaml: RunYaml,
+) -> None:
+    """A body's steps of a completed item leave the result too (``each[i]``,
+    ``each[i].a``, ``each[i].b``); the run completes."""
+    result = await run_yaml(
+        """
+        name: body
+        steps:
+          - id: each
+            loop:
+              forEach: [1, 2, 3]
+              outputMode: summary
+              steps:
+                - {id: a, handler: "HANDLERS:echo"}
+                - {id: b, handler: "HANDLERS:echo", dependsOn: [a]}
+        """,
+        handlers="""
+        def echo(ctx):
+            return str(ctx.item)
+        """,
+    )
+    assert result.status == "completed", result.error
+    assert result.steps["each"].result["counts"] == {"completed": 3}
+    assert [a for a in result.steps if a.startswith("each[")] == []
+    assert result.steps["each"].content == "forEach: 3 of 3 item(s) started (3 completed)"

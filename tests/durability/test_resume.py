@@ -129,6 +129,34 @@ async def test_containers_resume_where_the_power_went(
     assert all(count == 1 for count in again.values())
 
 
+async def test_a_summary_foreach_resumes_without_running_its_finished_items_again(
+    tmp_path: Path, write_flow: WriteFlow
+) -> None:
+    """outputMode summary forgets completed items in memory, not in the store: cut
+    after item 1, the resumed run replays items 0 and 1 and runs only 2 and 3."""
+    flow = write_flow(
+        """
+        name: many
+        steps:
+          - id: fan
+            loop: {forEach: [0, 1, 2, 3], maxConcurrency: 1, outputMode: summary}
+            handler: "HANDLERS:log"
+        """,
+        handlers=LOGGING,
+    )
+    store = PowerCut(tmp_path / "runs.db", event_is("step_end", "fan[1]"))
+    uninterrupted = await run_flow(flow, run_id="r", store=store)
+    before = calls(tmp_path)
+    async with Runtime(store=tmp_path / "runs.db") as runtime:
+        resumed = await (await runtime.resume("r")).result()
+    assert compare_results(uninterrupted, resumed) == []
+    assert resumed.status == "completed", resumed.error
+    # The power went right after fan[1] was recorded: only the items after it run again.
+    assert calls(tmp_path) - before == {"fan[2]": 1, "fan[3]": 1}
+    assert resumed.steps["fan"].result["counts"] == {"completed": 4}
+    assert [a for a in resumed.steps if a.startswith("fan[")] == []
+
+
 async def test_a_resumed_loop_does_not_wait_its_delay_again(
     tmp_path: Path, write_flow: WriteFlow
 ) -> None:

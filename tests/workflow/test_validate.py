@@ -43,6 +43,7 @@ RULES: list[tuple[str, int, str, list[str]]] = [
     ("bad-duration.yaml", 5, "steps[0].timeout", ["'1.5h'", "duration"]),
     ("negative-max-concurrency.yaml", 3, "options.maxConcurrency", ["at least 0"]),
     ("negative-loop-max-concurrency.yaml", 7, "steps[0].loop.maxConcurrency", ["at least 0"]),
+    ("summary-on-repeat-loop.yaml", 7, "steps[0].loop.outputMode", ["belongs to forEach"]),
     ("loop-empty-steps.yaml", 6, "steps[0].loop.steps", ["must not be empty"]),
     ("wrong-type.yaml", 5, "steps[0].retries", ["expected an integer", "'three'"]),
     ("unknown-root-key.yaml", 2, "descripton", ["'descripton'", "did you mean 'description'"]),

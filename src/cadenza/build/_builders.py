@@ -767,6 +767,7 @@ def for_each(
     steps: Sequence[StepLike] | None = None,
     step: StepLike | None = None,
     max_concurrency: int = 0,
+    output_mode: Literal["summary"] | None = None,
     depends_on: Iterable[str | StepLike] = (),
     when: Condition | None = None,
     timeout: str | None = None,
@@ -782,6 +783,9 @@ def for_each(
         steps: The body run for each item (it sees ``item`` and ``index``).
         step: Or one step (its id is replaced by ``id``) run per item.
         max_concurrency: Iterations alive at once (0: all; the run's cap applies).
+        output_mode: ``summary``: the step's output counts the items and lists the
+            ones that did not complete, and finished items' records leave the
+            run's memory (None: every item's content and result, in order).
         depends_on, when, timeout, retries, on_error: As for `handler`.
     """
     body, inner, parts = _body(id, steps, step, "for_each")
@@ -789,7 +793,12 @@ def for_each(
         source: str | list[Any] | None = _expression(items, "items")
     else:
         source = list(items)
-    spec = Loop(for_each=source, steps=body, max_concurrency=max_concurrency)
+    spec = Loop(
+        for_each=source,
+        steps=body,
+        max_concurrency=max_concurrency,
+        output_mode=output_mode or "",
+    )
     agents, includes = _gather(parts)
     looped = _looped(id, inner, spec, depends_on, when, timeout, retries, on_error)
     return BuiltStep(looped, agents=MappingProxyType(agents), includes=MappingProxyType(includes))

@@ -212,6 +212,14 @@ def timestamp(epoch: float | None = None) -> str:
     return text
 
 
+_SHORT_DURATIONS: dict[str, str] = {}
+"""The texts of durations under a second, one object each: most steps take under a
+second, and an in-memory store keeps every event (a thousand texts at most)."""
+
+
 def format_duration(seconds: float) -> str:
     """Go-style duration string as zenflow writes it: ``"1.234s"``."""
-    return f"{seconds:.3f}s"
+    text = f"{seconds:.3f}s"
+    if 0 <= seconds < 1:
+        return _SHORT_DURATIONS.setdefault(text, text)
+    return text

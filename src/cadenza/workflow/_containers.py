@@ -52,6 +52,12 @@ def check_loop(
             )
         if loop.until is not None:
             exprs.expression((*path, "until"), loop.until, field="until", want="bool")
+        if loop.output_mode == "summary":
+            add(
+                (*path, "outputMode"),
+                "outputMode summary belongs to forEach loops (counts and failures of the "
+                "items); a repeat-until loop's is last or cumulative",
+            )
         return
     if root:
         add(

@@ -93,6 +93,8 @@ class _Describer:
             data["forEach"] = loop.for_each
             if loop.max_concurrency:
                 data["maxConcurrency"] = loop.max_concurrency
+            if loop.output_mode == "summary":
+                data["outputMode"] = "summary"
         else:
             data["maxIterations"] = loop.max_iterations
             stops = {"until": loop.until, "untilAgent": loop.until_agent, "delay": loop.delay}

@@ -52,7 +52,7 @@ DEFAULT_MAX_TURNS = 50
 
 InputType = Literal["string", "integer", "number", "boolean", "object", "array", "any"]
 OnStepFailure = Literal["cascade", "skip-dependents", "abort"]
-OutputMode = Literal["", "last", "cumulative"]
+OutputMode = Literal["", "last", "cumulative", "summary"]  # summary: forEach, an extension
 OnLimit = Literal["returnLast", "fail", "returnWithFlag"]
 RestartStrategy = Literal["one_for_one", "one_for_all", "rest_for_one"]
 

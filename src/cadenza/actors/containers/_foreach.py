@@ -18,10 +18,18 @@ The step's content joins one block per item started, in order; an item that
 did not complete is there too, as a line saying so and why (``[item 1 failed:
 ValueError: ...]``), so a step reading the content is not handed an empty
 block it cannot tell from an empty answer.
+
+With ``outputMode: summary`` (an extension, for runs of many items) the step
+keeps no item's content or result: its output counts the items by status and
+lists those that did not complete, and a completed item's records (the item's
+and its own steps') leave the run's journal as it ends, so the run's memory
+follows the items in flight and the few that failed, not the items done. The
+store keeps the records (a resume replays them) and the events.
 """
 
 from __future__ import annotations
 
+from collections.abc import Container as Container_
 from typing import Any
 
 from cadenza.actors.run import Brief, Placement, Scope, work_error
@@ -75,10 +83,16 @@ class ForEachController(Container):
         self.first_error: ErrorInfo | None = None
         self.errors: dict[int, ErrorInfo] = {}  # of the items that failed (few, usually)
         self.halted = False
+        self.summary = self.loop.output_mode == "summary"
+        self.counts: dict[str, int] = {}  # summary: items settled, by status
+        self.unfinished: dict[int, StepStatus] = {}  # summary: the items that did not complete
         # Item events share their data: at 10,000 items a dict per event is megabytes
         # kept by the store, and the index is already in the address (loop[i]).
         self.start_event = Shared(ItemStart(total=0))
         self.end_events: dict[str, Shared] = {}
+        # The addresses of the items in flight: `item_end` names its item with the text
+        # its `item_start` did, not a copy (the memory store keeps both events).
+        self.in_flight: dict[int, str] = {}
         self.evaluated: list[Any] | None = None  # this attempt's items (`before_start`)
         self.failure: Exception | None = None  # why they could not be evaluated
 
@@ -115,9 +129,13 @@ class ForEachController(Container):
         count = len(items)
         self.items = items
         self.launched = self.settled = 0
-        self.contents = [None] * count
-        self.results = [None] * count
-        self.statuses = [None] * count
+        self.in_flight = {}
+        if self.summary:
+            self.counts, self.unfinished = {}, {}
+        else:
+            self.contents = [None] * count
+            self.results = [None] * count
+            self.statuses = [None] * count
         self.first_error = None
         self.errors = {}
         self.halted = False
@@ -166,8 +184,11 @@ class ForEachController(Container):
     def _launch(self, index: int) -> None:
         self.launched = index + 1
         address = self.address.item(index)
+        self.in_flight[index] = str(address)
         scope = Scope(self.scope, {"item": self.items[index], "index": index})
-        self.run.journal.emit(EventType.ITEM_START, step_id=str(address), data=self.start_event)
+        self.run.journal.emit(
+            EventType.ITEM_START, step_id=self.in_flight[index], data=self.start_event
+        )
         item_brief = amend(self.brief, item_index=index)
         if self.body is not None:
             self.spawn_looped(index, self.body, scope, address, item_brief)
@@ -180,13 +201,17 @@ class ForEachController(Container):
     async def child_done(self, key: int, record: StepRecord) -> None:
         """Notes iteration ``key`` and starts the next waiting one, if any may start."""
         self.settled += 1
-        self.contents[key] = record.content
-        self.results[key] = record.result
-        self.statuses[key] = record.status
+        item = self.in_flight.pop(key, None) or str(self.address.item(key))
+        if self.summary:
+            self._tally(key, item, record)
+        else:
+            self.contents[key] = record.content
+            self.results[key] = record.result
+            self.statuses[key] = record.status
         ended = self.end_events.get(record.status)
         if ended is None:
             ended = self.end_events[record.status] = Shared(ItemEnd(status=record.status))
-        self.run.journal.emit(EventType.ITEM_END, step_id=str(self.address.item(key)), data=ended)
+        self.run.journal.emit(EventType.ITEM_END, step_id=item, data=ended)
         if record.error is not None:
             self.errors[key] = record.error
         if record.status in ("failed", "cancelled"):
@@ -199,8 +224,25 @@ class ForEachController(Container):
         if not self.children:
             await self._complete()
 
+    def _tally(self, key: int, item: str, record: StepRecord) -> None:
+        """Counts item ``key`` (``outputMode: summary``); a completed item is forgotten."""
+        status = record.status
+        self.counts[status] = self.counts.get(status, 0) + 1
+        if status != "completed":
+            self.unfinished[key] = status
+            return
+        # Its own records only: deeper ones (a loop in the body) stay, as finding them
+        # would mean a scan of every record per item.
+        records = self.run.journal.records
+        records.pop(item, None)
+        for step in self.body_steps or ():  # ids the document checked: `Address.child`'s text
+            records.pop(f"{item}.{step.id}", None)
+
     async def _complete(self) -> None:
-        statuses = self.statuses
+        # Membership is all that is asked of it: the list's statuses, or the summary's counts.
+        statuses: Container_[str | None] = self.counts if self.summary else self.statuses
+        if self.summary and self.settled < self.launched:
+            statuses = {"cancelled", *self.counts}  # started, never reported back
         if self.stopping is not None or "cancelled" in statuses:
             status: StepStatus = "cancelled" if "failed" not in statuses else "failed"
         elif "failed" in statuses:
@@ -216,6 +258,11 @@ class ForEachController(Container):
             step_id=self.here,
             data=LoopEnd(iterations=self.launched, termination_reason=reason, flagged=False),
         )
+        error = self.first_error if status != "completed" else None
+        if self.summary:
+            content, summary = self._summary()
+            await self.finish(Outcome(status, content, summary, error))
+            return
         ran = range(self.launched)
         content = SEPARATOR.join(self._block(i) for i in ran)
         iterations = [
@@ -228,7 +275,6 @@ class ForEachController(Container):
             }
             for i in ran
         ]
-        error = self.first_error if status != "completed" else None
         await self.finish(Outcome(status, content, {"iterations": iterations}, error))
 
     def _block(self, index: int) -> str:
@@ -238,10 +284,47 @@ class ForEachController(Container):
         status = self.statuses[index] or "cancelled"
         if status == "completed":
             return content
+        note = self._note(index, status)
+        return f"{note}\n{content}" if content else note
+
+    def _note(self, index: int, status: str) -> str:
+        """The line saying item ``index`` did not complete, and why."""
         error = self.errors.get(index)
         why = ""
         if error is not None:
             first_line = error.message.split("\n", 1)[0]
             why = f": {error.type}: {first_line[:_WHY_LENGTH]}"
-        note = f"[item {index} {status}{why}]"
-        return f"{note}\n{content}" if content else note
+        return f"[item {index} {status}{why}]"
+
+    def _summary(self) -> tuple[str, dict[str, Any]]:
+        """``outputMode: summary``'s content and result: counts, and the items that did
+        not complete (each with its item, status and error)."""
+        counts = dict(self.counts)
+        missing = self.launched - self.settled
+        if missing:
+            counts["cancelled"] = counts.get("cancelled", 0) + missing
+        total = len(self.items)
+        tally = ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
+        lines = [f"forEach: {self.launched} of {total} item(s) started ({tally or 'none ended'})"]
+        unfinished = []
+        for index in sorted(self.unfinished):
+            status = self.unfinished[index]
+            error = self.errors.get(index)
+            lines.append(self._note(index, status))
+            unfinished.append(
+                {
+                    "index": index,
+                    "item": self.items[index],
+                    "status": status,
+                    "error": None
+                    if error is None
+                    else {"type": error.type, "message": error.message},
+                }
+            )
+        result = {
+            "total": total,
+            "started": self.launched,
+            "counts": counts,
+            "unfinished": unfinished,
+        }
+        return "\n".join(lines), result
