@@ -238,19 +238,22 @@ class ForEachController(Container):
         for step in self.body_steps or ():  # ids the document checked: `Address.child`'s text
             records.pop(f"{item}.{step.id}", None)
 
-    async def _complete(self) -> None:
+    def _status(self) -> StepStatus:
+        """How the items ended, together: cancelled, failed, waiting or completed."""
         # Membership is all that is asked of it: the list's statuses, or the summary's counts.
         statuses: Container_[str | None] = self.counts if self.summary else self.statuses
         if self.summary and self.settled < self.launched:
             statuses = {"cancelled", *self.counts}  # started, never reported back
         if self.stopping is not None or "cancelled" in statuses:
-            status: StepStatus = "cancelled" if "failed" not in statuses else "failed"
-        elif "failed" in statuses:
-            status = "failed"
-        elif "waiting" in statuses:  # the other items ran; these wait for a person
-            status = "waiting"
-        else:
-            status = "completed"
+            return "cancelled" if "failed" not in statuses else "failed"
+        if "failed" in statuses:
+            return "failed"
+        if "waiting" in statuses:  # the other items ran; these wait for a person
+            return "waiting"
+        return "completed"
+
+    async def _complete(self) -> None:
+        status = self._status()
         reason = "forEach" if status == "completed" else ("timeout" if self._expired else status)
         self.run.journal.loops[self.here] = LoopSummary(self.launched, reason)
         self.run.journal.emit(
