@@ -1,9 +1,11 @@
 """What a resume reads back about the coordinator agent's wakes and scripted replies.
 
 A wake the kill cut off is answered again by the resumed coordinator, and what
-it did (forwards, replies of its script) is void; a wake that ended for a
-finished step stands. Logs written before wakes were marked repeat nothing. A
-post from outside the run stands whatever the run did after it.
+it did (its forwards) is void, but for its model calls: the wake that happens
+again replays them from the call journal, so the replies of its script stay
+had; a wake that ended for a finished step stands. Logs written before wakes
+were marked repeat nothing. A post from outside the run stands whatever the run
+did after it.
 """
 
 from __future__ import annotations
@@ -77,7 +79,34 @@ def test_a_wake_cut_off_is_answered_again_and_what_it_did_is_void() -> None:
     assert texts(replay) == ["OFFER 1000"]
     assert "buyer" not in replay.log.mail
     assert replay.log.coordinator_wakes == 0
-    assert replay.log.script_positions == {"seller": {0}}
+    assert replay.log.script_positions == {"seller": {0}, "broker": {0}}
+
+
+def test_a_reply_a_cut_off_wake_had_stays_had_across_later_kills() -> None:
+    """Killed in a wake, resumed (the wake replays its journaled call: no new
+    ``agent_turn``), killed again after it: the broker's next wake gets reply 2, not 0.
+
+    The sequence a coordinator chain of kills once produced, which gave a later wake
+    the cut-off wake's reply a second time and so forwarded one offer twice.
+    """
+    resumed = ("run_resumed", None, None, None)
+    events = log(
+        *SELLER_RAN,
+        SELLER_DONE,
+        wake("start"),
+        reply("Coordinator", "broker", 0),
+        FORWARD,
+        resumed,
+        wake("start"),
+        FORWARD,  # sent again by the replayed wake, its model call restated, not stored
+        reply("Coordinator", "broker", 1),
+        wake("end"),
+        resumed,
+    )
+    replay = Replay({}, events)
+    assert replay.log.script_positions == {"seller": {0}, "broker": {0, 1}}
+    assert texts(replay) == ["OFFER 1000", "Seller asks 1000."]
+    assert replay.log.coordinator_wakes == 1
 
 
 def test_a_message_no_wake_had_begun_for_is_answered_too() -> None:
@@ -111,9 +140,9 @@ def test_a_wake_for_a_step_in_flight_is_void_as_the_step_sends_again() -> None:
     assert replay.log.unanswered == []
     assert texts(replay) == []
     assert replay.log.coordinator_wakes == 0
-    # The wake is void (the broker's reply 0 is not counted taken), while the seller's
-    # own reply stays had: the cut-off seller replays it from its journal (issue 29).
-    assert replay.log.script_positions == {"seller": {0}}
+    # The wake is void but its reply stays had, as the seller's own does: the cut-off
+    # seller and the wake that answers it again replay them from the journal (issue 29).
+    assert replay.log.script_positions == {"seller": {0}, "broker": {0}}
 
 
 def test_a_log_written_before_wakes_were_marked_repeats_none() -> None:

@@ -19,10 +19,11 @@ such a restart too: the work its parent had in flight there runs anew in the for
 
 The coordinator agent's wakes (``coordinator_wake`` start and end) count once
 the wake has ended and the step whose message woke it has its outcome
-recorded. A wake the restart cut off is void — its forwards, its model
-calls — and its message is answered again by the resumed coordinator, like a
-message no wake had begun for yet; a wake for a step still in flight is void
-too, as the step will send its message again.
+recorded. A wake the restart cut off is void — its forwards are undone — and
+its message is answered again by the resumed coordinator, like a message no
+wake had begun for yet; a wake for a step still in flight is void too, as the
+step will send its message again. A void wake's model calls are not given
+back: the wake that happens again replays them from the call journal.
 """
 
 from __future__ import annotations
@@ -226,11 +227,21 @@ class _Reader:
     def _count(self, wake: _Wake) -> None:
         """A wake that stands: the replies of the script it had stay had."""
         self.state.coordinator_wakes += 1
+        self._count_replies(wake)
+
+    def _count_replies(self, wake: _Wake) -> None:
         for client, position in wake.positions:
             self.state.script_positions.setdefault(client, set()).add(position)
 
     def _void(self, wake: _Wake) -> None:
-        """A wake that will happen again: what it did is undone."""
+        """A wake that will happen again: what it did is undone, but for its model calls.
+
+        Those are in the call journal (a call's ``agent_turn`` is committed after its
+        record), so the wake that happens again under the same number replays them
+        instead of asking the model: the replies they had stay had. Given back, a
+        later wake would have a reply a second time.
+        """
+        self._count_replies(wake)
         for index in wake.sent:
             self.sent[index] = None
         for letter in wake.letters:
