@@ -263,7 +263,7 @@ class Runtime:
         over within ``lease_ttl`` plus this after the owner's last renewal."""
         self._recovery: anyio.CancelScope | None = None
         self._roll: Roll | None = None  # a supervisor with workers: on the fleet's roll
-        self._roll_scope = anyio.CancelScope()
+        self._roll_scope: anyio.CancelScope | None = None
         self._commands: anyio.CancelScope | None = None
         self.command_interval = COMMAND_INTERVAL
         """Seconds between two looks for commands (`cancel`, `post_message`) that
@@ -332,7 +332,9 @@ class Runtime:
                     self.store, workers.advertised, self.capacity, self._load, self.lease_ttl
                 )
                 self._roll_scope = anyio.CancelScope()
-                self._group.start_soon(self._stay_on_roll, self._roll, name="cadenza roll")
+                self._group.start_soon(
+                    self._stay_on_roll, self._roll, self._roll_scope, name="cadenza roll"
+                )
         self._commands = anyio.CancelScope()
         self._group.start_soon(self._take_commands, self._commands, name="cadenza commands")
         return self
@@ -349,7 +351,8 @@ class Runtime:
                 return
             if self._recovery is not None:
                 self._recovery.cancel()  # takes nothing more over while it shuts down
-            self._roll_scope.cancel()
+            if self._roll_scope is not None:
+                self._roll_scope.cancel()
             if self._commands is not None:
                 self._commands.cancel()
             # Interrupted, not cancelled: each run stays resumable (status running).
@@ -603,9 +606,9 @@ class Runtime:
                 with anyio.move_on_after(self.recovery_interval):
                     await self._wake.wait()
 
-    async def _stay_on_roll(self, roll: Roll) -> None:
+    async def _stay_on_roll(self, roll: Roll, scope: anyio.CancelScope) -> None:
         """Keeps this supervisor on the fleet's roll until the runtime shuts down."""
-        with self._roll_scope:
+        with scope:
             await roll.beat_until_cancelled()
 
     def _load(self) -> tuple[int, int, int]:
