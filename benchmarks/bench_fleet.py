@@ -89,7 +89,9 @@ async def _skip_locked_per_s(url: str, n: int) -> float:
             "CREATE TABLE q (id bigserial PRIMARY KEY, taken boolean NOT NULL DEFAULT false)"
         )
         await connection.execute("CREATE INDEX q_free ON q (id) WHERE NOT taken")
-        await connection.execute("INSERT INTO q (taken) SELECT false FROM generate_series(1, $1)", n)
+        await connection.execute(
+            "INSERT INTO q (taken) SELECT false FROM generate_series(1, $1)", n
+        )
         taken = 0
         started = now()
         while await connection.fetchval(
@@ -108,11 +110,7 @@ async def _zmq_round_trips_per_s(rounds: int) -> float:
     router = context.socket(zmq.ROUTER)
     router.bind("tcp://127.0.0.1:*")
     endpoint = router.getsockopt_string(zmq.LAST_ENDPOINT)
-    echo = subprocess.Popen(
-        [sys.executable, str(HERE / "bench_remote.py"), "echo", endpoint],
-        cwd=HERE,
-        stdout=subprocess.DEVNULL,
-    )
+    echo = _start_echo(endpoint)
     try:
         peer = (await router.recv_multipart())[0]
         raw = _Raw(router, [peer, peer])
@@ -123,6 +121,11 @@ async def _zmq_round_trips_per_s(rounds: int) -> float:
         echo.wait()
         router.close(linger=0)
         context.term()
+
+
+def _start_echo(endpoint: str) -> subprocess.Popen[bytes]:
+    command = [sys.executable, str(HERE / "bench_remote.py"), "echo", endpoint]
+    return subprocess.Popen(command, cwd=HERE, stdout=subprocess.DEVNULL)
 
 
 def _spawn(cwd: Path, log: str, *argv: str) -> subprocess.Popen[bytes]:
@@ -155,13 +158,18 @@ async def _fleet(url: str, runs: int, work: Path) -> dict[str, float]:
     try:
         async with Runtime(store=url):  # creates the schema before the fleet starts
             pass
-        for n in range(SUPERVISORS):
-            processes.append(_spawn(work, f"supervisor-{n}.log", *supervise, *options))
-        while await _count(connection, "SELECT count(*) FROM cadenza_supervisors") < SUPERVISORS:
+        processes.extend(
+            _spawn(work, f"supervisor-{n}.log", *supervise, *options) for n in range(SUPERVISORS)
+        )
+        on_roll = "SELECT count(*) FROM cadenza_supervisors"
+        while True:  # the workers find them all at their first look
+            if await _count(connection, on_roll) >= SUPERVISORS:
+                break
             await asyncio.sleep(0.1)
-        for n in range(WORKERS):
-            argv = ("worker", "--store", url, "--name", f"w{n}", "--concurrency", str(CONCURRENCY))
-            processes.append(_spawn(work, f"worker-{n}.log", *argv))
+        serve = ("worker", "--store", url, "--concurrency", str(CONCURRENCY))
+        processes.extend(
+            _spawn(work, f"worker-{n}.log", *serve, "--name", f"w{n}") for n in range(WORKERS)
+        )
         document = load_workflow(work / "flow.yaml")
         started = now()
         async with Runtime(store=url) as submitter:
