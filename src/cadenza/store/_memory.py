@@ -22,6 +22,7 @@ from ._base import (
     Command,
     MessageCommand,
     RunRow,
+    SupervisorRow,
     encode_command,
     is_under,
     refuse_command,
@@ -44,6 +45,7 @@ class MemoryRunStore:
         self._fences: dict[str, int] = {}
         self._commands: list[tuple[str, Command]] = []
         self._calls: dict[str, dict[tuple[str, int, int], CallRecord]] = {}
+        self._supervisors: dict[str, SupervisorRow] = {}
 
     async def open(self) -> None:
         """Nothing to prepare."""
@@ -237,3 +239,22 @@ class MemoryRunStore:
     async def check(self) -> list[str]:
         """Memory cannot rot."""
         return []
+
+    async def beat_supervisor(self, row: SupervisorRow, *, ttl: float) -> None:
+        """Keeps ``row`` live for ``ttl`` seconds; forgets the supervisors that expired."""
+        now = time.time()
+        self._supervisors = {
+            key: kept for key, kept in self._supervisors.items() if kept.expires_at > now
+        }
+        stamped = msgspec.structs.replace(row, seen_at=now, expires_at=now + ttl)
+        self._supervisors[row.supervisor_id] = stamped
+
+    async def live_supervisors(self) -> list[SupervisorRow]:
+        """The supervisors whose row has not expired, by id."""
+        now = time.time()
+        live = (row for row in self._supervisors.values() if row.expires_at > now)
+        return sorted(live, key=lambda row: row.supervisor_id)
+
+    async def forget_supervisor(self, supervisor_id: str) -> None:
+        """Forgets the supervisor's row."""
+        self._supervisors.pop(supervisor_id, None)
