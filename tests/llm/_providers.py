@@ -26,8 +26,9 @@ class Case:
 
 def compatible(provider: str, key: str, url: str) -> Case:
     """An OpenAI-compatible provider, its base URL mounted at ``/<provider>/v1``."""
-    return Case(provider, "openai", url, key, f"/{provider}/v1/chat/completions",
-                mount=f"/{provider}/v1")
+    return Case(
+        provider, "openai", url, key, f"/{provider}/v1/chat/completions", mount=f"/{provider}/v1"
+    )
 
 
 CASES = [

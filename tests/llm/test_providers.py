@@ -159,6 +159,8 @@ async def test_a_missing_variable_is_named_before_and_at_the_call(
          "CLOUDFLARE_ACCOUNT_ID goes in cloudflare's URL and must be letters, digits"),
         ("azure", {"AZURE_OPENAI_API_KEY": KEY, "AZURE_RESOURCE_NAME": "evil.example#"},
          "AZURE_RESOURCE_NAME goes in azure's URL"),
+        ("runpod", {"RUNPOD_API_KEY": KEY, "RUNPOD_ENDPOINT_ID": ".."},
+         "RUNPOD_ENDPOINT_ID goes in runpod's URL"),
     ],
 )  # fmt: skip
 def test_a_value_that_would_bend_the_url_is_refused(

@@ -131,14 +131,8 @@ def _compatible(
 # read the same ones). An OpenAI-compatible one is a line here; a new API family is
 # a module ``_<wire>.py`` (its ``WIRE``) and a line here.
 _TABLE: Final = (
-    Provider(
-        "anthropic",
-        "anthropic",
-        "ANTHROPIC_BASE_URL",
-        "https://api.anthropic.com",
-        ("ANTHROPIC_API_KEY",),
-        ("claude-",),
-    ),
+    Provider("anthropic", "anthropic", "ANTHROPIC_BASE_URL", "https://api.anthropic.com",
+             ("ANTHROPIC_API_KEY",), ("claude-",)),
     # Azure's v1 API: one path for every model of the resource, no api-version.
     Provider("azure", "azure", "AZURE_OPENAI_ENDPOINT", _AZURE_ENDPOINT, _AZURE_KEYS,
              url_suffix="/openai/v1"),
@@ -170,22 +164,10 @@ _TABLE: Final = (
     _compatible("mistral", "MISTRAL_API_KEY", "MISTRAL_BASE_URL", "https://api.mistral.ai/v1"),
     _compatible("nvidia", "NVIDIA_API_KEY", "NVIDIA_BASE_URL",
                 "https://integrate.api.nvidia.com/v1"),
-    Provider(
-        "ollama",
-        "openai",
-        "OLLAMA_HOST",
-        "http://127.0.0.1:11434",
-        url_suffix="/v1",
-        bare_host=True,
-    ),
-    Provider(
-        "openai",
-        "openai",
-        "OPENAI_BASE_URL",
-        "https://api.openai.com/v1",
-        ("OPENAI_API_KEY",),
-        ("gpt-", "chatgpt-", "o1", "o3", "o4"),
-    ),
+    Provider("ollama", "openai", "OLLAMA_HOST", "http://127.0.0.1:11434", url_suffix="/v1",
+             bare_host=True),
+    _compatible("openai", "OPENAI_API_KEY", "OPENAI_BASE_URL", "https://api.openai.com/v1",
+                bare_prefixes=("gpt-", "chatgpt-", "o1", "o3", "o4")),
     _compatible("openrouter", "OPENROUTER_API_KEY", "OPENROUTER_BASE_URL",
                 "https://openrouter.ai/api/v1"),
     _compatible("perplexity", "PERPLEXITY_API_KEY", "PERPLEXITY_BASE_URL",
@@ -214,7 +196,7 @@ _GATEWAY_PROVIDERS: Final = frozenset({"bedrock", "google", "vertex", "vertex-an
 _PLACEHOLDER: Final = re.compile(r"\{([A-Z][A-Z0-9_]*)\}")
 # What a variable may put in a URL: an account id, an endpoint id, a resource name,
 # an API version. Nothing that could end the host or the path early.
-_URL_VALUE: Final = re.compile(r"[A-Za-z0-9._-]+\Z")
+_URL_VALUE: Final = re.compile(r"(?!\.+\Z)[A-Za-z0-9._-]+\Z")  # not "..", a step up
 
 
 def _placeholders(text: str) -> list[str]:
