@@ -185,7 +185,7 @@ def _model_rules(flag: str | None) -> ModelRules:
     Raises:
         UsageError: The default model (``--model``, ``CADENZA_MODEL``) cannot run.
     """
-    from cadenza.llm import DEFAULT_PROVIDER_VARIABLE, LLMConfigError, key_variable, parse_model
+    from cadenza.llm import DEFAULT_PROVIDER_VARIABLE, LLMConfigError, missing_variable, parse_model
 
     environ = os.environ
     bare_to = environ.get(DEFAULT_PROVIDER_VARIABLE) or None
@@ -199,8 +199,8 @@ def _model_rules(flag: str | None) -> ModelRules:
 
     def warning(spec: str) -> str | None:
         provider, model = parse_model(spec, default_provider=bare_to)
-        variable = key_variable(provider)
-        if variable is None or environ.get(variable):
+        variable = missing_variable(provider, environ)
+        if variable is None:
             return None
         return f"{variable} is not set: a run here fails when it calls {provider}:{model}"
 

@@ -23,9 +23,10 @@ from ._specs import (
     DEFAULT_PROVIDER_VARIABLE,
     PROVIDERS,
     Provider,
+    fill_url,
     hint,
     http_provider,
-    key_variable,
+    missing_variable,
     parse_model,
 )
 from ._types import LLMClient
@@ -35,8 +36,12 @@ __all__ = ["ProviderRegistry"]
 
 _VARIABLES: Final = frozenset(
     [DEFAULT_PROVIDER_VARIABLE]
-    + [entry.url_variable for name in PROVIDERS if (entry := http_provider(name)) is not None]
-    + [variable for name in PROVIDERS if (variable := key_variable(name)) is not None]
+    + [
+        variable
+        for name in PROVIDERS
+        if (entry := http_provider(name)) is not None
+        for variable in (*entry.url_variables, *entry.key_variables)
+    ]
 )
 _CONNECT_TIMEOUT: Final = 10.0
 
@@ -57,9 +62,10 @@ class ProviderRegistry:
 
     Args:
         environ: Where keys and base URLs come from (``OPENAI_API_KEY``,
-            ``OPENAI_BASE_URL``, ``ANTHROPIC_API_KEY``, ``ANTHROPIC_BASE_URL``,
-            ``OLLAMA_HOST``); ``os.environ`` when None. Read once, here. Its
-            ``*_API_KEY`` and ``*_TOKEN`` values are registered for redaction.
+            ``OPENAI_BASE_URL``, ``OLLAMA_HOST``... each provider's, as the
+            provider table names them); ``os.environ`` when None. Read once,
+            here. Its ``*_API_KEY`` and ``*_TOKEN`` values are registered for
+            redaction.
         clock: Backoff sleeps and per-attempt deadlines run on it.
         policy: Retries, backoff and the per-attempt deadline.
         transport: An httpx transport to send through (tests pass
@@ -122,7 +128,8 @@ class ProviderRegistry:
             ``(provider, model)``, as ``parse_model`` gives them.
 
         Raises:
-            LLMConfigError: The spec is bad, or the provider's key is not set
+            LLMConfigError: The spec is bad, or the provider's key (or a variable
+                its URL needs) is not set
                 (``OPENAI_API_KEY is not set (needed by model openai:gpt-4o)``).
         """
         checked = self._checked.get(spec)
@@ -130,7 +137,7 @@ class ProviderRegistry:
             return checked
         default = self._environ.get(DEFAULT_PROVIDER_VARIABLE)
         provider, model = parse_model(spec, default_provider=default)
-        variable = None if self._offline else self._missing_key(provider)
+        variable = None if self._offline else missing_variable(provider, self._environ)
         if variable is not None:
             raise LLMConfigError(f"{variable} is not set (needed by model {provider}:{model})")
         self._checked[spec] = provider, model
@@ -205,26 +212,22 @@ class ProviderRegistry:
         return self._http_model(entry)
 
     def _http_model(self, entry: Provider) -> LLMClient:
-        base = self._environ.get(entry.url_variable) or entry.default_url
+        environ = self._environ
+        base = environ.get(entry.url_variable) or fill_url(entry, entry.default_url, environ)
         if entry.bare_host and "://" not in base:
             base = f"http://{base}"
-        base_url = _http_url(entry.url_variable, base, self._secrets) + entry.url_suffix
-        variable = entry.key_variable
+        base_url = _http_url(entry.url_variable, base, self._secrets)
+        api_key = next((environ[name] for name in entry.key_variables if environ.get(name)), None)
         return HTTPModelClient(
             provider=entry.name,
             wire=_wire(entry.wire),
-            base_url=base_url,
-            api_key=self._environ.get(variable) if variable is not None else None,
+            base_url=base_url + fill_url(entry, entry.url_suffix, environ),
+            api_key=api_key,
             caller=self._caller,
-            missing_key=self._missing_key(entry.name),
+            missing_key=missing_variable(entry.name, environ),
             secrets=self._secrets,
+            query=fill_url(entry, entry.query, environ),
         )
-
-    def _missing_key(self, provider: str) -> str | None:
-        variable = key_variable(provider)
-        if variable is None or self._environ.get(variable):
-            return None
-        return variable
 
     async def _http_client(self) -> httpx.AsyncClient:
         if self._offline:  # never reached by a replay's calls: a guard, should one go live

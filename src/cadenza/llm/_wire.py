@@ -1,8 +1,7 @@
 """A model client over HTTP: a wire format plus the shared ``HTTPCaller``.
 
-``openai``, ``ollama`` and ``anthropic`` differ only in their ``WireFormat``
-(path, headers, body encoding and decoding) and configuration; one client
-class serves them all.
+The providers differ only in their ``WireFormat`` (path, headers, body encoding
+and decoding) and configuration (URL, key); one client class serves them all.
 """
 
 from __future__ import annotations
@@ -10,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol, Unpack
+from urllib.parse import quote
 
 import httpx
 
@@ -78,16 +78,27 @@ class HTTPModelClient:
     Args:
         provider: The provider's name in errors and logs (``openai``, ``ollama``).
         wire: The API family's wire format.
-        base_url: The API root; ``wire.path`` is appended.
+        base_url: The API root; ``wire.path`` is appended. A ``{model}`` in it is
+            each request's model (an Azure deployment's name), URL-quoted.
         api_key: The credential, or None to send none.
         caller: Sends the requests with retries.
         missing_key: When set, the variable whose absence makes every call
             fail with ``LLMConfigError``. It is checked per call, not at
             construction, so the message can name the model.
         secrets: Values to mask in errors besides the registered ones.
+        query: Appended after ``wire.path`` (``?api-version=...``).
     """
 
-    __slots__ = ("_caller", "_headers", "_missing_key", "_provider", "_secrets", "_url", "_wire")
+    __slots__ = (
+        "_caller",
+        "_headers",
+        "_missing_key",
+        "_per_model",
+        "_provider",
+        "_secrets",
+        "_url",
+        "_wire",
+    )
 
     def __init__(
         self,
@@ -99,10 +110,12 @@ class HTTPModelClient:
         caller: HTTPCaller,
         missing_key: str | None = None,
         secrets: frozenset[str] = frozenset(),
+        query: str = "",
     ) -> None:
         self._provider = provider
         self._wire = wire
-        self._url = base_url.rstrip("/") + wire.path
+        self._url = base_url.rstrip("/") + wire.path + query
+        self._per_model = "{model}" in self._url
         headers = {"Content-Type": "application/json", "Accept": "application/json"}
         headers.update(wire.extra_headers)
         if api_key:
@@ -137,8 +150,11 @@ class HTTPModelClient:
         what = f"{self._provider} model {request.model}"
         on_delta, factory = hooks.get("on_delta"), self._wire.stream
         stream = None if factory is None or on_delta is None else (factory, on_delta)
+        url = self._url
+        if self._per_model:
+            url = url.replace("{model}", quote(request.model, safe=""))
         reply, attempts = await self._caller.post(
-            self._url,
+            url,
             self._headers,
             self._wire.encode(request, stream=stream is not None),
             what=what,

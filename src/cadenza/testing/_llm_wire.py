@@ -90,7 +90,8 @@ class _Family:
     path: str
 
     def accepts(self, path: str) -> bool:
-        return path.rstrip("/").endswith(self.path)
+        # The query is not the path: Azure's deployments carry ?api-version=... .
+        return path.partition("?")[0].rstrip("/").endswith(self.path)
 
 
 def _conversation(body: Any) -> tuple[dict[str, Any], list[dict[str, Any]], dict[str, Any]]:
