@@ -37,6 +37,7 @@ _VARIABLES: Final = frozenset(
     [DEFAULT_PROVIDER_VARIABLE]
     + [entry.url_variable for name in PROVIDERS if (entry := http_provider(name)) is not None]
     + [variable for name in PROVIDERS if (variable := key_variable(name)) is not None]
+    + [v for name in PROVIDERS if (entry := http_provider(name)) for v in entry.variables]
 )
 _CONNECT_TIMEOUT: Final = 10.0
 
@@ -59,7 +60,8 @@ class ProviderRegistry:
         environ: Where keys and base URLs come from (``OPENAI_API_KEY``,
             ``OPENAI_BASE_URL``, ``ANTHROPIC_API_KEY``, ``ANTHROPIC_BASE_URL``,
             ``OLLAMA_HOST``); ``os.environ`` when None. Read once, here. Its
-            ``*_API_KEY`` and ``*_TOKEN`` values are registered for redaction.
+            ``*_API_KEY``, ``*_TOKEN`` and ``AWS_SECRET_ACCESS_KEY`` values are
+            registered for redaction.
         clock: Backoff sleeps and per-attempt deadlines run on it.
         policy: Retries, backoff and the per-attempt deadline.
         transport: An httpx transport to send through (tests pass
@@ -205,6 +207,19 @@ class ProviderRegistry:
         return self._http_model(entry)
 
     def _http_model(self, entry: Provider) -> LLMClient:
+        wire = _wire(entry.wire)
+        if wire.connect is not None:  # signed per request: the wire reads its own variables
+            connection = wire.connect(self._environ)
+            auth = connection.auth
+            return HTTPModelClient(
+                provider=entry.name,
+                wire=wire,
+                base_url=_http_url(connection.url_variable, connection.base_url, self._secrets),
+                api_key=None,
+                caller=self._caller if auth is None else self._caller.signed(auth),
+                missing_key=connection.missing,
+                secrets=self._secrets,
+            )
         base = self._environ.get(entry.url_variable) or entry.default_url
         if entry.bare_host and "://" not in base:
             base = f"http://{base}"
@@ -212,7 +227,7 @@ class ProviderRegistry:
         variable = entry.key_variable
         return HTTPModelClient(
             provider=entry.name,
-            wire=_wire(entry.wire),
+            wire=wire,
             base_url=base_url,
             api_key=self._environ.get(variable) if variable is not None else None,
             caller=self._caller,
@@ -221,6 +236,10 @@ class ProviderRegistry:
         )
 
     def _missing_key(self, provider: str) -> str | None:
+        entry = http_provider(provider)
+        connect = None if entry is None else _wire(entry.wire).connect
+        if connect is not None:
+            return connect(self._environ).missing
         variable = key_variable(provider)
         if variable is None or self._environ.get(variable):
             return None

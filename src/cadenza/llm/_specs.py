@@ -40,6 +40,8 @@ class Provider:
         url_suffix: Appended to the base URL (``/v1`` for ollama's OpenAI API).
         bare_host: Whether the variable may give a bare ``host:port`` (ollama's
             ``OLLAMA_HOST`` may, as ollama allows): ``http://`` is put before it.
+        variables: The other variables its wire reads (Bedrock's region,
+            secret key, session token...).
     """
 
     name: str
@@ -50,6 +52,7 @@ class Provider:
     bare_prefixes: tuple[str, ...] = ()
     url_suffix: str = ""
     bare_host: bool = False
+    variables: tuple[str, ...] = ()
 
 
 # The providers served over HTTP. An OpenAI-compatible one is a line here; a new
@@ -62,6 +65,24 @@ _TABLE: Final = (
         "https://api.anthropic.com",
         "ANTHROPIC_API_KEY",
         ("claude-",),
+    ),
+    # Amazon Bedrock's native wire: the Converse API, signed with SigV4 (the
+    # `bedrock` extra); credentials, region and endpoint as the AWS SDKs read them.
+    Provider(
+        "bedrock",
+        "bedrock",
+        "AWS_ENDPOINT_URL_BEDROCK_RUNTIME",
+        "https://bedrock-runtime.us-east-1.amazonaws.com",
+        "AWS_ACCESS_KEY_ID",
+        variables=(
+            "AWS_SECRET_ACCESS_KEY",
+            "AWS_SESSION_TOKEN",
+            "AWS_BEARER_TOKEN_BEDROCK",
+            "AWS_REGION",
+            "AWS_DEFAULT_REGION",
+            "AWS_ENDPOINT_URL",
+            "AWS_IGNORE_CONFIGURED_ENDPOINT_URLS",
+        ),
     ),
     Provider(
         "ollama",
@@ -91,7 +112,7 @@ DEFAULT_PROVIDER_VARIABLE: Final = "CADENZA_DEFAULT_PROVIDER"
 # zenflow's provider prefixes that Cadenza has no client for (they need their own
 # cloud credentials there too): served through CADENZA_DEFAULT_PROVIDER's gateway.
 _GATEWAY_PROVIDERS: Final = frozenset({
-    "azure", "azure-deployment", "bedrock", "cerebras", "cloudflare", "cohere", "compat",
+    "azure", "azure-deployment", "cerebras", "cloudflare", "cohere", "compat",
     "deepinfra", "deepseek", "fireworks", "fptcloud", "google", "groq", "minimax", "mistral",
     "nvidia", "openrouter", "perplexity", "runpod", "together", "vertex", "vertex-anthropic",
     "vllm", "xai",
@@ -116,8 +137,8 @@ def parse_model(spec: str, *, default_provider: str | None = None) -> tuple[str,
     to ``anthropic``; any other bare name goes to ``default_provider`` (the
     ``CADENZA_DEFAULT_PROVIDER`` variable), and without one it is an error:
     names like ``llama3`` are served by many providers, and guessing would be
-    wrong as often as right. zenflow's other provider prefixes (``bedrock/``,
-    ``google/``, ``groq/``...), for which Cadenza has no client, go to
+    wrong as often as right. zenflow's other provider prefixes (``google/``,
+    ``groq/``...), for which Cadenza has no client, go to
     ``default_provider`` too (an OpenAI-compatible gateway, typically), with the
     whole name as the model; without one they are an error that says so.
 
