@@ -67,7 +67,10 @@ def test_zenflow_providers_without_a_client_go_to_the_default_provider() -> None
 def test_bedrock_has_its_own_client() -> None:
     """``bedrock/`` speaks Bedrock's own wire, whatever the default provider."""
     spec = "bedrock/anthropic.claude-sonnet-4-6"
-    assert parse_model(spec, default_provider="openai") == ("bedrock", "anthropic.claude-sonnet-4-6")
+    assert parse_model(spec, default_provider="openai") == (
+        "bedrock",
+        "anthropic.claude-sonnet-4-6",
+    )
     assert parse_model("bedrock:us.anthropic.claude-3-5-sonnet-20240620-v1:0") == (
         "bedrock",
         "us.anthropic.claude-3-5-sonnet-20240620-v1:0",

@@ -91,9 +91,31 @@ _arguments_decoder = msgspec.json.Decoder(dict[str, Any])
 
 def encode_bedrock(request: LLMRequest, *, stream: bool = False) -> bytes:
     """The Converse request body for ``request`` (the model and streaming are in the path)."""
+    body: dict[str, Any] = {"messages": _turns(request.messages)}
     system = [{"text": m.content} for m in request.messages if m.role == "system" and m.content]
+    if system:
+        body["system"] = system
+    settings = (
+        ("maxTokens", request.max_tokens),
+        ("temperature", request.temperature),
+        ("topP", request.top_p),
+    )
+    inference = {key: value for key, value in settings if value is not None}
+    if inference:
+        body["inferenceConfig"] = inference
+    if request.tools:
+        specs = [
+            {"name": t.name, "description": t.description, "inputSchema": {"json": t.parameters}}
+            for t in request.tools
+        ]
+        body["toolConfig"] = {"tools": [{"toolSpec": spec} for spec in specs]}
+    return _encoder.encode(body)
+
+
+def _turns(messages: tuple[Message, ...]) -> list[dict[str, Any]]:
+    """The conversation as alternating user and assistant turns, system messages left out."""
     turns: list[dict[str, Any]] = []
-    for message in request.messages:
+    for message in messages:
         if message.role == "system":
             continue
         role = "assistant" if message.role == "assistant" else "user"
@@ -104,34 +126,7 @@ def encode_bedrock(request: LLMRequest, *, stream: bool = False) -> bytes:
             turns[-1]["content"].extend(blocks)
         else:
             turns.append({"role": role, "content": blocks})
-    body: dict[str, Any] = {"messages": turns}
-    if system:
-        body["system"] = system
-    inference = {
-        key: value
-        for key, value in (
-            ("maxTokens", request.max_tokens),
-            ("temperature", request.temperature),
-            ("topP", request.top_p),
-        )
-        if value is not None
-    }
-    if inference:
-        body["inferenceConfig"] = inference
-    if request.tools:
-        body["toolConfig"] = {
-            "tools": [
-                {
-                    "toolSpec": {
-                        "name": t.name,
-                        "description": t.description,
-                        "inputSchema": {"json": t.parameters},
-                    }
-                }
-                for t in request.tools
-            ]
-        }
-    return _encoder.encode(body)
+    return turns
 
 
 def _blocks(message: Message) -> list[dict[str, Any]]:
