@@ -57,11 +57,24 @@ def test_bare_zenflow_names_go_to_their_makers(spec: str, expected: tuple[str, s
 
 
 def test_zenflow_providers_without_a_client_go_to_the_default_provider() -> None:
-    """zenflow's bedrock/, google/... need their own keys there; here, a gateway."""
-    spec = "bedrock/anthropic.claude-sonnet-4-6"
+    """zenflow's prefixes Cadenza has no client for need their own keys there; here, a gateway."""
+    spec = "google/gemini-2.5-flash"
     assert parse_model(spec, default_provider="openai") == ("openai", spec)
-    with pytest.raises(LLMConfigError, match="no 'bedrock' client; set CADENZA_DEFAULT_PROVIDER"):
+    with pytest.raises(LLMConfigError, match="no 'google' client; set CADENZA_DEFAULT_PROVIDER"):
         parse_model(spec)
+
+
+def test_bedrock_has_its_own_client() -> None:
+    """``bedrock/`` speaks Bedrock's own wire, whatever the default provider."""
+    spec = "bedrock/anthropic.claude-sonnet-4-6"
+    assert parse_model(spec, default_provider="openai") == (
+        "bedrock",
+        "anthropic.claude-sonnet-4-6",
+    )
+    assert parse_model("bedrock:us.anthropic.claude-3-5-sonnet-20240620-v1:0") == (
+        "bedrock",
+        "us.anthropic.claude-3-5-sonnet-20240620-v1:0",
+    )
 
 
 def test_other_bare_names_go_to_the_default_provider() -> None:

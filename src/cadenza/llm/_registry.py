@@ -40,7 +40,7 @@ _VARIABLES: Final = frozenset(
         variable
         for name in PROVIDERS
         if (entry := http_provider(name)) is not None
-        for variable in (*entry.url_variables, *entry.key_variables)
+        for variable in (*entry.url_variables, *entry.key_variables, *entry.variables)
     ]
 )
 _CONNECT_TIMEOUT: Final = 10.0
@@ -64,8 +64,8 @@ class ProviderRegistry:
         environ: Where keys and base URLs come from (``OPENAI_API_KEY``,
             ``OPENAI_BASE_URL``, ``OLLAMA_HOST``... each provider's, as the
             provider table names them); ``os.environ`` when None. Read once,
-            here. Its ``*_API_KEY`` and ``*_TOKEN`` values are registered for
-            redaction.
+            here. Its ``*_API_KEY``, ``*_TOKEN`` and ``AWS_SECRET_ACCESS_KEY``
+            values are registered for redaction.
         clock: Backoff sleeps and per-attempt deadlines run on it.
         policy: Retries, backoff and the per-attempt deadline.
         transport: An httpx transport to send through (tests pass
@@ -137,7 +137,7 @@ class ProviderRegistry:
             return checked
         default = self._environ.get(DEFAULT_PROVIDER_VARIABLE)
         provider, model = parse_model(spec, default_provider=default)
-        variable = None if self._offline else missing_variable(provider, self._environ)
+        variable = None if self._offline else self._missing(provider)
         if variable is not None:
             raise LLMConfigError(f"{variable} is not set (needed by model {provider}:{model})")
         self._checked[spec] = provider, model
@@ -212,6 +212,19 @@ class ProviderRegistry:
         return self._http_model(entry)
 
     def _http_model(self, entry: Provider) -> LLMClient:
+        wire = _wire(entry.wire)
+        if wire.connect is not None:  # signed per request: the wire reads its own variables
+            connection = wire.connect(self._environ)
+            auth = connection.auth
+            return HTTPModelClient(
+                provider=entry.name,
+                wire=wire,
+                base_url=_http_url(connection.url_variable, connection.base_url, self._secrets),
+                api_key=None,
+                caller=self._caller if auth is None else self._caller.signed(auth),
+                missing_key=connection.missing,
+                secrets=self._secrets,
+            )
         environ = self._environ
         base = environ.get(entry.url_variable) or fill_url(entry, entry.default_url, environ)
         if entry.bare_host and "://" not in base:
@@ -220,7 +233,7 @@ class ProviderRegistry:
         api_key = next((environ[name] for name in entry.key_variables if environ.get(name)), None)
         return HTTPModelClient(
             provider=entry.name,
-            wire=_wire(entry.wire),
+            wire=wire,
             base_url=base_url + fill_url(entry, entry.url_suffix, environ),
             api_key=api_key,
             caller=self._caller,
@@ -228,6 +241,14 @@ class ProviderRegistry:
             secrets=self._secrets,
             query=fill_url(entry, entry.query, environ),
         )
+
+    def _missing(self, provider: str) -> str | None:
+        """What ``provider`` needs that the environment does not set (a signing wire says)."""
+        entry = http_provider(provider)
+        connect = None if entry is None else _wire(entry.wire).connect
+        if connect is not None:
+            return connect(self._environ).missing
+        return missing_variable(provider, self._environ)
 
     async def _http_client(self) -> httpx.AsyncClient:
         if self._offline:  # never reached by a replay's calls: a guard, should one go live

@@ -72,6 +72,8 @@ class Provider:
             server started with or without one: vLLM, ``compat``).
         query: Appended after the wire's path (Azure's ``?api-version=...``).
         settings: The URL's variables that have a default.
+        variables: The other variables its wire reads (Bedrock's region,
+            secret key, session token...).
     """
 
     name: str
@@ -85,6 +87,7 @@ class Provider:
     key_optional: bool = False
     query: str = ""
     settings: tuple[URLSetting, ...] = ()
+    variables: tuple[str, ...] = ()
 
     @property
     def key_variable(self) -> str | None:
@@ -140,7 +143,15 @@ _TABLE: Final = (
     Provider("azure-deployment", "azure", "AZURE_OPENAI_ENDPOINT", _AZURE_ENDPOINT, _AZURE_KEYS,
              url_suffix="/openai/deployments/{model}",
              query="?api-version={AZURE_OPENAI_API_VERSION}", settings=(_AZURE_VERSION,)),
-    # google, vertex, vertex-anthropic, bedrock: native wires, added by their own modules
+    # Amazon Bedrock's native wire: the Converse API, signed with SigV4 (the
+    # `bedrock` extra); credentials, region and endpoint as the AWS SDKs read them.
+    Provider("bedrock", "bedrock", "AWS_ENDPOINT_URL_BEDROCK_RUNTIME",
+             "https://bedrock-runtime.us-east-1.amazonaws.com",
+             ("AWS_ACCESS_KEY_ID", "AWS_BEARER_TOKEN_BEDROCK"),
+             variables=("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_BEARER_TOKEN_BEDROCK",
+                        "AWS_REGION", "AWS_DEFAULT_REGION", "AWS_ENDPOINT_URL",
+                        "AWS_IGNORE_CONFIGURED_ENDPOINT_URLS")),
+    # google, vertex, vertex-anthropic: native wires, added by their own modules
     _compatible("cerebras", "CEREBRAS_API_KEY", "CEREBRAS_BASE_URL", "https://api.cerebras.ai/v1"),
     _compatible("cloudflare", "CLOUDFLARE_API_TOKEN", "CLOUDFLARE_BASE_URL",
                 "https://api.cloudflare.com/client/v4/accounts/{CLOUDFLARE_ACCOUNT_ID}/ai/v1"),
@@ -191,7 +202,7 @@ DEFAULT_PROVIDER_VARIABLE: Final = "CADENZA_DEFAULT_PROVIDER"
 
 # zenflow's provider prefixes whose native wire is not in the table yet: served
 # through CADENZA_DEFAULT_PROVIDER's gateway until their modules land.
-_GATEWAY_PROVIDERS: Final = frozenset({"bedrock", "google", "vertex", "vertex-anthropic"})
+_GATEWAY_PROVIDERS: Final = frozenset({"google", "vertex", "vertex-anthropic"})
 
 _PLACEHOLDER: Final = re.compile(r"\{([A-Z][A-Z0-9_]*)\}")
 # What a variable may put in a URL: an account id, an endpoint id, a resource name,
@@ -222,7 +233,7 @@ def parse_model(spec: str, *, default_provider: str | None = None) -> tuple[str,
     ``CADENZA_DEFAULT_PROVIDER`` variable), and without one it is an error:
     names like ``llama3`` are served by many providers, and guessing would be
     wrong as often as right. zenflow's provider prefixes whose wire is not in
-    the table yet (``bedrock/``, ``google/``, ``vertex/``...) go to
+    the table yet (``google/``, ``vertex/``...) go to
     ``default_provider`` too (an OpenAI-compatible gateway, typically), with the
     whole name as the model; without one they are an error that says so.
 

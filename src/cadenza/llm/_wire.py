@@ -1,12 +1,13 @@
 """A model client over HTTP: a wire format plus the shared ``HTTPCaller``.
 
 The providers differ only in their ``WireFormat`` (path, headers, body encoding
-and decoding) and configuration (URL, key); one client class serves them all.
+and decoding, how a request is signed) and configuration (URL, key); one client
+class serves them all.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol, Unpack
 from urllib.parse import quote
@@ -20,7 +21,7 @@ from ._http import HTTPCaller
 from ._stream import StreamFactory
 from ._types import CallHooks, Completion, LLMRequest
 
-__all__ = ["Decode", "Encode", "HTTPModelClient", "WireFormat", "sampling"]
+__all__ = ["Connect", "Connection", "Decode", "Encode", "HTTPModelClient", "WireFormat", "sampling"]
 
 
 class Encode(Protocol):
@@ -50,17 +51,48 @@ def _no_headers(api_key: str) -> dict[str, str]:
 
 
 @dataclass(frozen=True, slots=True)
+class Connection:
+    """How to reach a provider that the environment configures with more than a key and a URL.
+
+    Attributes:
+        base_url: The API root the environment names.
+        url_variable: The variable ``base_url`` came from, for errors (or the one to set).
+        auth: Signs each attempt's request (Bedrock's SigV4); None when
+            ``missing`` is set.
+        missing: The variables to set when the credentials are incomplete, as
+            in ``"AWS_SECRET_ACCESS_KEY is not set"``; None when complete.
+    """
+
+    base_url: str
+    url_variable: str
+    auth: httpx.Auth | None
+    missing: str | None = None
+
+
+Connect = Callable[[Mapping[str, str]], Connection]
+"""Reads a provider's credentials, region and endpoint from the environment.
+
+Raises:
+    LLMConfigError: What the wire needs is not installed (its extra).
+"""
+
+
+@dataclass(frozen=True, slots=True)
 class WireFormat:
     """How one API family talks: where to POST, which headers, and the body both ways.
 
     Attributes:
         name: The API family, e.g. ``openai``.
-        path: Appended to the provider's base URL.
+        path: Appended to the provider's base URL; ``{model}`` in it stands for
+            the model's name, percent-encoded (Bedrock's ``/model/{model}/converse``).
         encode: Builds the request body.
         decode: Builds the ``Completion`` from a 2xx body.
         auth_headers: The credential headers for an API key.
         extra_headers: Headers every request carries (an API version, say).
         stream: Assembles a streamed reply; None for a family that cannot stream.
+        stream_path: The path of a streamed request, when it is not ``path``.
+        connect: For a family signed per request from several variables
+            (Bedrock): reads them. None: the provider's key goes in ``auth_headers``.
     """
 
     name: str
@@ -70,6 +102,8 @@ class WireFormat:
     auth_headers: Callable[[str], dict[str, str]] = _no_headers
     extra_headers: tuple[tuple[str, str], ...] = ()
     stream: StreamFactory | None = None
+    stream_path: str | None = None
+    connect: Connect | None = None
 
 
 class HTTPModelClient:
@@ -93,9 +127,9 @@ class HTTPModelClient:
         "_caller",
         "_headers",
         "_missing_key",
-        "_per_model",
         "_provider",
         "_secrets",
+        "_stream_url",
         "_url",
         "_wire",
     )
@@ -115,7 +149,7 @@ class HTTPModelClient:
         self._provider = provider
         self._wire = wire
         self._url = base_url.rstrip("/") + wire.path + query
-        self._per_model = "{model}" in self._url
+        self._stream_url = base_url.rstrip("/") + (wire.stream_path or wire.path) + query
         headers = {"Content-Type": "application/json", "Accept": "application/json"}
         headers.update(wire.extra_headers)
         if api_key:
@@ -150,8 +184,8 @@ class HTTPModelClient:
         what = f"{self._provider} model {request.model}"
         on_delta, factory = hooks.get("on_delta"), self._wire.stream
         stream = None if factory is None or on_delta is None else (factory, on_delta)
-        url = self._url
-        if self._per_model:
+        url = self._stream_url if stream is not None else self._url
+        if "{model}" in url:
             url = url.replace("{model}", quote(request.model, safe=""))
         reply, attempts = await self._caller.post(
             url,

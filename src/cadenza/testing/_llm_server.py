@@ -1,8 +1,10 @@
 """``ScriptedLLMServer``: a real local HTTP server that plays a chat model from rules.
 
-It speaks OpenAI Chat Completions (``POST .../chat/completions``) or the
-Anthropic Messages API (``POST /v1/messages``) on 127.0.0.1, whole or as
-server-sent events when a request asks for a stream, answers from
+It speaks OpenAI Chat Completions (``POST .../chat/completions``), the
+Anthropic Messages API (``POST /v1/messages``) or Amazon Bedrock's Converse
+(``POST /model/{id}/converse``, SigV4-verified) on 127.0.0.1, whole or
+streamed (server-sent events; Bedrock's binary event stream) when a request
+asks for a stream, answers from
 rules (see ``ServerRule``), records every request, counts the peak number in
 flight, and can misbehave on cue: error statuses with ``Retry-After``, reset
 connections, delays and bodies trickled a byte at a time. It runs on a
@@ -17,14 +19,17 @@ from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal, Self
+from urllib.parse import unquote
 
+from ._llm_bedrock import BEDROCK_ACCESS_KEY_ID, BedrockWire
 from ._llm_rules import RuleLike, Script, ServerReply
 from ._llm_wire import WIRES, ServerWire
 from ._local_http import LocalHTTPServer, RequestHandler
 
 __all__ = ["RecordedRequest", "ScriptedLLMServer"]
 
-Wire = Literal["openai", "anthropic"]
+Wire = Literal["openai", "anthropic", "bedrock"]
+_WIRES: Final[dict[str, ServerWire]] = {**WIRES, "bedrock": BedrockWire()}
 
 # How often a held reply checks whether the server is stopping.
 _HOLD_POLL: Final = 0.05
@@ -53,8 +58,10 @@ class RecordedRequest:
 
     @property
     def model(self) -> str | None:
-        """The requested model."""
+        """The requested model (from the path, where Bedrock puts it)."""
         model = self.body.get("model") if isinstance(self.body, dict) else None
+        if model is None and self.path.startswith("/model/"):
+            model = unquote(self.path.split("/")[2])
         return model if isinstance(model, str) else None
 
     @property
@@ -77,11 +84,15 @@ class ScriptedLLMServer:
     Args:
         rules: Tried in order for every request; the first match answers. A
             request no rule matches gets HTTP 400 (and is recorded).
-        wire: ``openai`` or ``anthropic``.
+        wire: ``openai``, ``anthropic`` or ``bedrock``.
         host: The interface to listen on.
         port: The port; 0 picks a free one.
         keep: How many requests `requests` remembers (the newest); a long soak
             must not grow without bound. `request_count` counts them all.
+        api_key: The key the server knows. The ``bedrock`` dialect verifies
+            each request's SigV4 signature with it as the secret access key of
+            ``BEDROCK_ACCESS_KEY_ID`` (or takes it as a bearer token) and
+            answers a forgery HTTP 403, as AWS does; the others take any key.
 
     Raises:
         ValueError: An unknown wire format or a malformed rule.
@@ -95,10 +106,12 @@ class ScriptedLLMServer:
         host: str = "127.0.0.1",
         port: int = 0,
         keep: int = 10_000,
+        api_key: str = "test-key",
     ) -> None:
-        if wire not in WIRES:
-            raise ValueError(f"unknown wire format {wire!r}; use one of {sorted(WIRES)}")
-        self._wire: ServerWire = WIRES[wire]
+        if wire not in _WIRES:
+            raise ValueError(f"unknown wire format {wire!r}; use one of {sorted(_WIRES)}")
+        self._wire: ServerWire = _WIRES[wire]
+        self._api_key = api_key
         self._script = Script(rules)
         self._address = (host, port)
         self._lock = threading.Lock()
@@ -121,13 +134,26 @@ class ScriptedLLMServer:
 
     @property
     def base_url(self) -> str:
-        """The provider's base URL: ``.../v1`` for OpenAI, the root for Anthropic."""
+        """The provider's base URL: ``.../v1`` for OpenAI, the root for Anthropic and Bedrock."""
         return f"{self.url}/v1" if self._wire.name == "openai" else self.url
 
-    def environ(self, api_key: str = "test-key") -> dict[str, str]:
-        """Environment variables that point the matching provider at this server."""
+    def environ(self, api_key: str | None = None) -> dict[str, str]:
+        """Environment variables that point the matching provider at this server.
+
+        ``api_key`` is the key the client sends (the server's own by default);
+        for ``bedrock`` it is the secret access key, beside the endpoint URL
+        override, the access key id and a region, as the AWS SDKs read them.
+        """
+        key = self._api_key if api_key is None else api_key
+        if self._wire.name == "bedrock":
+            return {
+                "AWS_ENDPOINT_URL_BEDROCK_RUNTIME": self.base_url,
+                "AWS_ACCESS_KEY_ID": BEDROCK_ACCESS_KEY_ID,
+                "AWS_SECRET_ACCESS_KEY": key,
+                "AWS_REGION": "us-east-1",
+            }
         prefix = "OPENAI" if self._wire.name == "openai" else "ANTHROPIC"
-        return {f"{prefix}_BASE_URL": self.base_url, f"{prefix}_API_KEY": api_key}
+        return {f"{prefix}_BASE_URL": self.base_url, f"{prefix}_API_KEY": key}
 
     @property
     def requests(self) -> list[RecordedRequest]:
@@ -202,6 +228,7 @@ class ScriptedLLMServer:
             body = json.loads(raw)
         except ValueError:
             body = None
+        refused = self._wire.refuse(path, headers, raw, self._api_key)
         problem = (
             (404, f"unknown path {path}")
             if not self._wire.accepts(path)
@@ -209,9 +236,12 @@ class ScriptedLLMServer:
             if body is None
             else None
         )
-        if problem is not None:
+        if problem is not None or refused is not None:
             self._record(RecordedRequest(path, headers, body, None, 0, handler.client_address[1]))
-            handler.send_body(problem[0], self._error(*problem))
+            if refused is not None:
+                handler.send_body(refused[0], json.dumps(refused[1]).encode())
+            elif problem is not None:
+                handler.send_body(problem[0], self._error(*problem))
             return
         with self._lock:
             self._inflight += 1
@@ -219,7 +249,7 @@ class ScriptedLLMServer:
             self._serial += 1
             inflight, serial = self._inflight, self._serial
         try:
-            picked = self._script.pick(self._wire.view(body))
+            picked = self._script.pick(self._wire.view(body, path))
             rule = picked[0] if picked is not None else None
             self._record(
                 RecordedRequest(path, headers, body, rule, inflight, handler.client_address[1])
@@ -227,12 +257,14 @@ class ScriptedLLMServer:
             if picked is None:
                 handler.send_body(400, self._error(400, "no rule matches this request"))
             else:
-                self._reply(handler, body, picked[1], serial)
+                self._reply(handler, body, path, picked[1], serial)
         finally:
             with self._lock:
                 self._inflight -= 1
 
-    def _reply(self, handler: RequestHandler, body: Any, reply: ServerReply, serial: int) -> None:
+    def _reply(
+        self, handler: RequestHandler, body: Any, path: str, reply: ServerReply, serial: int
+    ) -> None:
         if reply.delay > 0 and self._stopping.wait(reply.delay):
             handler.close_connection = True
             return
@@ -247,12 +279,12 @@ class ScriptedLLMServer:
             data = reply.body.encode()
         elif reply.status != 200:
             data = self._error(reply.status, "scripted failure")
-        elif reply.stream and isinstance(body, dict) and body.get("stream") is True:
+        elif reply.stream and self._wire.streams(body, path):
             data = self._wire.stream(body, reply, serial)
-            kind = "text/event-stream"
+            kind = self._wire.stream_type
             pause = None
-            if reply.pause is not None:  # after the server-sent event at the body's middle
-                pause = (data.find(b"\n\n", len(data) // 2) + 2, reply.pause)
+            if reply.pause is not None:  # after the event at the body's middle
+                pause = (self._wire.middle(data), reply.pause)
             handler.send_body(reply.status, data, reply.headers, reply.trickle, kind, pause)
             return
         else:

@@ -1,4 +1,7 @@
-"""The two wire formats ``ScriptedLLMServer`` speaks: reading requests, writing replies.
+"""The wire formats ``ScriptedLLMServer`` speaks: reading requests, writing replies.
+
+OpenAI's and Anthropic's are here; Bedrock's Converse (signed, binary streams)
+is in ``_llm_bedrock``.
 
 Request bodies come from clients under test, so reading them is defensive:
 a missing or oddly typed field reads as empty instead of crashing the server.
@@ -8,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+from collections.abc import Mapping
 from typing import Any, Protocol
 
 from ._llm_rules import RequestView, ServerReply, ServerToolCall
@@ -19,13 +23,28 @@ class ServerWire(Protocol):
     """One API family, as the server sees it."""
 
     name: str
+    stream_type: str
+    """The content type of a streamed reply."""
 
     def accepts(self, path: str) -> bool:
         """Whether a POST to ``path`` is a completion request."""
         ...
 
-    def view(self, body: Any) -> RequestView:
-        """What rules match on, from a parsed request body."""
+    def refuse(
+        self, path: str, headers: Mapping[str, str], raw: bytes, key: str
+    ) -> tuple[int, dict[str, Any]] | None:
+        """The status and error body refusing a request whose credentials are not ``key``'s.
+
+        None lets it through (OpenAI's and Anthropic's dialects take any key).
+        """
+        ...
+
+    def view(self, body: Any, path: str) -> RequestView:
+        """What rules match on, from a parsed request body and its path."""
+        ...
+
+    def streams(self, body: Any, path: str) -> bool:
+        """Whether the request asks for a streamed reply."""
         ...
 
     def success(self, body: Any, reply: ServerReply, serial: int) -> dict[str, Any]:
@@ -38,6 +57,10 @@ class ServerWire(Protocol):
 
     def stream(self, body: Any, reply: ServerReply, serial: int) -> bytes:
         """The reply as the family's server-sent events, ``reply.chunk`` characters a delta."""
+        ...
+
+    def middle(self, data: bytes) -> int:
+        """The offset just after the event at the middle of a streamed reply."""
         ...
 
 
@@ -88,10 +111,22 @@ class _Family:
 
     name: str
     path: str
+    stream_type = "text/event-stream"
 
     def accepts(self, path: str) -> bool:
         # The query is not the path: Azure's deployments carry ?api-version=... .
         return path.partition("?")[0].rstrip("/").endswith(self.path)
+
+    def refuse(
+        self, path: str, headers: Mapping[str, str], raw: bytes, key: str
+    ) -> tuple[int, dict[str, Any]] | None:
+        return None
+
+    def streams(self, body: Any, path: str) -> bool:
+        return isinstance(body, dict) and body.get("stream") is True
+
+    def middle(self, data: bytes) -> int:
+        return data.find(b"\n\n", len(data) // 2) + 2
 
 
 def _conversation(body: Any) -> tuple[dict[str, Any], list[dict[str, Any]], dict[str, Any]]:
@@ -105,7 +140,7 @@ class _OpenAI(_Family):
     name = "openai"
     path = "/chat/completions"
 
-    def view(self, body: Any) -> RequestView:
+    def view(self, body: Any, path: str) -> RequestView:
         body, messages, last = _conversation(body)
         return RequestView(
             system="\n".join(
@@ -185,7 +220,7 @@ class _Anthropic(_Family):
     name = "anthropic"
     path = "/v1/messages"
 
-    def view(self, body: Any) -> RequestView:
+    def view(self, body: Any, path: str) -> RequestView:
         body, messages, last = _conversation(body)
         role = last.get("role")
         blocks = _list(last.get("content"))
