@@ -61,8 +61,8 @@ __all__ = [
     "SupervisorRow",
     "WorkerLoad",
     "command_bounds",
-    "encode_pool",
     "encode_command",
+    "encode_pool",
     "is_under",
     "read_commands",
     "read_supervisor",
@@ -204,7 +204,7 @@ def read_supervisor(values: Sequence[Any]) -> SupervisorRow:
             workers = _decode_pool(pool)
         except msgspec.DecodeError:
             _log.debug("unreadable pool of workers", supervisor=fields[0])
-    return SupervisorRow(*fields, pool=workers)
+    return msgspec.structs.replace(SupervisorRow(*fields), pool=workers)
 
 
 class CancelCommand(msgspec.Struct, frozen=True, tag_field="command", tag="cancel"):

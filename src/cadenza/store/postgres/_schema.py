@@ -337,8 +337,7 @@ async def take_queued(connection: Any, holder: LeaseHolder, ttl: float) -> Lease
 
 
 SUPERVISOR_COLUMNS = (
-    "supervisor_id, host, pid, workers, capacity, runs, waiting, running, seen_at, expires_at,"
-    " pool"
+    "supervisor_id, host, pid, workers, capacity, runs, waiting, running, seen_at, expires_at, pool"
 )
 """The columns of a `SupervisorRow`, in its fields' order."""
 

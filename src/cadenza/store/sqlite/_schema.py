@@ -120,8 +120,7 @@ CREATE TABLE IF NOT EXISTS supervisors (
 """
 
 SUPERVISOR_COLUMNS = (
-    "supervisor_id, host, pid, workers, capacity, runs, waiting, running, seen_at, expires_at,"
-    " pool"
+    "supervisor_id, host, pid, workers, capacity, runs, waiting, running, seen_at, expires_at, pool"
 )
 """The columns of a `SupervisorRow`, in its fields' order."""
 
