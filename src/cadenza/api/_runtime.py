@@ -89,6 +89,7 @@ from cadenza.protocols import (
 from cadenza.store import (
     CancelCommand,
     Command,
+    Fleet,
     Lease,
     LeaseHolder,
     MessageCommand,
@@ -1169,6 +1170,16 @@ class Runtime:
     async def list_runs(self, *, limit: int = 100) -> list[RunRow]:
         """Stored runs, most recent first."""
         return await self.store.list_runs(limit=limit)
+
+    async def fleet(self) -> Fleet:
+        """The fleet of the store: its live supervisors, with their load and their
+        workers', and its queued runs (what ``cadenza fleet`` shows).
+
+        Raises:
+            StoreError: The store cannot be read.
+        """
+        supervisors = await self.store.live_supervisors()
+        return Fleet(supervisors, await self.store.queue_depth(), time.time())
 
     async def stored_events(self, run_id: str) -> list[Event]:
         """A stored run's events, in order.

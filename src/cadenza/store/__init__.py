@@ -18,6 +18,7 @@ from ._base import WAITING_COMMAND_BYTES as WAITING_COMMAND_BYTES
 from ._base import WAITING_COMMANDS as WAITING_COMMANDS
 from ._base import CancelCommand as CancelCommand
 from ._base import Command as Command
+from ._base import Fleet as Fleet
 from ._base import MessageCommand as MessageCommand
 from ._base import QueueDepth as QueueDepth
 from ._base import RunRow as RunRow
@@ -48,6 +49,7 @@ __all__ = [
     "WAITING_COMMAND_BYTES",
     "CancelCommand",
     "Command",
+    "Fleet",
     "Lease",
     "LeaseHolder",
     "MemoryRunStore",

@@ -54,6 +54,7 @@ __all__ = [
     "WAITING_COMMAND_BYTES",
     "CancelCommand",
     "Command",
+    "Fleet",
     "MessageCommand",
     "QueueDepth",
     "RunRow",
@@ -106,7 +107,7 @@ ANSWERED = SignalReceived.event_type
 """The type of the event a person's answer adds to a waiting run's log."""
 
 
-class WorkerLoad(msgspec.Struct, frozen=True):
+class WorkerLoad(msgspec.Struct, frozen=True, rename="camel"):
     """A worker connected to a supervisor, as the supervisor's dispatcher sees it.
 
     Attributes:
@@ -124,8 +125,8 @@ NO_POOL: tuple[WorkerLoad, ...] = ()
 """The workers of a supervisor that has none connected."""
 
 
-class SupervisorRow(msgspec.Struct, frozen=True):
-    """A live supervisor of the fleet, as it last told the store.
+class SupervisorRow(msgspec.Struct, frozen=True, rename="camel"):
+    """A live supervisor of the fleet, as it last told the store (camelCase in JSON).
 
     Attributes:
         supervisor_id: Unique to one supervisor process's lifetime.
@@ -156,7 +157,7 @@ class SupervisorRow(msgspec.Struct, frozen=True):
     pool: tuple[WorkerLoad, ...] = NO_POOL
 
 
-class QueueDepth(msgspec.Struct, frozen=True):
+class QueueDepth(msgspec.Struct, frozen=True, rename="camel"):
     """The queued runs of a store (`RunStore.queue_depth`): how many, and how long waiting.
 
     Attributes:
@@ -180,6 +181,20 @@ class QueueDepth(msgspec.Struct, frozen=True):
         oldest = min((float(group[2]) for group in ordered), default=None)
         age = 0.0 if oldest is None else max(0.0, float(now) - oldest)
         return cls(sum(by_priority.values()), by_priority, oldest, age)
+
+
+class Fleet(msgspec.Struct, frozen=True, rename="camel"):
+    """The fleet as its store shows it: ``cadenza fleet``, ``GET /api/fleet``.
+
+    Attributes:
+        supervisors: The live supervisors, by id, each with its workers.
+        queue: The queued runs.
+        at: When it was read (epoch seconds).
+    """
+
+    supervisors: list[SupervisorRow]
+    queue: QueueDepth
+    at: float
 
 
 _encode_pool = msgspec.json.Encoder().encode
