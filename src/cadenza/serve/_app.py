@@ -139,6 +139,7 @@ def create_app(  # noqa: PLR0913 -- keyword-only options, each documented in doc
         Route("/api/runs", api.list_runs, methods=["GET"]),
         Route("/api/runs", api.start_run, methods=["POST"]),
         Route("/api/workflows", api.list_workflows, methods=["GET"]),
+        Route("/api/fleet", api.get_fleet, methods=["GET"]),
         Route(run, api.get_run, methods=["GET"]),
         Route(f"{run}/result", api.get_result, methods=["GET"]),
         Route(f"{run}/events", api.get_events, methods=["GET"]),
