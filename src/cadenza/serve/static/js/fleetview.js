@@ -67,7 +67,7 @@ function workerRows(fleet) {
 export function showFleet(app) {
   let stopped = false;
   const problem = h("div");
-  const queue = h("div", { class: "facts", "aria-label": "Queue" });
+  const queue = h("div", { class: "facts fleet-facts" });
   const supervisors = h("div");
   const workers = h("div");
   fill(
