@@ -43,7 +43,7 @@ class RunYaml(Protocol):
     ) -> Awaitable[RunResult]: ...
 
 
-Wire = Literal["openai", "anthropic"]
+Wire = Literal["openai", "anthropic", "gemini", "vertex-anthropic"]
 """The wire formats a scripted chat model speaks."""
 
 

@@ -25,7 +25,7 @@ from ._specs import (
     Provider,
     hint,
     http_provider,
-    key_variable,
+    key_variables,
     parse_model,
 )
 from ._types import LLMClient
@@ -33,10 +33,15 @@ from ._wire import HTTPModelClient, WireFormat
 
 __all__ = ["ProviderRegistry"]
 
+_ClientFactory = Callable[[Provider, str, Mapping[str, str], HTTPCaller, frozenset[str]], LLMClient]
+"""A wire module's own ``client(entry, base_url, environ, caller, secrets)``, if it has one."""
+
+_ENTRIES: Final = [entry for name in PROVIDERS if (entry := http_provider(name)) is not None]
 _VARIABLES: Final = frozenset(
     [DEFAULT_PROVIDER_VARIABLE]
-    + [entry.url_variable for name in PROVIDERS if (entry := http_provider(name)) is not None]
-    + [variable for name in PROVIDERS if (variable := key_variable(name)) is not None]
+    + [entry.url_variable for entry in _ENTRIES]
+    + [variable for entry in _ENTRIES for variable in key_variables(entry.name)]
+    + [variable for entry in _ENTRIES for variable in entry.variables]
 )
 _CONNECT_TIMEOUT: Final = 10.0
 
@@ -170,11 +175,14 @@ class ProviderRegistry:
         """
         if self._closed:
             raise LLMError("the provider registry is closed; create one per run")
-        cached = self._clients.get((provider, key))
+        # A model over HTTP keeps nothing per caller: one client for the run, so
+        # what it fetches (Vertex AI's token) is fetched once, not once per agent.
+        slot = (provider, key if provider == "scripted" else "")
+        cached = self._clients.get(slot)
         if cached is not None:
             return cached
         client = self._create(provider, script, key)
-        self._clients[provider, key] = client
+        self._clients[slot] = client
         return client
 
     async def aclose(self) -> None:
@@ -209,22 +217,27 @@ class ProviderRegistry:
         if entry.bare_host and "://" not in base:
             base = f"http://{base}"
         base_url = _http_url(entry.url_variable, base, self._secrets) + entry.url_suffix
-        variable = entry.key_variable
+        module = importlib.import_module(f"cadenza.llm._{entry.wire}")
+        own: _ClientFactory | None = getattr(module, "client", None)
+        if own is not None:  # a wire set up by more than a URL and a key (Vertex AI's)
+            return own(entry, base_url, self._environ, self._caller, self._secrets)
+        keys = (self._environ.get(variable) for variable in key_variables(entry.name))
         return HTTPModelClient(
             provider=entry.name,
             wire=_wire(entry.wire),
             base_url=base_url,
-            api_key=self._environ.get(variable) if variable is not None else None,
+            api_key=next((key for key in keys if key), None),
             caller=self._caller,
             missing_key=self._missing_key(entry.name),
             secrets=self._secrets,
         )
 
     def _missing_key(self, provider: str) -> str | None:
-        variable = key_variable(provider)
-        if variable is None or self._environ.get(variable):
+        """``GEMINI_API_KEY``, or ``A or B`` when a key may be in either, if none is set."""
+        variables = key_variables(provider)
+        if not variables or any(self._environ.get(variable) for variable in variables):
             return None
-        return variable
+        return " or ".join(variables)
 
     async def _http_client(self) -> httpx.AsyncClient:
         if self._offline:  # never reached by a replay's calls: a guard, should one go live

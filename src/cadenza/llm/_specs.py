@@ -16,10 +16,15 @@ from ._errors import LLMConfigError
 __all__ = [
     "DEFAULT_PROVIDER_VARIABLE",
     "PROVIDERS",
+    "VERTEX_CLAUDE",
+    "VERTEX_CREDENTIALS",
+    "VERTEX_LOCATION",
+    "VERTEX_PROJECT",
     "Provider",
     "hint",
     "http_provider",
     "key_variable",
+    "key_variables",
     "parse_model",
 ]
 
@@ -40,6 +45,10 @@ class Provider:
         url_suffix: Appended to the base URL (``/v1`` for ollama's OpenAI API).
         bare_host: Whether the variable may give a bare ``host:port`` (ollama's
             ``OLLAMA_HOST`` may, as ollama allows): ``http://`` is put before it.
+        also_keys: Other variables that may hold the key, read after
+            ``key_variable`` (zenflow reads two for Gemini).
+        variables: Other variables its client reads (Vertex AI's project,
+            region and credentials); the registry keeps them for it.
     """
 
     name: str
@@ -50,6 +59,17 @@ class Provider:
     bare_prefixes: tuple[str, ...] = ()
     url_suffix: str = ""
     bare_host: bool = False
+    also_keys: tuple[str, ...] = ()
+    variables: tuple[str, ...] = ()
+
+
+# Google's native wires: where Vertex AI finds its project and region (the first
+# variable set wins; zenflow's, then the Anthropic SDK's for Claude) and its token.
+VERTEX_PROJECT: Final = ("GOOGLE_VERTEX_PROJECT", "GOOGLE_CLOUD_PROJECT", "GCLOUD_PROJECT")
+VERTEX_LOCATION: Final = ("GOOGLE_VERTEX_LOCATION", "GOOGLE_CLOUD_LOCATION")
+VERTEX_CLAUDE: Final = ("ANTHROPIC_VERTEX_PROJECT_ID", "CLOUD_ML_REGION")
+VERTEX_CREDENTIALS: Final = ("GOOGLE_OAUTH_ACCESS_TOKEN", "GOOGLE_APPLICATION_CREDENTIALS")
+_VERTEX_HOST: Final = "https://{location}-aiplatform.googleapis.com"
 
 
 # The providers served over HTTP. An OpenAI-compatible one is a line here; a new
@@ -62,6 +82,30 @@ _TABLE: Final = (
         "https://api.anthropic.com",
         "ANTHROPIC_API_KEY",
         ("claude-",),
+    ),
+    # Google's native wires
+    Provider(
+        "google",
+        "gemini",
+        "GOOGLE_GENERATIVE_AI_BASE_URL",
+        "https://generativelanguage.googleapis.com",
+        "GOOGLE_GENERATIVE_AI_API_KEY",
+        ("gemini-",),
+        also_keys=("GEMINI_API_KEY",),
+    ),
+    Provider(
+        "vertex",
+        "vertex",
+        "GOOGLE_VERTEX_BASE_URL",
+        _VERTEX_HOST,
+        variables=VERTEX_PROJECT + VERTEX_LOCATION + VERTEX_CREDENTIALS,
+    ),
+    Provider(
+        "vertex-anthropic",
+        "vertex_anthropic",
+        "GOOGLE_VERTEX_BASE_URL",
+        _VERTEX_HOST,
+        variables=VERTEX_PROJECT + VERTEX_LOCATION + VERTEX_CLAUDE + VERTEX_CREDENTIALS,
     ),
     Provider(
         "ollama",
@@ -92,9 +136,8 @@ DEFAULT_PROVIDER_VARIABLE: Final = "CADENZA_DEFAULT_PROVIDER"
 # cloud credentials there too): served through CADENZA_DEFAULT_PROVIDER's gateway.
 _GATEWAY_PROVIDERS: Final = frozenset({
     "azure", "azure-deployment", "bedrock", "cerebras", "cloudflare", "cohere", "compat",
-    "deepinfra", "deepseek", "fireworks", "fptcloud", "google", "groq", "minimax", "mistral",
-    "nvidia", "openrouter", "perplexity", "runpod", "together", "vertex", "vertex-anthropic",
-    "vllm", "xai",
+    "deepinfra", "deepseek", "fireworks", "fptcloud", "groq", "minimax", "mistral",
+    "nvidia", "openrouter", "perplexity", "runpod", "together", "vllm", "xai",
 })  # fmt: skip
 
 
@@ -112,14 +155,15 @@ def parse_model(spec: str, *, default_provider: str | None = None) -> tuple[str,
     gives ``("scripted", "scripted")``: a script has no model to name.
 
     A bare model name, as zenflow's documents write them, is placed as zenflow
-    places it: ``gpt-*``, ``o1``/``o3``/``o4*`` go to ``openai`` and ``claude-*``
-    to ``anthropic``; any other bare name goes to ``default_provider`` (the
-    ``CADENZA_DEFAULT_PROVIDER`` variable), and without one it is an error:
-    names like ``llama3`` are served by many providers, and guessing would be
-    wrong as often as right. zenflow's other provider prefixes (``bedrock/``,
-    ``google/``, ``groq/``...), for which Cadenza has no client, go to
-    ``default_provider`` too (an OpenAI-compatible gateway, typically), with the
-    whole name as the model; without one they are an error that says so.
+    places it: ``gpt-*``, ``o1``/``o3``/``o4*`` go to ``openai``, ``claude-*``
+    to ``anthropic`` and ``gemini-*`` to ``google``; any other bare name goes
+    to ``default_provider`` (the ``CADENZA_DEFAULT_PROVIDER`` variable), and
+    without one it is an error: names like ``llama3`` are served by many
+    providers, and guessing would be wrong as often as right. zenflow's other
+    provider prefixes (``bedrock/``, ``groq/``...), for which Cadenza has no
+    client, go to ``default_provider`` too (an OpenAI-compatible gateway,
+    typically), with the whole name as the model; without one they are an
+    error that says so.
 
     Raises:
         LLMConfigError: No provider, no model, or a provider that is not one of
@@ -157,6 +201,14 @@ def key_variable(provider: str) -> str | None:
     """The environment variable that holds ``provider``'s API key; None if it needs none."""
     entry = _BY_NAME.get(provider)
     return None if entry is None else entry.key_variable
+
+
+def key_variables(provider: str) -> tuple[str, ...]:
+    """Every variable that may hold ``provider``'s API key, the one read first first."""
+    entry = _BY_NAME.get(provider)
+    if entry is None or entry.key_variable is None:
+        return ()
+    return (entry.key_variable, *entry.also_keys)
 
 
 def _bare(spec: str, name: str, default_provider: str | None) -> str:

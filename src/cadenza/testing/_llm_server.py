@@ -1,8 +1,11 @@
 """``ScriptedLLMServer``: a real local HTTP server that plays a chat model from rules.
 
-It speaks OpenAI Chat Completions (``POST .../chat/completions``) or the
-Anthropic Messages API (``POST /v1/messages``) on 127.0.0.1, whole or as
-server-sent events when a request asks for a stream, answers from
+It speaks OpenAI Chat Completions (``POST .../chat/completions``), the
+Anthropic Messages API (``POST /v1/messages``), Gemini (the Gemini API's
+``POST /v1beta/models/{model}:generateContent`` and Vertex AI's
+``.../publishers/google/models/{model}:generateContent``) or Claude on Vertex
+AI (``.../publishers/anthropic/models/{model}:rawPredict``) on 127.0.0.1,
+whole or as server-sent events when a request asks for a stream, answers from
 rules (see ``ServerRule``), records every request, counts the peak number in
 flight, and can misbehave on cue: error statuses with ``Retry-After``, reset
 connections, delays and bodies trickled a byte at a time. It runs on a
@@ -12,6 +15,7 @@ thread, so it serves synchronous and asynchronous tests alike.
 from __future__ import annotations
 
 import json
+import re
 import threading
 from collections import deque
 from collections.abc import Mapping, Sequence
@@ -24,7 +28,9 @@ from ._local_http import LocalHTTPServer, RequestHandler
 
 __all__ = ["RecordedRequest", "ScriptedLLMServer"]
 
-Wire = Literal["openai", "anthropic"]
+Wire = Literal["openai", "anthropic", "gemini", "vertex-anthropic"]
+
+_MODEL_IN_PATH: Final = re.compile(r"/models/([^/:?#]+):")
 
 # How often a held reply checks whether the server is stopping.
 _HOLD_POLL: Final = 0.05
@@ -53,9 +59,12 @@ class RecordedRequest:
 
     @property
     def model(self) -> str | None:
-        """The requested model."""
+        """The requested model (Gemini's and Vertex AI's name it in the path)."""
         model = self.body.get("model") if isinstance(self.body, dict) else None
-        return model if isinstance(model, str) else None
+        if isinstance(model, str):
+            return model
+        found = _MODEL_IN_PATH.search(self.path)
+        return found[1] if found is not None else None
 
     @property
     def messages(self) -> list[Any]:
@@ -77,7 +86,8 @@ class ScriptedLLMServer:
     Args:
         rules: Tried in order for every request; the first match answers. A
             request no rule matches gets HTTP 400 (and is recorded).
-        wire: ``openai`` or ``anthropic``.
+        wire: ``openai``, ``anthropic``, ``gemini`` (the Gemini API and
+            Vertex AI's Gemini) or ``vertex-anthropic``.
         host: The interface to listen on.
         port: The port; 0 picks a free one.
         keep: How many requests `requests` remembers (the newest); a long soak
@@ -121,13 +131,29 @@ class ScriptedLLMServer:
 
     @property
     def base_url(self) -> str:
-        """The provider's base URL: ``.../v1`` for OpenAI, the root for Anthropic."""
+        """The provider's base URL: ``.../v1`` for OpenAI, the root for the others."""
         return f"{self.url}/v1" if self._wire.name == "openai" else self.url
 
     def environ(self, api_key: str = "test-key") -> dict[str, str]:
-        """Environment variables that point the matching provider at this server."""
-        prefix = "OPENAI" if self._wire.name == "openai" else "ANTHROPIC"
-        return {f"{prefix}_BASE_URL": self.base_url, f"{prefix}_API_KEY": api_key}
+        """Environment variables that point the matching provider(s) at this server.
+
+        The ``gemini`` server serves ``google`` and ``vertex`` alike, so both
+        are pointed at it; Vertex AI's project is ``test-project`` in
+        ``us-central1``, and ``api_key`` its access token.
+        """
+        name = self._wire.name
+        if name in ("openai", "anthropic"):
+            prefix = name.upper()
+            return {f"{prefix}_BASE_URL": self.base_url, f"{prefix}_API_KEY": api_key}
+        vertex = {
+            "GOOGLE_VERTEX_BASE_URL": self.url,
+            "GOOGLE_CLOUD_PROJECT": "test-project",
+            "GOOGLE_CLOUD_LOCATION": "us-central1",
+            "GOOGLE_OAUTH_ACCESS_TOKEN": api_key,
+        }
+        if name == "gemini":
+            vertex.update(GOOGLE_GENERATIVE_AI_BASE_URL=self.url, GEMINI_API_KEY=api_key)
+        return vertex
 
     @property
     def requests(self) -> list[RecordedRequest]:
@@ -202,6 +228,7 @@ class ScriptedLLMServer:
             body = json.loads(raw)
         except ValueError:
             body = None
+        stream = self._wire.streams(path, body)
         problem = (
             (404, f"unknown path {path}")
             if not self._wire.accepts(path)
@@ -213,26 +240,30 @@ class ScriptedLLMServer:
             self._record(RecordedRequest(path, headers, body, None, 0, handler.client_address[1]))
             handler.send_body(problem[0], self._error(*problem))
             return
+        raw_body = body  # recorded as it came
         with self._lock:
             self._inflight += 1
             self._max_inflight = max(self._max_inflight, self._inflight)
             self._serial += 1
             inflight, serial = self._inflight, self._serial
         try:
+            body = self._wire.prepare(path, body)  # the model its URL names, for rules and replies
             picked = self._script.pick(self._wire.view(body))
             rule = picked[0] if picked is not None else None
             self._record(
-                RecordedRequest(path, headers, body, rule, inflight, handler.client_address[1])
+                RecordedRequest(path, headers, raw_body, rule, inflight, handler.client_address[1])
             )
             if picked is None:
                 handler.send_body(400, self._error(400, "no rule matches this request"))
             else:
-                self._reply(handler, body, picked[1], serial)
+                self._reply(handler, body, picked[1], serial, stream)
         finally:
             with self._lock:
                 self._inflight -= 1
 
-    def _reply(self, handler: RequestHandler, body: Any, reply: ServerReply, serial: int) -> None:
+    def _reply(
+        self, handler: RequestHandler, body: Any, reply: ServerReply, serial: int, stream: bool
+    ) -> None:
         if reply.delay > 0 and self._stopping.wait(reply.delay):
             handler.close_connection = True
             return
@@ -247,7 +278,7 @@ class ScriptedLLMServer:
             data = reply.body.encode()
         elif reply.status != 200:
             data = self._error(reply.status, "scripted failure")
-        elif reply.stream and isinstance(body, dict) and body.get("stream") is True:
+        elif reply.stream and stream:
             data = self._wire.stream(body, reply, serial)
             kind = "text/event-stream"
             pause = None
