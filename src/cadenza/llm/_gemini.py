@@ -117,21 +117,8 @@ def encode_gemini(request: LLMRequest, *, stream: bool = False) -> bytes:
 
 def gemini_body(request: LLMRequest) -> dict[str, Any]:
     """The ``generateContent`` request for ``request``, as data."""
+    body: dict[str, Any] = {"contents": _turns(request.messages)}
     system = [m.content for m in request.messages if m.role == "system" and m.content]
-    names: dict[str, str] = {}  # call id -> tool name: a functionResponse names its tool
-    turns: list[dict[str, Any]] = []
-    for message in request.messages:
-        if message.role == "system":
-            continue
-        role = "model" if message.role == "assistant" else "user"
-        parts = _parts(message, names)
-        if not parts:
-            continue  # the API rejects a turn without parts
-        if turns and turns[-1]["role"] == role:
-            turns[-1]["parts"].extend(parts)
-        else:
-            turns.append({"role": role, "parts": parts})
-    body: dict[str, Any] = {"contents": turns}
     if system:
         body["systemInstruction"] = {"parts": [{"text": "\n\n".join(system)}]}
     if request.tools:
@@ -150,6 +137,24 @@ def gemini_body(request: LLMRequest) -> dict[str, Any]:
     if config:
         body["generationConfig"] = config
     return body
+
+
+def _turns(messages: tuple[Message, ...]) -> list[dict[str, Any]]:
+    """The conversation as ``contents``: system messages left out, one turn per role change."""
+    names: dict[str, str] = {}  # call id -> tool name: a functionResponse names its tool
+    turns: list[dict[str, Any]] = []
+    for message in messages:
+        if message.role == "system":
+            continue
+        role = "model" if message.role == "assistant" else "user"
+        parts = _parts(message, names)
+        if not parts:
+            continue  # the API rejects a turn without parts
+        if turns and turns[-1]["role"] == role:
+            turns[-1]["parts"].extend(parts)
+        else:
+            turns.append({"role": role, "parts": parts})
+    return turns
 
 
 def _parts(message: Message, names: dict[str, str]) -> list[dict[str, Any]]:

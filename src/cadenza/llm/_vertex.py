@@ -27,8 +27,9 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import warnings
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Final, Unpack, cast
+from typing import TYPE_CHECKING, Any, Final, Unpack
 
 import anyio
 import anyio.to_thread
@@ -116,14 +117,18 @@ def _application_default(file: str | None) -> tuple[Credentials, str | None]:
     """Application Default Credentials (or the file's), for the cloud-platform scope."""
     import google.auth
 
-    # google-auth types these two loosely: what they give is what their docs say.
-    if file is not None:
-        loaded = google.auth.load_credentials_from_file(  # type: ignore[no-untyped-call]
-            file, scopes=[SCOPE]
-        )
-    else:
+    if file is None:
         loaded = google.auth.default(scopes=[SCOPE])
-    return cast("tuple[Credentials, str | None]", loaded)
+    else:
+        # The variable is ADC's own, read from the run's environment rather than the
+        # process's: loaded as google.auth.default loads it, with its warning about
+        # files from untrusted sources silenced as it silences it (the user named it).
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            loaded = google.auth.load_credentials_from_file(  # type: ignore[no-untyped-call]
+                file, scopes=[SCOPE]
+            )
+    return loaded
 
 
 def _refresh(credentials: Credentials) -> None:

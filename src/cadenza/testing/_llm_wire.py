@@ -326,6 +326,16 @@ def _gemini_text(part: Any) -> str:
     return output if isinstance(output, str) else json.dumps(answer)
 
 
+def _gemini_role(role: Any, parts: list[Any]) -> str | None:
+    """``assistant`` for the model's turn; ``tool`` for a user turn of function responses."""
+    if role == "model":
+        return "assistant"
+    if role != "user":
+        return None
+    answers = parts and all("functionResponse" in _dict(p) for p in parts)
+    return "tool" if answers else "user"
+
+
 class _Gemini(_ModelInPath):
     """The Gemini API (``/v1beta/models/...``) and Vertex AI's (``.../publishers/google/...``)."""
 
@@ -337,26 +347,22 @@ class _Gemini(_ModelInPath):
         body = _dict(body)
         turns = [_dict(t) for t in _list(body.get("contents"))]
         last = turns[-1] if turns else {}
-        parts = [_dict(p) for p in _list(last.get("parts"))]
-        role = {"model": "assistant", "user": "user"}.get(str(last.get("role")))
-        if role == "user" and parts and all("functionResponse" in p for p in parts):
-            role = "tool"
+        parts = _list(last.get("parts"))
         declarations = [
             _dict(d)
             for tool in _list(body.get("tools"))
             for d in _list(_dict(tool).get("functionDeclarations"))
         ]
+        system = _list(_dict(body.get("systemInstruction")).get("parts"))
         return RequestView(
-            system="".join(
-                _gemini_text(p) for p in _list(_dict(body.get("systemInstruction")).get("parts"))
-            ),
+            system="".join(_gemini_text(p) for p in system),
             user="\n".join(
                 "".join(_gemini_text(p) for p in _list(t.get("parts")) if "text" in _dict(p))
                 for t in turns
                 if t.get("role") == "user"
             ),
             last="".join(_gemini_text(p) for p in parts),
-            last_role=role,
+            last_role=_gemini_role(last.get("role"), parts),
             model=body.get("model"),
             tools=tuple(str(d.get("name", "")) for d in declarations),
         )
