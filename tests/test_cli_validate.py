@@ -10,6 +10,7 @@ whose API key is unset is only a warning: the key may be set where the run runs.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -22,13 +23,21 @@ _VARIABLES = (
     "OPENAI_API_KEY",
     "ANTHROPIC_API_KEY",
 )
+# Any provider's key or URL variable a developer's shell may hold (docs/providers.md).
+_PROVIDER_VARIABLE = re.compile(
+    r"_(API_KEY|API_TOKEN|BASE_URL|ENDPOINT|ACCOUNT_ID|ENDPOINT_ID|RESOURCE_NAME|REGION)\Z"
+)
 
 
 def validate(
     tmp_path: Path, text: str, *args: str, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
     (tmp_path / "flow.yaml").write_text(text)
-    clean = {k: v for k, v in os.environ.items() if k not in _VARIABLES}
+    clean = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in _VARIABLES and not _PROVIDER_VARIABLE.search(k)
+    }
     return subprocess.run(
         [sys.executable, "-m", "cadenza", "validate", "flow.yaml", *args],
         cwd=tmp_path,
@@ -241,3 +250,91 @@ def test_validate_loads_no_http_client(tmp_path: Path) -> None:
         [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=60
     )
     assert proc.returncode == 0, proc.stderr
+
+
+# zenflow's prefixes, one agent each (the native-wire four are another module's).
+PROVIDERS = """name: providers
+agents:
+  a: {model: anthropic/claude-sonnet-4-6}
+  b: {model: azure/gpt-4o}
+  c: {model: azure-deployment/gpt-4o-prod}
+  d: {model: cerebras/llama-3.3-70b}
+  e: {model: cloudflare/@cf/meta/llama-3.1-8b-instruct}
+  f: {model: cohere/command-r-plus}
+  g: {model: compat/qwen2.5}
+  h: {model: deepinfra/meta-llama/Llama-3.3-70B-Instruct}
+  i: {model: deepseek/deepseek-chat}
+  j: {model: fireworks/accounts/fireworks/models/llama-v3p1-8b-instruct}
+  k: {model: fptcloud/DeepSeek-V3}
+  l: {model: groq/llama-3.3-70b-versatile}
+  m: {model: minimax/MiniMax-M2}
+  n: {model: mistral/mistral-large-latest}
+  o: {model: nvidia/meta/llama-3.1-8b-instruct}
+  p: {model: ollama/llama3.1}
+  q: {model: openai/gpt-4o}
+  r: {model: openrouter/anthropic/claude-sonnet-4}
+  s: {model: perplexity/sonar}
+  t: {model: runpod/llama}
+  u: {model: together/meta-llama/Llama-3-8b}
+  v: {model: vllm/Qwen/Qwen2.5-7B}
+  w: {model: xai/grok-4}
+steps:
+  - {id: go, agent: a, instructions: hi}
+"""
+
+UNSET = {
+    "a": "ANTHROPIC_API_KEY",
+    "b": "AZURE_OPENAI_API_KEY (or AZURE_API_KEY)",
+    "c": "AZURE_OPENAI_API_KEY (or AZURE_API_KEY)",
+    "d": "CEREBRAS_API_KEY",
+    "e": "CLOUDFLARE_API_TOKEN",
+    "f": "COHERE_API_KEY",
+    "h": "DEEPINFRA_API_KEY",
+    "i": "DEEPSEEK_API_KEY",
+    "j": "FIREWORKS_API_KEY",
+    "k": "FPT_API_KEY",
+    "l": "GROQ_API_KEY",
+    "m": "MINIMAX_API_KEY",
+    "n": "MISTRAL_API_KEY",
+    "o": "NVIDIA_API_KEY",
+    "q": "OPENAI_API_KEY",
+    "r": "OPENROUTER_API_KEY",
+    "s": "PERPLEXITY_API_KEY",
+    "t": "RUNPOD_API_KEY",
+    "u": "TOGETHER_AI_API_KEY (or TOGETHER_API_KEY)",
+    "w": "XAI_API_KEY",
+}
+
+
+def test_every_provider_resolves_and_an_unset_key_only_warns(tmp_path: Path) -> None:
+    """No key set anywhere: each provider that needs one is a warning naming it, exit 0.
+
+    ollama, and compat and vllm (local servers that may take no key), need none.
+    """
+    proc = validate(tmp_path, PROVIDERS)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "flow.yaml: ok\n"
+    warnings = dict(re.findall(r"agents\.(\w)\.model: warning: (.+?) is not set", proc.stderr))
+    assert warnings == UNSET, proc.stderr
+
+
+def test_a_variable_the_url_needs_is_warned_about_too(tmp_path: Path) -> None:
+    """Cloudflare's key set but not its account id: the warning names the id."""
+    text = "name: m\nsteps:\n  - {id: a, instructions: hi, model: 'cloudflare:@cf/m'}\n"
+    proc = validate(tmp_path, text, env={"CLOUDFLARE_API_TOKEN": "t"})
+    assert proc.returncode == 0, proc.stderr
+    (warning,) = proc.stderr.splitlines()
+    assert "CLOUDFLARE_ACCOUNT_ID (or CLOUDFLARE_BASE_URL) is not set" in warning, warning
+    env = {"CLOUDFLARE_API_TOKEN": "t", "CLOUDFLARE_ACCOUNT_ID": "0f1e"}
+    passed(validate(tmp_path, text, env=env))
+
+
+def test_together_takes_either_of_its_key_variables(tmp_path: Path) -> None:
+    text = "name: m\nsteps:\n  - {id: a, instructions: hi, model: together/llama}\n"
+    passed(validate(tmp_path, text, env={"TOGETHER_API_KEY": "t"}))
+    passed(validate(tmp_path, text, env={"TOGETHER_AI_API_KEY": "t"}))
+
+
+def test_a_misspelt_provider_is_refused_with_a_suggestion(tmp_path: Path) -> None:
+    text = "name: m\nsteps:\n  - {id: a, instructions: hi, model: grokk/llama}\n"
+    refused(validate(tmp_path, text), "flow.yaml:3:31: steps[0].model:", "'grokk'", "did you mean")

@@ -31,6 +31,7 @@ from cadenza.store import (
     RunRow,
     RunStore,
     SqliteRunStore,
+    SupervisorRow,
 )
 from tests.conftest import StoreFactory
 
@@ -684,3 +685,37 @@ async def test_a_damaged_call_is_reported_by_check_and_refused_when_read(
         with pytest.raises(CorruptRecord, match=re.escape(said)):
             await store.calls("r")
         assert await store.calls("s") == [call("a", 1)]
+
+
+async def test_the_roll_of_supervisors_keeps_the_live_and_forgets_the_dead(
+    store_factory: StoreFactory,
+) -> None:
+    """A beat makes a supervisor live for its ttl (replacing its row); one whose ttl
+    passed without a beat drops out of the roll, and a forgotten one at once; another
+    store object on the same store sees the same roll."""
+    async with store_factory.opened(2) as (one, other):
+        alive = SupervisorRow("alive", "host-a", 11, "tcp://10.0.0.1:5555", 50, 3, 7, 2)
+        dying = SupervisorRow("dying", "host-b", 12)
+        await one.beat_supervisor(alive, ttl=60.0)
+        await one.beat_supervisor(dying, ttl=60.0)
+        await one.beat_supervisor(SupervisorRow("leaving", "host-c", 13), ttl=60.0)
+        listed = await one.live_supervisors()
+        assert [row.supervisor_id for row in listed] == ["alive", "dying", "leaving"]
+        if store_factory.kind != "memory":  # a memory store is one process's own
+            assert await other.live_supervisors() == listed
+        first = listed[0]
+        assert (first.host, first.pid, first.workers, first.capacity) == (
+            "host-a",
+            11,
+            "tcp://10.0.0.1:5555",
+            50,
+        )
+        assert (first.runs, first.waiting, first.running) == (3, 7, 2)
+        assert first.expires_at - first.seen_at == pytest.approx(60.0, abs=1.0)
+        await one.beat_supervisor(dying, ttl=0.0)  # its last beat, and its ttl is over
+        busier = msgspec.structs.replace(alive, runs=4, waiting=0)
+        await one.beat_supervisor(busier, ttl=60.0)  # the same supervisor: its row replaced
+        await one.forget_supervisor("leaving")
+        [kept] = await one.live_supervisors()
+        assert kept.supervisor_id == "alive"
+        assert (kept.runs, kept.waiting) == (4, 0)

@@ -47,7 +47,11 @@ MASK: Final = "***"
 # credential is never this short.
 _MIN_SECRET_LENGTH: Final = 6
 
-_SECRET_VARIABLE = re.compile(r"(?:_API_KEY|_TOKEN)\Z", re.IGNORECASE)
+# Besides *_API_KEY and *_TOKEN: AWS's secret key and its Bedrock API key
+# (AWS_SECRET_ACCESS_KEY, AWS_BEARER_TOKEN_BEDROCK), which neither pattern ends.
+_SECRET_VARIABLE = re.compile(
+    r"(?:_API_KEY|_TOKEN|_SECRET_ACCESS_KEY)\Z|\AAWS_BEARER_TOKEN_", re.IGNORECASE
+)
 _KEY_NAMES = r"[\w-]*_api_key|api[_-]?key|x-api-key|authorization|[\w-]*_token|access_token"
 _KEY_VALUE = re.compile(
     rf"""(?P<key>(?P<kq>["']?)\b(?:{_KEY_NAMES})(?P=kq)\s*[:=]\s*)
@@ -71,7 +75,8 @@ _known: frozenset[str] = frozenset()
 
 
 def secrets_from(environ: Mapping[str, str]) -> frozenset[str]:
-    """The values of every ``*_API_KEY`` and ``*_TOKEN`` variable in ``environ``."""
+    """The values of every ``*_API_KEY``, ``*_TOKEN`` and ``*_SECRET_ACCESS_KEY`` variable
+    (and ``AWS_BEARER_TOKEN_*``) in ``environ``."""
     return frozenset(
         value
         for name, value in environ.items()
@@ -87,7 +92,7 @@ def register_secret(value: str) -> None:
 
 
 def register_secrets_from(environ: Mapping[str, str]) -> None:
-    """Register the value of every ``*_API_KEY`` and ``*_TOKEN`` variable in ``environ``."""
+    """Register the value of every secret variable in ``environ`` (see `secrets_from`)."""
     global _known
     found = secrets_from(environ)
     if not found <= _known:

@@ -7,7 +7,15 @@ from pathlib import Path
 from typing import Any
 
 from cadenza.protocols import CallRecord, Event, RunResult, RunStatus, StepRecord
-from cadenza.store import DEFAULT_LEASE_TTL, Command, Lease, LeaseHolder, RunRow, SqliteRunStore
+from cadenza.store import (
+    DEFAULT_LEASE_TTL,
+    Command,
+    Lease,
+    LeaseHolder,
+    RunRow,
+    SqliteRunStore,
+    SupervisorRow,
+)
 
 TWO = """
 name: two
@@ -128,6 +136,15 @@ class PowerCut:
 
     async def check(self) -> list[str]:
         return await self.inner.check()
+
+    async def beat_supervisor(self, row: SupervisorRow, *, ttl: float) -> None:
+        await self.inner.beat_supervisor(row, ttl=ttl)
+
+    async def live_supervisors(self) -> list[SupervisorRow]:
+        return await self.inner.live_supervisors()
+
+    async def forget_supervisor(self, supervisor_id: str) -> None:
+        await self.inner.forget_supervisor(supervisor_id)
 
 
 def event_is(type: str, step_id: str | None = None) -> Callable[[Event], bool]:

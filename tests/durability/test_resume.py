@@ -157,6 +157,56 @@ async def test_a_summary_foreach_resumes_without_running_its_finished_items_agai
     assert [a for a in resumed.steps if a.startswith("fan[")] == []
 
 
+async def test_a_streamed_foreach_resumes_reading_its_file_again_and_skipping_done_items(
+    tmp_path: Path, write_flow: WriteFlow
+) -> None:
+    """forEach over a JSON-lines file, cut after item 2: the resumed run reads the file
+    from the start, replays items 0-2 by index and runs only 3-5."""
+    (tmp_path / "items.jsonl").write_text("".join(f'{{"n": {n}}}\n' for n in range(6)))
+    flow = write_flow(
+        """
+        name: streamed
+        steps:
+          - id: fan
+            loop: {forEach: {lines: items.jsonl}, maxConcurrency: 1, outputMode: summary}
+            handler: "HANDLERS:log"
+        """,
+        handlers=LOGGING,
+    )
+    store = PowerCut(tmp_path / "runs.db", event_is("step_end", "fan[2]"))
+    uninterrupted = await run_flow(flow, run_id="r", store=store)
+    before = calls(tmp_path)
+    async with Runtime(store=tmp_path / "runs.db") as runtime:
+        resumed = await (await runtime.resume("r")).result()
+    assert compare_results(uninterrupted, resumed) == []
+    assert resumed.status == "completed", resumed.error
+    assert calls(tmp_path) - before == {"fan[3]": 1, "fan[4]": 1, "fan[5]": 1}
+    assert resumed.steps["fan"].result["counts"] == {"completed": 6}
+
+
+def test_a_streamed_foreach_killed_mid_way_resumes_without_running_done_items(
+    tmp_path: Path, write_flow: WriteFlow
+) -> None:
+    """A real `cadenza run` of a forEach over a generator, SIGKILLed after its fifth
+    item was recorded on SQLite: `cadenza resume` finishes it, each item run once."""
+    flow = write_flow(
+        """
+        name: generated
+        steps:
+          - id: fan
+            loop: {forEach: {handler: "HANDLERS:items"}, maxConcurrency: 1, outputMode: summary}
+            handler: "HANDLERS:log"
+        """,
+        handlers=LOGGING + "\n\ndef items(context):\n    yield from range(12)\n",
+    )
+    with CrashHarness(flow, directory=tmp_path / "runs") as harness:
+        outcome = harness.crash(KillPoint.at("step.after_record", 5))
+    assert outcome.kills == 1
+    assert outcome.result.status == "completed", outcome.result.error
+    assert outcome.result.steps["fan"].result["counts"] == {"completed": 12}
+    assert calls(tmp_path) == {f"fan[{n}]": 1 for n in range(12)}
+
+
 async def test_a_resumed_loop_does_not_wait_its_delay_again(
     tmp_path: Path, write_flow: WriteFlow
 ) -> None:

@@ -52,3 +52,35 @@ async def test_finished_runs_are_not_kept_in_memory(write_flow: WriteFlow, tmp_p
         finally:
             tracemalloc.stop()
     assert retained < PER_RUN_LIMIT, f"{retained:,.0f} bytes kept per finished run"
+
+
+async def test_a_forEach_leaves_no_garbage_cycle_per_item(write_flow: WriteFlow) -> None:
+    """An ended step's actor and its ref do not hold each other: the items of a forEach
+    are freed as they end, not left for the cycle collector (which, at a million
+    items, works harder as the heap grows). 400 items leave no more cycles than 40."""
+
+    path = write_flow(
+        """
+        name: fan
+        inputs: {n: {type: integer}}
+        steps:
+          - id: fan
+            handler: "HANDLERS:step"
+            loop: {forEach: {handler: "HANDLERS:items"}, outputMode: summary}
+        """,
+        handlers=HANDLER + "\n\ndef items(ctx):\n    return range(ctx.inputs['n'])\n",
+    )
+
+    async def cycles(items: int) -> int:
+        async with Runtime() as runtime:
+            await runtime.run(path, inputs={"n": items})  # warm: caches, lazy imports
+            gc.collect()
+            gc.disable()
+            try:
+                await runtime.run(path, inputs={"n": items})
+                return gc.collect()  # unreachable objects found: those in cycles
+            finally:
+                gc.enable()
+
+    few, many = await cycles(40), await cycles(400)
+    assert many - few < 100, f"{few} objects in cycles after 40 items, {many} after 400"

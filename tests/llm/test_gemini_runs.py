@@ -152,10 +152,10 @@ def assert_claude_on_vertex(path: str, body: dict[str, Any], model: str) -> None
         (
             "google/gemini-2.5-flash",
             {},
-            "GOOGLE_GENERATIVE_AI_API_KEY or GEMINI_API_KEY is not set",
+            "GOOGLE_GENERATIVE_AI_API_KEY (or GEMINI_API_KEY) is not set",
         ),
         ("google/gemini-2.5-flash", {"GEMINI_API_KEY": "AIza-test-key"}, None),
-        ("vertex:gemini-2.5-pro", {}, None),  # credentials are found at the call
+        ("vertex:gemini-2.5-pro", {}, None),  # credentials: at the call; the project: at the run
         ("vertex-anthropic/claude-x", {}, None),
     ],
 )

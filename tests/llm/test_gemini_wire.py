@@ -214,7 +214,7 @@ async def test_missing_key_names_both_variables() -> None:
         with pytest.raises(LLMConfigError):
             await providers.client("google").complete(LLMRequest("gemini-x", ()))
     assert str(caught.value) == (
-        "GOOGLE_GENERATIVE_AI_API_KEY or GEMINI_API_KEY is not set "
+        "GOOGLE_GENERATIVE_AI_API_KEY (or GEMINI_API_KEY) is not set "
         "(needed by model google:gemini-x)"
     )
     assert http.requests == []

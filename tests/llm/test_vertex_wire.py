@@ -96,8 +96,10 @@ def key_file(tmp_path: Path, token_uri: str, project: str = "sa-project") -> Pat
 
 
 def adc_environ(server_environ: dict[str, str], credentials: Path) -> dict[str, str]:
-    """The server's Vertex variables with ADC's key file instead of a token and a project."""
-    environ = {k: v for k, v in server_environ.items() if k.startswith("GOOGLE_VERTEX")}
+    """The server's Vertex variables with ADC's key file instead of a token."""
+    environ = {
+        k: v for k, v in server_environ.items() if k.startswith(("GOOGLE_VERTEX", "GOOGLE_CLOUD"))
+    }
     environ["GOOGLE_APPLICATION_CREDENTIALS"] = str(credentials)
     return environ
 
@@ -118,7 +120,7 @@ async def calls(
 async def test_gemini_on_vertex_with_application_default_credentials(
     llm_server: StartLLMServer, token_server: TokenServer, tmp_path: Path
 ) -> None:
-    """The key file's project and token: fetched once, sent as a bearer, whole and streamed."""
+    """The key file's token: fetched once, sent as a bearer, whole and streamed."""
     reply = ServerReply("Hello.", tool_calls=[ServerToolCall("lookup", {"w": 1})], usage=(9, 2))
     server = llm_server([ServerRule([reply])], wire="gemini")
     environ = adc_environ(server.environ(), key_file(tmp_path, token_server.url))
@@ -131,7 +133,7 @@ async def test_gemini_on_vertex_with_application_default_credentials(
     (grant,) = token_server.grants  # one token for the run's calls
     assert grant["grant_type"] == ["urn:ietf:params:oauth:grant-type:jwt-bearer"]
     where = VERTEX_AT.format(
-        project="sa-project", location="us-central1", publisher="google", model="gemini-test"
+        project="test-project", location="us-central1", publisher="google", model="gemini-test"
     )
     first, second = server.requests
     assert first.path == f"{where}:generateContent"
@@ -234,34 +236,51 @@ async def test_the_region_picks_the_host(location: str, url: str) -> None:
 async def test_a_project_or_region_that_would_move_the_url_is_refused(
     variable: str, value: str
 ) -> None:
-    """Nothing is sent, and the token is not sent anywhere, when a name could redirect it."""
+    """Refused before the run starts: the token is not sent anywhere a name could redirect it."""
     http = ScriptedTransport({})
     environ = {
         "GOOGLE_CLOUD_PROJECT": "p-1",
         "GOOGLE_OAUTH_ACCESS_TOKEN": TOKEN,
         variable: value,
     }
+    what = "location" if "LOCATION" in variable else "project"
+    expected = (
+        f"{variable} goes in Vertex AI's URL and must be a Google Cloud {what} name, got {value!r}"
+    )
     async with ProviderRegistry(environ=environ, transport=http) as providers:
         with pytest.raises(LLMConfigError) as caught:
+            providers.check("vertex:gemini-test")
+        assert str(caught.value) == expected
+        with pytest.raises(LLMConfigError) as caught:
             await providers.client("vertex").complete(HELLO)
-    what = "location" if "LOCATION" in variable else "project"
-    assert str(caught.value) == (
-        f"Vertex AI {what} {value!r} is not a Google Cloud {what} name "
-        "(needed by model vertex:gemini-test)"
-    )
+        assert str(caught.value) == expected
     assert http.requests == []
 
 
-async def test_no_project_names_the_variables() -> None:
+@pytest.mark.parametrize(
+    ("provider", "variables"),
+    [
+        ("vertex", "GOOGLE_VERTEX_PROJECT (or GOOGLE_CLOUD_PROJECT, GCLOUD_PROJECT)"),
+        (
+            "vertex-anthropic",
+            "GOOGLE_VERTEX_PROJECT (or GOOGLE_CLOUD_PROJECT, GCLOUD_PROJECT, "
+            "ANTHROPIC_VERTEX_PROJECT_ID)",
+        ),
+    ],
+)
+async def test_no_project_is_refused_before_the_run_naming_the_variables(
+    provider: str, variables: str
+) -> None:
     http = ScriptedTransport({})
     environ = {"GOOGLE_OAUTH_ACCESS_TOKEN": TOKEN}
+    expected = f"{variables} is not set (needed by model {provider}:gemini-test)"
     async with ProviderRegistry(environ=environ, transport=http) as providers:
         with pytest.raises(LLMConfigError) as caught:
-            await providers.client("vertex").complete(HELLO)
-    assert str(caught.value) == (
-        "no Google Cloud project for model vertex:gemini-test: set one of GOOGLE_VERTEX_PROJECT, "
-        "GOOGLE_CLOUD_PROJECT, GCLOUD_PROJECT, or use credentials that name one"
-    )
+            providers.check(f"{provider}/gemini-test")
+        assert str(caught.value) == expected
+        with pytest.raises(LLMConfigError) as caught:
+            await providers.client(provider).complete(HELLO)
+        assert str(caught.value) == expected
     assert http.requests == []
 
 
@@ -270,7 +289,10 @@ async def test_credentials_the_token_server_refuses(
 ) -> None:
     token_server.status = 400
     http = ScriptedTransport({})
-    environ = {"GOOGLE_APPLICATION_CREDENTIALS": str(key_file(tmp_path, token_server.url))}
+    environ = {
+        "GOOGLE_CLOUD_PROJECT": "p-1",
+        "GOOGLE_APPLICATION_CREDENTIALS": str(key_file(tmp_path, token_server.url)),
+    }
     async with ProviderRegistry(environ=environ, transport=http) as providers:
         with pytest.raises(LLMConfigError) as caught:
             await providers.client("vertex").complete(HELLO)
@@ -286,7 +308,7 @@ async def test_without_google_auth_the_error_says_what_to_install(
     http = ScriptedTransport({})
     async with ProviderRegistry(environ={"GCLOUD_PROJECT": "p-1"}, transport=http) as providers:
         with pytest.raises(LLMConfigError) as caught:
-            await providers.client("vertex").complete(HELLO)
+            providers.check("vertex/gemini-test")  # refused before the run starts
     assert str(caught.value) == (
         "Vertex AI needs Google credentials: pip install 'cadenza[vertex]' for Application "
         "Default Credentials, or set GOOGLE_OAUTH_ACCESS_TOKEN"
@@ -298,31 +320,42 @@ FLOW = """
 name: vertex-run
 agents:
   writer: {model: "vertex/gemini-2.5-flash", prompt: "Be brief."}
+  editor: {model: "vertex/gemini-2.5-flash", prompt: "Be briefer."}
 steps:
   - id: write
     agent: writer
     instructions: "Say hello."
+  - id: edit
+    agent: editor
+    dependsOn: [write]
+    instructions: "Shorten: {{ steps.write.content }}"
 """
 
 
 def test_cadenza_run_finds_application_default_credentials(
     llm_server: StartLLMServer, token_server: TokenServer, write_flow: WriteFlow, tmp_path: Path
 ) -> None:
-    """A user's setup: GOOGLE_APPLICATION_CREDENTIALS in the environment of ``cadenza run``."""
-    server = llm_server(
-        [ServerRule([ServerReply("Hello from Vertex.", usage=(11, 4))])], wire="gemini"
-    )
+    """A user's setup: GOOGLE_APPLICATION_CREDENTIALS in the environment of ``cadenza run``.
+
+    Two agents on ``vertex``, one token: the run's agents share its credentials.
+    """
+    replies = [
+        ServerReply("Hi from Vertex.", usage=(5, 2)),
+        ServerReply("Hello from Vertex.", usage=(6, 2)),
+    ]
+    server = llm_server([ServerRule(replies)], wire="gemini")
     path = write_flow(FLOW)
-    environ = adc_environ(server.environ(), key_file(tmp_path, token_server.url, "run-project"))
+    environ = adc_environ(server.environ(), key_file(tmp_path, token_server.url))
     proc = cadenza("run", str(path), "--json", cwd=tmp_path, env={**_base_env(), **environ})
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout)
     assert result["output"] == "Hello from Vertex."
     assert result["usage"]["promptTokens"] == 11
-    assert result["usage"]["completionTokens"] == 4
-    (request,) = server.requests
-    assert request.path.startswith("/v1/projects/run-project/locations/us-central1/")
-    assert request.headers["authorization"] == f"Bearer {TOKEN}"
+    assert result["usage"]["completionTokens"] == 4  # both calls
+    assert len(server.requests) == 2
+    for request in server.requests:
+        assert request.path.startswith("/v1/projects/test-project/locations/us-central1/")
+        assert request.headers["authorization"] == f"Bearer {TOKEN}"
     assert len(token_server.grants) == 1
     assert TOKEN not in proc.stdout + proc.stderr
 

@@ -16,6 +16,9 @@ from cadenza import Runtime
 from cadenza._logging import EVENT
 from cadenza.protocols import (
     PROTOCOL_VERSION,
+    CallMade,
+    CallRecord,
+    Dispatch,
     Heartbeat,
     Hello,
     Result,
@@ -147,3 +150,56 @@ async def test_a_hello_out_of_bounds_is_refused_with_a_reason(
     warnings = [r for r in caplog.records if getattr(r, EVENT, None) == "frame_rejected"]
     assert warnings
     assert warnings[0].levelname == "WARNING"
+
+
+TWO_STEPS = """
+name: two-steps
+steps:
+  - id: first
+    command: "echo first"
+  - id: second
+    dependsOn: [first]
+    command: "echo second"
+"""
+
+
+async def test_a_worker_cannot_write_the_call_journal_of_a_step_it_was_not_sent(
+    tmp_path: Path,
+) -> None:
+    """A rogue worker, handed one step, reports calls for another step and for another
+    attempt of its own: the run's journal (a SQLite file) holds neither; only its own
+    step's call, for the attempt it was sent, is kept."""
+    flow = tmp_path / "flow.yaml"
+    flow.write_text(TWO_STEPS)
+    store = tmp_path / "runs.db"
+
+    def forged(job: int, attempt: int, address: str, step_attempt: int) -> bytes:
+        call = CallRecord(
+            address=address, attempt=step_attempt, seq=1, kind="tool", digest="0" * 64, body="1"
+        )
+        return msgspec.msgpack.encode(CallMade(job, attempt, call))
+
+    dispatcher = Dispatcher("tcp://127.0.0.1:*", heartbeat=0.2)
+    with dealer() as rogue:
+        async with Runtime(workers=dispatcher, store=store) as runtime:
+            rogue.connect(dispatcher.endpoint)
+            await rogue.send(msgspec.msgpack.encode(Hello(PROTOCOL_VERSION, "rogue", 1)))
+            handle = await runtime.start(flow, run_id="attacked")
+            decoder = worker_decoder()
+            answered = 0
+            while answered < 2:
+                message = decoder.decode(await rogue.recv())
+                if not isinstance(message, Dispatch):
+                    continue  # the welcome, heartbeats
+                job, attempt, order = message.job, message.attempt, message.order
+                other = "second" if order.address == "first" else "first"
+                await rogue.send(forged(job, attempt, other, 1))
+                await rogue.send(forged(job, attempt, order.address, order.attempt + 5))
+                await rogue.send(forged(job, attempt, order.address, order.attempt))
+                await rogue.send(msgspec.msgpack.encode(Result(job, attempt, "completed")))
+                answered += 1
+            result = await handle.result()
+            calls = await runtime.store.calls("attacked")
+
+    assert result.status == "completed", result.error
+    assert sorted((c.address, c.attempt) for c in calls) == [("first", 1), ("second", 1)]

@@ -124,6 +124,7 @@ from ._resume import (
     runs_to_prune,
     stored_document,
 )
+from ._roll import Roll
 from ._subscription import SubscriptionStatistics as SubscriptionStatistics
 
 if TYPE_CHECKING:
@@ -215,7 +216,10 @@ class Runtime:
             start them while this runtime drives fewer than this many runs:
             the highest priority first, then the oldest, looking every
             ``recovery_interval`` seconds and whenever a run it drives ends.
-            None: take none.
+            None: take none. A runtime with ``recover`` or ``capacity`` and
+            ``workers`` is a supervisor of the fleet: the store's roll records
+            where its workers connect (`Dispatcher.advertised`) and its load,
+            for ``cadenza worker --store`` (docs/deploying.md).
 
     Raises:
         StoreError: ``store`` is a PostgreSQL URL and the ``postgres`` extra is missing.
@@ -258,6 +262,8 @@ class Runtime:
         ``lease_ttl``, at most `RECOVERY_INTERVAL`. A run whose owner died is taken
         over within ``lease_ttl`` plus this after the owner's last renewal."""
         self._recovery: anyio.CancelScope | None = None
+        self._roll: Roll | None = None  # a supervisor with workers: on the fleet's roll
+        self._roll_scope: anyio.CancelScope | None = None
         self._commands: anyio.CancelScope | None = None
         self.command_interval = COMMAND_INTERVAL
         """Seconds between two looks for commands (`cancel`, `post_message`) that
@@ -320,6 +326,15 @@ class Runtime:
         if self.recover or self.capacity is not None:
             self._recovery = anyio.CancelScope()
             self._group.start_soon(self._recover, self._recovery, name="cadenza recovery")
+            if self.workers is not None:
+                workers = self.workers
+                self._roll = Roll(
+                    self.store, workers.advertised, self.capacity, self._load, self.lease_ttl
+                )
+                self._roll_scope = anyio.CancelScope()
+                self._group.start_soon(
+                    self._stay_on_roll, self._roll, self._roll_scope, name="cadenza roll"
+                )
         self._commands = anyio.CancelScope()
         self._group.start_soon(self._take_commands, self._commands, name="cadenza commands")
         return self
@@ -336,6 +351,8 @@ class Runtime:
                 return
             if self._recovery is not None:
                 self._recovery.cancel()  # takes nothing more over while it shuts down
+            if self._roll_scope is not None:
+                self._roll_scope.cancel()
             if self._commands is not None:
                 self._commands.cancel()
             # Interrupted, not cancelled: each run stays resumable (status running).
@@ -349,6 +366,9 @@ class Runtime:
             else:
                 await group.__aexit__(exc_type, exc, traceback)
         finally:
+            if self._roll is not None:  # workers stop looking for this one: it is going
+                await self._roll.leave()
+                self._roll = None
             if self.workers is not None:
                 await self.workers.__aexit__(None, None, None)
             if self._http is not None:
@@ -585,6 +605,19 @@ class Runtime:
                     await self._take_queued(self.capacity)
                 with anyio.move_on_after(self.recovery_interval):
                     await self._wake.wait()
+
+    async def _stay_on_roll(self, roll: Roll, scope: anyio.CancelScope) -> None:
+        """Keeps this supervisor on the fleet's roll until the runtime shuts down."""
+        with scope:
+            await roll.beat_until_cancelled()
+
+    def _load(self) -> tuple[int, int, int]:
+        """The runs this runtime drives, its steps waiting for a worker and on workers."""
+        runs = sum(not run.done for run in self._runs.values())
+        if self.workers is None:
+            return runs, 0, 0
+        statistics = self.workers.statistics()
+        return runs, statistics.queued, statistics.in_flight
 
     async def _take_queued(self, capacity: int) -> None:
         """Starts queued runs of the store while this runtime drives fewer than ``capacity``."""

@@ -185,7 +185,7 @@ def _model_rules(flag: str | None) -> ModelRules:
     Raises:
         UsageError: The default model (``--model``, ``CADENZA_MODEL``) cannot run.
     """
-    from cadenza.llm import DEFAULT_PROVIDER_VARIABLE, LLMConfigError, key_variables, parse_model
+    from cadenza.llm import DEFAULT_PROVIDER_VARIABLE, LLMConfigError, missing_variable, parse_model
 
     environ = os.environ
     bare_to = environ.get(DEFAULT_PROVIDER_VARIABLE) or None
@@ -199,11 +199,10 @@ def _model_rules(flag: str | None) -> ModelRules:
 
     def warning(spec: str) -> str | None:
         provider, model = parse_model(spec, default_provider=bare_to)
-        variables = key_variables(provider)
-        if not variables or any(environ.get(variable) for variable in variables):
+        variable = missing_variable(provider, environ)
+        if variable is None:
             return None
-        unset = " or ".join(variables)
-        return f"{unset} is not set: a run here fails when it calls {provider}:{model}"
+        return f"{variable} is not set: a run here fails when it calls {provider}:{model}"
 
     default = flag or environ.get("CADENZA_MODEL") or None
     if default is not None:

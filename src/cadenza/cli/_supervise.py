@@ -14,6 +14,12 @@ A supervisor also starts queued runs (``cadenza submit``, `cadenza.Runtime.submi
 while it drives fewer than ``--capacity`` runs: the highest priority first, then
 the oldest. Taking one is taking its lease, in the statement that picks it, so two
 supervisors never start one run.
+
+With ``--workers EP`` a supervisor runs every step of the runs it drives (started
+from the queue or taken over) on remote workers that connect to EP, and records
+on the store's roll where they connect (``--advertise``, else EP with this host's
+address for ``0.0.0.0``) and how much it has waiting: ``cadenza worker --store``
+finds it there, with every other supervisor of the fleet.
 """
 
 from __future__ import annotations
@@ -24,16 +30,21 @@ import os
 import signal
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
 from cadenza._logging import configure_logging
+from cadenza.errors import CadenzaError
 from cadenza.store import DEFAULT_LEASE_TTL, describe_store
 from cadenza.workflow import load_workflow
 
 from ._inputs import add_input_options, parse_inputs
 from ._paths import STORE_HELP, StoreSpec, store_spec
+from ._remote import add_run_options
+
+if TYPE_CHECKING:
+    from cadenza.remote import Dispatcher
 
 __all__ = [
     "DEFAULT_CAPACITY",
@@ -74,6 +85,13 @@ def add_supervise_command(commands: Any, store: StoreSpec) -> None:
     supervise.add_argument(
         "--capacity", type=run_count, default=DEFAULT_CAPACITY, metavar="N", help=capacity
     )
+    add_run_options(supervise)
+    advertise = (
+        "with --workers: the endpoint workers of other hosts connect to, as the store's "
+        "roll records it for `cadenza worker --store` (default: --workers, with this "
+        "host's address for 0.0.0.0 or *)"
+    )
+    supervise.add_argument("--advertise", metavar="EP", help=advertise)
 
     what = "queue a run of a workflow file for a supervisor (cadenza supervise); print its id"
     submit = commands.add_parser("submit", help=what)
@@ -118,21 +136,44 @@ async def supervise_command(args: argparse.Namespace) -> int:
     # Takeovers are what a supervisor is for: shown unless the user chose a level.
     if not args.debug:
         configure_logging(None if "CADENZA_LOG_LEVEL" in os.environ else "info")
+    workers = _dispatcher(args)
     async with Runtime(
         store=args.store,
         lease_ttl=args.lease_ttl,
         recover=True,
         default_model=args.model,
         capacity=args.capacity,
+        workers=workers,
     ) as runtime:
         every = runtime.recovery_interval
+        remote = "" if workers is None else f"; steps run on workers at {workers.advertised}"
         sys.stderr.write(
             f"cadenza supervise: taking over orphaned runs of {describe_store(args.store)} "
             f"every {every:g} s (lease {runtime.lease_ttl:g} s), and queued runs while it "
-            f"drives fewer than {args.capacity}; SIGTERM or Ctrl-C stops\n"
+            f"drives fewer than {args.capacity}{remote}; SIGTERM or Ctrl-C stops\n"
         )
         sys.stderr.flush()
         with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
             async for _ in signals:
                 break
     return 0
+
+
+def _dispatcher(args: argparse.Namespace) -> Dispatcher | None:
+    """The dispatcher ``--workers`` asks for, or None.
+
+    Raises:
+        CadenzaError: A worker option without ``--workers``; an unsafe endpoint
+            (`InsecureEndpoint`) or an incomplete key directory (`KeysError`).
+    """
+    if args.workers is None:
+        given = [flag for flag in ("curve_keys", "advertise", "insecure") if getattr(args, flag)]
+        if given:
+            flag = "--" + given[0].replace("_", "-")
+            raise CadenzaError(f"{flag} is for --workers: give --workers EP too")
+        return None
+    from cadenza.remote import Dispatcher  # pyzmq only for a supervisor with workers
+
+    return Dispatcher(
+        args.workers, curve_keys=args.curve_keys, insecure=args.insecure, advertise=args.advertise
+    )

@@ -192,6 +192,12 @@ class SupervisionCore:
         self._start(ref)
 
     def _remove(self, ref: ActorRef) -> None:
+        # The instance will not run again: let the ref, which outlives it in whoever
+        # holds it, drop it and its factory. The two point at each other (``actor.ref``),
+        # and a cycle per ended actor is garbage only the collector frees: at a million
+        # steps, a collector working harder as the heap grows.
+        ref._actor = None
+        ref._factory = _ended
         if self._table.get(ref._key) is ref:
             del self._table[ref._key]
             name = ref._address._name
@@ -234,6 +240,11 @@ class SupervisionCore:
     def _reap(self, ref: ActorRef, task: asyncio.Task[None]) -> None:
         if ref._task is task and ref._live:
             exit_actor(ref, ref._inbox, None, None, cancelled=True)
+
+
+def _ended() -> Any:
+    """The factory of a ref whose actor ended for good: nothing instantiates it again."""
+    raise RuntimeError("this actor has ended; it is not started again")
 
 
 def affected_by(

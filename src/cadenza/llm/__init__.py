@@ -1,4 +1,4 @@
-"""Model providers: one ``LLMClient`` interface over OpenAI, Anthropic, Gemini, Ollama and scripts.
+"""Model providers: one ``LLMClient`` interface over every provider's API, and scripts.
 
 A run opens one ``ProviderRegistry``; agents get clients from it by provider
 and send provider-neutral ``LLMRequest``s, getting ``Completion``s back::
@@ -34,7 +34,7 @@ from ._scripted import ScriptReplyLike as ScriptReplyLike
 from ._specs import DEFAULT_PROVIDER_VARIABLE as DEFAULT_PROVIDER_VARIABLE
 from ._specs import PROVIDERS as PROVIDERS
 from ._specs import key_variable as key_variable
-from ._specs import key_variables as key_variables
+from ._specs import missing_variable as missing_variable
 from ._specs import parse_model as parse_model
 from ._types import CallHooks as CallHooks
 from ._types import Completion as Completion
@@ -85,6 +85,6 @@ __all__ = [
     "ScriptedClient",
     "ToolSpec",
     "key_variable",
-    "key_variables",
+    "missing_variable",
     "parse_model",
 ]

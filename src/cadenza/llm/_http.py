@@ -6,6 +6,7 @@ so the providers only map types to and from their wire format.
 
 from __future__ import annotations
 
+import copy
 import json
 import random
 from collections.abc import Awaitable, Callable, Mapping
@@ -28,7 +29,7 @@ from ._errors import (
     LLMTimeout,
 )
 from ._retry import RetryPolicy, is_retryable_status
-from ._stream import SSEParser, StreamAssembler, StreamError, StreamFactory
+from ._stream import Framer, StreamAssembler, StreamError, StreamFactory, framer_for
 from ._types import DeltaHook, RetryHook
 
 __all__ = ["DEFAULT_MAX_BODY", "HTTPCaller"]
@@ -66,6 +67,7 @@ class HTTPCaller:
         policy: Attempts, backoff and the per-attempt deadline.
         rng: The source of backoff jitter.
         max_body: The largest response body accepted, in bytes.
+        auth: Signs every attempt's request (see `signed`); None sends them as given.
     """
 
     def __init__(
@@ -76,13 +78,26 @@ class HTTPCaller:
         policy: RetryPolicy,
         rng: random.Random,
         max_body: int = DEFAULT_MAX_BODY,
+        auth: httpx.Auth | None = None,
     ) -> None:
         self._http = http
         self._clock = clock
         self._policy = policy
         self._rng = rng
         self._max_body = max_body
+        self._auth = auth
         self._urls: dict[str, httpx.URL] = {}  # endpoint -> parsed, see _send_once
+
+    def signed(self, auth: httpx.Auth) -> HTTPCaller:
+        """A caller like this one (same client, clock, policy, jitter) that signs with ``auth``.
+
+        httpx runs ``auth`` on each attempt's request just before sending it, so a
+        retry is signed afresh: a SigV4 signature carries the time it was made,
+        and AWS refuses one minutes old.
+        """
+        caller = copy.copy(self)
+        caller._auth = auth
+        return caller
 
     async def post(
         self,
@@ -108,8 +123,9 @@ class HTTPCaller:
             max_attempts: Overrides the policy's attempts for this call (a
                 step's ``maxRetries`` + 1).
             stream: For a streamed request, the assembler's factory and the
-                hook its text fragments go to. A 2xx ``text/event-stream``
-                reply is then read event by event as it arrives.
+                hook its text fragments go to. A 2xx streamed reply
+                (``text/event-stream``; AWS's ``application/vnd.amazon.eventstream``)
+                is then read event by event as it arrives.
 
         Returns:
             The 2xx response (its body, or the assembler that read its stream)
@@ -248,18 +264,20 @@ class HTTPCaller:
             if len(self._urls) < _PARSED_URLS:
                 self._urls[url] = target
         request = http.build_request("POST", target, headers=headers, content=body)
-        response = await http.send(request, stream=True)
+        if self._auth is None:
+            response = await http.send(request, stream=True)
+        else:
+            response = await http.send(request, stream=True, auth=self._auth)
         try:
             declared = response.headers.get("content-length", "")
             if declared.isdigit() and int(declared) > self._max_body:
                 raise _BodyTooLarge(int(declared))
-            if (
-                stream is not None
-                and 200 <= response.status_code < 300
-                and response.headers.get("content-type", "").startswith("text/event-stream")
-            ):
+            framer = None
+            if stream is not None and 200 <= response.status_code < 300:
+                framer = framer_for(response.headers.get("content-type", ""))
+            if stream is not None and framer is not None:
                 assembler = stream[0](stream[1], attempt)
-                await self._read_stream(response, assembler)
+                await self._read_stream(response, assembler, framer())
                 return response.status_code, response.headers, assembler
             # Read in chunks so an endless or decompression-bomb body stops at the cap.
             chunks: list[bytes] = []
@@ -273,9 +291,10 @@ class HTTPCaller:
             await response.aclose()
         return response.status_code, response.headers, b"".join(chunks)
 
-    async def _read_stream(self, response: httpx.Response, assembler: StreamAssembler) -> None:
+    async def _read_stream(
+        self, response: httpx.Response, assembler: StreamAssembler, parser: Framer
+    ) -> None:
         """Feeds each event of a streamed reply to ``assembler`` as it arrives, up to the cap."""
-        parser = SSEParser()
         size = 0
         async for chunk in response.aiter_bytes():
             size += len(chunk)
@@ -293,7 +312,7 @@ def error_preview(data: bytes, secrets: frozenset[str] = frozenset()) -> str:
     """A short, redacted, one-line preview of an error body.
 
     Prefers the ``error.message`` that OpenAI and Anthropic put in their
-    error JSON; falls back to the raw text.
+    error JSON, or the top-level ``message`` of AWS's; falls back to the raw text.
     """
     text = data[:4096].decode("utf-8", "replace")
     try:
@@ -301,7 +320,7 @@ def error_preview(data: bytes, secrets: frozenset[str] = frozenset()) -> str:
     except ValueError:
         parsed = None
     if isinstance(parsed, dict):
-        inner = parsed.get("error")
+        inner = parsed.get("error", parsed.get("message"))
         message = inner.get("message") if isinstance(inner, dict) else inner
         if isinstance(message, str) and message:
             text = message

@@ -23,25 +23,25 @@ from ._specs import (
     DEFAULT_PROVIDER_VARIABLE,
     PROVIDERS,
     Provider,
+    fill_url,
     hint,
     http_provider,
-    key_variables,
+    missing_variable,
     parse_model,
 )
 from ._types import LLMClient
-from ._wire import HTTPModelClient, WireFormat
+from ._wire import Connect, Connection, HTTPModelClient, WireFormat
 
 __all__ = ["ProviderRegistry"]
 
-_ClientFactory = Callable[[Provider, str, Mapping[str, str], HTTPCaller, frozenset[str]], LLMClient]
-"""A wire module's own ``client(entry, base_url, environ, caller, secrets)``, if it has one."""
-
-_ENTRIES: Final = [entry for name in PROVIDERS if (entry := http_provider(name)) is not None]
 _VARIABLES: Final = frozenset(
     [DEFAULT_PROVIDER_VARIABLE]
-    + [entry.url_variable for entry in _ENTRIES]
-    + [variable for entry in _ENTRIES for variable in key_variables(entry.name)]
-    + [variable for entry in _ENTRIES for variable in entry.variables]
+    + [
+        variable
+        for name in PROVIDERS
+        if (entry := http_provider(name)) is not None
+        for variable in (*entry.url_variables, *entry.key_variables, *entry.variables)
+    ]
 )
 _CONNECT_TIMEOUT: Final = 10.0
 
@@ -62,9 +62,10 @@ class ProviderRegistry:
 
     Args:
         environ: Where keys and base URLs come from (``OPENAI_API_KEY``,
-            ``OPENAI_BASE_URL``, ``ANTHROPIC_API_KEY``, ``ANTHROPIC_BASE_URL``,
-            ``OLLAMA_HOST``); ``os.environ`` when None. Read once, here. Its
-            ``*_API_KEY`` and ``*_TOKEN`` values are registered for redaction.
+            ``OPENAI_BASE_URL``, ``OLLAMA_HOST``... each provider's, as the
+            provider table names them); ``os.environ`` when None. Read once,
+            here. Its ``*_API_KEY``, ``*_TOKEN`` and ``AWS_SECRET_ACCESS_KEY``
+            values are registered for redaction.
         clock: Backoff sleeps and per-attempt deadlines run on it.
         policy: Retries, backoff and the per-attempt deadline.
         transport: An httpx transport to send through (tests pass
@@ -105,6 +106,7 @@ class ProviderRegistry:
         self._closed = False
         self._offline = offline
         self._clients: dict[tuple[str, str], LLMClient] = {}
+        self._connections: dict[str, Connection] = {}  # provider -> its wire's, see _connect
         self._taken: Mapping[str, Collection[int]] = {}  # see resume_scripts
         self._checked: dict[str, tuple[str, str]] = {}  # spec -> check(spec), once it passed
         self._caller = HTTPCaller(
@@ -127,7 +129,8 @@ class ProviderRegistry:
             ``(provider, model)``, as ``parse_model`` gives them.
 
         Raises:
-            LLMConfigError: The spec is bad, or the provider's key is not set
+            LLMConfigError: The spec is bad, or the provider's key (or a variable
+                its URL needs) is not set
                 (``OPENAI_API_KEY is not set (needed by model openai:gpt-4o)``).
         """
         checked = self._checked.get(spec)
@@ -135,7 +138,7 @@ class ProviderRegistry:
             return checked
         default = self._environ.get(DEFAULT_PROVIDER_VARIABLE)
         provider, model = parse_model(spec, default_provider=default)
-        variable = None if self._offline else self._missing_key(provider)
+        variable = None if self._offline else self._missing(provider)
         if variable is not None:
             raise LLMConfigError(f"{variable} is not set (needed by model {provider}:{model})")
         self._checked[spec] = provider, model
@@ -175,14 +178,11 @@ class ProviderRegistry:
         """
         if self._closed:
             raise LLMError("the provider registry is closed; create one per run")
-        # A model over HTTP keeps nothing per caller: one client for the run, so
-        # what it fetches (Vertex AI's token) is fetched once, not once per agent.
-        slot = (provider, key if provider == "scripted" else "")
-        cached = self._clients.get(slot)
+        cached = self._clients.get((provider, key))
         if cached is not None:
             return cached
         client = self._create(provider, script, key)
-        self._clients[slot] = client
+        self._clients[provider, key] = client
         return client
 
     async def aclose(self) -> None:
@@ -213,31 +213,54 @@ class ProviderRegistry:
         return self._http_model(entry)
 
     def _http_model(self, entry: Provider) -> LLMClient:
-        base = self._environ.get(entry.url_variable) or entry.default_url
+        wire = _wire(entry.wire)
+        if wire.connect is not None:  # signed per request: the wire reads its own variables
+            connection = self._connect(entry.name, wire.connect)
+            auth = connection.auth
+            return HTTPModelClient(
+                provider=entry.name,
+                wire=wire,
+                base_url=_http_url(connection.url_variable, connection.base_url, self._secrets),
+                api_key=None,
+                caller=self._caller if auth is None else self._caller.signed(auth),
+                missing_key=connection.missing,
+                secrets=self._secrets,
+            )
+        environ = self._environ
+        base = environ.get(entry.url_variable) or fill_url(entry, entry.default_url, environ)
         if entry.bare_host and "://" not in base:
             base = f"http://{base}"
-        base_url = _http_url(entry.url_variable, base, self._secrets) + entry.url_suffix
-        module = importlib.import_module(f"cadenza.llm._{entry.wire}")
-        own: _ClientFactory | None = getattr(module, "client", None)
-        if own is not None:  # a wire set up by more than a URL and a key (Vertex AI's)
-            return own(entry, base_url, self._environ, self._caller, self._secrets)
-        keys = (self._environ.get(variable) for variable in key_variables(entry.name))
+        base_url = _http_url(entry.url_variable, base, self._secrets)
+        api_key = next((environ[name] for name in entry.key_variables if environ.get(name)), None)
         return HTTPModelClient(
             provider=entry.name,
-            wire=_wire(entry.wire),
-            base_url=base_url,
-            api_key=next((key for key in keys if key), None),
+            wire=wire,
+            base_url=base_url + fill_url(entry, entry.url_suffix, environ),
+            api_key=api_key,
             caller=self._caller,
-            missing_key=self._missing_key(entry.name),
+            missing_key=missing_variable(entry.name, environ),
             secrets=self._secrets,
+            query=fill_url(entry, entry.query, environ),
         )
 
-    def _missing_key(self, provider: str) -> str | None:
-        """``GEMINI_API_KEY``, or ``A or B`` when a key may be in either, if none is set."""
-        variables = key_variables(provider)
-        if not variables or any(self._environ.get(variable) for variable in variables):
-            return None
-        return " or ".join(variables)
+    def _missing(self, provider: str) -> str | None:
+        """What ``provider`` needs that the environment does not set (a signing wire says)."""
+        entry = http_provider(provider)
+        connect = None if entry is None else _wire(entry.wire).connect
+        if connect is not None:
+            return self._connect(provider, connect).missing
+        return missing_variable(provider, self._environ)
+
+    def _connect(self, provider: str, connect: Connect) -> Connection:
+        """``provider``'s connection, made once a run.
+
+        Every agent's client shares its credentials: Vertex AI's token is
+        fetched once a run, not once per agent.
+        """
+        connection = self._connections.get(provider)
+        if connection is None:
+            connection = self._connections[provider] = connect(self._environ)
+        return connection
 
     async def _http_client(self) -> httpx.AsyncClient:
         if self._offline:  # never reached by a replay's calls: a guard, should one go live

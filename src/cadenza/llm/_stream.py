@@ -1,8 +1,10 @@
 """Streamed replies: server-sent events in, one ``Completion`` out.
 
 A streamed reply arrives as server-sent events (``data: {...}`` lines, a blank
-line after each event). `SSEParser` splits the bytes into event payloads; an
-assembler per API family reads each payload, hands every fragment of text to
+line after each event), or from AWS as an event stream (binary messages, each
+with its length, headers and checksums). A framer chosen by the reply's content
+type (`framer_for`: `SSEParser`, `AWSEventStreamParser`) splits the bytes into
+event payloads; an assembler per API family reads each payload, hands every fragment of text to
 the caller's ``on_delta`` as it arrives, and pieces the text, the tool calls
 (whose arguments come in fragments too) and the usage together into the same
 ``Completion`` the unstreamed reply would have given.
@@ -16,8 +18,9 @@ retries an HTTP 529.
 from __future__ import annotations
 
 import contextlib
+import re
 from collections.abc import Callable
-from typing import Annotated, Generic, Protocol, TypeVar
+from typing import Annotated, Final, Generic, Protocol, TypeVar
 
 import msgspec
 
@@ -25,12 +28,15 @@ from ._errors import LLMResponseError
 from ._types import Completion, DeltaHook, LLMUsage, ModelToolCall
 
 __all__ = [
+    "AWSEventStreamParser",
     "AnthropicStream",
+    "Framer",
     "OpenAIStream",
     "SSEParser",
     "StreamAssembler",
     "StreamError",
     "StreamFactory",
+    "framer_for",
 ]
 
 
@@ -101,6 +107,86 @@ class SSEParser:
                 if payload != b"[DONE]":
                     payloads.append(payload)
         return payloads
+
+
+class Framer(Protocol):
+    """Splits a streamed reply's bytes into its events' payloads (`SSEParser` is one)."""
+
+    def feed(self, chunk: bytes) -> list[bytes]:
+        """The payloads of the events ``chunk`` completes."""
+        ...
+
+    def close(self) -> list[bytes]:
+        """The payloads still held when the stream ended."""
+        ...
+
+
+# An AWS event's type names a member of the service's event union: a plain identifier.
+_EVENT_TYPE = re.compile(r"[A-Za-z][A-Za-z0-9_]*\Z")
+
+
+class AWSEventStreamParser:
+    """Splits an AWS event stream (``application/vnd.amazon.eventstream``) into payloads.
+
+    The binary framing (lengths, headers, CRCs) is decoded by botocore's
+    ``EventStreamBuffer``, not by hand. Each event becomes the JSON
+    ``{"<its :event-type>": <its payload>}``: the shape in which the service
+    documents its event union (Bedrock's ``contentBlockDelta``, ``messageStop``...),
+    so an assembler decodes the events like any other family's JSON. An
+    exception message (a throttled or failed model mid-reply) is `StreamError`.
+
+    Raises:
+        ImportError: botocore is not installed (the ``bedrock`` extra).
+    """
+
+    __slots__ = ("_buffer", "_parser_error")
+
+    def __init__(self) -> None:
+        from botocore.eventstream import EventStreamBuffer, ParserError
+
+        self._buffer = EventStreamBuffer()
+        self._parser_error = ParserError
+
+    def feed(self, chunk: bytes) -> list[bytes]:
+        self._buffer.add_data(chunk)
+        try:
+            # The stubs type ``headers`` wrongly; the response dict has them as a dict.
+            messages = [message.to_response_dict() for message in self._buffer]
+        except self._parser_error as exc:
+            raise LLMResponseError(f"malformed event-stream message: {exc}") from None
+        return [self._payload(message["headers"], message["body"]) for message in messages]
+
+    def close(self) -> list[bytes]:
+        # A message cut off mid-way is no event; the assembler then finds its
+        # reply unfinished and says so.
+        return []
+
+    @staticmethod
+    def _payload(headers: dict[str, object], payload: bytes) -> bytes:
+        kind = headers.get(":message-type")
+        if kind == "exception":
+            said = None
+            with contextlib.suppress(msgspec.DecodeError):
+                problem = _any.decode(payload or b"{}")
+                said = problem.get("message") if isinstance(problem, dict) else None
+            raise StreamError(f"{headers.get(':exception-type')}: {said or 'no message'}")
+        if kind == "error":
+            raise StreamError(f"{headers.get(':error-code')}: {headers.get(':error-message')}")
+        event = headers.get(":event-type")
+        if not isinstance(event, str) or not _EVENT_TYPE.match(event):
+            raise LLMResponseError(f"event-stream message without a valid :event-type: {event!r}")
+        return b'{"' + event.encode() + b'":' + (payload or b"{}") + b"}"
+
+
+_FRAMERS: Final[dict[str, Callable[[], Framer]]] = {
+    "text/event-stream": SSEParser,
+    "application/vnd.amazon.eventstream": AWSEventStreamParser,
+}
+
+
+def framer_for(content_type: str) -> Callable[[], Framer] | None:
+    """The framer of a streamed reply with ``content_type``; None for a whole body."""
+    return _FRAMERS.get(content_type.partition(";")[0].strip().lower())
 
 
 _Item = TypeVar("_Item")

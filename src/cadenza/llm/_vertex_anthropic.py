@@ -16,14 +16,18 @@ from typing import Final
 import msgspec
 
 from ._anthropic import anthropic_body, decode_anthropic
-from ._http import HTTPCaller
-from ._specs import Provider
+from ._specs import VERTEX_CLAUDE
 from ._stream import AnthropicStream
 from ._types import LLMRequest
-from ._vertex import VertexClient
-from ._wire import WireFormat
+from ._vertex import vertex_connection
+from ._wire import Connection, WireFormat
 
-__all__ = ["VERTEX_ANTHROPIC_VERSION", "WIRE", "client", "encode_vertex_anthropic"]
+__all__ = [
+    "VERTEX_ANTHROPIC_VERSION",
+    "WIRE",
+    "connect_vertex_anthropic",
+    "encode_vertex_anthropic",
+]
 
 VERTEX_ANTHROPIC_VERSION: Final = "vertex-2023-10-16"
 
@@ -38,6 +42,15 @@ def encode_vertex_anthropic(request: LLMRequest, *, stream: bool = False) -> byt
     return _encoder.encode(body)
 
 
+def connect_vertex_anthropic(environ: Mapping[str, str]) -> Connection:
+    """The ``vertex-anthropic`` connection: Claude under ``publishers/anthropic``.
+
+    Claude on Vertex is often set up for Anthropic's SDK: its project and region
+    variables (``ANTHROPIC_VERTEX_PROJECT_ID``, ``CLOUD_ML_REGION``) count too.
+    """
+    return vertex_connection(environ, "anthropic", VERTEX_CLAUDE)
+
+
 WIRE: Final = WireFormat(
     name="vertex_anthropic",
     path="/models/{model}:rawPredict",
@@ -45,16 +58,6 @@ WIRE: Final = WireFormat(
     decode=decode_anthropic,
     stream=AnthropicStream,
     stream_path="/models/{model}:streamRawPredict",
+    connect=connect_vertex_anthropic,
 )
 """Claude on Vertex AI: ``rawPredict`` and ``streamRawPredict`` under ``publishers/anthropic``."""
-
-
-def client(
-    entry: Provider,
-    base_url: str,
-    environ: Mapping[str, str],
-    caller: HTTPCaller,
-    secrets: frozenset[str],
-) -> VertexClient:
-    """The ``vertex-anthropic`` client (the registry's hook)."""
-    return VertexClient(entry, WIRE, "anthropic", base_url, environ, caller, secrets)

@@ -1,13 +1,13 @@
 """A model client over HTTP: a wire format plus the shared ``HTTPCaller``.
 
-``openai``, ``ollama``, ``anthropic`` and Google's wires differ only in their
-``WireFormat`` (path, headers, body encoding and decoding) and configuration;
-one client class serves them all.
+The providers differ only in their ``WireFormat`` (path, headers, body encoding
+and decoding, how a request is signed) and configuration (URL, key); one client
+class serves them all.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol, Unpack
 from urllib.parse import quote
@@ -21,10 +21,7 @@ from ._http import HTTPCaller
 from ._stream import StreamFactory
 from ._types import CallHooks, Completion, LLMRequest
 
-__all__ = ["Decode", "Encode", "HTTPModelClient", "TokenSource", "WireFormat", "sampling"]
-
-TokenSource = Callable[[], Awaitable[str]]
-"""Gives the OAuth bearer token for the next call (Vertex AI's, which expires hourly)."""
+__all__ = ["Connect", "Connection", "Decode", "Encode", "HTTPModelClient", "WireFormat", "sampling"]
 
 
 class Encode(Protocol):
@@ -53,7 +50,31 @@ def _no_headers(api_key: str) -> dict[str, str]:
     return {}
 
 
-_ENDPOINTS = 64  # endpoints kept per client, one per model and mode: a run uses a few
+@dataclass(frozen=True, slots=True)
+class Connection:
+    """How to reach a provider that the environment configures with more than a key and a URL.
+
+    Attributes:
+        base_url: The API root the environment names.
+        url_variable: The variable ``base_url`` came from, for errors (or the one to set).
+        auth: Signs each attempt's request (Bedrock's SigV4); None when
+            ``missing`` is set.
+        missing: The variables to set when the credentials are incomplete, as
+            in ``"AWS_SECRET_ACCESS_KEY is not set"``; None when complete.
+    """
+
+    base_url: str
+    url_variable: str
+    auth: httpx.Auth | None
+    missing: str | None = None
+
+
+Connect = Callable[[Mapping[str, str]], Connection]
+"""Reads a provider's credentials, region and endpoint from the environment.
+
+Raises:
+    LLMConfigError: What the wire needs is not installed (its extra).
+"""
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,14 +84,17 @@ class WireFormat:
     Attributes:
         name: The API family, e.g. ``openai``.
         path: Appended to the provider's base URL; ``{model}`` in it stands for
-            the requested model (Gemini names the model in the URL, not the body).
+            the model's name, percent-encoded (Bedrock's ``/model/{model}/converse``,
+            Gemini's ``/v1beta/models/{model}:generateContent``).
         encode: Builds the request body.
         decode: Builds the ``Completion`` from a 2xx body.
         auth_headers: The credential headers for an API key.
         extra_headers: Headers every request carries (an API version, say).
         stream: Assembles a streamed reply; None for a family that cannot stream.
-        stream_path: The path of a streamed request, where it is not ``path``
-            (Gemini's ``:streamGenerateContent?alt=sse``).
+        stream_path: The path of a streamed request, when it is not ``path``.
+        connect: For a family authorised per request from several variables
+            (Bedrock's SigV4, Vertex AI's OAuth token): reads them. None: the
+            provider's key goes in ``auth_headers``.
     """
 
     name: str
@@ -81,6 +105,7 @@ class WireFormat:
     extra_headers: tuple[tuple[str, str], ...] = ()
     stream: StreamFactory | None = None
     stream_path: str | None = None
+    connect: Connect | None = None
 
 
 class HTTPModelClient:
@@ -89,26 +114,25 @@ class HTTPModelClient:
     Args:
         provider: The provider's name in errors and logs (``openai``, ``ollama``).
         wire: The API family's wire format.
-        base_url: The API root; ``wire.path`` is appended.
+        base_url: The API root; ``wire.path`` is appended. A ``{model}`` in it is
+            each request's model (an Azure deployment's name), URL-quoted.
         api_key: The credential, or None to send none.
         caller: Sends the requests with retries.
         missing_key: When set, the variable whose absence makes every call
             fail with ``LLMConfigError``. It is checked per call, not at
             construction, so the message can name the model.
         secrets: Values to mask in errors besides the registered ones.
-        token: Where an OAuth bearer token comes from, asked before each call
-            (for credentials that expire, unlike an API key); None for none.
+        query: Appended after ``wire.path`` (``?api-version=...``).
     """
 
     __slots__ = (
-        "_base",
         "_caller",
         "_headers",
         "_missing_key",
         "_provider",
         "_secrets",
-        "_token",
-        "_urls",
+        "_stream_url",
+        "_url",
         "_wire",
     )
 
@@ -122,12 +146,12 @@ class HTTPModelClient:
         caller: HTTPCaller,
         missing_key: str | None = None,
         secrets: frozenset[str] = frozenset(),
-        token: TokenSource | None = None,
+        query: str = "",
     ) -> None:
         self._provider = provider
         self._wire = wire
-        self._base = base_url.rstrip("/")
-        self._urls: dict[tuple[str, bool], str] = {}  # (model, stream) -> endpoint
+        self._url = base_url.rstrip("/") + wire.path + query
+        self._stream_url = base_url.rstrip("/") + (wire.stream_path or wire.path) + query
         headers = {"Content-Type": "application/json", "Accept": "application/json"}
         headers.update(wire.extra_headers)
         if api_key:
@@ -138,7 +162,6 @@ class HTTPModelClient:
         self._missing_key = missing_key
         self._caller = caller
         self._secrets = secrets
-        self._token = token
 
     @property
     def provider(self) -> str:
@@ -148,18 +171,7 @@ class HTTPModelClient:
     @property
     def url(self) -> str:
         """The endpoint requests go to (credentials in it, if any, masked)."""
-        return redact(self._base + self._wire.path, self._secrets)
-
-    def _endpoint(self, model: str, stream: bool) -> str:
-        """The URL a request for ``model`` goes to, streamed or whole."""
-        url = self._urls.get((model, stream))
-        if url is None:
-            path = self._wire.stream_path if stream and self._wire.stream_path else self._wire.path
-            # Quoted whole, so a model name cannot add a path segment or a query.
-            url = self._base + path.replace("{model}", quote(model, safe="@"))
-            if len(self._urls) < _ENDPOINTS:
-                self._urls[model, stream] = url
-        return url
+        return redact(self._url, self._secrets)
 
     async def complete(self, request: LLMRequest, **hooks: Unpack[CallHooks]) -> Completion:
         """Send ``request`` and decode the reply; see ``LLMClient.complete``.
@@ -174,18 +186,17 @@ class HTTPModelClient:
         what = f"{self._provider} model {request.model}"
         on_delta, factory = hooks.get("on_delta"), self._wire.stream
         stream = None if factory is None or on_delta is None else (factory, on_delta)
-        headers, secrets = self._headers, self._secrets
-        if self._token is not None:
-            token = await self._token()
-            headers = headers.copy()
-            headers["Authorization"] = f"Bearer {token}"
-            secrets = secrets | {token}
+        url = self._stream_url if stream is not None else self._url
+        if "{model}" in url:
+            # Quoted whole, so a model name cannot add a path segment or a query;
+            # an '@' stays (Claude's versions on Vertex AI), as Google writes it.
+            url = url.replace("{model}", quote(request.model, safe="@"))
         reply, attempts = await self._caller.post(
-            self._endpoint(request.model, stream is not None),
-            headers,
+            url,
+            self._headers,
             self._wire.encode(request, stream=stream is not None),
             what=what,
-            secrets=secrets,
+            secrets=self._secrets,
             on_retry=hooks.get("on_retry"),
             max_attempts=None if request.max_retries is None else request.max_retries + 1,
             stream=stream,

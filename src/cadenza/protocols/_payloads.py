@@ -257,10 +257,11 @@ class StepWaiting(Payload, frozen=True, kw_only=True):
 
 
 class ForEachMessage(Payload, frozen=True, kw_only=True):
-    """The ``message`` a forEach writes as it starts: how many items, how many at once."""
+    """The ``message`` a forEach writes as it starts: how many items (None: a generator's,
+    unknown until it ends), how many at once."""
 
     event_type: ClassVar[str] = EventType.MESSAGE
-    items: int
+    items: int | None
     max_concurrency: int = msgspec.field(name="maxConcurrency")
 
 
@@ -299,10 +300,10 @@ class LoopEnd(Payload, frozen=True, kw_only=True):
 
 
 class ItemStart(Payload, frozen=True, kw_only=True):
-    """A forEach item began; ``total`` items in all."""
+    """A forEach item began; ``total`` items in all (None: a generator's, not yet known)."""
 
     event_type: ClassVar[str] = EventType.ITEM_START
-    total: int
+    total: int | None
 
 
 class ItemEnd(Payload, frozen=True, kw_only=True):

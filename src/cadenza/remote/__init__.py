@@ -8,6 +8,10 @@ handler, agent) run on worker processes that connect to its `Dispatcher`::
 
     $ cadenza worker --connect tcp://127.0.0.1:5555 --concurrency 8
 
+A fleet's worker serves every supervisor the store's roll names (`FleetWorker`)::
+
+    $ cadenza worker --store postgresql://db/cadenza --concurrency 8
+
 The wire protocol is in `cadenza.protocols` (docs/protocol.md).
 """
 
@@ -16,6 +20,7 @@ from ._books import WorkerEvent as WorkerEvent
 from ._books import WorkerInfo as WorkerInfo
 from ._dispatcher import DEFAULT_MAX_MESSAGE as DEFAULT_MAX_MESSAGE
 from ._dispatcher import Dispatcher as Dispatcher
+from ._fleet import FleetWorker as FleetWorker
 from ._keys import ServerKeys as ServerKeys
 from ._keys import WorkerKeys as WorkerKeys
 from ._keys import generate_keys as generate_keys
@@ -28,6 +33,7 @@ __all__ = [
     "DEFAULT_MAX_MESSAGE",
     "Dispatcher",
     "DispatcherStatistics",
+    "FleetWorker",
     "ServerKeys",
     "Worker",
     "WorkerEvent",

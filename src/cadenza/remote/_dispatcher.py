@@ -40,7 +40,7 @@ from cadenza.protocols import (
 
 from ._auth import refuse_unknown_keys, stop_authenticator, watch_handshakes
 from ._books import DispatcherStatistics, Job, WorkerEvent, WorkerInfo
-from ._keys import check_endpoint, load_server_keys
+from ._keys import advertised_endpoint, check_endpoint, load_server_keys
 from ._pool import Pool
 from ._socket import LoopSocket
 
@@ -69,6 +69,9 @@ class Dispatcher:
         liveness: Heartbeats a worker may miss before it is declared lost.
         max_message_size: The largest frame accepted, in bytes.
         clock: Heartbeats and liveness run on it.
+        advertise: Where workers connect to reach this dispatcher, as the fleet's
+            roll of supervisors records it (``cadenza worker --store``). None:
+            the bound endpoint, with an address of this host for ``0.0.0.0``.
 
     Raises:
         InsecureEndpoint: A non-loopback endpoint without keys or ``insecure``.
@@ -85,12 +88,14 @@ class Dispatcher:
         liveness: int = 3,
         max_message_size: int = DEFAULT_MAX_MESSAGE,
         clock: Clock | None = None,
+        advertise: str | None = None,
     ) -> None:
         if heartbeat <= 0 or liveness < 1:
             raise ValueError("heartbeat must be positive and liveness at least 1")
         self._keys = load_server_keys(curve_keys) if curve_keys is not None else None
         check_endpoint(endpoint, keys=self._keys is not None, insecure=insecure)
         self._endpoint = endpoint
+        self._advertise = advertise
         # What every worker session is told: the heartbeat, liveness and frame limit.
         self._terms = Welcome(PROTOCOL_VERSION, heartbeat, liveness, max_message_size)
         self._clock: Clock = clock or SystemClock()
@@ -112,6 +117,14 @@ class Dispatcher:
     def endpoint(self) -> str:
         """The bound endpoint once running (with the port the system picked), else the asked one."""
         return self._endpoint
+
+    @property
+    def advertised(self) -> str:
+        """Where workers connect: ``advertise`` if given, else `endpoint` (once running,
+        with this host's address in place of ``0.0.0.0``)."""
+        if self._advertise is not None:
+            return self._advertise
+        return advertised_endpoint(self._endpoint) if self._running else self._endpoint
 
     @property
     def workers(self) -> list[WorkerInfo]:

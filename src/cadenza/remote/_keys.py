@@ -19,6 +19,7 @@ from __future__ import annotations
 import ipaddress
 import os
 import shutil
+import socket
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -153,6 +154,34 @@ def is_local_endpoint(endpoint: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:  # '*', an interface or a host name: assume it is reachable
         return False
+
+
+_ANY_HOST = frozenset({"0.0.0.0", "::", "*", ""})
+_PROBE = ("192.0.2.1", 9)
+"""A documentation address (RFC 5737): a UDP socket "connected" to it tells which local
+address the default route leaves from, without sending a packet."""
+
+
+def advertised_endpoint(bound: str) -> str:
+    """Where a worker of another host connects to reach the endpoint ``bound``.
+
+    A TCP endpoint bound to every interface (``0.0.0.0``, ``::``, ``*``) names
+    none a worker could dial: the address this host's default route leaves
+    from stands in for it (else the host's name). Any other endpoint is its
+    own address. ``--advertise`` overrides this where the guess is wrong (NAT,
+    several networks).
+    """
+    scheme, _, rest = bound.partition("://")
+    host, colon, port = rest.rpartition(":")
+    if scheme != "tcp" or not colon or host.strip("[]") not in _ANY_HOST:
+        return bound
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+            probe.connect(_PROBE)
+            address = str(probe.getsockname()[0])
+    except OSError:  # no route at all: the name is the best left
+        address = socket.gethostname()
+    return f"tcp://{address}:{port}"
 
 
 def check_endpoint(endpoint: str, *, keys: bool, insecure: bool) -> None:

@@ -81,6 +81,9 @@ class Worker:
         max_message_size: The largest frame accepted, in bytes.
         backoff: The first and the longest wait between connection attempts, in seconds.
         clock: Heartbeats, backoff and timeouts run on it.
+        slots: Bounds the steps run at once (default: ``concurrency`` of this worker's
+            own). A `FleetWorker` gives all its workers one, so that together they
+            run no more than its concurrency.
 
     Raises:
         KeysError: The key directory is incomplete.
@@ -96,6 +99,7 @@ class Worker:
         max_message_size: int = DEFAULT_MAX_MESSAGE,
         backoff: tuple[float, float] = (0.1, 5.0),
         clock: Clock | None = None,
+        slots: asyncio.Semaphore | None = None,
     ) -> None:
         if not 1 <= concurrency <= MAX_CAPACITY:
             raise ValueError(f"concurrency must be from 1 to {MAX_CAPACITY}, got {concurrency}")
@@ -115,7 +119,7 @@ class Worker:
         self._encode = msgspec.msgpack.Encoder().encode
         self._decode = worker_decoder().decode
         self._heartbeat, self._liveness, self._limit = 1.0, 3, max_message_size
-        self._slots = asyncio.Semaphore(concurrency)
+        self._slots = slots or asyncio.Semaphore(concurrency)
         # By (job, attempt): a job sent again after this session was forgotten is a new run.
         self._jobs: dict[tuple[int, int], asyncio.Task[None]] = {}
         self._cancels: dict[tuple[int, int], str] = {}
@@ -135,6 +139,19 @@ class Worker:
         self._stopping = False
         self.rejected_frames = 0
         """Frames from the supervisor that did not decode."""
+
+    def offer(self, capacity: int) -> None:
+        """Announces ``capacity`` credits from now on (0: send no steps for now).
+
+        The supervisor sends no more steps than that; those it sent already finish.
+        """
+        if not 0 <= capacity <= MAX_CAPACITY:
+            raise ValueError(f"capacity must be from 0 to {MAX_CAPACITY}, got {capacity}")
+        if capacity == self.concurrency or self._draining:
+            return
+        self.concurrency = capacity
+        if self._channel is not None:  # after this session's Hello: a new one says it anyway
+            self._send(self._encode(Ready(capacity)))
 
     def drain(self) -> None:
         """Take no more steps, finish those in flight, then leave (a second call: `stop`)."""

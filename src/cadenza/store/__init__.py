@@ -21,6 +21,7 @@ from ._base import Command as Command
 from ._base import MessageCommand as MessageCommand
 from ._base import RunRow as RunRow
 from ._base import RunStore as RunStore
+from ._base import SupervisorRow as SupervisorRow
 from ._base import is_under as is_under
 from ._lease import DEFAULT_LEASE_TTL as DEFAULT_LEASE_TTL
 from ._lease import Lease as Lease
@@ -53,6 +54,7 @@ __all__ = [
     "RunRow",
     "RunStore",
     "SqliteRunStore",
+    "SupervisorRow",
     "describe_store",
     "is_postgres_url",
     "is_under",

@@ -23,6 +23,14 @@ The messages waiting in a store for a run are bounded (`WAITING_COMMANDS`,
 taking it over, must not let posts fill the store. Past the bound
 `RunStore.send_command` refuses a message (`MessageRefused`) and records
 nothing; a cancel is always recorded.
+
+Last, a store keeps the fleet's roll of supervisors (`SupervisorRow`): each
+supervisor with remote workers says, every third of its lease, where its
+workers connect, its capacity and how much it has waiting
+(`RunStore.beat_supervisor`); a row not renewed within its time to live is a
+supervisor that died, left out of `RunStore.live_supervisors` and deleted by
+the next beat. That roll is how ``cadenza worker --store`` finds every
+supervisor of the fleet.
 """
 
 from __future__ import annotations
@@ -47,6 +55,7 @@ __all__ = [
     "MessageCommand",
     "RunRow",
     "RunStore",
+    "SupervisorRow",
     "command_bounds",
     "encode_command",
     "is_under",
@@ -89,6 +98,36 @@ class RunRow(msgspec.Struct, frozen=True):
 
 ANSWERED = SignalReceived.event_type
 """The type of the event a person's answer adds to a waiting run's log."""
+
+
+class SupervisorRow(msgspec.Struct, frozen=True):
+    """A live supervisor of the fleet, as it last told the store.
+
+    Attributes:
+        supervisor_id: Unique to one supervisor process's lifetime.
+        host: Its host name.
+        pid: Its process id.
+        workers: The endpoint its workers connect to (what ``cadenza worker
+            --store`` connects to), or None when it runs steps itself.
+        capacity: The runs it drives at most (None: it takes no queued runs).
+        runs: The runs it drives now.
+        waiting: Its steps waiting for a worker's free credit.
+        running: Its steps on workers now.
+        seen_at: When it last told the store (epoch seconds, the store's clock;
+            set by the store).
+        expires_at: When the row stops counting unless told again (set by the store).
+    """
+
+    supervisor_id: str
+    host: str
+    pid: int
+    workers: str | None = None
+    capacity: int | None = None
+    runs: int = 0
+    waiting: int = 0
+    running: int = 0
+    seen_at: float = 0.0
+    expires_at: float = 0.0
 
 
 class CancelCommand(msgspec.Struct, frozen=True, tag_field="command", tag="cancel"):
@@ -306,6 +345,16 @@ class RunStore(Protocol):
 
     async def check(self) -> list[str]:
         """Every integrity problem found in the store; empty when it is sound."""
+
+    async def beat_supervisor(self, row: SupervisorRow, *, ttl: float) -> None:
+        """Records ``row`` as live for ``ttl`` seconds from now, durably; replaces the
+        supervisor's earlier row, and deletes the rows of supervisors that expired."""
+
+    async def live_supervisors(self) -> list[SupervisorRow]:
+        """The supervisors whose row has not expired, by id."""
+
+    async def forget_supervisor(self, supervisor_id: str) -> None:
+        """Deletes the supervisor's row, durably (it is shutting down)."""
 
 
 def is_under(address: str, prefix: str) -> bool:

@@ -4,11 +4,22 @@ What `cadenza.Runtime` uses without a ``store``, and what a worker runs its
 one step against (``actors/steps/_work_order.py``). It keeps the promises of
 `RunStore` that make sense in one process: leases are fenced (a second
 runtime of this process can take a run over), message commands are bounded.
+
+Its memory follows a run's size as little as it can, since nothing resumes a
+memory store once its process ends: a run's events are kept in a window of
+the last `DEFAULT_MAX_EVENTS` (``max_events``; live subscribers still see
+every event, as the journal hands them over, not the store), and step records
+are kept as msgpack bytes (their fields' values), equal small bodies shared:
+a no-op step's record costs its address and a slot, some 100 bytes, where a
+record object took 300. A run whose
+events went past the window cannot be resumed or forked from this store (the
+replay finds its first events missing and says so); every record stays.
 """
 
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import Sequence
 
 import msgspec
@@ -22,28 +33,62 @@ from ._base import (
     Command,
     MessageCommand,
     RunRow,
+    SupervisorRow,
     encode_command,
     is_under,
     refuse_command,
 )
 from ._lease import DEFAULT_LEASE_TTL, Lease, LeaseHolder, check_takeover, lease_lost
 
-__all__ = ["MemoryRunStore"]
+__all__ = ["DEFAULT_MAX_EVENTS", "MemoryRunStore"]
+
+DEFAULT_MAX_EVENTS = 100_000
+"""Events a memory store keeps per run: the newest, some 30 MB of them at most.
+A run of a few thousand steps keeps all of its events; a million-item forEach
+(four events an item) keeps its last 25,000 items'."""
+
+_SHARED_BODY = 64
+"""Record bodies at most this long are shared between addresses when equal."""
+
+_SHARED_BODIES = 4096
+"""How many distinct bodies are shared (the rest are kept one per address)."""
+
+_FIELDS = msgspec.structs.fields(StepRecord)
+_NAMES = tuple(field.name for field in _FIELDS)
+_encode_record = msgspec.msgpack.Encoder().encode
+# A record is kept as the msgpack array of its fields' values, without their names:
+# a no-op step's is 22 bytes, where the map of names and values took 72.
+_decode_values = msgspec.msgpack.Decoder(tuple[tuple(field.type for field in _FIELDS)]).decode  # type: ignore[misc]
+
+
+def _pack(record: StepRecord) -> bytes:
+    return _encode_record(msgspec.structs.astuple(record))
+
+
+def _unpack(body: bytes) -> StepRecord:
+    return StepRecord(**dict(zip(_NAMES, _decode_values(body), strict=True)))
 
 
 class MemoryRunStore:
-    """A store that keeps everything in this process: fast, and gone at exit."""
+    """A store that keeps everything in this process: fast, and gone at exit.
 
-    def __init__(self) -> None:
+    Args:
+        max_events: The newest events kept per run (None: every event).
+    """
+
+    def __init__(self, *, max_events: int | None = DEFAULT_MAX_EVENTS) -> None:
+        self.max_events = max_events
         self._runs: dict[str, RunRow] = {}
-        self._events: dict[str, list[Event]] = {}
-        self._steps: dict[str, dict[str, StepRecord]] = {}
+        self._events: dict[str, deque[Event]] = {}
+        self._steps: dict[str, dict[str, bytes]] = {}
+        self._bodies: dict[bytes, bytes] = {}  # the shared record bodies
         self._documents: dict[str, bytes] = {}
         self._leases: dict[str, Lease] = {}
         self._expiry: dict[str, float] = {}
         self._fences: dict[str, int] = {}
         self._commands: list[tuple[str, Command]] = []
         self._calls: dict[str, dict[tuple[str, int, int], CallRecord]] = {}
+        self._supervisors: dict[str, SupervisorRow] = {}
 
     async def open(self) -> None:
         """Nothing to prepare."""
@@ -54,16 +99,23 @@ class MemoryRunStore:
     def begin_run(self, row: RunRow) -> None:
         """Records a new run row."""
         self._runs[row.run_id] = row
-        self._events.setdefault(row.run_id, [])
+        self._events.setdefault(row.run_id, deque(maxlen=self.max_events))
         self._steps.setdefault(row.run_id, {})
 
     def append_event(self, event: Event) -> None:
-        """Records an event."""
+        """Records an event (the run's oldest one goes when the window is full)."""
         self._events[event.run_id].append(event)
 
     def put_step(self, run_id: str, address: str, record: StepRecord) -> None:
-        """Records the latest state of an address."""
-        self._steps[run_id][address] = record
+        """Records the latest state of an address, as bytes."""
+        body = _pack(record)
+        if len(body) <= _SHARED_BODY:
+            shared = self._bodies.get(body)
+            if shared is not None:
+                body = shared
+            elif len(self._bodies) < _SHARED_BODIES:
+                self._bodies[body] = body
+        self._steps[run_id][address] = body
 
     def end_run(self, run_id: str, status: RunStatus, result: RunResult | None) -> None:
         """Records the run's new status."""
@@ -100,8 +152,8 @@ class MemoryRunStore:
         return [e for e in self._events.get(run_id, ()) if e.seq > after_seq]
 
     async def steps(self, run_id: str) -> dict[str, StepRecord]:
-        """A copy of the run's step records."""
-        return dict(self._steps.get(run_id, {}))
+        """The run's step records."""
+        return {a: _unpack(body) for a, body in self._steps.get(run_id, {}).items()}
 
     def save_document(self, run_id: str, body: bytes) -> None:
         """Keeps the run's document."""
@@ -237,3 +289,22 @@ class MemoryRunStore:
     async def check(self) -> list[str]:
         """Memory cannot rot."""
         return []
+
+    async def beat_supervisor(self, row: SupervisorRow, *, ttl: float) -> None:
+        """Keeps ``row`` live for ``ttl`` seconds; forgets the supervisors that expired."""
+        now = time.time()
+        self._supervisors = {
+            key: kept for key, kept in self._supervisors.items() if kept.expires_at > now
+        }
+        stamped = msgspec.structs.replace(row, seen_at=now, expires_at=now + ttl)
+        self._supervisors[row.supervisor_id] = stamped
+
+    async def live_supervisors(self) -> list[SupervisorRow]:
+        """The supervisors whose row has not expired, by id."""
+        now = time.time()
+        live = (row for row in self._supervisors.values() if row.expires_at > now)
+        return sorted(live, key=lambda row: row.supervisor_id)
+
+    async def forget_supervisor(self, supervisor_id: str) -> None:
+        """Forgets the supervisor's row."""
+        self._supervisors.pop(supervisor_id, None)

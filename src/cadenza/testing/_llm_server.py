@@ -3,9 +3,11 @@
 It speaks OpenAI Chat Completions (``POST .../chat/completions``), the
 Anthropic Messages API (``POST /v1/messages``), Gemini (the Gemini API's
 ``POST /v1beta/models/{model}:generateContent`` and Vertex AI's
-``.../publishers/google/models/{model}:generateContent``) or Claude on Vertex
-AI (``.../publishers/anthropic/models/{model}:rawPredict``) on 127.0.0.1,
-whole or as server-sent events when a request asks for a stream, answers from
+``.../publishers/google/models/{model}:generateContent``), Claude on Vertex
+AI (``.../publishers/anthropic/models/{model}:rawPredict``) or Amazon
+Bedrock's Converse (``POST /model/{id}/converse``, SigV4-verified) on
+127.0.0.1, whole or streamed (server-sent events; Bedrock's binary event
+stream) when a request asks for a stream, answers from
 rules (see ``ServerRule``), records every request, counts the peak number in
 flight, and can misbehave on cue: error statuses with ``Retry-After``, reset
 connections, delays and bodies trickled a byte at a time. It runs on a
@@ -21,16 +23,20 @@ from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal, Self
+from urllib.parse import unquote
 
+from ._llm_bedrock import BEDROCK_ACCESS_KEY_ID, BedrockWire
 from ._llm_rules import RuleLike, Script, ServerReply
 from ._llm_wire import WIRES, ServerWire
 from ._local_http import LocalHTTPServer, RequestHandler
 
 __all__ = ["RecordedRequest", "ScriptedLLMServer"]
 
-Wire = Literal["openai", "anthropic", "gemini", "vertex-anthropic"]
+Wire = Literal["openai", "anthropic", "gemini", "vertex-anthropic", "bedrock"]
+_WIRES: Final[dict[str, ServerWire]] = {**WIRES, "bedrock": BedrockWire()}
 
-_MODEL_IN_PATH: Final = re.compile(r"/models/([^/:?#]+):")
+# Where a model is named in the path: Bedrock's /model/{id}/..., Google's .../models/{id}:...
+_MODEL_IN_PATH: Final = re.compile(r"\A/model/([^/?#]+)/|/models/([^/:?#]+):")
 
 # How often a held reply checks whether the server is stopping.
 _HOLD_POLL: Final = 0.05
@@ -59,12 +65,11 @@ class RecordedRequest:
 
     @property
     def model(self) -> str | None:
-        """The requested model (Gemini's and Vertex AI's name it in the path)."""
+        """The requested model (from the path, where Bedrock, Gemini and Vertex AI put it)."""
         model = self.body.get("model") if isinstance(self.body, dict) else None
-        if isinstance(model, str):
-            return model
-        found = _MODEL_IN_PATH.search(self.path)
-        return found[1] if found is not None else None
+        if model is None and (found := _MODEL_IN_PATH.search(self.path)) is not None:
+            model = unquote(found[1] or found[2])
+        return model if isinstance(model, str) else None
 
     @property
     def messages(self) -> list[Any]:
@@ -86,12 +91,16 @@ class ScriptedLLMServer:
     Args:
         rules: Tried in order for every request; the first match answers. A
             request no rule matches gets HTTP 400 (and is recorded).
-        wire: ``openai``, ``anthropic``, ``gemini`` (the Gemini API and
-            Vertex AI's Gemini) or ``vertex-anthropic``.
+        wire: ``openai``, ``anthropic``, ``gemini`` (the Gemini API and Vertex
+            AI's Gemini), ``vertex-anthropic`` or ``bedrock``.
         host: The interface to listen on.
         port: The port; 0 picks a free one.
         keep: How many requests `requests` remembers (the newest); a long soak
             must not grow without bound. `request_count` counts them all.
+        api_key: The key the server knows. The ``bedrock`` dialect verifies
+            each request's SigV4 signature with it as the secret access key of
+            ``BEDROCK_ACCESS_KEY_ID`` (or takes it as a bearer token) and
+            answers a forgery HTTP 403, as AWS does; the others take any key.
 
     Raises:
         ValueError: An unknown wire format or a malformed rule.
@@ -105,10 +114,12 @@ class ScriptedLLMServer:
         host: str = "127.0.0.1",
         port: int = 0,
         keep: int = 10_000,
+        api_key: str = "test-key",
     ) -> None:
-        if wire not in WIRES:
-            raise ValueError(f"unknown wire format {wire!r}; use one of {sorted(WIRES)}")
-        self._wire: ServerWire = WIRES[wire]
+        if wire not in _WIRES:
+            raise ValueError(f"unknown wire format {wire!r}; use one of {sorted(_WIRES)}")
+        self._wire: ServerWire = _WIRES[wire]
+        self._api_key = api_key
         self._script = Script(rules)
         self._address = (host, port)
         self._lock = threading.Lock()
@@ -134,25 +145,36 @@ class ScriptedLLMServer:
         """The provider's base URL: ``.../v1`` for OpenAI, the root for the others."""
         return f"{self.url}/v1" if self._wire.name == "openai" else self.url
 
-    def environ(self, api_key: str = "test-key") -> dict[str, str]:
+    def environ(self, api_key: str | None = None) -> dict[str, str]:
         """Environment variables that point the matching provider(s) at this server.
 
+        ``api_key`` is the key the client sends (the server's own by default);
+        for ``bedrock`` it is the secret access key, beside the endpoint URL
+        override, the access key id and a region, as the AWS SDKs read them.
         The ``gemini`` server serves ``google`` and ``vertex`` alike, so both
         are pointed at it; Vertex AI's project is ``test-project`` in
-        ``us-central1``, and ``api_key`` its access token.
+        ``us-central1``, and the key its access token.
         """
+        key = self._api_key if api_key is None else api_key
         name = self._wire.name
+        if name == "bedrock":
+            return {
+                "AWS_ENDPOINT_URL_BEDROCK_RUNTIME": self.base_url,
+                "AWS_ACCESS_KEY_ID": BEDROCK_ACCESS_KEY_ID,
+                "AWS_SECRET_ACCESS_KEY": key,
+                "AWS_REGION": "us-east-1",
+            }
         if name in ("openai", "anthropic"):
             prefix = name.upper()
-            return {f"{prefix}_BASE_URL": self.base_url, f"{prefix}_API_KEY": api_key}
+            return {f"{prefix}_BASE_URL": self.base_url, f"{prefix}_API_KEY": key}
         vertex = {
             "GOOGLE_VERTEX_BASE_URL": self.url,
             "GOOGLE_CLOUD_PROJECT": "test-project",
             "GOOGLE_CLOUD_LOCATION": "us-central1",
-            "GOOGLE_OAUTH_ACCESS_TOKEN": api_key,
+            "GOOGLE_OAUTH_ACCESS_TOKEN": key,
         }
         if name == "gemini":
-            vertex.update(GOOGLE_GENERATIVE_AI_BASE_URL=self.url, GEMINI_API_KEY=api_key)
+            vertex.update(GOOGLE_GENERATIVE_AI_BASE_URL=self.url, GEMINI_API_KEY=key)
         return vertex
 
     @property
@@ -228,7 +250,7 @@ class ScriptedLLMServer:
             body = json.loads(raw)
         except ValueError:
             body = None
-        stream = self._wire.streams(path, body)
+        refused = self._wire.refuse(path, headers, raw, self._api_key)
         problem = (
             (404, f"unknown path {path}")
             if not self._wire.accepts(path)
@@ -236,33 +258,34 @@ class ScriptedLLMServer:
             if body is None
             else None
         )
-        if problem is not None:
+        if problem is not None or refused is not None:
             self._record(RecordedRequest(path, headers, body, None, 0, handler.client_address[1]))
-            handler.send_body(problem[0], self._error(*problem))
+            if refused is not None:
+                handler.send_body(refused[0], json.dumps(refused[1]).encode())
+            elif problem is not None:
+                handler.send_body(problem[0], self._error(*problem))
             return
-        raw_body = body  # recorded as it came
         with self._lock:
             self._inflight += 1
             self._max_inflight = max(self._max_inflight, self._inflight)
             self._serial += 1
             inflight, serial = self._inflight, self._serial
         try:
-            body = self._wire.prepare(path, body)  # the model its URL names, for rules and replies
-            picked = self._script.pick(self._wire.view(body))
+            picked = self._script.pick(self._wire.view(body, path))
             rule = picked[0] if picked is not None else None
             self._record(
-                RecordedRequest(path, headers, raw_body, rule, inflight, handler.client_address[1])
+                RecordedRequest(path, headers, body, rule, inflight, handler.client_address[1])
             )
             if picked is None:
                 handler.send_body(400, self._error(400, "no rule matches this request"))
             else:
-                self._reply(handler, body, picked[1], serial, stream)
+                self._reply(handler, body, path, picked[1], serial)
         finally:
             with self._lock:
                 self._inflight -= 1
 
     def _reply(
-        self, handler: RequestHandler, body: Any, reply: ServerReply, serial: int, stream: bool
+        self, handler: RequestHandler, body: Any, path: str, reply: ServerReply, serial: int
     ) -> None:
         if reply.delay > 0 and self._stopping.wait(reply.delay):
             handler.close_connection = True
@@ -278,12 +301,12 @@ class ScriptedLLMServer:
             data = reply.body.encode()
         elif reply.status != 200:
             data = self._error(reply.status, "scripted failure")
-        elif reply.stream and stream:
+        elif reply.stream and self._wire.streams(body, path):
             data = self._wire.stream(body, reply, serial)
-            kind = "text/event-stream"
+            kind = self._wire.stream_type
             pause = None
-            if reply.pause is not None:  # after the server-sent event at the body's middle
-                pause = (data.find(b"\n\n", len(data) // 2) + 2, reply.pause)
+            if reply.pause is not None:  # after the event at the body's middle
+                pause = (self._wire.middle(data), reply.pause)
             handler.send_body(reply.status, data, reply.headers, reply.trickle, kind, pause)
             return
         else:

@@ -1,5 +1,9 @@
 """The wire formats ``ScriptedLLMServer`` speaks: reading requests, writing replies.
 
+OpenAI's, Anthropic's and Google's (the Gemini API, Vertex AI's Gemini and
+Claude) are here; Bedrock's Converse (signed, binary streams) is in
+``_llm_bedrock``.
+
 Request bodies come from clients under test, so reading them is defensive:
 a missing or oddly typed field reads as empty instead of crashing the server.
 """
@@ -9,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 import re
+from collections.abc import Mapping
 from typing import Any, Final, Protocol
 
 from ._llm_rules import RequestView, ServerReply, ServerToolCall
@@ -20,21 +25,28 @@ class ServerWire(Protocol):
     """One API family, as the server sees it."""
 
     name: str
+    stream_type: str
+    """The content type of a streamed reply."""
 
     def accepts(self, path: str) -> bool:
         """Whether a POST to ``path`` is a completion request."""
         ...
 
-    def prepare(self, path: str, body: Any) -> Any:
-        """The body as rules and replies read it (with the ``model`` a URL names)."""
+    def refuse(
+        self, path: str, headers: Mapping[str, str], raw: bytes, key: str
+    ) -> tuple[int, dict[str, Any]] | None:
+        """The status and error body refusing a request whose credentials are not ``key``'s.
+
+        None lets it through (OpenAI's and Anthropic's dialects take any key).
+        """
         ...
 
-    def streams(self, path: str, body: Any) -> bool:
-        """Whether the request asks for a stream."""
+    def view(self, body: Any, path: str) -> RequestView:
+        """What rules match on, from a parsed request body and its path."""
         ...
 
-    def view(self, body: Any) -> RequestView:
-        """What rules match on, from a parsed request body."""
+    def streams(self, body: Any, path: str) -> bool:
+        """Whether the request asks for a streamed reply."""
         ...
 
     def success(self, body: Any, reply: ServerReply, serial: int) -> dict[str, Any]:
@@ -47,6 +59,10 @@ class ServerWire(Protocol):
 
     def stream(self, body: Any, reply: ServerReply, serial: int) -> bytes:
         """The reply as the family's server-sent events, ``reply.chunk`` characters a delta."""
+        ...
+
+    def middle(self, data: bytes) -> int:
+        """The offset just after the event at the middle of a streamed reply."""
         ...
 
 
@@ -97,15 +113,22 @@ class _Family:
 
     name: str
     path: str
+    stream_type = "text/event-stream"
 
     def accepts(self, path: str) -> bool:
-        return path.rstrip("/").endswith(self.path)
+        # The query is not the path: Azure's deployments carry ?api-version=... .
+        return path.partition("?")[0].rstrip("/").endswith(self.path)
 
-    def prepare(self, path: str, body: Any) -> Any:
-        return body
+    def refuse(
+        self, path: str, headers: Mapping[str, str], raw: bytes, key: str
+    ) -> tuple[int, dict[str, Any]] | None:
+        return None
 
-    def streams(self, path: str, body: Any) -> bool:
-        return _dict(body).get("stream") is True
+    def streams(self, body: Any, path: str) -> bool:
+        return isinstance(body, dict) and body.get("stream") is True
+
+    def middle(self, data: bytes) -> int:
+        return data.find(b"\n\n", len(data) // 2) + 2
 
 
 def _conversation(body: Any) -> tuple[dict[str, Any], list[dict[str, Any]], dict[str, Any]]:
@@ -119,7 +142,7 @@ class _OpenAI(_Family):
     name = "openai"
     path = "/chat/completions"
 
-    def view(self, body: Any) -> RequestView:
+    def view(self, body: Any, path: str) -> RequestView:
         body, messages, last = _conversation(body)
         return RequestView(
             system="\n".join(
@@ -199,7 +222,7 @@ class _Anthropic(_Family):
     name = "anthropic"
     path = "/v1/messages"
 
-    def view(self, body: Any) -> RequestView:
+    def view(self, body: Any, path: str) -> RequestView:
         body, messages, last = _conversation(body)
         role = last.get("role")
         blocks = _list(last.get("content"))
@@ -295,7 +318,7 @@ _VERTEX_CLAUDE_PATH: Final = re.compile(
 )
 
 
-class _ModelInPath:
+class _ModelInPath(_Family):
     """A family whose URL names the model and says whether to stream."""
 
     _pattern: re.Pattern[str]
@@ -304,15 +327,14 @@ class _ModelInPath:
     def accepts(self, path: str) -> bool:
         return self._pattern.fullmatch(path) is not None
 
-    def prepare(self, path: str, body: Any) -> Any:
-        found = self._pattern.fullmatch(path)
-        if found is None or not isinstance(body, dict):
-            return body
-        return {**body, "model": found["model"]}
-
-    def streams(self, path: str, body: Any) -> bool:
+    def streams(self, body: Any, path: str) -> bool:
         found = self._pattern.fullmatch(path)
         return found is not None and found["method"] == self._streamed
+
+    def named(self, body: Any, path: str) -> dict[str, Any]:
+        """The body with the ``model`` its URL names, as rules match on it."""
+        found = self._pattern.fullmatch(path)
+        return {**_dict(body), "model": found["model"] if found is not None else None}
 
 
 def _gemini_text(part: Any) -> str:
@@ -343,8 +365,8 @@ class _Gemini(_ModelInPath):
     _pattern = _GEMINI_PATH
     _streamed = "streamGenerateContent"
 
-    def view(self, body: Any) -> RequestView:
-        body = _dict(body)
+    def view(self, body: Any, path: str) -> RequestView:
+        body = self.named(body, path)
         turns = [_dict(t) for t in _list(body.get("contents"))]
         last = turns[-1] if turns else {}
         parts = _list(last.get("parts"))
@@ -394,7 +416,6 @@ class _Gemini(_ModelInPath):
                 "candidatesTokenCount": completion,
                 "totalTokenCount": prompt + completion,
             },
-            "modelVersion": _dict(body).get("model"),
             "responseId": f"resp-{serial}",
         }
 
@@ -407,7 +428,7 @@ class _Gemini(_ModelInPath):
         whole = self.success(body, reply, serial)
         candidate = whole["candidates"][0]
         prompt, _ = reply.usage
-        head = {"modelVersion": whole["modelVersion"], "responseId": whole["responseId"]}
+        head = {"responseId": whole["responseId"]}
 
         def chunk(parts: list[dict[str, Any]]) -> dict[str, Any]:
             return {
@@ -431,6 +452,9 @@ class _VertexAnthropic(_ModelInPath, _Anthropic):
     name = "vertex-anthropic"
     _pattern = _VERTEX_CLAUDE_PATH
     _streamed = "streamRawPredict"
+
+    def view(self, body: Any, path: str) -> RequestView:
+        return _Anthropic.view(self, self.named(body, path), path)
 
 
 WIRES: dict[str, ServerWire] = {

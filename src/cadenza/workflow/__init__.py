@@ -57,6 +57,7 @@ from ._spec import Edge as Edge
 from ._spec import Graph as Graph
 from ._spec import Human as Human
 from ._spec import InputSpec as InputSpec
+from ._spec import ItemSource as ItemSource
 from ._spec import Loop as Loop
 from ._spec import McpServer as McpServer
 from ._spec import MemoryWindow as MemoryWindow
@@ -99,6 +100,7 @@ __all__ = [
     "Graph",
     "Human",
     "InputSpec",
+    "ItemSource",
     "LoadedWorkflow",
     "Loop",
     "McpServer",

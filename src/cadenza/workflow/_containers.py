@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from ._expressions import ExpressionChecker
 from ._problems import DocPath, Reporter, did_you_mean
-from ._spec import Graph, Loop
+from ._spec import Graph, ItemSource, Loop
 
 __all__ = ["check_graph", "check_loop"]
 
@@ -72,9 +72,17 @@ def check_loop(
                 f"forEach cannot be combined with {key}: a forEach loop runs once per item, "
                 f"{key} belongs to repeat-until loops",
             )
-    if isinstance(loop.for_each, str):
-        exprs.expression((*path, "forEach"), loop.for_each, field="forEach", want="list")
-    elif not loop.for_each:
+    source = loop.for_each
+    if isinstance(source, str):
+        exprs.expression((*path, "forEach"), source, field="forEach", want="list")
+    elif isinstance(source, ItemSource):
+        if (source.lines is None) == (source.handler is None):
+            add(
+                (*path, "forEach"),
+                "a streamed forEach names one source: lines (a JSON-lines file) "
+                "or handler (a Python generator, 'module:function')",
+            )
+    elif not source:
         add((*path, "forEach"), "forEach is an empty list; give at least one item")
 
 

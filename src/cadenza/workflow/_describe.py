@@ -12,8 +12,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
+
 from ._loader import LoadedWorkflow
-from ._spec import Edge, Graph, Loop, State, Step, Workflow
+from ._spec import Edge, Graph, ItemSource, Loop, State, Step, Workflow
 from .kinds import short, step_kind
 
 __all__ = ["describe_workflow", "to_mermaid"]
@@ -90,7 +92,8 @@ class _Describer:
     def loop(self, loop: Loop) -> dict[str, Any]:
         data: dict[str, Any] = {"mode": "forEach" if loop.is_for_each else "repeatUntil"}
         if loop.is_for_each:
-            data["forEach"] = loop.for_each
+            source = loop.for_each
+            data["forEach"] = msgspec.to_builtins(source)  # a list, CEL or a source's block
             if loop.max_concurrency:
                 data["maxConcurrency"] = loop.max_concurrency
             if loop.output_mode == "summary":
@@ -157,6 +160,8 @@ def _loop_title(loop: Loop) -> str:
         source = loop.for_each
         if isinstance(source, str):
             over = source
+        elif isinstance(source, ItemSource):
+            over = f"lines of {source.lines}" if source.lines else f"handler {source.handler}"
         else:
             count = len(source or [])
             over = f"{count} item" if count == 1 else f"{count} items"

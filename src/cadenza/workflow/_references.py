@@ -10,6 +10,7 @@ the included workflow declares.
 from __future__ import annotations
 
 import functools
+import os
 import warnings
 from collections.abc import Mapping
 from pathlib import Path
@@ -26,6 +27,7 @@ __all__ = [
     "check_include_contract",
     "check_json_schema",
     "judge_problem",
+    "lines_problem",
     "read_reference",
 ]
 
@@ -56,6 +58,27 @@ def read_reference(
         reporter.add_rule(path, f"file {name!r} is not UTF-8 text")
     except OSError as exc:
         reporter.add_rule(path, f"cannot read {name!r}: {exc.strerror or exc}")
+    return None
+
+
+def lines_problem(root: Path, base_dir: Path, name: str) -> str | None:
+    """What keeps ``forEach: {lines: name}`` from being read when its step runs, or None.
+
+    The file is looked at, not read: it may be large, and its lines are checked
+    as they are read (a bad one fails the step, naming its line).
+    """
+    try:
+        file = resolve_inside(root, base_dir, name)
+        if not file.is_file():
+            if file.exists():
+                return f"{name!r} is not a regular file"
+            return f"file {name!r} not found in {base_dir}"
+        if not os.access(file, os.R_OK):
+            return f"cannot read {name!r}: permission denied"
+    except FileRefused as refused:
+        return f"cannot read {name!r}: {refused}"
+    except OSError as exc:
+        return f"cannot read {name!r}: {exc.strerror or exc}"
     return None
 
 

@@ -30,6 +30,7 @@ __all__ = [
     "Graph",
     "Human",
     "InputSpec",
+    "ItemSource",
     "Loop",
     "McpServer",
     "MemoryWindow",
@@ -158,10 +159,23 @@ class MemoryWindow(_Spec, frozen=True):
     window: int
 
 
+class ItemSource(_Spec, frozen=True):
+    """``forEach: {lines: FILE}`` or ``{handler: module:function}`` (extension): items
+    read as the forEach's window moves, never held all at once.
+
+    ``lines`` is a JSON-lines file beside the workflow (one JSON value a line);
+    ``handler`` a Python function returning an iterable or a generator, sync or
+    async. Exactly one of the two (the validator says so).
+    """
+
+    lines: str | None = None
+    handler: str | None = None
+
+
 class Loop(_Spec, frozen=True):
     """A repeat-until or forEach loop (SPEC 2); ``steps`` makes it a multi-step body."""
 
-    for_each: str | list[Any] | None = None
+    for_each: str | list[Any] | ItemSource | None = None
     max_iterations: int | None = None
     until: str | None = None
     until_agent: str | None = None

@@ -22,13 +22,15 @@ from ._containers import check_loop
 from ._expressions import ExpressionChecker
 from ._inputs import resolve_inputs
 from ._models import ModelCheck, ModelRules
+from ._modules import module_exists
 from ._problems import DocPath, Reporter, did_you_mean
-from ._references import check_json_schema, judge_problem, read_reference
+from ._references import check_json_schema, judge_problem, lines_problem, read_reference
 from ._rules import MCP_SERVER_NAME, rule_problem
 from ._scopes import check_scope, declared_ids, loop_owners
 from ._spec import (
     AGENT_BUILTINS,
     Agent,
+    ItemSource,
     Loop,
     McpServer,
     Permissions,
@@ -274,6 +276,8 @@ class Validator:
     ) -> None:
         self.nesting(path, depth)
         check_loop(loop, path, self.reporter, self.exprs, root=root)
+        if isinstance(loop.for_each, ItemSource):
+            self._item_source(loop.for_each, (*path, "forEach"))
         if loop.for_each is None and loop.until_agent is not None:
             where = (*path, "untilAgent")
             judge = self.workflow.agents.get(loop.until_agent)
@@ -285,6 +289,22 @@ class Validator:
                 )
         if loop.steps is not None and not root:
             self._scope(loop.steps, (*path, "steps"), depth, outer)
+
+    def _item_source(self, source: ItemSource, path: DocPath) -> None:
+        """A streamed forEach's file must be there now, and its handler's module findable
+        (nothing is read or imported: the items are read when the step runs)."""
+        if source.lines is not None:
+            problem = lines_problem(self.root, self.base_dir, source.lines)
+            if problem is not None:
+                self.add((*path, "lines"), problem)
+        if source.handler is not None and ":" in source.handler:
+            top = source.handler.partition(":")[0].split(".", 1)[0]
+            if top.isidentifier() and not module_exists(top, self.base_dir):
+                self.add(
+                    (*path, "handler"),
+                    f"handler {source.handler!r}: no module {top!r} beside the workflow "
+                    f"({self.base_dir}) or on the Python path",
+                )
 
     # References and files -----------------------------------------------------
 

@@ -1,9 +1,11 @@
 """The forEach controller (SPEC 2.2): one iteration per item, at most N alive at once.
 
 ``forEach`` is a list, or CEL evaluated once when the step starts that must
-yield one. Iteration i runs at ``loop[i]`` (the looped step itself) or as the
-loop's ``steps`` at ``loop[i].<id>``, in a scope holding ``item`` and
-``index``; agents get the item under ``## forEach Item (index: i)``.
+yield one, or (an extension) a stream: a JSON-lines file or a Python generator
+(`_items`), read a batch at a time as the window moves. Iteration i runs at
+``loop[i]`` (the looped step itself) or as the loop's ``steps`` at
+``loop[i].<id>``, in a scope holding ``item`` and ``index``; agents get the
+item under ``## forEach Item (index: i)``.
 
 At most ``maxConcurrency`` iterations are alive (default: all), and never more
 than the run's ``maxConcurrency``: the rest wait as list positions, not as
@@ -29,10 +31,12 @@ store keeps the records (a resume replays them) and the events.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Container as Container_
 from typing import Any
 
 from cadenza.actors.run import Brief, Placement, Scope, work_error
+from cadenza.actors.steps import StepContext, StepsView
 from cadenza.protocols import (
     ErrorInfo,
     EventType,
@@ -46,9 +50,10 @@ from cadenza.protocols import (
     StepStart,
     StepStatus,
 )
-from cadenza.workflow import compile_expression, preview, quote, type_name
+from cadenza.workflow import ItemSource, compile_expression, preview, quote, type_name
 
 from ._container import Container, Outcome, amend, looped_body
+from ._items import ItemStream, open_items
 
 __all__ = ["ForEachController"]
 
@@ -57,6 +62,10 @@ SEPARATOR = "\n\n---\n\n"
 
 _WHY_LENGTH = 200
 """Characters of an item's error shown in the step's content (its record has it whole)."""
+
+STREAM_WINDOW = 1000
+"""Items of a stream of unknown length alive at once when nothing caps them (no
+``maxConcurrency`` on the loop or the run): "all" of a generator is not a number."""
 
 
 class ForEachController(Container):
@@ -73,7 +82,14 @@ class ForEachController(Container):
         self.body = looped_body(step, self.body_steps)
         self.roots = {s.id for s in self.body_steps or () if not s.depends_on}
         self.tolerant = self.body is not None and step.on_error == "continue"
-        self.items: list[Any] = []
+        # The items: a list source's list; over a stream, those launched (default mode)
+        # or, by index, those in flight and those that did not complete (summary).
+        self.items: list[Any] | dict[int, Any] = []
+        self.total: int | None = 0  # None: a generator's, until it ends
+        self.stream: ItemStream | None = None  # this attempt's, over a stream
+        self.pending: deque[Any] = deque()  # read from the stream, not launched yet
+        self.broken: ErrorInfo | None = None  # why the stream could not be read on
+        self.ended = False  # the stream gave its last item
         self.limit = 1
         self.launched = 0
         self.settled = 0
@@ -93,12 +109,13 @@ class ForEachController(Container):
         # The addresses of the items in flight: `item_end` names its item with the text
         # its `item_start` did, not a copy (the memory store keeps both events).
         self.in_flight: dict[int, str] = {}
-        self.evaluated: list[Any] | None = None  # this attempt's items (`before_start`)
+        self.evaluated: list[Any] | ItemStream | None = None  # this attempt's (`before_start`)
         self.failure: Exception | None = None  # why they could not be evaluated
 
     async def before_start(self) -> None:
         """Evaluates the items, before ``step_start``: zenflow's carries their count."""
         self.failure = None
+        await self._close()  # a retried attempt reads its stream from the start
         try:
             self.evaluated = await self._items()
         except Exception as error:  # a bad forEach fails the step (in `begin`), located
@@ -107,14 +124,15 @@ class ForEachController(Container):
     def start_data(self, attempt: int) -> StepStart:
         """``loop_type`` and the number of ``items``, as zenflow's ``step_start`` has them."""
         index, total = self.position
-        items = None if self.evaluated is None else len(self.evaluated)
+        evaluated = self.evaluated
+        items = evaluated if evaluated is None or isinstance(evaluated, list) else evaluated.total
         return StepStart(
             kind=self.kind,
             attempt=attempt,
             loop_type="forEach",
             index=index,
             total=total,
-            items=items,
+            items=len(items) if isinstance(items, list) else items,
         )
 
     async def begin(self) -> None:
@@ -122,49 +140,103 @@ class ForEachController(Container):
         if self.failure is not None:  # a bad forEach fails the step, naming the expression
             await self.finish(Outcome("failed", error=work_error(self.failure, self.here)))
             return
-        items = self.evaluated
-        if items is None:  # cancelled while an async Python callable gave the items
+        source = self.evaluated
+        if source is None:  # cancelled while an async Python callable gave the items
             await self.finish(Outcome("cancelled"))
             return
-        count = len(items)
-        self.items = items
+        self._reset(source)
+        count = self.total
+        limit = self.loop.max_concurrency or (STREAM_WINDOW if count is None else count)
+        if self.run.max_concurrency > 0:
+            limit = min(limit, self.run.max_concurrency)
+        self.limit = max(limit, 1)
+        self.start_event = Shared(ItemStart(total=count))
+        over = f"{count}" if count is not None else "a stream of"
+        self.run.journal.emit(
+            EventType.MESSAGE,
+            step_id=self.here,
+            message=f"forEach over {over} item(s), at most {self.limit} at once",
+            data=ForEachMessage(items=count, max_concurrency=self.limit),
+        )
+        await self._fill()
+        if not self.children:
+            await self._complete()
+
+    def _reset(self, source: list[Any] | ItemStream) -> None:
+        """A clean state for an attempt over ``source``."""
+        if isinstance(source, list):
+            self.items, self.total, self.stream = source, len(source), None
+        else:
+            self.items = {} if self.summary else []
+            self.total, self.stream = source.total, source
+        self.pending = deque()
+        self.broken, self.ended = None, False
         self.launched = self.settled = 0
         self.in_flight = {}
         if self.summary:
             self.counts, self.unfinished = {}, {}
         else:
-            self.contents = [None] * count
-            self.results = [None] * count
-            self.statuses = [None] * count
+            self.contents, self.results, self.statuses = [], [], []
         self.first_error = None
         self.errors = {}
         self.halted = False
-        limit = self.loop.max_concurrency or count
-        if self.run.max_concurrency > 0:
-            limit = min(limit, self.run.max_concurrency)
-        self.limit = max(limit, 1)
-        self.start_event = Shared(ItemStart(total=count))
-        self.run.journal.emit(
-            EventType.MESSAGE,
-            step_id=self.here,
-            message=f"forEach over {count} item(s), at most {self.limit} at once",
-            data=ForEachMessage(items=count, max_concurrency=self.limit),
-        )
-        if count == 0:
-            await self._complete()
-            return
-        while self.launched < count and len(self.children) < self.limit:
-            if self.stopping is not None:
-                break
-            self._launch(self.launched)
-        if not self.children:
-            await self._complete()
 
-    async def _items(self) -> list[Any] | None:
-        """The items (evaluated once, now); None when cancelled while awaiting them."""
+    async def _fill(self) -> None:
+        """Starts items while the window has room, and there are items and leave to."""
+        while len(self.children) < self.limit and not self.halted and self.stopping is None:
+            if self.stream is None:
+                if self.launched == len(self.items):
+                    return
+                self._launch(self.launched, self.items[self.launched])
+            elif self.pending or await self._read():
+                item = self.pending.popleft()
+                if isinstance(self.items, dict):
+                    self.items[self.launched] = item
+                else:
+                    self.items.append(item)
+                self._launch(self.launched, item)
+            else:
+                return
+
+    async def _read(self) -> bool:
+        """Reads the stream's next batch; False when there is none (the end, a broken
+        source, a cancellation)."""
+        stream = self.stream
+        if stream is None or self.ended or self.broken is not None:
+            return False
+        try:
+            batch = await self.park(stream.read())
+        except Exception as error:  # a bad line, a generator that raised: the step fails
+            self.broken = work_error(error, self.here)
+            self.halted = True
+            return False
+        if batch is None:  # cancelled: `stopping` says why
+            return False
+        if not batch:
+            self.total, self.ended = self.launched, True
+            await stream.close()
+            return False
+        self.pending.extend(batch)
+        return True
+
+    async def _close(self) -> None:
+        stream, self.stream = self.stream, None
+        if stream is not None:
+            await stream.close()
+
+    async def finish(self, outcome: Outcome) -> None:
+        """Closes the stream (a file, a generator) before the step ends or retries."""
+        await self._close()
+        await super().finish(outcome)
+
+    async def _items(self) -> list[Any] | ItemStream | None:
+        """The items (evaluated once, now) or their stream, opened; None when cancelled
+        while awaiting them."""
         source = self.loop.for_each
         if isinstance(source, list):
             return source
+        if isinstance(source, ItemSource):
+            return await self.park(open_items(source, self.document.base_dir, self._context()))
         assert source is not None
         expression = compile_expression(source, step_ids=self.run.step_ids)
         names = self.scope.activation(self.run.inputs)
@@ -181,11 +253,33 @@ class ForEachController(Container):
             )
         return value
 
-    def _launch(self, index: int) -> None:
+    def _context(self) -> StepContext:
+        """What a generator handler is given: a handler step's context, at the forEach."""
+        run, address = self.run, self.here
+        variables = self.scope.activation(run.inputs)
+        return StepContext(
+            run_id=run.run_id,
+            address=address,
+            attempt=self.attempt,
+            idempotency_key=f"{run.run_id}:{address}:{self.attempt}",
+            inputs=variables["inputs"],
+            steps=StepsView(variables["steps"]),
+            workflow_dir=self.document.base_dir,
+            item=variables.get("item"),
+            index=variables.get("index"),
+            iteration=variables.get("iteration"),
+            brief=self.brief,
+        )
+
+    def _launch(self, index: int, item: Any) -> None:
         self.launched = index + 1
         address = self.address.item(index)
         self.in_flight[index] = str(address)
-        scope = Scope(self.scope, {"item": self.items[index], "index": index})
+        if not self.summary:
+            self.contents.append(None)
+            self.results.append(None)
+            self.statuses.append(None)
+        scope = Scope(self.scope, {"item": item, "index": index})
         self.run.journal.emit(
             EventType.ITEM_START, step_id=self.in_flight[index], data=self.start_event
         )
@@ -219,8 +313,13 @@ class ForEachController(Container):
                 self.first_error = record.error
             if not (self.tolerant and record.status == "failed"):
                 self.halted = True
-        if not self.halted and self.stopping is None and self.launched < len(self.items):
-            self._launch(self.launched)
+        if self.halted or self.stopping is not None:
+            pass
+        elif self.stream is None:  # a list: the commonest case, without an await
+            if self.launched < len(self.items):
+                self._launch(self.launched, self.items[self.launched])
+        else:
+            await self._fill()
         if not self.children:
             await self._complete()
 
@@ -231,6 +330,8 @@ class ForEachController(Container):
         if status != "completed":
             self.unfinished[key] = status
             return
+        if isinstance(self.items, dict):  # a stream's item, held while in flight
+            del self.items[key]
         # Its own records only: deeper ones (a loop in the body) stay, as finding them
         # would mean a scan of every record per item.
         records = self.run.journal.records
@@ -242,6 +343,8 @@ class ForEachController(Container):
         """How the items ended, together: cancelled, failed, waiting or completed."""
         # Membership is all that is asked of it: the list's statuses, or the summary's counts.
         statuses: Container_[str | None] = self.counts if self.summary else self.statuses
+        if self.broken is not None:  # the items could not all be read
+            return "failed"
         if self.summary and self.settled < self.launched:
             statuses = {"cancelled", *self.counts}  # started, never reported back
         if self.stopping is not None or "cancelled" in statuses:
@@ -261,7 +364,7 @@ class ForEachController(Container):
             step_id=self.here,
             data=LoopEnd(iterations=self.launched, termination_reason=reason, flagged=False),
         )
-        error = self.first_error if status != "completed" else None
+        error = (self.broken or self.first_error) if status != "completed" else None
         if self.summary:
             content, summary = self._summary()
             await self.finish(Outcome(status, content, summary, error))
@@ -306,9 +409,12 @@ class ForEachController(Container):
         missing = self.launched - self.settled
         if missing:
             counts["cancelled"] = counts.get("cancelled", 0) + missing
-        total = len(self.items)
+        total = self.total
         tally = ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
-        lines = [f"forEach: {self.launched} of {total} item(s) started ({tally or 'none ended'})"]
+        of = "" if total is None else f" of {total}"
+        lines = [f"forEach: {self.launched}{of} item(s) started ({tally or 'none ended'})"]
+        if self.broken is not None:
+            lines.append(f"[items unreadable: {self.broken.type}: {self.broken.message}]")
         unfinished = []
         for index in sorted(self.unfinished):
             status = self.unfinished[index]

@@ -53,11 +53,12 @@ class _Away(Protocol):
 class _StepSink:
     """Puts what a dispatcher reports about one step into its run."""
 
-    __slots__ = ("address", "run", "worker")
+    __slots__ = ("address", "attempt", "run", "worker")
 
-    def __init__(self, run: RunContext, address: str) -> None:
+    def __init__(self, run: RunContext, address: str, attempt: int) -> None:
         self.run = run
         self.address = address
+        self.attempt = attempt
         self.worker: str | None = None
 
     def dispatched(self, worker: str, job: int, attempt: int) -> None:
@@ -87,8 +88,8 @@ class _StepSink:
         self.run.journal.relay(self.address, event)
 
     def call(self, call: CallRecord) -> None:
-        if call.address != self.address:  # a worker's say only goes for its own step
-            return
+        if call.address != self.address or call.attempt != self.attempt:
+            return  # a worker's say only goes for the attempt it was sent: no other's journal
         run = self.run
         run.journal.store.put_call(run.run_id, call)
 
@@ -116,7 +117,7 @@ async def remote_work(step: _Away, dispatcher: StepDispatcher, order: WorkOrder)
     """
     run = step.run
     address = order.address
-    sink = _StepSink(run, address)
+    sink = _StepSink(run, address, order.attempt)
     result = await dispatcher.execute(order, sink)
     step.worker = sink.worker
     journal = run.journal

@@ -25,6 +25,8 @@ __all__ = [
     "MIGRATIONS",
     "NOW",
     "SCHEMA_VERSION",
+    "SUPERVISOR_COLUMNS",
+    "beat_supervisor",
     "integrity_problems",
     "migrate",
     "renew_lease",
@@ -139,6 +141,22 @@ MIGRATIONS: tuple[str, ...] = (
     ALTER TABLE cadenza_runs ADD COLUMN priority bigint;
     CREATE INDEX cadenza_runs_queued ON cadenza_runs ((coalesce(priority, 0)) DESC, created_at)
         WHERE status = 'queued';
+    """,
+    # 7: the fleet's roll of live supervisors (`SupervisorRow`): where their workers
+    # connect, their capacity and load; a row its supervisor stops renewing expires.
+    """
+    CREATE TABLE cadenza_supervisors (
+        supervisor_id text PRIMARY KEY,
+        host       text NOT NULL,
+        pid        bigint NOT NULL,
+        workers    text,
+        capacity   bigint,
+        runs       bigint NOT NULL,
+        waiting    bigint NOT NULL,
+        running    bigint NOT NULL,
+        seen_at    double precision NOT NULL,
+        expires_at double precision NOT NULL
+    );
     """,
 )
 
@@ -311,6 +329,29 @@ async def take_queued(connection: Any, holder: LeaseHolder, ttl: float) -> Lease
         if taken["fence"] is not None:
             return Lease(taken["run_id"], holder, taken["fence"], ttl)
     return None
+
+
+SUPERVISOR_COLUMNS = (
+    "supervisor_id, host, pid, workers, capacity, runs, waiting, running, seen_at, expires_at"
+)
+"""The columns of a `SupervisorRow`, in its fields' order."""
+
+_BEAT = f"""
+INSERT INTO cadenza_supervisors ({SUPERVISOR_COLUMNS})
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, {NOW}, {NOW} + $9)
+ON CONFLICT (supervisor_id) DO UPDATE SET host = excluded.host, pid = excluded.pid,
+    workers = excluded.workers, capacity = excluded.capacity, runs = excluded.runs,
+    waiting = excluded.waiting, running = excluded.running, seen_at = excluded.seen_at,
+    expires_at = excluded.expires_at
+"""
+
+
+async def beat_supervisor(connection: Any, row: tuple[Any, ...], ttl: float) -> None:
+    """Replaces the supervisor's row by ``row`` (its first eight columns), live for ``ttl``
+    seconds on the server's clock, and deletes the expired rows, in one transaction."""
+    async with connection.transaction():
+        await connection.execute(f"DELETE FROM cadenza_supervisors WHERE expires_at <= {NOW}")
+        await connection.execute(_BEAT, *row[:8], ttl)
 
 
 async def renew_lease(connection: Any, lease: Lease) -> None:

@@ -47,6 +47,7 @@ from cadenza.store._base import (
     ANSWERED,
     Command,
     RunRow,
+    SupervisorRow,
     command_bounds,
     encode_command,
     read_commands,
@@ -66,7 +67,16 @@ from cadenza.store._records import (
 )
 from cadenza.store._urls import redacted_url, url_password
 
-from ._schema import NOW, integrity_problems, migrate, renew_lease, take_lease, take_queued
+from ._schema import (
+    NOW,
+    SUPERVISOR_COLUMNS,
+    beat_supervisor,
+    integrity_problems,
+    migrate,
+    renew_lease,
+    take_lease,
+    take_queued,
+)
 from ._writer import PostgresWriter, Statement
 
 __all__ = ["PostgresRunStore"]
@@ -556,6 +566,39 @@ class PostgresRunStore(QueuedWrites):
         await self.flush()
         async with self._reaching() as pool, pool.acquire() as connection:
             return await integrity_problems(connection)
+
+    async def beat_supervisor(self, row: SupervisorRow, *, ttl: float) -> None:
+        """Records ``row`` live for ``ttl`` seconds on the server's clock, committed.
+
+        Raises:
+            StoreError: The server could not be reached.
+        """
+        async with self._reaching() as pool, pool.acquire() as connection:
+            await beat_supervisor(connection, msgspec.structs.astuple(row), ttl)
+
+    async def live_supervisors(self) -> list[SupervisorRow]:
+        """The supervisors whose row has not expired (on the server's clock), by id.
+
+        Raises:
+            StoreError: The server could not be reached.
+        """
+        async with self._reaching() as pool:
+            rows = await pool.fetch(
+                f"SELECT {SUPERVISOR_COLUMNS} FROM cadenza_supervisors "
+                f"WHERE expires_at > {NOW} ORDER BY supervisor_id"
+            )
+        return [SupervisorRow(*row) for row in rows]
+
+    async def forget_supervisor(self, supervisor_id: str) -> None:
+        """Deletes the supervisor's row, committed.
+
+        Raises:
+            StoreError: The server could not be reached.
+        """
+        async with self._reaching() as pool:
+            await pool.execute(
+                "DELETE FROM cadenza_supervisors WHERE supervisor_id = $1", supervisor_id
+            )
 
 
 def _reason(error: BaseException) -> str:

@@ -10,9 +10,11 @@ processes ask of a run's owner (cancel, post a message). Version 5 adds the
 inside the step) and the ``blobs`` table (a call's body over ``CALL_BODY_LIMIT``
 bytes, kept once per run by its SHA-256, however many calls answered it), and
 gives each run its lineage: the run it was forked from and the address it was
-forked at (both NULL for a run that is not a fork; ``Runtime.fork``). An older
-store is upgraded in place when it is opened; a store of a newer version is
-refused.
+forked at (both NULL for a run that is not a fork; ``Runtime.fork``). Version 6
+gives queued runs their priority. Version 7 adds the ``supervisors`` table: the
+fleet's roll of live supervisors (``SupervisorRow``), each row expiring unless
+its supervisor renews it. An older store is upgraded in place when it is
+opened; a store of a newer version is refused.
 
 Every stored body is msgspec JSON, checked when it is read back (``_records``).
 """
@@ -31,9 +33,12 @@ from cadenza.store._records import RUN_COLUMNS, RecordChecker, checked, crc
 
 __all__ = [
     "SCHEMA_VERSION",
+    "SUPERVISOR_COLUMNS",
+    "beat_supervisor",
     "checked",
     "connect",
     "crc",
+    "forget_supervisor",
     "integrity_problems",
     "migrate",
     "renew_lease",
@@ -41,7 +46,7 @@ __all__ = [
     "take_queued",
 ]
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -97,7 +102,24 @@ CREATE TABLE IF NOT EXISTS commands (
 CREATE INDEX IF NOT EXISTS commands_by_run ON commands (run_id);
 CREATE INDEX IF NOT EXISTS runs_by_parent ON runs (parent_run_id);
 CREATE INDEX IF NOT EXISTS runs_queued ON runs (created_at) WHERE status = 'queued';
+CREATE TABLE IF NOT EXISTS supervisors (
+    supervisor_id TEXT PRIMARY KEY,
+    host       TEXT NOT NULL,
+    pid        INTEGER NOT NULL,
+    workers    TEXT,
+    capacity   INTEGER,
+    runs       INTEGER NOT NULL,
+    waiting    INTEGER NOT NULL,
+    running    INTEGER NOT NULL,
+    seen_at    REAL NOT NULL,
+    expires_at REAL NOT NULL
+);
 """
+
+SUPERVISOR_COLUMNS = (
+    "supervisor_id, host, pid, workers, capacity, runs, waiting, running, seen_at, expires_at"
+)
+"""The columns of a `SupervisorRow`, in its fields' order."""
 
 # Version 5: the calls of agent steps. A call's body is in its row, or, over
 # CALL_BODY_LIMIT bytes, in `blobs` (named by the body's SHA-256 in `blob`): a
@@ -317,6 +339,44 @@ def take_queued(
     finally:
         connection.close()
     return None if row is None or lease is None else (row[:-1], lease)
+
+
+def beat_supervisor(path: Path, row: tuple[Any, ...], now: float) -> None:
+    """Replaces the supervisor's row by ``row`` (`SUPERVISOR_COLUMNS`) and deletes the
+    rows expired at ``now``, in one transaction.
+
+    Raises:
+        StoreError: The store cannot be written.
+    """
+    connection = connect(path)
+    try:
+        with connection:  # a transaction: BEGIN ... COMMIT, or ROLLBACK on error
+            connection.execute("BEGIN IMMEDIATE")
+            connection.execute("DELETE FROM supervisors WHERE expires_at <= ?", (now,))
+            connection.execute(
+                f"INSERT OR REPLACE INTO supervisors ({SUPERVISOR_COLUMNS}) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                row,
+            )
+    except sqlite3.Error as error:
+        raise StoreError(f"cannot record the supervisor {row[0]!r}: {error}") from error
+    finally:
+        connection.close()
+
+
+def forget_supervisor(path: Path, supervisor_id: str) -> None:
+    """Deletes the supervisor's row.
+
+    Raises:
+        StoreError: The store cannot be written.
+    """
+    connection = connect(path)
+    try:
+        connection.execute("DELETE FROM supervisors WHERE supervisor_id = ?", (supervisor_id,))
+    except sqlite3.Error as error:
+        raise StoreError(f"cannot forget the supervisor {supervisor_id!r}: {error}") from error
+    finally:
+        connection.close()
 
 
 def renew_lease(path: Path, lease: Lease, now: float) -> None:

@@ -34,6 +34,7 @@ from cadenza.store._base import (
     ANSWERED,
     Command,
     RunRow,
+    SupervisorRow,
     command_bounds,
     encode_command,
     read_commands,
@@ -53,8 +54,11 @@ from cadenza.store._records import (
 
 from ._schema import (
     SCHEMA_VERSION,
+    SUPERVISOR_COLUMNS,
+    beat_supervisor,
     connect,
     crc,
+    forget_supervisor,
     integrity_problems,
     migrate,
     renew_lease,
@@ -399,3 +403,32 @@ class SqliteRunStore(QueuedWrites):
             raise StoreError("the run store is not open")
         await self.flush()
         return await anyio.to_thread.run_sync(integrity_problems, reader)
+
+    async def beat_supervisor(self, row: SupervisorRow, *, ttl: float) -> None:
+        """Records ``row`` live for ``ttl`` seconds, in its own transaction.
+
+        Raises:
+            StoreError: The store cannot be written.
+        """
+        now = time.time()
+        stamped = msgspec.structs.replace(row, seen_at=now, expires_at=now + ttl)
+        await anyio.to_thread.run_sync(
+            beat_supervisor, self.path, msgspec.structs.astuple(stamped), now
+        )
+
+    async def live_supervisors(self) -> list[SupervisorRow]:
+        """The supervisors whose row has not expired, by id."""
+        rows = await self._read(
+            f"SELECT {SUPERVISOR_COLUMNS} FROM supervisors WHERE expires_at > ? "
+            "ORDER BY supervisor_id",
+            (time.time(),),
+        )
+        return [SupervisorRow(*row) for row in rows]
+
+    async def forget_supervisor(self, supervisor_id: str) -> None:
+        """Deletes the supervisor's row.
+
+        Raises:
+            StoreError: The store cannot be written.
+        """
+        await anyio.to_thread.run_sync(forget_supervisor, self.path, supervisor_id)
