@@ -13,8 +13,9 @@ import importlib.util
 import os
 import subprocess
 import sys
+import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
 from types import ModuleType
@@ -45,6 +46,18 @@ CLI = (sys.executable, "-m", "cadenza")
 
 DEADLINE = 30.0
 """Seconds a condition a test awaits may take before the test fails as hung."""
+
+
+async def eventually(
+    what: str, check: Callable[[], Awaitable[bool]], deadline: float = 120.0
+) -> None:
+    """Polls ``check`` until it is true; fails after ``deadline`` seconds naming ``what``
+    (only a hang reaches it: it is no timing assertion)."""
+    give_up = time.monotonic() + deadline
+    while not await check():
+        if time.monotonic() > give_up:
+            pytest.fail(f"gave up waiting for {what}")
+        await anyio.sleep(0.05)
 
 
 # -- runs ------------------------------------------------------------------------------

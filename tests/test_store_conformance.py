@@ -13,6 +13,7 @@ import contextlib
 import re
 import shutil
 import sqlite3
+import time
 from pathlib import Path
 from typing import Any
 
@@ -28,10 +29,12 @@ from cadenza.store import (
     CancelCommand,
     LeaseHolder,
     MessageCommand,
+    QueueDepth,
     RunRow,
     RunStore,
     SqliteRunStore,
     SupervisorRow,
+    WorkerLoad,
 )
 from tests.conftest import StoreFactory
 
@@ -374,6 +377,36 @@ async def test_queued_runs_are_taken_by_priority_then_age_each_once(store: RunSt
     assert again is not None
     assert again[0].run_id == "dropped"
     assert again[1].fence == stale[1].fence + 1
+
+
+async def test_the_queue_depth_counts_queued_runs_by_priority_with_the_oldest_age(
+    store: RunStore,
+) -> None:
+    """Only runs of status ``queued`` count, taken or not (a taken one has not started);
+    None counts as priority 0; the age is the oldest's wait, on this machine's clock."""
+    assert await store.queue_depth() == QueueDepth()
+    now = time.time()
+    for each in (
+        queued("old", now - 30.0),
+        queued("urgent", now - 5.0, 5),
+        queued("zero", now - 10.0, 0),
+        queued("late", now - 20.0, -1),
+        row("running", now - 100.0),
+        msgspec.structs.replace(queued("ended", now - 200.0), status="completed"),
+    ):
+        store.begin_run(each)
+    await store.flush()
+    assert await store.take_queued(LeaseHolder.for_this_process(), ttl=30.0) is not None
+    depth = await store.queue_depth()
+    assert depth.runs == 4
+    assert list(depth.by_priority.items()) == [(5, 1), (0, 2), (-1, 1)]
+    assert depth.oldest_at == pytest.approx(now - 30.0)
+    assert 30.0 <= depth.oldest_age < 30.0 + 60.0
+    store.end_run("old", "cancelled", None)
+    await store.flush()
+    after = await store.queue_depth()
+    assert (after.runs, after.by_priority) == (3, {5: 1, 0: 1, -1: 1})
+    assert after.oldest_at == pytest.approx(now - 20.0)
 
 
 async def test_a_queued_run_raced_for_by_many_goes_to_one(
@@ -719,3 +752,22 @@ async def test_the_roll_of_supervisors_keeps_the_live_and_forgets_the_dead(
         [kept] = await one.live_supervisors()
         assert kept.supervisor_id == "alive"
         assert (kept.runs, kept.waiting) == (4, 0)
+        assert kept.pool == ()
+
+
+async def test_a_supervisors_workers_and_their_load_ride_on_its_row(
+    store_factory: StoreFactory,
+) -> None:
+    """The workers a supervisor beats with read back in order, from another store object
+    too; the next beat replaces them (a worker gone, another come)."""
+    async with store_factory.opened(2) as (one, other):
+        pool = (WorkerLoad("w1", 8, 3), WorkerLoad("w-2 é", 1, 0))
+        await one.beat_supervisor(SupervisorRow("s", "h", 1, "tcp://h:1", pool=pool), ttl=60)
+        readers = [one] if store_factory.kind == "memory" else [one, other]
+        for reader in readers:
+            [seen] = await reader.live_supervisors()
+            assert seen.pool == pool
+        later = (WorkerLoad("w3", 2, 2),)
+        await one.beat_supervisor(SupervisorRow("s", "h", 1, "tcp://h:1", pool=later), ttl=60)
+        [seen] = await readers[-1].live_supervisors()
+        assert seen.pool == later

@@ -32,6 +32,8 @@ from cadenza.store import (
     SCHEMA_VERSION,
     PostgresRunStore,
     SqliteRunStore,
+    SupervisorRow,
+    WorkerLoad,
 )
 from cadenza.store.postgres._schema import MIGRATIONS
 
@@ -102,7 +104,7 @@ async def test_an_old_store_is_upgraded_in_place_and_records_calls(
     finally:
         await opened.close()
     with sqlite3.connect(store) as connection:
-        assert connection.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 7
+        assert connection.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 8
     connection.close()
 
 
@@ -244,3 +246,70 @@ async def test_a_version_4_store_opens_and_its_runs_have_no_parent(tmp_path: Pat
     listed = cadenza("runs", "list", "--store", str(path), cwd=tmp_path)
     assert listed.returncode == 0, listed.stderr
     assert "v4-run" in listed.stdout
+
+
+# The roll of supervisors as schema version 7 made it (before their workers), one row in it.
+ROLL_V7 = """
+CREATE TABLE supervisors (supervisor_id TEXT PRIMARY KEY, host TEXT NOT NULL,
+    pid INTEGER NOT NULL, workers TEXT, capacity INTEGER, runs INTEGER NOT NULL,
+    waiting INTEGER NOT NULL, running INTEGER NOT NULL, seen_at REAL NOT NULL,
+    expires_at REAL NOT NULL);
+INSERT INTO supervisors VALUES ('old', 'h', 1, 'tcp://h:5555', 5, 2, 1, 1, 1.0, 1e12);
+PRAGMA user_version = 7;
+"""
+
+POSTGRES_BEFORE_POOLS = 7
+"""The schema version of PostgreSQL databases written before supervisors' workers."""
+
+
+async def test_a_version_7_roll_is_upgraded_and_records_workers(tmp_path: Path) -> None:
+    """A store of before the roll kept workers: its supervisor reads back with none, and a
+    beat records the workers a supervisor has."""
+    path = tmp_path / "v7.db"
+    connection = sqlite3.connect(path)
+    connection.executescript(ROLL_V7)
+    connection.close()
+    store = SqliteRunStore(path)
+    await store.open()
+    try:
+        [old] = await store.live_supervisors()
+        assert (old.supervisor_id, old.workers, old.runs) == ("old", "tcp://h:5555", 2)
+        assert old.pool == ()
+        pool = (WorkerLoad("w1", 4, 2),)
+        await store.beat_supervisor(SupervisorRow("young", "h", 2, pool=pool), ttl=60)
+        assert [row.pool for row in await store.live_supervisors()] == [(), pool]
+    finally:
+        await store.close()
+    with sqlite3.connect(path) as connection:
+        assert connection.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+    connection.close()
+
+
+async def test_a_postgres_roll_of_version_7_is_upgraded_and_records_workers(
+    postgres_url: str,
+) -> None:
+    """The same on PostgreSQL: migrated by the next migration, the old row kept."""
+    connection = await asyncpg.connect(postgres_url)
+    try:
+        await connection.execute(
+            "CREATE TABLE cadenza_schema_version ("
+            "version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())"
+        )
+        for number, migration in enumerate(MIGRATIONS[:POSTGRES_BEFORE_POOLS], start=1):
+            await connection.execute(migration)
+            await connection.execute("INSERT INTO cadenza_schema_version VALUES ($1)", number)
+        await connection.execute(
+            "INSERT INTO cadenza_supervisors VALUES ('old', 'h', 1, NULL, NULL, 0, 0, 0, 1, 1e12)"
+        )
+    finally:
+        await connection.close()
+    store = PostgresRunStore(postgres_url)
+    await store.open()
+    try:
+        [old] = await store.live_supervisors()
+        assert (old.supervisor_id, old.pool) == ("old", ())
+        pool = (WorkerLoad("w1", 4, 2), WorkerLoad("w2", 1, 0))
+        await store.beat_supervisor(SupervisorRow("young", "h", 2, pool=pool), ttl=60)
+        assert [row.pool for row in await store.live_supervisors()] == [(), pool]
+    finally:
+        await store.close()

@@ -12,6 +12,7 @@ from cadenza.store import (
     Command,
     Lease,
     LeaseHolder,
+    QueueDepth,
     RunRow,
     SqliteRunStore,
     SupervisorRow,
@@ -145,6 +146,9 @@ class PowerCut:
 
     async def forget_supervisor(self, supervisor_id: str) -> None:
         await self.inner.forget_supervisor(supervisor_id)
+
+    async def queue_depth(self) -> QueueDepth:
+        return await self.inner.queue_depth()
 
 
 def event_is(type: str, step_id: str | None = None) -> Callable[[Event], bool]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import subprocess
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,7 +27,7 @@ from cadenza.testing import (
     ServerToolCall,
 )
 from cadenza.testing.pytest_plugin import StartLLMServer
-from tests._helpers import EXAMPLES
+from tests._helpers import CLI, EXAMPLES
 
 from .conftest import REFLECTION, HeldCritic, write
 
@@ -351,3 +352,67 @@ def test_run_again_from_here_opens_the_fork_linked_to_its_parent(
         expect(page.locator(".lineage .forks")).to_contain_text("at second")
         runs = httpx.get(f"{server.url}/api/runs/{source}", headers=server.headers).json()
         assert [f["runId"] for f in runs["forks"]] == [fork.group(1)]
+
+
+GATED = """
+name: gated
+steps:
+  - id: wait
+    command: 'n=0; while [ ! -e "$GATE" ] && [ $n -lt 1500 ]; do sleep 0.02; n=$((n+1)); done'
+    env: {{GATE: "{gate}"}}
+"""
+"""One command step that waits for the test's gate file (given up after about 30 s)."""
+
+
+def test_the_fleet_page_shows_the_supervisor_its_worker_and_the_queue(
+    tmp_path: Path, page: Page
+) -> None:
+    """The server is a supervisor (``--recover --capacity 1 --workers``) with one worker
+    found through the roll; three runs queued: the Fleet page shows it driving 1 run,
+    the worker with its step in flight, 2 runs queued; then the queue drains."""
+    gate = tmp_path / "gate"
+    write(tmp_path, "gated.yaml", GATED.format(gate=gate))
+    store = tmp_path / "runs.db"
+    options = ServeOptions(
+        store=store,
+        root=tmp_path,
+        port=0,
+        recover=True,
+        capacity=1,
+        workers="tcp://127.0.0.1:*",
+    )
+    worker: subprocess.Popen[bytes] | None = None
+    with BackgroundServer(options) as server:
+        try:
+            worker = subprocess.Popen(
+                [*CLI, "worker", "--store", str(store), "--name", "w1"],
+                cwd=tmp_path,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+            for _ in range(3):
+                queued = httpx.post(
+                    f"{server.url}/api/runs",
+                    json={"path": "gated.yaml", "queue": True},
+                    headers=server.headers,
+                )
+                assert queued.status_code == 201, queued.text
+            page.goto(f"{server.page_url}#/fleet")
+            expect(page.locator("h1")).to_have_text("Fleet")
+            supervisor = page.locator("tr[data-supervisor]")
+            expect(supervisor).to_have_count(1)
+            expect(supervisor.locator('[data-col="capacity"]')).to_have_text("1")
+            expect(supervisor.locator('[data-col="runs"]')).to_have_text("1", timeout=60_000)
+            on_worker = page.locator('tr[data-worker="w1"] [data-col="in-flight"]')
+            expect(on_worker).to_have_text("1", timeout=60_000)
+            expect(page.locator('[data-fact="queued"]')).to_have_text("2")
+            expect(page.locator('[data-fact="by-priority"]')).to_have_text("2 at 0")
+            shoot(page, tmp_path, "fleet", docs="fleet.png")
+            gate.touch()
+            expect(page.locator('[data-fact="queued"]')).to_have_text("0", timeout=60_000)
+            expect(supervisor.locator('[data-col="runs"]')).to_have_text("0", timeout=60_000)
+            expect(on_worker).to_have_text("0")
+        finally:
+            if worker is not None:
+                worker.kill()
+                worker.wait(timeout=30)

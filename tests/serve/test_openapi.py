@@ -59,7 +59,7 @@ def test_api_answers_every_generated_request_within_its_schema(tmp_path: Path) -
         results = list(schema.get_all_operations())
         assert all(isinstance(result, Ok) for result in results)  # the document loads whole
         operations = [result.ok() for result in results if isinstance(result, Ok)]
-        assert len(operations) == 14
+        assert len(operations) == 15
         for operation in operations:
 
             @given(case=operation.as_strategy())

@@ -89,11 +89,13 @@ from cadenza.protocols import (
 from cadenza.store import (
     CancelCommand,
     Command,
+    Fleet,
     Lease,
     LeaseHolder,
     MessageCommand,
     RunRow,
     RunStore,
+    WorkerLoad,
     lease_lost,
     lease_ttl_from_environment,
     make_store,
@@ -124,7 +126,7 @@ from ._resume import (
     runs_to_prune,
     stored_document,
 )
-from ._roll import Roll
+from ._roll import Load, Roll
 from ._subscription import SubscriptionStatistics as SubscriptionStatistics
 
 if TYPE_CHECKING:
@@ -192,8 +194,9 @@ class Runtime:
         insecure: With ``workers`` as an endpoint: allow a non-loopback address
             without keys.
         telemetry: OpenTelemetry spans for every run started or resumed
-            (`cadenza.telemetry.OpenTelemetry`, the ``otel`` extra). None: off,
-            unless ``CADENZA_OTEL=1`` is set (`cadenza.telemetry.from_environment`).
+            (`cadenza.telemetry.OpenTelemetry`, the ``otel`` extra), and, for a
+            supervisor (``recover`` or ``capacity``), the fleet's metrics. None:
+            off, unless ``CADENZA_OTEL=1`` is set (`cadenza.telemetry.from_environment`).
         shutdown_deadline: Seconds the runs still going when the runtime shuts
             down get to stop their steps before they are stopped outright (see
             `RunHandle.cancel`); either way they are left resumable. None: wait
@@ -216,10 +219,11 @@ class Runtime:
             start them while this runtime drives fewer than this many runs:
             the highest priority first, then the oldest, looking every
             ``recovery_interval`` seconds and whenever a run it drives ends.
-            None: take none. A runtime with ``recover`` or ``capacity`` and
-            ``workers`` is a supervisor of the fleet: the store's roll records
-            where its workers connect (`Dispatcher.advertised`) and its load,
-            for ``cadenza worker --store`` (docs/deploying.md).
+            None: take none. A runtime with ``recover`` or ``capacity`` is a
+            supervisor of the fleet: the store's roll records its capacity and
+            load, and with ``workers`` where they connect
+            (`Dispatcher.advertised`) and their load, for ``cadenza worker
+            --store`` and ``cadenza fleet`` (docs/deploying.md).
 
     Raises:
         StoreError: ``store`` is a PostgreSQL URL and the ``postgres`` extra is missing.
@@ -326,15 +330,18 @@ class Runtime:
         if self.recover or self.capacity is not None:
             self._recovery = anyio.CancelScope()
             self._group.start_soon(self._recover, self._recovery, name="cadenza recovery")
-            if self.workers is not None:
-                workers = self.workers
-                self._roll = Roll(
-                    self.store, workers.advertised, self.capacity, self._load, self.lease_ttl
-                )
-                self._roll_scope = anyio.CancelScope()
-                self._group.start_soon(
-                    self._stay_on_roll, self._roll, self._roll_scope, name="cadenza roll"
-                )
+            self._roll = Roll(
+                self.store,
+                None if self.workers is None else self.workers.advertised,
+                self.capacity,
+                self._load,
+                self.lease_ttl,
+                None if self.telemetry is None else self.telemetry.fleet_metrics(),
+            )
+            self._roll_scope = anyio.CancelScope()
+            self._group.start_soon(
+                self._stay_on_roll, self._roll, self._roll_scope, name="cadenza roll"
+            )
         self._commands = anyio.CancelScope()
         self._group.start_soon(self._take_commands, self._commands, name="cadenza commands")
         return self
@@ -611,13 +618,18 @@ class Runtime:
         with scope:
             await roll.beat_until_cancelled()
 
-    def _load(self) -> tuple[int, int, int]:
-        """The runs this runtime drives, its steps waiting for a worker and on workers."""
+    def _load(self) -> Load:
+        """The runs this runtime drives, its steps waiting for a worker and on workers, and
+        its workers' load."""
         runs = sum(not run.done for run in self._runs.values())
         if self.workers is None:
-            return runs, 0, 0
+            return Load(runs)
         statistics = self.workers.statistics()
-        return runs, statistics.queued, statistics.in_flight
+        pool = tuple(
+            WorkerLoad(worker.name, worker.capacity, worker.in_flight)
+            for worker in self.workers.workers
+        )
+        return Load(runs, statistics.queued, statistics.in_flight, pool)
 
     async def _take_queued(self, capacity: int) -> None:
         """Starts queued runs of the store while this runtime drives fewer than ``capacity``."""
@@ -1158,6 +1170,16 @@ class Runtime:
     async def list_runs(self, *, limit: int = 100) -> list[RunRow]:
         """Stored runs, most recent first."""
         return await self.store.list_runs(limit=limit)
+
+    async def fleet(self) -> Fleet:
+        """The fleet of the store: its live supervisors, with their load and their
+        workers', and its queued runs (what ``cadenza fleet`` shows).
+
+        Raises:
+            StoreError: The store cannot be read.
+        """
+        supervisors = await self.store.live_supervisors()
+        return Fleet(supervisors, await self.store.queue_depth(), time.time())
 
     async def stored_events(self, run_id: str) -> list[Event]:
         """A stored run's events, in order.

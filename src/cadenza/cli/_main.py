@@ -43,6 +43,7 @@ from ._durable import (
     resume_command,
     signal_command,
 )
+from ._fleet import add_fleet_command, fleet_command
 from ._inputs import add_input_options, parse_inputs
 from ._paths import DEFAULT_STORE, STORE_HELP, existing_store, store_spec
 from ._permissions import add_permission_options
@@ -115,6 +116,7 @@ def _parser() -> argparse.ArgumentParser:
     add_replay_command(commands, DEFAULT_STORE)
     add_serve_command(commands, DEFAULT_STORE)
     add_supervise_command(commands, DEFAULT_STORE)
+    add_fleet_command(commands, DEFAULT_STORE)
     return parser
 
 
@@ -311,6 +313,7 @@ _ASYNC_COMMANDS: dict[str, Callable[[argparse.Namespace], Awaitable[int]]] = {
     "replay": replay_command,
     "supervise": supervise_command,
     "submit": submit_command,
+    "fleet": fleet_command,
 }
 """The commands run in an event loop (``runs`` is the rest)."""
 

@@ -18,6 +18,7 @@ from cadenza.errors import CadenzaError
 from cadenza.store import describe_store, lease_ttl_from_environment
 
 from ._paths import STORE_HELP, StoreSpec, store_spec
+from ._remote import add_run_options
 from ._supervise import DEFAULT_CAPACITY
 
 __all__ = ["add_serve_command", "serve_command"]
@@ -115,6 +116,14 @@ def add_serve_command(commands: Any, store: StoreSpec) -> None:
         help="with --recover: start queued runs (cadenza submit) while this server drives "
         f"fewer than N runs (default {DEFAULT_CAPACITY})",
     )
+    add_run_options(serve)
+    serve.add_argument(
+        "--advertise",
+        metavar="EP",
+        help="with --workers and --recover: the endpoint workers of other hosts connect to, "
+        "as the store's roll records it for `cadenza worker --store` (default: --workers, "
+        "with this host's address for 0.0.0.0 or *)",
+    )
 
 
 def serve_command(args: argparse.Namespace) -> int:
@@ -146,6 +155,10 @@ def serve_command(args: argparse.Namespace) -> int:
         recover=args.recover,
         limits=Limits(**chosen),
         capacity=(args.capacity or DEFAULT_CAPACITY) if args.recover else None,
+        workers=args.workers,
+        curve_keys=args.curve_keys,
+        insecure=args.insecure,
+        advertise=args.advertise,
     )
     options.check()
     lease_ttl_from_environment()  # here: in the app's lifespan a bad value is a traceback
@@ -160,6 +173,8 @@ def serve_command(args: argparse.Namespace) -> int:
             notes.insert(0, "no token: any process of this machine may use it")
         if args.recover:
             notes.append(f"taking over orphaned runs, and queued ones up to {options.capacity}")
+        if args.workers:
+            notes.append(f"steps run on workers at {args.advertise or args.workers}")
         # The address ends at a space, so that a terminal's link takes the token whole.
         sys.stderr.write(f"cadenza serve: listening on {url} ({'; '.join(notes)}; Ctrl-C stops)\n")
         sys.stderr.flush()

@@ -12,7 +12,7 @@ import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -41,6 +41,9 @@ from ._limits import DEFAULT_LIMITS, BodyLimit, Limits
 from ._models import ApiError, ErrorBody
 from ._openapi import openapi_document
 from ._routes import Api, HttpProblem, json_response
+
+if TYPE_CHECKING:
+    from cadenza.remote import Dispatcher
 
 __all__ = ["STATIC", "create_app"]
 
@@ -73,6 +76,7 @@ def create_app(  # noqa: PLR0913 -- keyword-only options, each documented in doc
     recover: bool = False,
     limits: Limits = DEFAULT_LIMITS,
     capacity: int | None = None,
+    workers: Dispatcher | None = None,
 ) -> Starlette:
     """The viewer's ASGI application.
 
@@ -92,6 +96,8 @@ def create_app(  # noqa: PLR0913 -- keyword-only options, each documented in doc
             others are the server's: see `Limits`).
         capacity: With ``runtime`` None: the runtime starts queued runs while it
             drives fewer than this many (`cadenza.Runtime`'s ``capacity``).
+        workers: With ``runtime`` None: the runtime runs its steps on the workers
+            that connect to this dispatcher (`cadenza.Runtime`'s ``workers``).
 
     Returns:
         The application; ``app.state.api`` holds the endpoints (``api.stopping``
@@ -107,7 +113,11 @@ def create_app(  # noqa: PLR0913 -- keyword-only options, each documented in doc
             yield
             return
         async with Runtime(
-            store=store, default_model=default_model, recover=recover, capacity=capacity
+            store=store,
+            default_model=default_model,
+            recover=recover,
+            capacity=capacity,
+            workers=workers,
         ) as owned:
             api.runtime = owned
             try:
@@ -129,6 +139,7 @@ def create_app(  # noqa: PLR0913 -- keyword-only options, each documented in doc
         Route("/api/runs", api.list_runs, methods=["GET"]),
         Route("/api/runs", api.start_run, methods=["POST"]),
         Route("/api/workflows", api.list_workflows, methods=["GET"]),
+        Route("/api/fleet", api.get_fleet, methods=["GET"]),
         Route(run, api.get_run, methods=["GET"]),
         Route(f"{run}/result", api.get_result, methods=["GET"]),
         Route(f"{run}/events", api.get_events, methods=["GET"]),

@@ -14,6 +14,7 @@ from typing import Any, Final
 import msgspec
 
 from cadenza.protocols import Event, RunResult
+from cadenza.store import Fleet
 
 from . import _models
 from ._routes import STATUSES
@@ -42,6 +43,7 @@ _TYPES: Final = (
     _models.ResumeRequest,
     _models.ForkRequest,
     _models.ErrorBody,
+    Fleet,
 )
 
 _WORKFLOW_SCHEMA: Final = {
@@ -153,7 +155,9 @@ def _operation(
 
 def openapi_document(*, token: bool = True) -> dict[str, Any]:
     """The OpenAPI document; ``token`` says whether the server asks for a bearer token."""
-    _, components = msgspec.json.schema_components(_TYPES, ref_template=_REF)
+    _, schemas = msgspec.json.schema_components(_TYPES, ref_template=_REF)
+    # As JSON says it (a default of () is []), so the document equals its file read back.
+    components: dict[str, Any] = msgspec.json.decode(msgspec.json.encode(schemas))
     components["WorkflowStructure"] = _WORKFLOW_SCHEMA
     not_found = _error("No such run.")
     run = [_RUN_ID_PARAM]
@@ -370,6 +374,21 @@ def openapi_document(*, token: bool = True) -> dict[str, Any]:
                 parameters=run,
                 body=_models.ForkRequest,
                 body_example={"at": "review", "set": {"draft": "A shorter draft."}},
+                token=token,
+            )
+        },
+        "/api/fleet": {
+            "get": _operation(
+                "The fleet of the server's store: its live supervisors, their workers, the queue",
+                "getFleet",
+                {
+                    "200": _json(
+                        _ref(Fleet),
+                        "What `cadenza fleet --json` prints: each supervisor on the store's"
+                        " roll with its load and its workers', and the queued runs by"
+                        " priority with the oldest one's age.",
+                    )
+                },
                 token=token,
             )
         },

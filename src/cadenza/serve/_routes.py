@@ -171,6 +171,10 @@ class Api:
         page = [summary(r, live=self._live(r.run_id)) for r in rows[offset : offset + limit]]
         return json_response(RunPage(runs=page, offset=offset, limit=limit, total=len(rows)))
 
+    async def get_fleet(self, request: Request) -> Response:
+        """``GET /api/fleet``: the store's live supervisors with their workers, and the queue."""
+        return json_response(await self.runtime.fleet())
+
     async def get_run(self, request: Request) -> Response:
         """``GET /api/runs/{run_id}``: the run's summary, and the runs forked from it."""
         row = await self._row(request)

@@ -22,7 +22,7 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final, Self
+from typing import TYPE_CHECKING, Final, Self
 
 import uvicorn
 from starlette.applications import Starlette
@@ -35,6 +35,9 @@ from ._connection import deadline_protocol
 from ._guard import is_loopback_host
 from ._limits import DEFAULT_LIMITS, Limits
 from ._routes import Api
+
+if TYPE_CHECKING:
+    from cadenza.remote import Dispatcher
 
 __all__ = ["BackgroundServer", "ServeError", "ServeOptions", "serve"]
 
@@ -74,6 +77,14 @@ class ServeOptions:
             streams, connections, time to send a request.
         capacity: Start queued runs while the server drives fewer than this many
             (`cadenza.Runtime`'s ``capacity``); None: start none.
+        workers: Run every step of the runs the server drives on remote workers that
+            connect to this endpoint (as ``cadenza supervise --workers``); with
+            ``recover`` the server is on the store's roll, for ``cadenza worker
+            --store``. None: steps run in the server's process.
+        curve_keys: With ``workers``: the CURVE key directory (``cadenza keys generate``).
+        insecure: With ``workers``: allow a non-loopback endpoint without keys.
+        advertise: With ``workers``: where workers of other hosts connect, as the roll
+            records it (default: ``workers``, with this host's address for ``0.0.0.0``).
     """
 
     store: str | os.PathLike[str] | None = None
@@ -87,14 +98,22 @@ class ServeOptions:
     recover: bool = False
     limits: Limits = DEFAULT_LIMITS
     capacity: int | None = None
+    workers: str | None = None
+    curve_keys: str | os.PathLike[str] | None = None
+    insecure: bool = False
+    advertise: str | None = None
 
     def check(self) -> None:
         """Refuses what would be unsafe or cannot work.
 
         Raises:
             ServeError: ``no_token`` on a non-loopback host or beside a token,
-                more event streams than connections, or a missing root.
+                more event streams than connections, a missing root, or a worker
+                option without ``workers``.
+            InsecureEndpoint: ``workers`` is not loopback, without keys or ``insecure``.
+            KeysError: ``curve_keys`` is incomplete.
         """
+        self.dispatcher()
         if self.no_token and self.token:
             raise ServeError("--no-token and a token (--token or $CADENZA_SERVE_TOKEN) conflict")
         if self.no_token and not is_loopback_host(self.host):
@@ -111,6 +130,30 @@ class ServeOptions:
         if not Path(self.root).is_dir():
             raise ServeError(f"--root {str(self.root)!r} is not a directory")
 
+    def dispatcher(self) -> Dispatcher | None:
+        """A new dispatcher for ``workers`` (started and stopped by the app), or None.
+
+        Raises:
+            ServeError: ``curve_keys``, ``insecure`` or ``advertise`` without ``workers``.
+            InsecureEndpoint: ``workers`` is not loopback, without keys or ``insecure``.
+            KeysError: ``curve_keys`` is incomplete.
+        """
+        if self.workers is None:
+            options = ("curve_keys", "advertise", "insecure")
+            given = [name for name in options if getattr(self, name)]
+            if given:
+                flag = "--" + given[0].replace("_", "-")
+                raise ServeError(f"{flag} is for --workers: give --workers EP too")
+            return None
+        from cadenza.remote import Dispatcher  # pyzmq only for a server with workers
+
+        return Dispatcher(
+            self.workers,
+            curve_keys=self.curve_keys,
+            insecure=self.insecure,
+            advertise=self.advertise,
+        )
+
     def app(self) -> Starlette:
         """The ASGI application these options describe (with a token, only if given)."""
         return create_app(
@@ -123,6 +166,7 @@ class ServeOptions:
             recover=self.recover,
             limits=self.limits,
             capacity=self.capacity,
+            workers=self.dispatcher(),
         )
 
 

@@ -18,10 +18,13 @@ from ._base import WAITING_COMMAND_BYTES as WAITING_COMMAND_BYTES
 from ._base import WAITING_COMMANDS as WAITING_COMMANDS
 from ._base import CancelCommand as CancelCommand
 from ._base import Command as Command
+from ._base import Fleet as Fleet
 from ._base import MessageCommand as MessageCommand
+from ._base import QueueDepth as QueueDepth
 from ._base import RunRow as RunRow
 from ._base import RunStore as RunStore
 from ._base import SupervisorRow as SupervisorRow
+from ._base import WorkerLoad as WorkerLoad
 from ._base import is_under as is_under
 from ._lease import DEFAULT_LEASE_TTL as DEFAULT_LEASE_TTL
 from ._lease import Lease as Lease
@@ -46,15 +49,18 @@ __all__ = [
     "WAITING_COMMAND_BYTES",
     "CancelCommand",
     "Command",
+    "Fleet",
     "Lease",
     "LeaseHolder",
     "MemoryRunStore",
     "MessageCommand",
     "PostgresRunStore",
+    "QueueDepth",
     "RunRow",
     "RunStore",
     "SqliteRunStore",
     "SupervisorRow",
+    "WorkerLoad",
     "describe_store",
     "is_postgres_url",
     "is_under",

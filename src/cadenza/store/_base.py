@@ -30,7 +30,8 @@ workers connect, its capacity and how much it has waiting
 (`RunStore.beat_supervisor`); a row not renewed within its time to live is a
 supervisor that died, left out of `RunStore.live_supervisors` and deleted by
 the next beat. That roll is how ``cadenza worker --store`` finds every
-supervisor of the fleet.
+supervisor of the fleet, and, with the queue's depth (`RunStore.queue_depth`),
+what ``cadenza fleet`` shows.
 """
 
 from __future__ import annotations
@@ -48,18 +49,24 @@ from ._lease import DEFAULT_LEASE_TTL, Lease, LeaseHolder
 
 __all__ = [
     "ANSWERED",
+    "NO_POOL",
     "WAITING_COMMANDS",
     "WAITING_COMMAND_BYTES",
     "CancelCommand",
     "Command",
+    "Fleet",
     "MessageCommand",
+    "QueueDepth",
     "RunRow",
     "RunStore",
     "SupervisorRow",
+    "WorkerLoad",
     "command_bounds",
     "encode_command",
+    "encode_pool",
     "is_under",
     "read_commands",
+    "read_supervisor",
     "refuse_command",
 ]
 
@@ -100,8 +107,26 @@ ANSWERED = SignalReceived.event_type
 """The type of the event a person's answer adds to a waiting run's log."""
 
 
-class SupervisorRow(msgspec.Struct, frozen=True):
-    """A live supervisor of the fleet, as it last told the store.
+class WorkerLoad(msgspec.Struct, frozen=True, rename="camel"):
+    """A worker connected to a supervisor, as the supervisor's dispatcher sees it.
+
+    Attributes:
+        name: The worker's name (``cadenza worker --name``, else ``host-pid``).
+        capacity: The steps it said it takes at once from this supervisor (its credits).
+        in_flight: This supervisor's steps on it now.
+    """
+
+    name: str
+    capacity: int
+    in_flight: int
+
+
+NO_POOL: tuple[WorkerLoad, ...] = ()
+"""The workers of a supervisor that has none connected."""
+
+
+class SupervisorRow(msgspec.Struct, frozen=True, rename="camel"):
+    """A live supervisor of the fleet, as it last told the store (camelCase in JSON).
 
     Attributes:
         supervisor_id: Unique to one supervisor process's lifetime.
@@ -116,6 +141,7 @@ class SupervisorRow(msgspec.Struct, frozen=True):
         seen_at: When it last told the store (epoch seconds, the store's clock;
             set by the store).
         expires_at: When the row stops counting unless told again (set by the store).
+        pool: The workers connected to it, in the order they came.
     """
 
     supervisor_id: str
@@ -128,6 +154,72 @@ class SupervisorRow(msgspec.Struct, frozen=True):
     running: int = 0
     seen_at: float = 0.0
     expires_at: float = 0.0
+    pool: tuple[WorkerLoad, ...] = NO_POOL
+
+
+class QueueDepth(msgspec.Struct, frozen=True, rename="camel"):
+    """The queued runs of a store (`RunStore.queue_depth`): how many, and how long waiting.
+
+    Attributes:
+        runs: Queued runs, all priorities together.
+        by_priority: Queued runs per priority (None counts as 0), highest priority first.
+        oldest_at: When the oldest queued run was submitted (epoch seconds), or None.
+        oldest_age: Seconds it has waited (0 with none queued).
+    """
+
+    runs: int = 0
+    by_priority: dict[int, int] = msgspec.field(default_factory=dict)
+    oldest_at: float | None = None
+    oldest_age: float = 0.0
+
+    @classmethod
+    def of(cls, groups: Sequence[Sequence[Any]], now: Any) -> QueueDepth:
+        """The depth of ``(priority, runs, oldest created_at)`` groups, at ``now`` (epoch
+        seconds; PostgreSQL says them as a decimal)."""
+        ordered = sorted(groups, key=lambda group: -int(group[0] or 0))
+        by_priority = {int(priority or 0): int(count) for priority, count, _ in ordered}
+        oldest = min((float(group[2]) for group in ordered), default=None)
+        age = 0.0 if oldest is None else max(0.0, float(now) - oldest)
+        return cls(sum(by_priority.values()), by_priority, oldest, age)
+
+
+class Fleet(msgspec.Struct, frozen=True, rename="camel"):
+    """The fleet as its store shows it: ``cadenza fleet``, ``GET /api/fleet``.
+
+    Attributes:
+        supervisors: The live supervisors, by id, each with its workers.
+        queue: The queued runs.
+        at: When it was read (epoch seconds).
+    """
+
+    supervisors: list[SupervisorRow]
+    queue: QueueDepth
+    at: float
+
+
+_encode_pool = msgspec.json.Encoder().encode
+_decode_pool = msgspec.json.Decoder(tuple[WorkerLoad, ...]).decode
+
+
+def encode_pool(pool: tuple[WorkerLoad, ...]) -> str | None:
+    """A row's workers as its ``pool`` column keeps them (JSON; NULL for none)."""
+    return _encode_pool(pool).decode() if pool else None
+
+
+def read_supervisor(values: Sequence[Any]) -> SupervisorRow:
+    """The `SupervisorRow` of a stored row (the fields in order, ``pool`` as its JSON).
+
+    A pool this Cadenza cannot read (written by a newer one) is shown empty: the
+    row lives a few seconds and says nothing a run depends on.
+    """
+    *fields, pool = values
+    workers = NO_POOL
+    if pool:
+        try:
+            workers = _decode_pool(pool)
+        except msgspec.DecodeError:
+            _log.debug("unreadable pool of workers", supervisor=fields[0])
+    return msgspec.structs.replace(SupervisorRow(*fields), pool=workers)
 
 
 class CancelCommand(msgspec.Struct, frozen=True, tag_field="command", tag="cancel"):
@@ -355,6 +447,9 @@ class RunStore(Protocol):
 
     async def forget_supervisor(self, supervisor_id: str) -> None:
         """Deletes the supervisor's row, durably (it is shutting down)."""
+
+    async def queue_depth(self) -> QueueDepth:
+        """The runs of status ``queued``, by priority, and how long the oldest has waited."""
 
 
 def is_under(address: str, prefix: str) -> bool:

@@ -32,6 +32,7 @@ from ._base import (
     WAITING_COMMANDS,
     Command,
     MessageCommand,
+    QueueDepth,
     RunRow,
     SupervisorRow,
     encode_command,
@@ -308,3 +309,13 @@ class MemoryRunStore:
     async def forget_supervisor(self, supervisor_id: str) -> None:
         """Forgets the supervisor's row."""
         self._supervisors.pop(supervisor_id, None)
+
+    async def queue_depth(self) -> QueueDepth:
+        """The queued runs by priority, and how long the oldest has waited."""
+        groups: dict[int, tuple[int, float]] = {}
+        for row in self._runs.values():
+            if row.status == "queued":
+                count, oldest = groups.get(row.priority or 0, (0, row.created_at))
+                groups[row.priority or 0] = count + 1, min(oldest, row.created_at)
+        found = [(priority, count, oldest) for priority, (count, oldest) in groups.items()]
+        return QueueDepth.of(found, time.time())

@@ -16,6 +16,11 @@ own timestamps: with telemetry off nothing is subscribed and a run pays
 nothing; with it on, an event that opens or closes no span costs one dict
 lookup. The span model is in docs/api.md ("OpenTelemetry").
 
+A supervisor (a runtime with ``recover`` or ``capacity``) also gives the
+fleet's figures as metrics (`OpenTelemetry.fleet_metrics`): its capacity, runs and steps,
+its workers' load, and the queue's depth and oldest age, the figures
+``cadenza fleet`` shows.
+
 ``CADENZA_OTEL=1`` in the environment switches telemetry on for every
 `cadenza.Runtime` built without a ``telemetry`` argument, the command line's
 included (`from_environment`).

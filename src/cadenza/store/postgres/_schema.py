@@ -158,6 +158,11 @@ MIGRATIONS: tuple[str, ...] = (
         expires_at double precision NOT NULL
     );
     """,
+    # 8: each supervisor's workers and their load (`WorkerLoad`, JSON; NULL for none),
+    # for ``cadenza fleet``; the rows of before know of none.
+    """
+    ALTER TABLE cadenza_supervisors ADD COLUMN pool text;
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -332,26 +337,27 @@ async def take_queued(connection: Any, holder: LeaseHolder, ttl: float) -> Lease
 
 
 SUPERVISOR_COLUMNS = (
-    "supervisor_id, host, pid, workers, capacity, runs, waiting, running, seen_at, expires_at"
+    "supervisor_id, host, pid, workers, capacity, runs, waiting, running, seen_at, expires_at, pool"
 )
 """The columns of a `SupervisorRow`, in its fields' order."""
 
 _BEAT = f"""
 INSERT INTO cadenza_supervisors ({SUPERVISOR_COLUMNS})
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, {NOW}, {NOW} + $9)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, {NOW}, {NOW} + $9, $10)
 ON CONFLICT (supervisor_id) DO UPDATE SET host = excluded.host, pid = excluded.pid,
     workers = excluded.workers, capacity = excluded.capacity, runs = excluded.runs,
     waiting = excluded.waiting, running = excluded.running, seen_at = excluded.seen_at,
-    expires_at = excluded.expires_at
+    expires_at = excluded.expires_at, pool = excluded.pool
 """
 
 
 async def beat_supervisor(connection: Any, row: tuple[Any, ...], ttl: float) -> None:
-    """Replaces the supervisor's row by ``row`` (its first eight columns), live for ``ttl``
-    seconds on the server's clock, and deletes the expired rows, in one transaction."""
+    """Replaces the supervisor's row by ``row`` (its first eight columns and its pool, the
+    stamps left to the server), live for ``ttl`` seconds on the server's clock, and
+    deletes the expired rows, in one transaction."""
     async with connection.transaction():
         await connection.execute(f"DELETE FROM cadenza_supervisors WHERE expires_at <= {NOW}")
-        await connection.execute(_BEAT, *row[:8], ttl)
+        await connection.execute(_BEAT, *row[:8], ttl, row[10])
 
 
 async def renew_lease(connection: Any, lease: Lease) -> None:

@@ -46,11 +46,14 @@ from cadenza.protocols import CallRecord, Event, RunResult, RunStatus, StepRecor
 from cadenza.store._base import (
     ANSWERED,
     Command,
+    QueueDepth,
     RunRow,
     SupervisorRow,
     command_bounds,
     encode_command,
+    encode_pool,
     read_commands,
+    read_supervisor,
     refuse_command,
 )
 from cadenza.store._lease import DEFAULT_LEASE_TTL, HeldLeases, Lease, LeaseHolder, lease_lost
@@ -574,7 +577,8 @@ class PostgresRunStore(QueuedWrites):
             StoreError: The server could not be reached.
         """
         async with self._reaching() as pool, pool.acquire() as connection:
-            await beat_supervisor(connection, msgspec.structs.astuple(row), ttl)
+            values = (*msgspec.structs.astuple(row)[:-1], encode_pool(row.pool))
+            await beat_supervisor(connection, values, ttl)
 
     async def live_supervisors(self) -> list[SupervisorRow]:
         """The supervisors whose row has not expired (on the server's clock), by id.
@@ -587,7 +591,7 @@ class PostgresRunStore(QueuedWrites):
                 f"SELECT {SUPERVISOR_COLUMNS} FROM cadenza_supervisors "
                 f"WHERE expires_at > {NOW} ORDER BY supervisor_id"
             )
-        return [SupervisorRow(*row) for row in rows]
+        return [read_supervisor(row) for row in rows]
 
     async def forget_supervisor(self, supervisor_id: str) -> None:
         """Deletes the supervisor's row, committed.
@@ -599,6 +603,17 @@ class PostgresRunStore(QueuedWrites):
             await pool.execute(
                 "DELETE FROM cadenza_supervisors WHERE supervisor_id = $1", supervisor_id
             )
+
+    async def queue_depth(self) -> QueueDepth:
+        """The queued runs by priority, and how long the oldest has waited (the server's
+        clock against the submitters')."""
+        async with self._reaching() as pool:
+            groups = await pool.fetch(
+                f"SELECT coalesce(priority, 0), count(*), min(created_at), {NOW} "
+                "FROM cadenza_runs WHERE status = 'queued' GROUP BY 1"
+            )
+            now = await pool.fetchval(f"SELECT {NOW}") if not groups else groups[0][3]
+        return QueueDepth.of([group[:3] for group in groups], now)
 
 
 def _reason(error: BaseException) -> str:

@@ -13,7 +13,9 @@ gives each run its lineage: the run it was forked from and the address it was
 forked at (both NULL for a run that is not a fork; ``Runtime.fork``). Version 6
 gives queued runs their priority. Version 7 adds the ``supervisors`` table: the
 fleet's roll of live supervisors (``SupervisorRow``), each row expiring unless
-its supervisor renews it. An older store is upgraded in place when it is
+its supervisor renews it. Version 8 gives each supervisor's row its ``pool``: the
+workers connected to it and their load (JSON, NULL for none), for ``cadenza
+fleet``. An older store is upgraded in place when it is
 opened; a store of a newer version is refused.
 
 Every stored body is msgspec JSON, checked when it is read back (``_records``).
@@ -46,7 +48,7 @@ __all__ = [
     "take_queued",
 ]
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -112,12 +114,13 @@ CREATE TABLE IF NOT EXISTS supervisors (
     waiting    INTEGER NOT NULL,
     running    INTEGER NOT NULL,
     seen_at    REAL NOT NULL,
-    expires_at REAL NOT NULL
+    expires_at REAL NOT NULL,
+    pool       TEXT
 );
 """
 
 SUPERVISOR_COLUMNS = (
-    "supervisor_id, host, pid, workers, capacity, runs, waiting, running, seen_at, expires_at"
+    "supervisor_id, host, pid, workers, capacity, runs, waiting, running, seen_at, expires_at, pool"
 )
 """The columns of a `SupervisorRow`, in its fields' order."""
 
@@ -210,6 +213,8 @@ def migrate(connection: sqlite3.Connection, path: Path) -> None:
             connection.execute("ALTER TABLE runs ADD COLUMN parent_address TEXT")
         if 0 < version < 6:  # queued runs' priority (NULL: the runs of before had none)
             connection.execute("ALTER TABLE runs ADD COLUMN priority INTEGER")
+        if version == 7:  # the workers of each supervisor (the rows of before: none known)
+            connection.execute("ALTER TABLE supervisors ADD COLUMN pool TEXT")
         for statement in _SCHEMA.split(";"):
             if statement.strip():
                 connection.execute(statement)
@@ -355,7 +360,7 @@ def beat_supervisor(path: Path, row: tuple[Any, ...], now: float) -> None:
             connection.execute("DELETE FROM supervisors WHERE expires_at <= ?", (now,))
             connection.execute(
                 f"INSERT OR REPLACE INTO supervisors ({SUPERVISOR_COLUMNS}) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 row,
             )
     except sqlite3.Error as error:

@@ -33,11 +33,14 @@ from cadenza.protocols import CallRecord, Event, RunResult, RunStatus, StepRecor
 from cadenza.store._base import (
     ANSWERED,
     Command,
+    QueueDepth,
     RunRow,
     SupervisorRow,
     command_bounds,
     encode_command,
+    encode_pool,
     read_commands,
+    read_supervisor,
     refuse_command,
 )
 from cadenza.store._lease import DEFAULT_LEASE_TTL, HeldLeases, Lease, LeaseHolder, lease_lost
@@ -412,9 +415,8 @@ class SqliteRunStore(QueuedWrites):
         """
         now = time.time()
         stamped = msgspec.structs.replace(row, seen_at=now, expires_at=now + ttl)
-        await anyio.to_thread.run_sync(
-            beat_supervisor, self.path, msgspec.structs.astuple(stamped), now
-        )
+        values = (*msgspec.structs.astuple(stamped)[:-1], encode_pool(row.pool))
+        await anyio.to_thread.run_sync(beat_supervisor, self.path, values, now)
 
     async def live_supervisors(self) -> list[SupervisorRow]:
         """The supervisors whose row has not expired, by id."""
@@ -423,7 +425,7 @@ class SqliteRunStore(QueuedWrites):
             "ORDER BY supervisor_id",
             (time.time(),),
         )
-        return [SupervisorRow(*row) for row in rows]
+        return [read_supervisor(row) for row in rows]
 
     async def forget_supervisor(self, supervisor_id: str) -> None:
         """Deletes the supervisor's row.
@@ -432,3 +434,12 @@ class SqliteRunStore(QueuedWrites):
             StoreError: The store cannot be written.
         """
         await anyio.to_thread.run_sync(forget_supervisor, self.path, supervisor_id)
+
+    async def queue_depth(self) -> QueueDepth:
+        """The queued runs by priority, and how long the oldest has waited."""
+        groups = await self._read(
+            "SELECT coalesce(priority, 0), count(*), min(created_at) FROM runs "
+            "WHERE status = 'queued' GROUP BY 1",
+            (),
+        )
+        return QueueDepth.of(groups, time.time())

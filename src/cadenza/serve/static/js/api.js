@@ -43,6 +43,8 @@ export const api = {
   workflow: (id) => call("GET", `${run(id)}/workflow`),
   inputs: (id) => call("GET", `${run(id)}/inputs`),
   workflows: () => call("GET", "api/workflows"),
+  /** The store's live supervisors, their workers and the queue. */
+  fleet: () => call("GET", "api/fleet"),
   start: (path, inputs, runId) =>
     call("POST", "api/runs", runId ? { path, inputs, runId } : { path, inputs }),
   signal: (id, address, data) => call("POST", `${run(id)}/signal`, { address, data, resume: true }),

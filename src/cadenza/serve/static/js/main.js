@@ -1,5 +1,6 @@
-// The viewer's entry point: a hash router between the run list and a run's page.
+// The viewer's entry point: a hash router between the run list, a run's page and the fleet.
 
+import { showFleet } from "./fleetview.js";
 import { showList } from "./listview.js";
 import { showRun } from "./runview.js";
 
@@ -16,7 +17,10 @@ function route() {
   const hash = location.hash.replace(/^#/, "") || "/";
   const [path, query] = hash.split("?");
   const match = path.match(/^\/runs\/(.+)$/);
-  if (match) {
+  if (path === "/fleet") {
+    document.title = "Fleet · Cadenza";
+    leave = showFleet(app);
+  } else if (match) {
     const runId = decodeURIComponent(match[1]);
     document.title = `${runId} · Cadenza`;
     leave = showRun(app, runId);
