@@ -43,7 +43,7 @@ class RunYaml(Protocol):
     ) -> Awaitable[RunResult]: ...
 
 
-Wire = Literal["openai", "anthropic", "bedrock"]
+Wire = Literal["openai", "anthropic", "gemini", "vertex-anthropic", "bedrock"]
 """The wire formats a scripted chat model speaks."""
 
 

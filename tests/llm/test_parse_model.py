@@ -49,6 +49,7 @@ def test_rejects_specs_without_provider_or_model(spec: str) -> None:
         ("claude-sonnet-4-6", ("anthropic", "claude-sonnet-4-6")),
         ("gpt-4o-mini", ("openai", "gpt-4o-mini")),
         ("o3-mini", ("openai", "o3-mini")),
+        ("gemini-2.5-flash", ("google", "gemini-2.5-flash")),
     ],
 )
 def test_bare_zenflow_names_go_to_their_makers(spec: str, expected: tuple[str, str]) -> None:
@@ -56,12 +57,12 @@ def test_bare_zenflow_names_go_to_their_makers(spec: str, expected: tuple[str, s
     assert parse_model(spec) == expected
 
 
-def test_zenflow_providers_without_a_client_go_to_the_default_provider() -> None:
-    """zenflow's prefixes Cadenza has no client for need their own keys there; here, a gateway."""
-    spec = "google/gemini-2.5-flash"
-    assert parse_model(spec, default_provider="openai") == ("openai", spec)
-    with pytest.raises(LLMConfigError, match="no 'google' client; set CADENZA_DEFAULT_PROVIDER"):
-        parse_model(spec)
+@pytest.mark.parametrize("prefix", ["bedrock", "google", "vertex", "vertex-anthropic", "groq"])
+def test_every_zenflow_prefix_resolves_natively(prefix: str) -> None:
+    """No zenflow prefix goes to a gateway any more: each is its own provider, default or not."""
+    spec = f"{prefix}/some-model@2025"
+    assert parse_model(spec) == (prefix, "some-model@2025")
+    assert parse_model(spec, default_provider="openai") == (prefix, "some-model@2025")
 
 
 def test_bedrock_has_its_own_client() -> None:

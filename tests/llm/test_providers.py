@@ -33,8 +33,10 @@ from tests.llm._providers import CASES, KEY, Case, environ_for
 
 HI = (Message("user", "hi"),)
 
-# zenflow's prefixes on native wires of their own (tested in test_bedrock_wire.py,
-# test_gemini_wire.py, test_vertex_wire.py).
+# zenflow's prefixes on native wires of their own, tested by their own files:
+# bedrock in test_bedrock_wire.py, google in test_gemini_wire.py, vertex and
+# vertex-anthropic in test_vertex_wire.py (their URLs and credentials are not a
+# base URL and a key header, which is what a case here checks).
 NATIVE = {"bedrock", "google", "vertex", "vertex-anthropic"}
 
 
@@ -179,13 +181,13 @@ def test_keyless_local_servers_pass_the_check() -> None:
         providers.check(spec)
 
 
-def test_only_the_native_wire_prefixes_still_need_a_gateway() -> None:
-    """groq/, mistral/... resolve by themselves; bedrock/, google/... go to the gateway for now."""
+def test_every_prefix_resolves_by_itself() -> None:
+    """groq/, google/, bedrock/...: each is a provider of its own; grok-* is placed on xai."""
     assert parse_model("groq/llama-3.3-70b") == ("groq", "llama-3.3-70b")
     assert parse_model("grok-4") == ("xai", "grok-4")  # zenflow places grok-* on xai
-    for prefix in NATIVE - set(PROVIDERS):
-        with pytest.raises(LLMConfigError, match=f"no {prefix!r} client"):
-            parse_model(f"{prefix}/some-model")
+    assert parse_model("gemini-2.5-flash") == ("google", "gemini-2.5-flash")
+    for prefix in NATIVE:
+        assert parse_model(f"{prefix}/some-model") == (prefix, "some-model")
 
 
 @pytest.mark.parametrize(

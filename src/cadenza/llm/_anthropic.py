@@ -23,6 +23,7 @@ __all__ = [
     "ANTHROPIC_VERSION",
     "DEFAULT_MAX_TOKENS",
     "WIRE",
+    "anthropic_body",
     "decode_anthropic",
     "encode_anthropic",
 ]
@@ -56,6 +57,11 @@ _arguments_decoder = msgspec.json.Decoder(dict[str, Any])
 
 def encode_anthropic(request: LLMRequest, *, stream: bool = False) -> bytes:
     """The Messages API request body for ``request``."""
+    return _encoder.encode(anthropic_body(request, stream=stream))
+
+
+def anthropic_body(request: LLMRequest, *, stream: bool = False) -> dict[str, Any]:
+    """The Messages API request for ``request``, as data (Vertex AI sends it amended)."""
     system = [m.content for m in request.messages if m.role == "system" and m.content]
     turns: list[dict[str, Any]] = []
     for message in request.messages:
@@ -84,7 +90,7 @@ def encode_anthropic(request: LLMRequest, *, stream: bool = False) -> bytes:
     body.update(sampling(request))
     if stream:
         body["stream"] = True
-    return _encoder.encode(body)
+    return body
 
 
 def _blocks(message: Message) -> list[dict[str, Any]]:

@@ -30,7 +30,7 @@ from ._specs import (
     parse_model,
 )
 from ._types import LLMClient
-from ._wire import HTTPModelClient, WireFormat
+from ._wire import Connect, Connection, HTTPModelClient, WireFormat
 
 __all__ = ["ProviderRegistry"]
 
@@ -106,6 +106,7 @@ class ProviderRegistry:
         self._closed = False
         self._offline = offline
         self._clients: dict[tuple[str, str], LLMClient] = {}
+        self._connections: dict[str, Connection] = {}  # provider -> its wire's, see _connect
         self._taken: Mapping[str, Collection[int]] = {}  # see resume_scripts
         self._checked: dict[str, tuple[str, str]] = {}  # spec -> check(spec), once it passed
         self._caller = HTTPCaller(
@@ -214,7 +215,7 @@ class ProviderRegistry:
     def _http_model(self, entry: Provider) -> LLMClient:
         wire = _wire(entry.wire)
         if wire.connect is not None:  # signed per request: the wire reads its own variables
-            connection = wire.connect(self._environ)
+            connection = self._connect(entry.name, wire.connect)
             auth = connection.auth
             return HTTPModelClient(
                 provider=entry.name,
@@ -247,8 +248,19 @@ class ProviderRegistry:
         entry = http_provider(provider)
         connect = None if entry is None else _wire(entry.wire).connect
         if connect is not None:
-            return connect(self._environ).missing
+            return self._connect(provider, connect).missing
         return missing_variable(provider, self._environ)
+
+    def _connect(self, provider: str, connect: Connect) -> Connection:
+        """``provider``'s connection, made once a run.
+
+        Every agent's client shares its credentials: Vertex AI's token is
+        fetched once a run, not once per agent.
+        """
+        connection = self._connections.get(provider)
+        if connection is None:
+            connection = self._connections[provider] = connect(self._environ)
+        return connection
 
     async def _http_client(self) -> httpx.AsyncClient:
         if self._offline:  # never reached by a replay's calls: a guard, should one go live

@@ -18,6 +18,10 @@ from ._errors import LLMConfigError
 __all__ = [
     "DEFAULT_PROVIDER_VARIABLE",
     "PROVIDERS",
+    "VERTEX_CLAUDE",
+    "VERTEX_CREDENTIALS",
+    "VERTEX_LOCATION",
+    "VERTEX_PROJECT",
     "Provider",
     "URLSetting",
     "fill_url",
@@ -106,6 +110,14 @@ _AZURE_ENDPOINT: Final = "https://{AZURE_RESOURCE_NAME}.openai.azure.com"
 _AZURE_KEYS: Final = ("AZURE_OPENAI_API_KEY", "AZURE_API_KEY")
 _AZURE_VERSION: Final = URLSetting("AZURE_OPENAI_API_VERSION", "2025-03-01-preview")
 
+# Vertex AI: where its wires find the project and region (the first variable set
+# wins; zenflow's, then the Anthropic SDK's for Claude) and the OAuth token.
+VERTEX_PROJECT: Final = ("GOOGLE_VERTEX_PROJECT", "GOOGLE_CLOUD_PROJECT", "GCLOUD_PROJECT")
+VERTEX_LOCATION: Final = ("GOOGLE_VERTEX_LOCATION", "GOOGLE_CLOUD_LOCATION")
+VERTEX_CLAUDE: Final = ("ANTHROPIC_VERTEX_PROJECT_ID", "CLOUD_ML_REGION")
+VERTEX_CREDENTIALS: Final = ("GOOGLE_OAUTH_ACCESS_TOKEN", "GOOGLE_APPLICATION_CREDENTIALS")
+_VERTEX_HOST: Final = "https://us-central1-aiplatform.googleapis.com"
+
 
 def _compatible(
     name: str,
@@ -151,7 +163,6 @@ _TABLE: Final = (
              variables=("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_BEARER_TOKEN_BEDROCK",
                         "AWS_REGION", "AWS_DEFAULT_REGION", "AWS_ENDPOINT_URL",
                         "AWS_IGNORE_CONFIGURED_ENDPOINT_URLS")),
-    # google, vertex, vertex-anthropic: native wires, added by their own modules
     _compatible("cerebras", "CEREBRAS_API_KEY", "CEREBRAS_BASE_URL", "https://api.cerebras.ai/v1"),
     _compatible("cloudflare", "CLOUDFLARE_API_TOKEN", "CLOUDFLARE_BASE_URL",
                 "https://api.cloudflare.com/client/v4/accounts/{CLOUDFLARE_ACCOUNT_ID}/ai/v1"),
@@ -168,6 +179,11 @@ _TABLE: Final = (
                 "https://api.fireworks.ai/inference/v1"),
     _compatible("fptcloud", "FPT_API_KEY", "FPT_BASE_URL", "https://mkp-api.fptcloud.{FPT_REGION}/v1",
                 settings=(URLSetting("FPT_REGION", "global", (("global", "com"), ("jp", "jp"))),)),
+    # Google's native wires: the Gemini API with a key; Vertex AI (Gemini, Claude)
+    # with an OAuth token, its project and region in the path (the `vertex` extra).
+    Provider("google", "gemini", "GOOGLE_GENERATIVE_AI_BASE_URL",
+             "https://generativelanguage.googleapis.com",
+             ("GOOGLE_GENERATIVE_AI_API_KEY", "GEMINI_API_KEY"), ("gemini-",)),
     _compatible("groq", "GROQ_API_KEY", "GROQ_BASE_URL", "https://api.groq.com/openai/v1"),
     # MiniMax recommends its Anthropic-compatible API, and zenflow speaks that one.
     Provider("minimax", "anthropic", "MINIMAX_BASE_URL", "https://api.minimax.io/anthropic",
@@ -187,6 +203,10 @@ _TABLE: Final = (
                 "https://api.runpod.ai/v2/{RUNPOD_ENDPOINT_ID}/openai/v1"),
     Provider("together", "openai", "TOGETHER_AI_BASE_URL", "https://api.together.xyz/v1",
              ("TOGETHER_AI_API_KEY", "TOGETHER_API_KEY")),
+    Provider("vertex", "vertex", "GOOGLE_VERTEX_BASE_URL", _VERTEX_HOST,
+             variables=VERTEX_PROJECT + VERTEX_LOCATION + VERTEX_CREDENTIALS),
+    Provider("vertex-anthropic", "vertex_anthropic", "GOOGLE_VERTEX_BASE_URL", _VERTEX_HOST,
+             variables=VERTEX_PROJECT + VERTEX_LOCATION + VERTEX_CLAUDE + VERTEX_CREDENTIALS),
     _compatible("vllm", "VLLM_API_KEY", "VLLM_BASE_URL", "http://localhost:8000/v1",
                 key_optional=True),
     _compatible("xai", "XAI_API_KEY", "XAI_BASE_URL", "https://api.x.ai/v1",
@@ -199,10 +219,6 @@ PROVIDERS: Final = tuple(sorted([*_BY_NAME, "scripted"]))
 
 DEFAULT_PROVIDER_VARIABLE: Final = "CADENZA_DEFAULT_PROVIDER"
 """Names the provider of bare model names no well-known prefix places (e.g. ``ollama``)."""
-
-# zenflow's provider prefixes whose native wire is not in the table yet: served
-# through CADENZA_DEFAULT_PROVIDER's gateway until their modules land.
-_GATEWAY_PROVIDERS: Final = frozenset({"google", "vertex", "vertex-anthropic"})
 
 _PLACEHOLDER: Final = re.compile(r"\{([A-Z][A-Z0-9_]*)\}")
 # What a variable may put in a URL: an account id, an endpoint id, a resource name,
@@ -228,14 +244,11 @@ def parse_model(spec: str, *, default_provider: str | None = None) -> tuple[str,
     gives ``("scripted", "scripted")``: a script has no model to name.
 
     A bare model name, as zenflow's documents write them, is placed as zenflow
-    places it: ``gpt-*``, ``o1``/``o3``/``o4*`` go to ``openai`` and ``claude-*``
-    to ``anthropic``; any other bare name goes to ``default_provider`` (the
-    ``CADENZA_DEFAULT_PROVIDER`` variable), and without one it is an error:
-    names like ``llama3`` are served by many providers, and guessing would be
-    wrong as often as right. zenflow's provider prefixes whose wire is not in
-    the table yet (``google/``, ``vertex/``...) go to
-    ``default_provider`` too (an OpenAI-compatible gateway, typically), with the
-    whole name as the model; without one they are an error that says so.
+    places it: ``gpt-*``, ``o1``/``o3``/``o4*`` go to ``openai``, ``claude-*``
+    to ``anthropic``, ``gemini-*`` to ``google``, ``grok-*`` to ``xai``; any
+    other bare name goes to ``default_provider`` (the ``CADENZA_DEFAULT_PROVIDER``
+    variable), and without one it is an error: names like ``llama3`` are served
+    by many providers, and guessing would be wrong as often as right.
 
     Raises:
         LLMConfigError: No provider, no model, or a provider that is not one of
@@ -254,14 +267,6 @@ def parse_model(spec: str, *, default_provider: str | None = None) -> tuple[str,
             f"({_known()})"
         )
     provider, model = text[:cut].lower(), text[cut + 1 :]
-    if provider in _GATEWAY_PROVIDERS and provider not in PROVIDERS:
-        if not default_provider:
-            raise LLMConfigError(
-                f"model {spec!r}: Cadenza has no {provider!r} client; set "
-                f"{DEFAULT_PROVIDER_VARIABLE} (e.g. openai, with OPENAI_BASE_URL at a "
-                f"gateway that serves {provider} models) or write provider:model ({_known()})"
-            )
-        return _default(default_provider), text
     if provider not in PROVIDERS:
         raise LLMConfigError(f"unknown provider {provider!r} in model {spec!r}{hint(provider)}")
     if not model:
@@ -365,6 +370,6 @@ def _known() -> str:
 
 def hint(provider: str) -> str:
     """``; did you mean 'openai'? (known providers: ...)`` for an unknown provider."""
-    close = difflib.get_close_matches(provider, [*PROVIDERS, *_GATEWAY_PROVIDERS], n=1)
+    close = difflib.get_close_matches(provider, PROVIDERS, n=1)
     suggestion = f"; did you mean {close[0]!r}?" if close else ""
     return f"{suggestion} ({_known()})"

@@ -84,15 +84,17 @@ class WireFormat:
     Attributes:
         name: The API family, e.g. ``openai``.
         path: Appended to the provider's base URL; ``{model}`` in it stands for
-            the model's name, percent-encoded (Bedrock's ``/model/{model}/converse``).
+            the model's name, percent-encoded (Bedrock's ``/model/{model}/converse``,
+            Gemini's ``/v1beta/models/{model}:generateContent``).
         encode: Builds the request body.
         decode: Builds the ``Completion`` from a 2xx body.
         auth_headers: The credential headers for an API key.
         extra_headers: Headers every request carries (an API version, say).
         stream: Assembles a streamed reply; None for a family that cannot stream.
         stream_path: The path of a streamed request, when it is not ``path``.
-        connect: For a family signed per request from several variables
-            (Bedrock): reads them. None: the provider's key goes in ``auth_headers``.
+        connect: For a family authorised per request from several variables
+            (Bedrock's SigV4, Vertex AI's OAuth token): reads them. None: the
+            provider's key goes in ``auth_headers``.
     """
 
     name: str
@@ -186,7 +188,9 @@ class HTTPModelClient:
         stream = None if factory is None or on_delta is None else (factory, on_delta)
         url = self._stream_url if stream is not None else self._url
         if "{model}" in url:
-            url = url.replace("{model}", quote(request.model, safe=""))
+            # Quoted whole, so a model name cannot add a path segment or a query;
+            # an '@' stays (Claude's versions on Vertex AI), as Google writes it.
+            url = url.replace("{model}", quote(request.model, safe="@"))
         reply, attempts = await self._caller.post(
             url,
             self._headers,

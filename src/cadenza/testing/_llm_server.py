@@ -1,10 +1,13 @@
 """``ScriptedLLMServer``: a real local HTTP server that plays a chat model from rules.
 
 It speaks OpenAI Chat Completions (``POST .../chat/completions``), the
-Anthropic Messages API (``POST /v1/messages``) or Amazon Bedrock's Converse
-(``POST /model/{id}/converse``, SigV4-verified) on 127.0.0.1, whole or
-streamed (server-sent events; Bedrock's binary event stream) when a request
-asks for a stream, answers from
+Anthropic Messages API (``POST /v1/messages``), Gemini (the Gemini API's
+``POST /v1beta/models/{model}:generateContent`` and Vertex AI's
+``.../publishers/google/models/{model}:generateContent``), Claude on Vertex
+AI (``.../publishers/anthropic/models/{model}:rawPredict``) or Amazon
+Bedrock's Converse (``POST /model/{id}/converse``, SigV4-verified) on
+127.0.0.1, whole or streamed (server-sent events; Bedrock's binary event
+stream) when a request asks for a stream, answers from
 rules (see ``ServerRule``), records every request, counts the peak number in
 flight, and can misbehave on cue: error statuses with ``Retry-After``, reset
 connections, delays and bodies trickled a byte at a time. It runs on a
@@ -14,6 +17,7 @@ thread, so it serves synchronous and asynchronous tests alike.
 from __future__ import annotations
 
 import json
+import re
 import threading
 from collections import deque
 from collections.abc import Mapping, Sequence
@@ -28,8 +32,11 @@ from ._local_http import LocalHTTPServer, RequestHandler
 
 __all__ = ["RecordedRequest", "ScriptedLLMServer"]
 
-Wire = Literal["openai", "anthropic", "bedrock"]
+Wire = Literal["openai", "anthropic", "gemini", "vertex-anthropic", "bedrock"]
 _WIRES: Final[dict[str, ServerWire]] = {**WIRES, "bedrock": BedrockWire()}
+
+# Where a model is named in the path: Bedrock's /model/{id}/..., Google's .../models/{id}:...
+_MODEL_IN_PATH: Final = re.compile(r"\A/model/([^/?#]+)/|/models/([^/:?#]+):")
 
 # How often a held reply checks whether the server is stopping.
 _HOLD_POLL: Final = 0.05
@@ -58,10 +65,10 @@ class RecordedRequest:
 
     @property
     def model(self) -> str | None:
-        """The requested model (from the path, where Bedrock puts it)."""
+        """The requested model (from the path, where Bedrock, Gemini and Vertex AI put it)."""
         model = self.body.get("model") if isinstance(self.body, dict) else None
-        if model is None and self.path.startswith("/model/"):
-            model = unquote(self.path.split("/")[2])
+        if model is None and (found := _MODEL_IN_PATH.search(self.path)) is not None:
+            model = unquote(found[1] or found[2])
         return model if isinstance(model, str) else None
 
     @property
@@ -84,7 +91,8 @@ class ScriptedLLMServer:
     Args:
         rules: Tried in order for every request; the first match answers. A
             request no rule matches gets HTTP 400 (and is recorded).
-        wire: ``openai``, ``anthropic`` or ``bedrock``.
+        wire: ``openai``, ``anthropic``, ``gemini`` (the Gemini API and Vertex
+            AI's Gemini), ``vertex-anthropic`` or ``bedrock``.
         host: The interface to listen on.
         port: The port; 0 picks a free one.
         keep: How many requests `requests` remembers (the newest); a long soak
@@ -134,26 +142,40 @@ class ScriptedLLMServer:
 
     @property
     def base_url(self) -> str:
-        """The provider's base URL: ``.../v1`` for OpenAI, the root for Anthropic and Bedrock."""
+        """The provider's base URL: ``.../v1`` for OpenAI, the root for the others."""
         return f"{self.url}/v1" if self._wire.name == "openai" else self.url
 
     def environ(self, api_key: str | None = None) -> dict[str, str]:
-        """Environment variables that point the matching provider at this server.
+        """Environment variables that point the matching provider(s) at this server.
 
         ``api_key`` is the key the client sends (the server's own by default);
         for ``bedrock`` it is the secret access key, beside the endpoint URL
         override, the access key id and a region, as the AWS SDKs read them.
+        The ``gemini`` server serves ``google`` and ``vertex`` alike, so both
+        are pointed at it; Vertex AI's project is ``test-project`` in
+        ``us-central1``, and the key its access token.
         """
         key = self._api_key if api_key is None else api_key
-        if self._wire.name == "bedrock":
+        name = self._wire.name
+        if name == "bedrock":
             return {
                 "AWS_ENDPOINT_URL_BEDROCK_RUNTIME": self.base_url,
                 "AWS_ACCESS_KEY_ID": BEDROCK_ACCESS_KEY_ID,
                 "AWS_SECRET_ACCESS_KEY": key,
                 "AWS_REGION": "us-east-1",
             }
-        prefix = "OPENAI" if self._wire.name == "openai" else "ANTHROPIC"
-        return {f"{prefix}_BASE_URL": self.base_url, f"{prefix}_API_KEY": key}
+        if name in ("openai", "anthropic"):
+            prefix = name.upper()
+            return {f"{prefix}_BASE_URL": self.base_url, f"{prefix}_API_KEY": key}
+        vertex = {
+            "GOOGLE_VERTEX_BASE_URL": self.url,
+            "GOOGLE_CLOUD_PROJECT": "test-project",
+            "GOOGLE_CLOUD_LOCATION": "us-central1",
+            "GOOGLE_OAUTH_ACCESS_TOKEN": key,
+        }
+        if name == "gemini":
+            vertex.update(GOOGLE_GENERATIVE_AI_BASE_URL=self.url, GEMINI_API_KEY=key)
+        return vertex
 
     @property
     def requests(self) -> list[RecordedRequest]:

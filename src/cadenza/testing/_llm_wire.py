@@ -1,7 +1,8 @@
 """The wire formats ``ScriptedLLMServer`` speaks: reading requests, writing replies.
 
-OpenAI's and Anthropic's are here; Bedrock's Converse (signed, binary streams)
-is in ``_llm_bedrock``.
+OpenAI's, Anthropic's and Google's (the Gemini API, Vertex AI's Gemini and
+Claude) are here; Bedrock's Converse (signed, binary streams) is in
+``_llm_bedrock``.
 
 Request bodies come from clients under test, so reading them is defensive:
 a missing or oddly typed field reads as empty instead of crashing the server.
@@ -11,8 +12,9 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 from collections.abc import Mapping
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 from ._llm_rules import RequestView, ServerReply, ServerToolCall
 
@@ -305,5 +307,160 @@ class _Anthropic(_Family):
         return _sse([(e["type"], e) for e in events], done=False)
 
 
-WIRES: dict[str, ServerWire] = {"openai": _OpenAI(), "anthropic": _Anthropic()}
+# Vertex AI's endpoints of a publisher's model (the Gemini API's start at /v1beta/models/).
+_VERTEX: Final = r"/v1/projects/[^/?#]+/locations/[^/?#]+/publishers/"
+_GEMINI_PATH: Final = re.compile(
+    rf"(?:/v1beta|{_VERTEX}google)/models/(?P<model>[^/:?#]+)"
+    r":(?P<method>generateContent|streamGenerateContent)(?:\?alt=sse)?"
+)
+_VERTEX_CLAUDE_PATH: Final = re.compile(
+    rf"{_VERTEX}anthropic/models/(?P<model>[^/:?#]+):(?P<method>rawPredict|streamRawPredict)"
+)
+
+
+class _ModelInPath(_Family):
+    """A family whose URL names the model and says whether to stream."""
+
+    _pattern: re.Pattern[str]
+    _streamed: str  # the method of a streamed request
+
+    def accepts(self, path: str) -> bool:
+        return self._pattern.fullmatch(path) is not None
+
+    def streams(self, body: Any, path: str) -> bool:
+        found = self._pattern.fullmatch(path)
+        return found is not None and found["method"] == self._streamed
+
+    def named(self, body: Any, path: str) -> dict[str, Any]:
+        """The body with the ``model`` its URL names, as rules match on it."""
+        found = self._pattern.fullmatch(path)
+        return {**_dict(body), "model": found["model"] if found is not None else None}
+
+
+def _gemini_text(part: Any) -> str:
+    part = _dict(part)
+    if isinstance(part.get("text"), str):
+        return str(part["text"])
+    answer = _dict(part.get("functionResponse")).get("response")
+    if answer is None:
+        return ""
+    output = _dict(answer).get("output")
+    return output if isinstance(output, str) else json.dumps(answer)
+
+
+def _gemini_role(role: Any, parts: list[Any]) -> str | None:
+    """``assistant`` for the model's turn; ``tool`` for a user turn of function responses."""
+    if role == "model":
+        return "assistant"
+    if role != "user":
+        return None
+    answers = parts and all("functionResponse" in _dict(p) for p in parts)
+    return "tool" if answers else "user"
+
+
+class _Gemini(_ModelInPath):
+    """The Gemini API (``/v1beta/models/...``) and Vertex AI's (``.../publishers/google/...``)."""
+
+    name = "gemini"
+    _pattern = _GEMINI_PATH
+    _streamed = "streamGenerateContent"
+
+    def view(self, body: Any, path: str) -> RequestView:
+        body = self.named(body, path)
+        turns = [_dict(t) for t in _list(body.get("contents"))]
+        last = turns[-1] if turns else {}
+        parts = _list(last.get("parts"))
+        declarations = [
+            _dict(d)
+            for tool in _list(body.get("tools"))
+            for d in _list(_dict(tool).get("functionDeclarations"))
+        ]
+        system = _list(_dict(body.get("systemInstruction")).get("parts"))
+        return RequestView(
+            system="".join(_gemini_text(p) for p in system),
+            user="\n".join(
+                "".join(_gemini_text(p) for p in _list(t.get("parts")) if "text" in _dict(p))
+                for t in turns
+                if t.get("role") == "user"
+            ),
+            last="".join(_gemini_text(p) for p in parts),
+            last_role=_gemini_role(last.get("role"), parts),
+            model=body.get("model"),
+            tools=tuple(str(d.get("name", "")) for d in declarations),
+        )
+
+    def success(self, body: Any, reply: ServerReply, serial: int) -> dict[str, Any]:
+        parts: list[dict[str, Any]] = []
+        if reply.content:
+            parts.append({"text": reply.content})
+        for index, call in enumerate(reply.tool_calls):
+            arguments: Any = call.arguments
+            if isinstance(arguments, str):
+                with contextlib.suppress(ValueError):
+                    arguments = json.loads(arguments)
+            part: dict[str, Any] = {"functionCall": {"name": call.name, "args": arguments}}
+            if index == 0:  # as Gemini 3 does: the turn's first call is signed
+                part["thoughtSignature"] = f"c2lnbmF0dXJl-{serial}"
+            parts.append(part)
+        prompt, completion = reply.usage
+        return {
+            "candidates": [
+                {
+                    "content": {"role": "model", "parts": parts},
+                    "finishReason": "STOP",
+                    "index": 0,
+                }
+            ],
+            "usageMetadata": {
+                "promptTokenCount": prompt,
+                "candidatesTokenCount": completion,
+                "totalTokenCount": prompt + completion,
+            },
+            "responseId": f"resp-{serial}",
+        }
+
+    def error(self, status: int, message: str) -> dict[str, Any]:
+        kinds = {400: "INVALID_ARGUMENT", 403: "PERMISSION_DENIED", 429: "RESOURCE_EXHAUSTED"}
+        kind = kinds.get(status, "INTERNAL")
+        return {"error": {"code": status, "message": message, "status": kind}}
+
+    def stream(self, body: Any, reply: ServerReply, serial: int) -> bytes:
+        whole = self.success(body, reply, serial)
+        candidate = whole["candidates"][0]
+        prompt, _ = reply.usage
+        head = {"responseId": whole["responseId"]}
+
+        def chunk(parts: list[dict[str, Any]]) -> dict[str, Any]:
+            return {
+                **head,
+                "candidates": [{"content": {"role": "model", "parts": parts}, "index": 0}],
+                "usageMetadata": {"promptTokenCount": prompt, "totalTokenCount": prompt},
+            }
+
+        chunks = [chunk([{"text": p}]) for p in _pieces(reply.content or "", reply.chunk)]
+        chunks += [chunk([part]) for part in candidate["content"]["parts"] if "text" not in part]
+        last = chunk([])
+        last["candidates"][0]["finishReason"] = candidate["finishReason"]
+        last["usageMetadata"] = whole["usageMetadata"]
+        chunks.append(last)
+        return _sse([(None, c) for c in chunks], done=False)
+
+
+class _VertexAnthropic(_ModelInPath, _Anthropic):
+    """Claude on Vertex AI: the Messages API at ``.../publishers/anthropic/...:rawPredict``."""
+
+    name = "vertex-anthropic"
+    _pattern = _VERTEX_CLAUDE_PATH
+    _streamed = "streamRawPredict"
+
+    def view(self, body: Any, path: str) -> RequestView:
+        return _Anthropic.view(self, self.named(body, path), path)
+
+
+WIRES: dict[str, ServerWire] = {
+    "openai": _OpenAI(),
+    "anthropic": _Anthropic(),
+    "gemini": _Gemini(),
+    "vertex-anthropic": _VertexAnthropic(),
+}
 """The wire formats by name."""
