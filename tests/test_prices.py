@@ -204,14 +204,15 @@ steps:
         assert first.status == "waiting"
         assert first.usage.cost == pytest.approx(0.02)
         await runtime.signal("r", "ask", "yes")
-    costs: list[float] = []
     async with Runtime(store=store) as runtime:  # another process: counts from the log
         handle = await runtime.resume("r")
         result = await handle.result()
         events = await runtime.stored_events("r")
-    for event in events:
-        if event.type == "agent_turn" and event.data and event.data["phase"] == "response":
-            costs.append(event.data["cost"])
+    costs = [
+        event.data["cost"]
+        for event in events
+        if event.type == "agent_turn" and event.data and event.data["phase"] == "response"
+    ]
     # The budget counted the calls made before the pause: "three" crosses 0.025.
     assert result.status == "failed"
     assert result.error is not None
