@@ -80,6 +80,8 @@ def test_a_run_ends_at_the_call_that_crosses_max_cost(
     assert result["usage"]["byAgent"]["writer"]["llmCalls"] == len(costs)
     failed = [step for step, record in result["steps"].items() if record["status"] == "failed"]
     assert failed == [f"s{len(costs)}"]  # the step whose call the budget refused
+    replayed = cadenza("replay", result["runId"], "--store", str(store), cwd=tmp_path)
+    assert replayed.returncode == 0, replayed.stdout + replayed.stderr  # the same budget, offline
 
 
 def test_parallel_agents_spend_at_most_one_call_past_max_cost(
