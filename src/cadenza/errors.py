@@ -2,6 +2,7 @@
 
     CadenzaError
     ├── WorkflowError            (cadenza.workflow) a document is invalid (located problems)
+    ├── PricesInvalid            (cadenza.workflow) a prices file or mapping of the wrong shape
     ├── ExpressionError          a CEL expression failed to compile or evaluate
     │   ├── ExpressionSyntaxError     it does not compile (carries the column)
     │   │   ├── ExpressionTooComplex  it is longer, deeper or more nested than the caps
@@ -39,7 +40,7 @@
     │   ├── LLMConnectionError   the provider could not be reached
     │   ├── LLMTimeout           no answer within the deadline
     │   └── LLMResponseError     the answer could not be read
-    ├── BudgetExceeded           (cadenza.actors) ``options.maxTokens`` is spent
+    ├── BudgetExceeded           (cadenza.actors) a ``maxTokens`` or ``maxCost`` budget is spent
     ├── HandlerError             (cadenza.actors) a ``handler`` cannot be imported or called
     ├── McpUnavailable           (cadenza.actors) an MCP server did not start or list its tools
     ├── ReplayDiffers            (cadenza.actors) an offline replay asked a call its record lacks

@@ -60,6 +60,8 @@ def spawn_step(placement: Placement, address: Address) -> Cancellable:
     none of them imports the others.
     """
     step, run = placement.step, placement.run
+    if step.max_cost is not None:  # the calls under this address pass its cost budget
+        run.budgets.watch_step(str(address), step.max_cost, f"maxCost of step {address}")
     loop = step.loop
     if loop is not None:
         make = ForEachController if loop.is_for_each else LoopController

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from cadenza.actors import EventSink, RunControl, RunJournal, RunSetup, execute_run
-from cadenza.actors.run import Recording, decode_document
+from cadenza.actors.run import Recording, decode_document, run_prices
 from cadenza.errors import ReplayRefused, RunNeedsCode, StoreError
 from cadenza.kernel import SystemClock
 from cadenza.protocols import AgentTurn, Event, EventType, RunResult, payload
@@ -222,6 +222,7 @@ async def _run(
                 clock=SystemClock(),
                 max_concurrency=limit,
                 default_model=model,
+                prices=run_prices(document),  # the workflow's; a caller's are not recorded
                 recording=recording,
                 store=memory,
                 control=control,

@@ -60,12 +60,17 @@ from cadenza.actors import (
 )
 from cadenza.actors.run import (
     PermissionHook,
+    PricesLike,
     Replay,
     StoredPolicy,
     ToolPolicy,
+    caller_prices,
+    cost_budget,
     letter_size,
     resume_refusal,
     resumed_policy,
+    run_prices,
+    unpriced,
 )
 from cadenza.errors import (
     CadenzaError,
@@ -80,7 +85,7 @@ from cadenza.errors import (
     StoreFailed,
 )
 from cadenza.kernel import Clock, SystemClock
-from cadenza.llm import RetryPolicy
+from cadenza.llm import Price, RetryPolicy
 from cadenza.protocols import (
     FINISHED,
     Event,
@@ -215,6 +220,10 @@ class Runtime:
         recover: Take over the store's orphaned runs (status ``running``, lease
             expired or free) and resume them, looking every
             ``recovery_interval`` seconds until the runtime stops.
+        prices: Model prices over the shipped ones and the workflow's ``prices:``
+            (docs/prices.md): a mapping ``model spec -> Price`` (or ``{input, output,
+            cachedInput}``, USD per million tokens), or the path of a YAML or JSON
+            file of them.
         capacity: Take queued runs (`submit`, from any process) from the store and
             start them while this runtime drives fewer than this many runs:
             the highest priority first, then the oldest, looking every
@@ -249,6 +258,7 @@ class Runtime:
         lease_ttl: float | None = None,
         recover: bool = False,
         capacity: int | None = None,
+        prices: PricesLike | None = None,
     ) -> None:
         if lease_ttl is None:
             lease_ttl = lease_ttl_from_environment()
@@ -285,6 +295,8 @@ class Runtime:
         )
         """What every run adds to its workflow's tool permissions."""
         self.default_model = default_model or os.environ.get("CADENZA_MODEL")
+        self.prices: dict[str, Price] = caller_prices(prices)
+        """The caller's model prices, over the shipped ones and each workflow's."""
         self._group: anyio.abc.TaskGroup | None = None
         self._runs: dict[str, DrivenRun] = {}
         """The runs this runtime drives now, by id (a finished one is dropped)."""
@@ -411,6 +423,7 @@ class Runtime:
         document = _as_document(workflow)
         if self.workers is not None:
             self._check_remote(document)
+        self._check_prices(document)
         resolved = resolve_inputs(document.workflow.inputs, inputs or {})
         run_id = run_id or new_run_id()
         if run_id in self._runs or await self.store.get_run(run_id) is not None:
@@ -428,13 +441,30 @@ class Runtime:
         await self._launch(run, document, resolved, limit, LeaseHolder.for_this_process())
         return run.handle
 
+    def _check_prices(self, document: LoadedWorkflow) -> None:
+        """Refuses a workflow with a cost budget over a model that has no price.
+
+        Raises:
+            WorkflowError: A step under a ``maxCost`` calls a model with no price.
+        """
+        problems = unpriced(document, run_prices(document, self.prices), self.default_model)
+        if problems:
+            raise WorkflowError(problems)
+
     def _check_remote(self, document: LoadedWorkflow) -> None:
         """Refuses a workflow that needs the supervisor's process where workers run steps.
 
         Raises:
-            InputError: It declares MCP servers, worktree-per-step isolation or tool
-                permissions.
+            InputError: It declares MCP servers, worktree-per-step isolation, tool
+                permissions or a cost budget.
         """
+        where = cost_budget(document)
+        if where is not None:
+            raise InputError(
+                f"{where} sets a cost budget, and remote workers' model calls are not "
+                "reserved against cost budgets yet: run it without workers, or budget it "
+                "with options.maxTokens"
+            )
         if document.workflow.mcp_servers:
             raise InputError(
                 "this workflow declares mcpServers, and MCP servers run in the supervisor's"
@@ -507,6 +537,7 @@ class Runtime:
                         clock=self.clock,
                         max_concurrency=limit,
                         default_model=self.default_model,
+                        prices=run_prices(document, self.prices),
                         control=driven.control,
                         http=self._shared_http,
                         dispatcher=self.workers,
@@ -673,6 +704,7 @@ class Runtime:
             self._check_policy(run_id, document, policy)
             if self.workers is not None:
                 self._check_remote(document)
+            self._check_prices(document)
         except Exception as error:
             if not _startable_later(error):
                 fail_queued(self.store, row, error)
@@ -713,6 +745,7 @@ class Runtime:
         if self._group is None:
             raise CadenzaError("the runtime is not running; use it as 'async with Runtime()'")
         document = _as_document(workflow)
+        self._check_prices(document)
         resolved = resolve_inputs(document.workflow.inputs, inputs or {})
         run_id = run_id or new_run_id()
         await submit_run(

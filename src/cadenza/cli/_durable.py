@@ -20,6 +20,7 @@ import argparse
 import json
 import re
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cadenza.errors import CadenzaError, InputError, RunNeedsCode
@@ -27,7 +28,7 @@ from cadenza.store import describe_store
 from cadenza.workflow import parse_duration
 
 from ._inputs import add_input_options, parse_edits, parse_inputs
-from ._paths import STORE_HELP, StoreSpec, existing_store, store_spec
+from ._paths import PRICES_HELP, STORE_HELP, StoreSpec, existing_store, store_spec
 from ._permissions import TerminalAsker, add_permission_options, tool_policy
 
 if TYPE_CHECKING:
@@ -72,6 +73,7 @@ def add_durable_commands(
     resume.add_argument("--store", type=store_spec, default=store, help=STORE_HELP)
     resume.add_argument("--max-concurrency", type=positive, help="steps in parallel")
     resume.add_argument("--model", help="model for steps without an agent (provider:model)")
+    resume.add_argument("--prices", type=Path, metavar="FILE", help=PRICES_HELP)
     add_permission_options(resume)
 
     fork = commands.add_parser("fork", help="run again from a step of a run, as a new run")
@@ -97,6 +99,7 @@ def add_durable_commands(
     fork.add_argument("--events", action="store_true", help="write NDJSON events to stderr")
     fork.add_argument("--store", type=store_spec, default=store, help=STORE_HELP)
     fork.add_argument("--model", help="model for steps without an agent (provider:model)")
+    fork.add_argument("--prices", type=Path, metavar="FILE", help=PRICES_HELP)
     add_permission_options(fork)
 
     signal = commands.add_parser("signal", help="answer a step waiting for a person")
@@ -126,7 +129,9 @@ async def resume_command(args: argparse.Namespace) -> int:
 
     asker = TerminalAsker() if args.ask else None
     policy = tool_policy(args, asker)
-    async with Runtime(store=_store(args), default_model=args.model, permissions=policy) as runtime:
+    async with Runtime(
+        store=_store(args), default_model=args.model, permissions=policy, prices=args.prices
+    ) as runtime:
         if not args.all:
             return await _resume_one(runtime, args.run_id, args, asker)
         codes = []
@@ -171,7 +176,9 @@ async def fork_command(args: argparse.Namespace) -> int:
     asker = TerminalAsker() if args.ask else None
     policy = tool_policy(args, asker)
     async with (
-        Runtime(store=_store(args), default_model=args.model, permissions=policy) as runtime,
+        Runtime(
+            store=_store(args), default_model=args.model, permissions=policy, prices=args.prices
+        ) as runtime,
         watch_run(events=args.events, json_only=args.json) as on_event,
     ):
         if asker is not None and isinstance(on_event, LiveProgress):

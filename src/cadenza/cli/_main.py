@@ -28,6 +28,7 @@ from cadenza._redact import redact
 from cadenza.errors import CadenzaError, StoreFailed
 from cadenza.workflow import (
     ModelRules,
+    Problem,
     WorkflowError,
     describe_workflow,
     load_workflow,
@@ -45,7 +46,7 @@ from ._durable import (
 )
 from ._fleet import add_fleet_command, fleet_command
 from ._inputs import add_input_options, parse_inputs
-from ._paths import DEFAULT_STORE, STORE_HELP, existing_store, store_spec
+from ._paths import DEFAULT_STORE, PRICES_HELP, STORE_HELP, existing_store, store_spec
 from ._permissions import add_permission_options
 from ._remote import add_remote_commands, add_run_options, keys_command, worker_command
 from ._replay import add_replay_command, replay_command
@@ -87,6 +88,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--run-id", help="record the run under this id")
     run.add_argument("--max-concurrency", type=_positive, help="steps in parallel")
     run.add_argument("--model", help="model for steps without an agent (provider:model)")
+    run.add_argument("--prices", type=Path, metavar="FILE", help=PRICES_HELP)
     add_run_options(run)
     add_permission_options(run)
 
@@ -95,6 +97,7 @@ def _parser() -> argparse.ArgumentParser:
     validate.add_argument(
         "--model", help="the model a run would give steps without one (as run --model)"
     )
+    validate.add_argument("--prices", type=Path, metavar="FILE", help=PRICES_HELP)
 
     graph = commands.add_parser("graph", help="print a workflow's structure")
     graph.add_argument("file", type=Path)
@@ -147,6 +150,7 @@ async def _run(args: argparse.Namespace) -> int:
             curve_keys=args.curve_keys,
             insecure=args.insecure,
             permissions=tool_policy(args, asker, document.workflow.mcp_servers),
+            prices=args.prices,
         ) as runtime,
         watch_run(events=args.events, json_only=args.json) as on_event,
     ):
@@ -169,6 +173,8 @@ def _validate(args: argparse.Namespace) -> int:
     bad = 0
     for path in args.files:
         problems = validate_file(path, models=models)
+        if not any(problem.severity == "error" for problem in problems):
+            problems += _unpriced(path, args.prices, models.default)
         for problem in problems:
             sys.stderr.write(f"{problem}\n")
         if any(problem.severity == "error" for problem in problems):
@@ -176,6 +182,15 @@ def _validate(args: argparse.Namespace) -> int:
         else:
             sys.stdout.write(f"{path}: ok\n")
     return 2 if bad else 0
+
+
+def _unpriced(path: Path, prices: Path | None, default_model: str | None) -> list[Problem]:
+    """The models a cost budget of the valid workflow at ``path`` covers with no price."""
+    from cadenza.actors.run import caller_prices, run_prices, unpriced
+
+    document = load_workflow(path)
+    table = run_prices(document, caller_prices(prices))
+    return unpriced(document, table, default_model, filename=str(path))
 
 
 def _model_rules(flag: str | None) -> ModelRules:

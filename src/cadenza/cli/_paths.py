@@ -9,10 +9,22 @@ from pathlib import Path
 from cadenza.errors import InputError
 from cadenza.store import describe_store, is_postgres_url
 
-__all__ = ["DEFAULT_STORE", "STORE_HELP", "StoreSpec", "existing_store", "store_spec"]
+__all__ = [
+    "DEFAULT_STORE",
+    "PRICES_HELP",
+    "STORE_HELP",
+    "StoreSpec",
+    "existing_store",
+    "store_spec",
+]
 
 DEFAULT_STORE = Path(".cadenza") / "runs.db"
 """The run store of every command that takes ``--store``, relative to the working directory."""
+
+PRICES_HELP = (
+    "a YAML or JSON file of model prices (model: {input, output, cachedInput} in USD per "
+    "million tokens), over the shipped ones and the workflow's (docs/prices.md)"
+)
 
 STORE_HELP = (
     "the run store: a SQLite file (default: .cadenza/runs.db) or a postgresql:// URL "

@@ -28,6 +28,10 @@ from ._errors import LLMError as LLMError
 from ._errors import LLMHTTPError as LLMHTTPError
 from ._errors import LLMResponseError as LLMResponseError
 from ._errors import LLMTimeout as LLMTimeout
+from ._prices import DEFAULT_PRICES as DEFAULT_PRICES
+from ._prices import PRICES_CHECKED as PRICES_CHECKED
+from ._prices import Price as Price
+from ._prices import PriceTable as PriceTable
 from ._retry import RetryPolicy as RetryPolicy
 from ._scripted import ScriptedClient as ScriptedClient
 from ._scripted import ScriptReplyLike as ScriptReplyLike
@@ -61,7 +65,9 @@ def __getattr__(name: str) -> _typing.Any:
 
 
 __all__ = [
+    "DEFAULT_PRICES",
     "DEFAULT_PROVIDER_VARIABLE",
+    "PRICES_CHECKED",
     "PROVIDERS",
     "CallHooks",
     "Completion",
@@ -77,6 +83,8 @@ __all__ = [
     "LLMUsage",
     "Message",
     "ModelToolCall",
+    "Price",
+    "PriceTable",
     "ProviderRegistry",
     "RetryHook",
     "RetryPolicy",

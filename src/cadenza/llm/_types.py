@@ -105,6 +105,9 @@ class LLMUsage(msgspec.Struct, frozen=True):
 
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    cached_tokens: int = 0
+    """Of ``prompt_tokens``, those the provider read from its prompt cache (priced as
+    ``cachedInput``; 0 when the wire does not say)."""
 
     @property
     def total_tokens(self) -> int:

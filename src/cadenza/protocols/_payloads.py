@@ -182,10 +182,13 @@ class StepStart(Payload, frozen=True, kw_only=True):
 
 
 class StepEnd(Payload, frozen=True, kw_only=True):
-    """An address completed; ``worker`` ran it (a step without one carries no data)."""
+    """An address completed; ``worker`` ran it, its model calls cost ``cost`` USD (a
+    step with neither carries no data)."""
 
     event_type: ClassVar[str] = EventType.STEP_END
     worker: str | None = None
+    cost: float | None = None
+    """USD of the step's priced model calls (absent: it made none)."""
 
 
 class StepError(Payload, frozen=True, kw_only=True):
@@ -194,6 +197,8 @@ class StepError(Payload, frozen=True, kw_only=True):
     event_type: ClassVar[str] = EventType.ERROR
     status: str | None = None
     worker: str | None = None
+    cost: float | None = None
+    """USD of the step's priced model calls (absent: it made none)."""
 
 
 class StepRetry(Payload, frozen=True, kw_only=True):
@@ -362,7 +367,8 @@ class AgentTurn(Payload, frozen=True, kw_only=True):
     """A model call: its ``request`` (with ``turn``), then its ``response`` (``attempts``).
 
     A ``scripted`` model's response also says which reply of the script it was
-    (``script_position``, 0-based): a resumed run gives those replies out once.
+    (``script_position``, 0-based): a resumed run gives those replies out once,
+    and what the call cost in USD (``cost``) when its model has a price.
     """
 
     event_type: ClassVar[str] = EventType.AGENT_TURN
@@ -371,6 +377,8 @@ class AgentTurn(Payload, frozen=True, kw_only=True):
     model: str
     attempts: int | None = None
     script_position: int | None = None
+    cost: float | None = None
+    """A response's USD, from the run's price table (absent: the model has no price)."""
 
 
 class ToolCall(Payload, frozen=True, kw_only=True):

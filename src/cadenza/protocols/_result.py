@@ -8,6 +8,7 @@ import msgspec
 
 __all__ = [
     "FINISHED",
+    "AgentUsage",
     "ErrorInfo",
     "GraphSummary",
     "LoopSummary",
@@ -82,12 +83,30 @@ class MessageRecord(_Record, frozen=True):
     kind: str | None = None
 
 
-class Usage(_Record, frozen=True):
-    """Token usage and LLM calls of a whole run."""
+class AgentUsage(_Record, frozen=True):
+    """Token usage, LLM calls and their cost of one agent over a whole run."""
 
     prompt_tokens: int = 0
     completion_tokens: int = 0
     llm_calls: int = 0
+    cost: float = 0.0
+
+
+class Usage(_Record, frozen=True):
+    """Token usage and LLM calls of a whole run, and what they cost.
+
+    ``cost`` is in USD, from the run's price table (docs/prices.md); a call to a
+    model with no price adds nothing to it and is counted in ``unpriced_calls``.
+    ``by_agent`` is the same per agent name (steps of the default agent, which
+    has none, count in the run's totals only).
+    """
+
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    llm_calls: int = 0
+    cost: float = 0.0
+    unpriced_calls: int = 0
+    by_agent: dict[str, AgentUsage] = {}
 
 
 class RunResult(_Record, frozen=True):

@@ -32,6 +32,9 @@ from ._models import ModelRules as ModelRules
 from ._needs import CodeReference as CodeReference
 from ._needs import code_references as code_references
 from ._needs import module_exists as module_exists
+from ._prices import PricesInvalid as PricesInvalid
+from ._prices import prices_from as prices_from
+from ._prices import read_prices as read_prices
 from ._problems import Problem as Problem
 from ._problems import WorkflowError as WorkflowError
 from ._python import PREFIX as PYTHON_PREFIX
@@ -61,6 +64,7 @@ from ._spec import ItemSource as ItemSource
 from ._spec import Loop as Loop
 from ._spec import McpServer as McpServer
 from ._spec import MemoryWindow as MemoryWindow
+from ._spec import ModelPrice as ModelPrice
 from ._spec import Options as Options
 from ._spec import Permissions as Permissions
 from ._spec import ScriptReply as ScriptReply
@@ -105,9 +109,11 @@ __all__ = [
     "Loop",
     "McpServer",
     "MemoryWindow",
+    "ModelPrice",
     "ModelRules",
     "Options",
     "Permissions",
+    "PricesInvalid",
     "Problem",
     "ScriptReply",
     "ScriptToolCall",
@@ -131,8 +137,10 @@ __all__ = [
     "parse_duration",
     "parse_template",
     "preview",
+    "prices_from",
     "python_expression",
     "quote",
+    "read_prices",
     "register_python",
     "register_step_kind",
     "resolve_inputs",

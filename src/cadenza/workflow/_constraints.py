@@ -20,6 +20,7 @@ from ._spec import (
     ItemSource,
     Loop,
     MemoryWindow,
+    ModelPrice,
     Options,
     State,
     Step,
@@ -42,6 +43,7 @@ class Rule:
     """Value constraints of one field (zenflow's schema keywords, plus durations)."""
 
     ge: float | None = None
+    gt: float | None = None
     le: float | None = None
     min_len: int | None = None
     max_len: int | None = None
@@ -54,6 +56,7 @@ class Rule:
 _DURATION = Rule(duration=True)
 _AT_LEAST_0 = Rule(ge=0)
 _AT_LEAST_1 = Rule(ge=1)
+_POSITIVE = Rule(gt=0)
 _ID_HINT = "lowercase letters, digits, '_' and '-', starting with a letter, at most 64 characters"
 
 # Constraints by (owning Struct, document key). Step and State share their body's.
@@ -65,6 +68,11 @@ _RULES: dict[tuple[type, str], Rule] = {
     (Agent, "maxTurns"): _AT_LEAST_0,
     (Agent, "temperature"): Rule(ge=0, le=2),
     (Agent, "topP"): Rule(ge=0, le=1),
+    (Agent, "maxCost"): _POSITIVE,
+    (Step, "maxCost"): _POSITIVE,
+    (ModelPrice, "input"): _AT_LEAST_0,
+    (ModelPrice, "output"): _AT_LEAST_0,
+    (ModelPrice, "cachedInput"): _AT_LEAST_0,
     (Step, "id"): Rule(pattern=STEP_ID, hint=_ID_HINT),
     (Step, "instructions"): Rule(max_len=2000),
     (Step, "timeout"): _DURATION,
@@ -93,12 +101,13 @@ _RULES: dict[tuple[type, str], Rule] = {
     (Options, "timeout"): _DURATION,
     (Options, "stepTimeout"): _DURATION,
     (Options, "maxTokens"): _AT_LEAST_1,
+    (Options, "maxCost"): _POSITIVE,
     (Options, "maxRetries"): _AT_LEAST_0,
     (Supervision, "maxRestarts"): _AT_LEAST_0,
     (Supervision, "within"): _DURATION,
     (Coordinator, "maxWakes"): _AT_LEAST_1,
 }
-for _key in ("instructions", "timeout", "retries", "maxRetries", "tool", "handler"):
+for _key in ("instructions", "timeout", "retries", "maxRetries", "tool", "handler", "maxCost"):
     _RULES[State, _key] = _RULES[Step, _key]
 
 
@@ -123,8 +132,10 @@ def constrain(value: Any, path: DocPath, rule: Rule, reporter: Reporter) -> None
 
 def _out_of_range(value: float, name: str | int, rule: Rule) -> list[str]:
     problems = []
-    if rule.ge is not None and value < rule.ge:
+    if rule.ge is not None and not value >= rule.ge:  # NaN is out of every range
         problems.append(f"{name} must be at least {rule.ge:g}, got {value}")
+    if rule.gt is not None and not value > rule.gt:
+        problems.append(f"{name} must be more than {rule.gt:g}, got {value}")
     if rule.le is not None and value > rule.le:
         problems.append(f"{name} must be at most {rule.le:g}, got {value}")
     return problems

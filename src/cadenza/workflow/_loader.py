@@ -298,6 +298,8 @@ class _Session:
             for at, text in validator.replacements.items():
                 _assign(clean, at, text)
             workflow = msgspec.convert(clean, Workflow)
+        if validator.prices is not None:  # ``prices: FILE``, read in
+            workflow = msgspec.structs.replace(workflow, prices=validator.prices)
         return LoadedWorkflow(workflow, path, base_dir, MappingProxyType(includes)), height
 
     def built(

@@ -34,6 +34,7 @@ __all__ = [
     "Loop",
     "McpServer",
     "MemoryWindow",
+    "ModelPrice",
     "Options",
     "Permissions",
     "ScriptReply",
@@ -146,6 +147,8 @@ class Agent(_Spec, frozen=True):
     top_p: float | None = None
     result_schema: dict[str, Any] | None = None
     script: list[str | ScriptReply] | None = None  # extension: replies of the scripted model
+    max_cost: float | None = None
+    """Extension: USD this agent's model calls may cost in the whole run (docs/prices.md)."""
 
     @property
     def turns(self) -> int:
@@ -284,6 +287,9 @@ class _Body(_Spec, frozen=True):
     retries: int = 0
     max_retries: int | None = None
     on_error: Literal["fail", "continue"] = "fail"
+    max_cost: float | None = None
+    """Extension: USD the model calls of this step may cost, everything it contains
+    included (a loop's iterations, a graph's states, an include's steps)."""
 
     @property
     def kind(self) -> str:
@@ -360,12 +366,23 @@ class Options(_Spec, frozen=True):
     timeout: str | None = None
     step_timeout: str | None = None
     max_tokens: int | None = None
+    max_cost: float | None = None
+    """Extension: USD the run's model calls may cost (docs/prices.md)."""
     isolation: Literal["none", "worktree-per-step"] | None = None
     """``worktree-per-step``: each command, tool and agent step in a git worktree of its own."""
     scheduler: Literal["dependency-first", "round-robin", "least-busy"] = "dependency-first"
     max_retries: int | None = None
     supervisor: Supervision | None = None
     """Restarts of failed steps, per list of steps (extension; absent: none)."""
+
+
+class ModelPrice(_Spec, frozen=True):
+    """An entry of ``prices:``: a model's price in USD per million tokens (extension)."""
+
+    input: float
+    output: float
+    cached_input: float | None = None
+    """Prompt tokens read from the provider's cache; absent: priced as ``input``."""
 
 
 class Coordinator(_Spec, frozen=True):
@@ -391,6 +408,9 @@ class Workflow(_Spec, frozen=True):
     loop: Loop | None = None
     mcp_servers: dict[str, McpServer] = {}
     permissions: Permissions = Permissions()
+    prices: dict[str, ModelPrice] | str = {}
+    """Extension: prices of models by spec, over the shipped ones, or the path of a YAML
+    or JSON file of them (relative to this file; the loader reads it in)."""
 
 
 _DURATION = re.compile(r"^(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")

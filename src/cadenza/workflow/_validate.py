@@ -20,9 +20,11 @@ from cadenza.errors import InputError
 
 from ._containers import check_loop
 from ._expressions import ExpressionChecker
+from ._files import FileRefused, resolve_inside
 from ._inputs import resolve_inputs
 from ._models import ModelCheck, ModelRules
 from ._modules import module_exists
+from ._prices import PricesInvalid, read_prices
 from ._problems import DocPath, Reporter, did_you_mean
 from ._references import check_json_schema, judge_problem, lines_problem, read_reference
 from ._rules import MCP_SERVER_NAME, rule_problem
@@ -33,6 +35,7 @@ from ._spec import (
     ItemSource,
     Loop,
     McpServer,
+    ModelPrice,
     Permissions,
     Step,
     Supervision,
@@ -100,6 +103,8 @@ class Validator:
         )
         self._defined_agents: str | None = None
         self.models = ModelCheck(models, reporter, workflow.agents) if models else None
+        self.prices: dict[str, ModelPrice] | None = None
+        """The prices of a ``prices:`` file, read in (None: the prices are inline)."""
 
     def run(self) -> None:
         """Apply every rule to the whole document."""
@@ -117,6 +122,8 @@ class Validator:
         for name, server in wf.mcp_servers.items():
             self._mcp_server(("mcpServers", name), name, server)
         self._permissions(("permissions",), wf.permissions)
+        if isinstance(wf.prices, str):
+            self._prices_file(wf.prices)
         for name, agent in wf.agents.items():
             self._agent_definition(("agents", name), agent)
         if wf.coordinator is not None:
@@ -128,6 +135,16 @@ class Validator:
             self.exprs.scope = frozenset(step.id for step in wf.steps)
             self.exprs.expression(("output",), wf.output, field="output", want="any")
             self.exprs.scope = None
+
+    def _prices_file(self, reference: str) -> None:
+        """``prices: FILE``: the file, inside the workflow's tree, read and checked."""
+        try:
+            path = resolve_inside(self.root, self.base_dir, reference)
+            self.prices = read_prices(path, reference)
+        except FileRefused as refused:
+            self.add(("prices",), f"prices file {reference!r}: {refused}")
+        except PricesInvalid as invalid:
+            self.add(("prices",), str(invalid))
 
     def _agent_definition(self, path: DocPath, agent: Agent) -> None:
         """An entry of ``agents``: its permissions, tools, prompt file, schema and model."""

@@ -60,6 +60,12 @@ from ._permissions import ToolPolicy as ToolPolicy
 from ._permissions import ToolRequest as ToolRequest
 from ._permissions import resume_refusal as resume_refusal
 from ._permissions import resumed_policy as resumed_policy
+from ._pricing import PricesLike as PricesLike
+from ._pricing import as_prices as as_prices
+from ._pricing import caller_prices as caller_prices
+from ._pricing import cost_budget as cost_budget
+from ._pricing import run_prices as run_prices
+from ._pricing import unpriced as unpriced
 from ._recording import Recording as Recording
 from ._recording import ReplayDiffers as ReplayDiffers
 from ._replay import REPLAYABLE as REPLAYABLE
@@ -105,6 +111,7 @@ __all__ = [
     "PlacedActor",
     "Placement",
     "Position",
+    "PricesLike",
     "Reading",
     "Recording",
     "Replay",
@@ -126,7 +133,10 @@ __all__ = [
     "ToolRequest",
     "Unanswered",
     "Worktrees",
+    "as_prices",
+    "caller_prices",
     "cancel_parked",
+    "cost_budget",
     "decode_document",
     "document_step_ids",
     "encode_document",
@@ -135,6 +145,8 @@ __all__ = [
     "read_command",
     "resume_refusal",
     "resumed_policy",
+    "run_prices",
     "step_name",
+    "unpriced",
     "work_error",
 ]

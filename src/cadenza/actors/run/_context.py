@@ -12,16 +12,16 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
-from contextlib import AbstractAsyncContextManager, nullcontext
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal, Protocol
 
 from cadenza.kernel import Actor, Address, Clock, Slots, Supervisor
-from cadenza.llm import ProviderRegistry
+from cadenza.llm import PriceTable, ProviderRegistry
 from cadenza.protocols import ErrorInfo, StepRecord
 from cadenza.workflow import LoadedWorkflow, MemoryWindow, Options, State, Step
 
-from ._budget import TokenBudget
+from ._budget import BudgetExceeded, Budgets
 from ._dispatch import StepDispatcher
 from ._journal import Position, RunJournal
 from ._mcp import McpHost
@@ -143,6 +143,9 @@ class RunBasis:
     """The recorded run this one replays offline (``cadenza replay``): its agents' calls
     are answered from its journal, its other leaves from its records, and each decision
     is checked against its own (None: the run is live)."""
+    prices: PriceTable = field(default_factory=PriceTable)
+    """What a model call costs (docs/prices.md): the shipped prices under the workflow's
+    ``prices:`` and the caller's (`run_prices`)."""
 
     def shared(self) -> dict[str, Any]:
         """These fields by name, to make a `RunContext` of a `RunSetup` (or the reverse)."""
@@ -186,8 +189,8 @@ class RunContext(RunBasis):
     """Asked before every tool call an agent's model makes."""
     worktrees: Worktrees | None = None
     """Each writing step's git worktree (``isolation: worktree-per-step``; else None)."""
-    budget: TokenBudget | None = None
-    """The gate of ``options.maxTokens``, made on the first model call."""
+    budgets: Budgets = field(init=False)
+    """The gates of ``maxTokens`` and ``maxCost``, each made on the first call it covers."""
     positions: dict[int, tuple[Sequence[Step], Mapping[str, Position]]] = field(
         default_factory=dict
     )
@@ -200,14 +203,30 @@ class RunContext(RunBasis):
         """The root workflow's options."""
         return self.document.workflow.options
 
-    def token_budget(self) -> AbstractAsyncContextManager[None]:
-        """Wraps one model call: reserves against ``options.maxTokens`` (see `TokenBudget`)."""
-        limit = self.options.max_tokens
-        if limit is None:
-            return nullcontext()
-        if self.budget is None:
-            self.budget = TokenBudget(limit, self.journal)
-        return self.budget.call()
+    def __post_init__(self) -> None:
+        options = self.options
+        self.budgets = Budgets(self.journal, options.max_tokens, options.max_cost)
+
+    def model_call(
+        self, address: str, agent: str | None, agent_limit: float | None, unpriced: str | None
+    ) -> AbstractAsyncContextManager[None]:
+        """Wraps one model call at ``address`` by ``agent`` (whose ``maxCost`` is
+        ``agent_limit``): reserves in every budget that covers it (see `Budgets`).
+        ``unpriced`` names the call's model when it has no price (None: it has one).
+
+        Raises:
+            BudgetExceeded: A budget that covers it is spent, or a cost budget covers
+                a call to a model with no price (a run's check at load misses only a
+                model it could not see, such as a control role's templated workflow's).
+        """
+        budgets = self.budgets.covering(address, agent, agent_limit)
+        for budget in budgets if unpriced is not None else ():
+            if budget.unit == "usd":
+                raise BudgetExceeded(
+                    f"model {unpriced!r} has no price, and {budget.what} ({budget.key}) "
+                    "cannot count a call it cannot price: give it one (docs/prices.md)"
+                )
+        return self.budgets.call(budgets)
 
     def tell_coordinator(self, sender: str, text: str) -> None:
         """Sends an agent's message to the coordinator; ``sender`` now waits for its answer.

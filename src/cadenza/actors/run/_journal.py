@@ -24,6 +24,7 @@ from msgspec import to_builtins
 from cadenza._failpoints import ARMED, failpoint
 from cadenza._redact import known_secrets, scrub
 from cadenza.protocols import (
+    AgentUsage,
     ErrorInfo,
     Event,
     EventType,
@@ -55,6 +56,7 @@ __all__ = [
     "EventSink",
     "Position",
     "RunJournal",
+    "ancestors",
     "clean_message",
     "clean_record",
 ]
@@ -84,9 +86,18 @@ class RunJournal:
         self.prompt_tokens = 0
         self.completion_tokens = 0
         self.llm_calls = 0
+        self.cost = 0.0
+        """USD of the run's priced model calls (docs/prices.md)."""
+        self.unpriced_calls = 0
+        self.agents: dict[str, list[float]] = {}
+        """Per agent name: [prompt tokens, completion tokens, calls, cost]."""
+        # USD of the calls made at each address, and under each address a cost budget
+        # watches (`watch_cost`): what a step's or a loop's maxCost has spent.
+        self._address_cost: dict[str, float] = {}
+        self._watched: dict[str, float] = {}
         # Usage by address, taken by the step when it ends: steps that run at the
         # same time must not count each other's tokens.
-        self._step_usage: dict[str, tuple[int, int]] = {}
+        self._step_usage: dict[str, tuple[int, int, float | None]] = {}
         self.started = time.monotonic()
         self._seq = 0
         self._sinks: list[EventSink] = []
@@ -115,6 +126,10 @@ class RunJournal:
         self.prompt_tokens = log.prompt_tokens
         self.completion_tokens = log.completion_tokens
         self.llm_calls = log.llm_calls
+        self.cost = log.cost
+        self.unpriced_calls = log.unpriced_calls
+        self.agents = {name: list(usage) for name, usage in log.agents.items()}
+        self._address_cost = dict(log.address_cost)
 
     def record_message(self, message: MessageRecord) -> None:
         """Keeps ``message`` for the result; past `MAX_RESULT_MESSAGES` the oldest is counted."""
@@ -122,23 +137,84 @@ class RunJournal:
             self.messages_omitted += 1
         self.messages.append(message)
 
-    def spend(self, address: str, prompt: int, completion: int, calls: int = 1) -> None:
-        """Counts model usage for the run and for the step at ``address``."""
+    def spend(
+        self,
+        address: str,
+        prompt: int,
+        completion: int,
+        calls: int = 1,
+        *,
+        cost: float | None = None,
+        agent: str | None = None,
+    ) -> None:
+        """Counts model usage for the run, for ``agent`` and for the step at ``address``.
+
+        ``cost`` is the calls' USD; None: their model has no price.
+        """
         self.prompt_tokens += prompt
         self.completion_tokens += completion
         self.llm_calls += calls
-        spent = self._step_usage.get(address, (0, 0))
-        self._step_usage[address] = (spent[0] + prompt, spent[1] + completion)
+        if cost is None:
+            self.unpriced_calls += calls
+        else:
+            self.cost += cost
+            self._address_cost[address] = self._address_cost.get(address, 0.0) + cost
+            if self._watched:
+                for prefix in ancestors(address):
+                    if prefix in self._watched:
+                        self._watched[prefix] += cost
+        if agent is not None:
+            usage = self.agents.setdefault(agent, [0, 0, 0, 0.0])
+            usage[0] += prompt
+            usage[1] += completion
+            usage[2] += calls
+            usage[3] += cost or 0.0
+        self.spent_before(address, prompt, completion, cost)
 
-    def spent_before(self, address: str, prompt: int, completion: int) -> None:
+    def spent_before(
+        self, address: str, prompt: int, completion: int, cost: float | None = None
+    ) -> None:
         """Counts, for the step at ``address`` only, usage of a call it replayed: the run's
         totals have it already (the log the run resumed from counted it)."""
-        spent = self._step_usage.get(address, (0, 0))
-        self._step_usage[address] = (spent[0] + prompt, spent[1] + completion)
+        spent = self._step_usage.get(address, (0, 0, None))
+        total = spent[2] if cost is None else (spent[2] or 0.0) + cost
+        self._step_usage[address] = (spent[0] + prompt, spent[1] + completion, total)
 
-    def take_usage(self, address: str) -> tuple[int, int]:
-        """The (prompt, completion) tokens spent at ``address`` since the last take."""
-        return self._step_usage.pop(address, (0, 0))
+    def take_usage(self, address: str) -> tuple[int, int, float | None]:
+        """The (prompt, completion) tokens and the USD (None: nothing priced) spent at
+        ``address`` since the last take."""
+        return self._step_usage.pop(address, (0, 0, None))
+
+    def spent_tokens(self) -> int:
+        """The run's tokens so far, prompt and completion (``options.maxTokens``)."""
+        return self.prompt_tokens + self.completion_tokens
+
+    def spent_cost(self) -> float:
+        """The run's USD so far (``options.maxCost``)."""
+        return self.cost
+
+    def agent_cost(self, agent: str) -> float:
+        """The USD ``agent``'s calls cost so far (its ``maxCost``)."""
+        usage = self.agents.get(agent)
+        return 0.0 if usage is None else usage[3]
+
+    def watch_cost(self, prefix: str) -> None:
+        """From now on, counts the USD of the calls at and under ``prefix`` (`cost_under`).
+
+        A resumed run counts the calls its log holds there too.
+        """
+        if prefix in self._watched:
+            return
+        before = 0.0
+        if self.replay is not None:
+            before = sum(
+                cost for address, cost in self._address_cost.items() if _under(address, prefix)
+            )
+        self._watched[prefix] = before
+
+    def cost_under(self, prefix: str) -> float:
+        """The USD of the calls at and under the watched ``prefix`` (`watch_cost`)."""
+        return self._watched.get(prefix, 0.0)
 
     def subscribe(self, sink: EventSink, *, restated: bool = False) -> Callable[[], None]:
         """Adds an observer of every later event; returns a function that removes it.
@@ -329,16 +405,18 @@ class RunJournal:
         *,
         agent: str | None = None,
         tokens: Tokens | None = None,
+        cost: float | None = None,
     ) -> None:
         """Records an address's outcome and waits until it is durable.
 
         Controllers start nothing that depends on the address before this returns.
+        ``tokens`` and ``cost`` (USD) are what the step's model calls spent.
         """
         if self.replay is not None:
             stored = self.replay.unchanged(address, record)
             if stored is not None:  # decided again, the same way: durable already
                 self.records[address] = stored
-                self._announce(address, stored, agent, tokens)
+                self._announce(address, stored, agent, tokens, cost)
                 return
             self.replay.overwritten(address)
         if ARMED:  # a crash test is on: spare every other run the call
@@ -346,7 +424,7 @@ class RunJournal:
         record = clean_record(record)
         self.records[address] = record
         self.store.put_step(self.run_id, address, record)
-        self._announce(address, record, agent, tokens)
+        self._announce(address, record, agent, tokens, cost)
         await self.store.flush(self.run_id)  # LeaseLost: another process drives the run now
         if ARMED:  # a crash test is on: spare every other run the call
             failpoint("step.after_record")
@@ -366,17 +444,25 @@ class RunJournal:
         )
 
     def _announce(
-        self, address: str, record: StepRecord, agent: str | None, tokens: Tokens | None
+        self,
+        address: str,
+        record: StepRecord,
+        agent: str | None,
+        tokens: Tokens | None,
+        cost: float | None = None,
     ) -> None:
         duration = record.duration_ms / 1000
         if record.status == "completed":
+            ended = None
+            if record.worker is not None or cost is not None:
+                ended = StepEnd(worker=record.worker, cost=cost)
             self.emit(
                 EventType.STEP_END,
                 step_id=address,
                 agent=agent,
                 duration=duration,
                 tokens=tokens,
-                data=None if record.worker is None else StepEnd(worker=record.worker),
+                data=ended,
             )
         elif record.status == "skipped":
             self.emit(EventType.STEP_SKIPPED, step_id=address, message=_reason(record))
@@ -394,15 +480,21 @@ class RunJournal:
                 duration=duration,
                 tokens=tokens,
                 error=_reason(record),
-                data=StepError(status=record.status, worker=record.worker),
+                data=StepError(status=record.status, worker=record.worker, cost=cost),
             )
 
     def usage(self) -> Usage:
-        """Token usage so far."""
+        """Token usage, and its cost, so far."""
         return Usage(
             prompt_tokens=self.prompt_tokens,
             completion_tokens=self.completion_tokens,
             llm_calls=self.llm_calls,
+            cost=self.cost,
+            unpriced_calls=self.unpriced_calls,
+            by_agent={
+                name: AgentUsage(int(usage[0]), int(usage[1]), int(usage[2]), usage[3])
+                for name, usage in sorted(self.agents.items())
+            },
         )
 
     def result(
@@ -465,3 +557,17 @@ def _reason(record: StepRecord) -> str | None:
     if record.error is None:
         return None
     return f"{record.error.type}: {record.error.message}"
+
+
+def ancestors(address: str) -> list[str]:
+    """``address`` and the addresses it is under, outermost first.
+
+    ``loop.0.fan[3].deploy`` is under ``loop``, ``loop.0``, ``loop.0.fan`` and
+    ``loop.0.fan[3]``.
+    """
+    return [address[:i] for i, char in enumerate(address) if char in ".["] + [address]
+
+
+def _under(address: str, prefix: str) -> bool:
+    """Whether ``address`` is ``prefix`` or an address under it."""
+    return address.startswith(prefix) and address[len(prefix) : len(prefix) + 1] in ("", ".", "[")

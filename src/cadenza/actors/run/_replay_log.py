@@ -102,6 +102,10 @@ class LogState:
         prompt_tokens: Tokens sent to models so far.
         completion_tokens: Tokens received from models so far.
         llm_calls: Model calls so far.
+        cost: USD of the priced ones (``agent_turn``'s ``cost``); ``unpriced_calls``
+            the others.
+        agents: Per agent name, [prompt tokens, completion tokens, calls, cost].
+        address_cost: Per address, the USD of the calls made there.
         checkpoints: Per ``keepLast`` loop address, its iteration checkpoints in order.
         conversations: Per ``Brief.memory_key``, each remembered visit's turns.
         step_tokens: Per address with a recorded outcome, the model tokens of the
@@ -126,6 +130,10 @@ class LogState:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     llm_calls: int = 0
+    cost: float = 0.0
+    unpriced_calls: int = 0
+    agents: dict[str, list[float]] = field(default_factory=dict)
+    address_cost: dict[str, float] = field(default_factory=dict)
     checkpoints: dict[str, list[Checkpoint]] = field(default_factory=dict)
     conversations: dict[str, list[list[Any]]] = field(default_factory=dict)
     step_tokens: dict[str, Tokens] = field(default_factory=dict)
@@ -191,6 +199,7 @@ class _Reader:
         if turn.phase != "response":
             return
         self.state.llm_calls += 1
+        self._cost(event, address, turn.cost)
         if event.tokens is not None:
             self.state.prompt_tokens += event.tokens.prompt
             self.state.completion_tokens += event.tokens.completion
@@ -208,6 +217,22 @@ class _Reader:
                 self.wake.positions.append((client, position))
         elif position is not None:
             self.replies.setdefault(address, []).append((client, position))
+
+    def _cost(self, event: Event, address: str, cost: float | None) -> None:
+        """Counts a call's cost for the run, its agent and its address, as the journal does."""
+        state = self.state
+        if cost is None:
+            state.unpriced_calls += 1
+        else:
+            state.cost += cost
+            state.address_cost[address] = state.address_cost.get(address, 0.0) + cost
+        if event.agent is not None:
+            usage = state.agents.setdefault(event.agent, [0, 0, 0, 0.0])
+            if event.tokens is not None:
+                usage[0] += event.tokens.prompt
+                usage[1] += event.tokens.completion
+            usage[2] += 1
+            usage[3] += cost or 0.0
 
     def _woke(self, event: Event, address: str) -> None:
         wake = payload(event, CoordinatorWake)

@@ -31,6 +31,7 @@ from cadenza.llm import (
     Completion,
     LLMClient,
     LLMRequest,
+    LLMUsage,
     Message,
     ModelToolCall,
     ScriptedClient,
@@ -418,6 +419,8 @@ class _Talk:
     client: LLMClient
     spec: str
     """The model as the agent names it (``provider:model``): what the events say."""
+    provider: str
+    """The provider ``spec`` resolved to (the request names its model): its price's key."""
     request: LLMRequest
     """The first turn's request; each turn sends it with the messages so far."""
     messages: list[Message]
@@ -476,7 +479,17 @@ class _Talk:
             ),
         )
         return cls(
-            run, visit, conversation, client, spec, request, messages, first_own, contents, log
+            run,
+            visit,
+            conversation,
+            client,
+            spec,
+            provider,
+            request,
+            messages,
+            first_own,
+            contents,
+            log,
         )
 
     def own_messages(self) -> list[Message]:
@@ -521,7 +534,7 @@ class _Talk:
         completion = _decode_completion(body)
         usage = completion.usage
         self.run.journal.spent_before(
-            self.visit.address, usage.prompt_tokens, usage.completion_tokens
+            self.visit.address, usage.prompt_tokens, usage.completion_tokens, self._cost(usage)
         )
         if completion.script_position is not None and isinstance(self.client, ScriptedClient):
             self.client.take(completion.script_position)  # live calls go on after it
@@ -535,13 +548,26 @@ class _Talk:
         run, visit = self.run, self.visit
         self._requested(turn)
         offline = self.log.offline
-        async with run.token_budget():
+        agent = self.conversation.agent
+        priced = run.prices.price(self.provider, request.model) is not None
+        async with run.model_call(
+            visit.address,
+            visit.agent_name,
+            agent.max_cost if agent is not None else None,
+            unpriced=None if priced else self.spec,
+        ):
             if offline:  # ReplayDiffers when the record does not answer this request
                 completion = _decode_completion(self.log.answer("model", asked))
             else:
                 completion = await self._complete(request)
             usage = completion.usage
-            run.journal.spend(visit.address, usage.prompt_tokens, usage.completion_tokens)
+            run.journal.spend(
+                visit.address,
+                usage.prompt_tokens,
+                usage.completion_tokens,
+                cost=self._cost(usage),
+                agent=visit.agent_name,
+            )
         if not offline:
             # What is kept is what the run shows: no known secret, whatever the model said.
             await self.log.record("model", asked, cast(str, scrub(_encode(completion).decode())))
@@ -572,6 +598,7 @@ class _Talk:
             model=self.spec,
             attempts=completion.attempts,
             script_position=completion.script_position,
+            cost=self._cost(usage),
         )
         address, agent = visit.address, visit.agent_name
         if restated:
@@ -582,6 +609,10 @@ class _Talk:
             journal.emit(
                 EventType.AGENT_TURN, step_id=address, agent=agent, tokens=tokens, data=data
             )
+
+    def _cost(self, usage: LLMUsage) -> float | None:
+        """USD of a call with ``usage`` (None: the model has no price)."""
+        return self.run.prices.cost(self.provider, self.request.model, usage)
 
     async def _complete(self, request: LLMRequest) -> Completion:
         visit = self.visit

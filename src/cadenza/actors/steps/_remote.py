@@ -20,6 +20,8 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
+import msgspec
+
 from cadenza.actors.run import (
     DispatchSink,
     RunContext,
@@ -27,7 +29,9 @@ from cadenza.actors.run import (
     StepFailure,
 )
 from cadenza.errors import InboxFull
+from cadenza.llm import LLMConfigError, LLMUsage, parse_model
 from cadenza.protocols import (
+    AgentOrder,
     CallRecord,
     ErrorInfo,
     EventType,
@@ -85,7 +89,22 @@ class _StepSink:
             journal = self.run.journal
             journal.output(self.address, event.agent, event.delta or "", bool(event.done))
             return
+        if event.type == EventType.AGENT_TURN and event.data and event.tokens is not None:
+            event = self._priced(event)
         self.run.journal.relay(self.address, event)
+
+    def _priced(self, turn: StepEvent) -> StepEvent:
+        """A worker's model call, priced at the run's prices (the worker knows only the
+        shipped ones): what a resumed run counts from the log."""
+        data = dict(turn.data or {})
+        tokens = turn.tokens
+        if data.get("phase") != "response" or tokens is None:
+            return turn
+        data.pop("cost", None)
+        cost = _cost(self.run, str(data.get("model", "")), tokens.prompt, tokens.completion)
+        if cost is not None:
+            data["cost"] = cost
+        return msgspec.structs.replace(turn, data=data)
 
     def call(self, call: CallRecord) -> None:
         if call.address != self.address or call.attempt != self.attempt:
@@ -123,7 +142,15 @@ async def remote_work(step: _Away, dispatcher: StepDispatcher, order: WorkOrder)
     journal = run.journal
     if result.usage is not None:
         usage = result.usage
-        journal.spend(address, usage.prompt_tokens, usage.completion_tokens, usage.llm_calls)
+        cost, agent = _priced(run, order, usage.prompt_tokens, usage.completion_tokens)
+        journal.spend(
+            address,
+            usage.prompt_tokens,
+            usage.completion_tokens,
+            usage.llm_calls,
+            cost=cost,
+            agent=agent,
+        )
     if result.status == "completed":
         return result.content or "", result.result
     error = result.error or ErrorInfo(
@@ -132,3 +159,21 @@ async def remote_work(step: _Away, dispatcher: StepDispatcher, order: WorkOrder)
     if error.type == "BudgetExceeded":
         run.exhaust_budget(error)
     raise StepFailure(error, content=result.content, result=result.result)
+
+
+def _priced(
+    run: RunContext, order: WorkOrder, prompt: int, completion: int
+) -> tuple[float | None, str | None]:
+    """What a worker's model calls for ``order`` cost at the run's prices (None: no price),
+    and the agent that made them. A price is linear, so the step's totals price its calls."""
+    if not isinstance(order, AgentOrder):
+        return None, None
+    return _cost(run, order.model, prompt, completion), order.agent_name
+
+
+def _cost(run: RunContext, spec: str, prompt: int, completion: int) -> float | None:
+    try:
+        provider, model = parse_model(spec)
+    except LLMConfigError:  # a bare name the worker's environment placed: not priced here
+        return None
+    return run.prices.cost(provider, model, LLMUsage(prompt, completion))

@@ -90,11 +90,13 @@ class StepActor(PlacedActor):
             record = await self._execute(address)
         finally:
             active.discard(self)
-        tokens = None
+        tokens = cost = None
         if self.work is not None and self.work.spends_tokens:
-            prompt, completion = journal.take_usage(address)
+            prompt, completion, cost = journal.take_usage(address)
             tokens = Tokens(prompt, completion, prompt + completion)
-        await journal.step_finished(address, record, agent=self.step.agent, tokens=tokens)
+        await journal.step_finished(
+            address, record, agent=self.step.agent, tokens=tokens, cost=cost
+        )
         answers = self.run.unanswered.waiter(address)
         if answers is not None:  # what depends on this step starts after the forwards land
             await answers
