@@ -59,11 +59,16 @@ class Price:
         """USD one call with ``usage`` costs at this price."""
         cached = min(usage.cached_tokens, usage.prompt_tokens)
         cached_price = self.input if self.cached_input is None else self.cached_input
-        return (
+        cost = (
             (usage.prompt_tokens - cached) * self.input
             + cached * cached_price
             + usage.completion_tokens * self.output
         ) * _PER_TOKEN
+        return round(cost, USD_DIGITS)
+
+
+USD_DIGITS = 10
+"""Costs are rounded to 1e-10 USD: 0.000945 shows as that, not as 0.0009449999999999998."""
 
 
 def _p(input: float, output: float, cached: float | None = None) -> Price:

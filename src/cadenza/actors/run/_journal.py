@@ -452,6 +452,8 @@ class RunJournal:
         cost: float | None = None,
     ) -> None:
         duration = record.duration_ms / 1000
+        if cost is not None:
+            cost = round(cost, _USD_DIGITS)
         if record.status == "completed":
             ended = None
             if record.worker is not None or cost is not None:
@@ -489,10 +491,12 @@ class RunJournal:
             prompt_tokens=self.prompt_tokens,
             completion_tokens=self.completion_tokens,
             llm_calls=self.llm_calls,
-            cost=self.cost,
+            cost=round(self.cost, _USD_DIGITS),
             unpriced_calls=self.unpriced_calls,
             by_agent={
-                name: AgentUsage(int(usage[0]), int(usage[1]), int(usage[2]), usage[3])
+                name: AgentUsage(
+                    int(usage[0]), int(usage[1]), int(usage[2]), round(usage[3], _USD_DIGITS)
+                )
                 for name, usage in sorted(self.agents.items())
             },
         )
@@ -541,6 +545,9 @@ def clean_message(message: MessageRecord) -> MessageRecord:
 
 
 _WHOLE = {"whole": True}
+
+_USD_DIGITS = 10
+"""Sums of call costs are rounded as each call's is (``cadenza.llm`` prices): to 1e-10 USD."""
 """`Output`'s data on the text so far of a reply, shown to an observer joining mid-reply."""
 
 
