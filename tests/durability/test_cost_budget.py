@@ -91,17 +91,15 @@ def test_parallel_agents_spend_at_most_one_call_past_max_cost(
     store = tmp_path / "runs.db"
     with ScriptedLLMServer([ServerRule([ServerReply("done", usage=(60, 40))])]) as server:
         run = cadenza(
-            "run",
-            str(path),
-            "--json",
-            "--store",
-            str(store),
-            cwd=tmp_path,
+            "run", str(path), "--store", str(store), cwd=tmp_path,
             env={**os.environ, **server.environ()},
-        )
+        )  # fmt: skip
         requests = server.request_count
     assert run.returncode == 1, run.stderr
-    result = json.loads(run.stdout)
+    assert "3 model call(s), 300 tokens, $0.03" in run.stdout  # the summary a person reads
+    run_id = run.stdout.split()[1]
+    shown = cadenza("runs", "show", run_id, "--store", str(store), cwd=tmp_path)
+    result = json.loads(shown.stdout)
     assert result["error"]["type"] == "BudgetExceeded"
     usage = result["usage"]
     assert usage["cost"] <= 0.025 + 0.01 + 1e-9  # at most one 0.01 call past the budget

@@ -520,7 +520,8 @@ def _details(result: RunResult, store: StoreSpec) -> list[str]:
     if result.usage.llm_calls:
         usage = result.usage
         tokens = usage.prompt_tokens + usage.completion_tokens
-        lines.append(f"  {usage.llm_calls} model call(s), {tokens} tokens")
+        cost = f", {_usd(usage.cost)}" if usage.cost else ""
+        lines.append(f"  {usage.llm_calls} model call(s), {tokens} tokens{cost}")
     lines.extend(_tolerated_failures(result))
     lines.extend(_questions(result.run_id, result.steps, store))
     if result.error is not None:
@@ -614,3 +615,10 @@ async def follow(handle: RunHandle, args: argparse.Namespace) -> int:
     else:
         print_summary(result, sys.stdout, store=args.store)
     return EXIT_CODES[result.status]
+
+
+def _usd(amount: float) -> str:
+    """``$0.35`` for cents and more, ``$0.000945`` below a cent (a scripted run's cost)."""
+    if amount >= 0.01:
+        return f"${amount:,.2f}"
+    return "$" + f"{amount:.6f}".rstrip("0").rstrip(".")
