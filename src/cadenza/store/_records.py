@@ -194,11 +194,7 @@ def pack_events(rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
         seqs = sorted(by_seq)
         start = 0
         for end in range(1, len(seqs) + 1):
-            if (
-                end == len(seqs)
-                or seqs[end] != seqs[end - 1] + 1
-                or end - start == PACKED_EVENTS
-            ):
+            if end == len(seqs) or seqs[end] != seqs[end - 1] + 1 or end - start == PACKED_EVENTS:
                 first, last = seqs[start], seqs[end - 1]
                 chosen = [by_seq[seq] for seq in seqs[start:end]]
                 body = b"[" + b",".join(row[3] for row in chosen) + b"]"

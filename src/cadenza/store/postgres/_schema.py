@@ -211,8 +211,7 @@ async def integrity_problems(connection: Any, *, limit: int = 100) -> list[str]:
     checker = RecordChecker()
     async with connection.transaction(isolation="repeatable_read", readonly=True):
         async for run_id, seq, kind, body, stored, last in connection.cursor(
-            "SELECT run_id, seq, type, body, crc, last_seq FROM cadenza_events "
-            "ORDER BY run_id, seq"
+            "SELECT run_id, seq, type, body, crc, last_seq FROM cadenza_events ORDER BY run_id, seq"
         ):
             checker.event(run_id, seq, kind, body, stored, last)
         async for run_id, address, status, body, stored in connection.cursor(

@@ -87,9 +87,7 @@ __all__ = ["PostgresRunStore"]
 _encode = msgspec.json.Encoder().encode
 
 
-def _upsert(
-    table: str, columns: dict[str, str], key: int, pack: Any = None
-) -> Statement:
+def _upsert(table: str, columns: dict[str, str], key: int, pack: Any = None) -> Statement:
     """An insert-or-replace of one row, and of many at once (`Statement.bulk`)."""
     names = list(columns)
     conflict = f" ON CONFLICT ({', '.join(names[:key])}) DO UPDATE SET " + ", ".join(
