@@ -26,6 +26,9 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="smaller sizes, for CI smoke runs")
     parser.add_argument("--json", type=Path, default=HERE / "results" / "latest.json")
     parser.add_argument("groups", nargs="*", help="bench_GROUP modules to run (default: all)")
+    parser.add_argument(
+        "--items", type=int, help="fleet: the forEach's items (20,000; 1000000 for issue 30)"
+    )
     args = parser.parse_args()
     available = sorted(p.stem.removeprefix("bench_") for p in HERE.glob("bench_*.py"))
     groups = args.groups or available
@@ -35,6 +38,8 @@ def main() -> int:
     figures: list[Figure] = []
     for group in groups:
         module = importlib.import_module(f"bench_{group}")
+        if args.items is not None and hasattr(module, "ITEMS"):
+            setattr(module, "ITEMS", args.items)  # noqa: B010 (a module's, not typed)
         group_figures: list[Figure] = module.run(args.quick)
         print(format_table(group_figures), end="\n\n", flush=True)
         figures.extend(group_figures)

@@ -70,6 +70,49 @@ async def test_a_run_round_trips(store: RunStore) -> None:
     assert await store.steps("r1") == {"a": done}
 
 
+async def test_events_and_records_read_a_page_at_a_time(store: RunStore) -> None:
+    """A page of events is the first ``limit`` after a seq, wherever the store's rows
+    begin (events flushed together and apart); pages of records, each after the last
+    address of the one before, hold every address once, and a short page is the last."""
+    store.begin_run(row("r"))
+    store.begin_run(row("other"))
+    for seq in range(1, 8):
+        store.append_event(event("r", seq))
+    await store.flush()
+    for seq in range(8, 12):  # a batch of its own, then one at a time
+        store.append_event(event("r", seq))
+    await store.flush()
+    for seq in range(12, 15):
+        store.append_event(event("r", seq))
+        await store.flush()
+    store.append_event(event("other", 1))
+    records = {f"fan[{i}]": StepRecord(status="completed", attempts=i) for i in range(11)}
+    for address, record in records.items():
+        store.put_step("r", address, record)
+    store.put_step("other", "fan[0]", StepRecord(status="failed"))
+    await store.flush()
+    every = await store.events("r")
+    assert [e.seq for e in every] == list(range(1, 15))
+    assert all(e.run_id == "r" for e in every)
+    for after in range(15):
+        for limit in (1, 3, 5, 20):
+            events = await store.events("r", after_seq=after, limit=limit)
+            assert events == every[after : after + limit]
+    paged: dict[str, StepRecord] = {}
+    after_address: str | None = None
+    pages = 0
+    while True:
+        page = await store.steps("r", after=after_address, limit=4)
+        pages += 1
+        assert not set(page) & set(paged)
+        paged.update(page)
+        if len(page) < 4:
+            break
+        after_address = list(page)[-1]
+    assert paged == records
+    assert pages == 3
+
+
 async def test_ending_a_run_keeps_its_result(store: RunStore) -> None:
     """end_run sets status and result; list_runs puts the newest first."""
     store.begin_run(row("old", 1.0))

@@ -80,11 +80,15 @@ class PowerCut:
     async def forks(self, run_id: str) -> list[RunRow]:
         return await self.inner.forks(run_id)
 
-    async def events(self, run_id: str, *, after_seq: int = 0) -> list[Event]:
-        return await self.inner.events(run_id, after_seq=after_seq)
+    async def events(
+        self, run_id: str, *, after_seq: int = 0, limit: int | None = None
+    ) -> list[Event]:
+        return await self.inner.events(run_id, after_seq=after_seq, limit=limit)
 
-    async def steps(self, run_id: str) -> dict[str, StepRecord]:
-        return await self.inner.steps(run_id)
+    async def steps(
+        self, run_id: str, *, after: str | None = None, limit: int | None = None
+    ) -> dict[str, StepRecord]:
+        return await self.inner.steps(run_id, after=after, limit=limit)
 
     def save_document(self, run_id: str, body: bytes) -> None:
         if not self.dead:

@@ -88,10 +88,7 @@ async def prepare_resume(store: RunStore, row: RunRow) -> Prepared:
         WorkflowError: (old runs only) its workflow file no longer loads.
     """
     document, inputs, policy = await stored_document(store, row)
-    records = await store.steps(row.run_id)
-    events = await store.events(row.run_id)
-    replay = Replay(records, events)
-    await replay.load_calls(store, row.run_id)
+    replay = await Replay.read(store, row.run_id)  # a page at a time: runs of any size
     return Prepared(row, document, inputs, replay, policy)
 
 

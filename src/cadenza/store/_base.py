@@ -336,11 +336,22 @@ class RunStore(Protocol):
     async def forks(self, run_id: str) -> list[RunRow]:
         """The runs forked from ``run_id`` (whose ``parent_run_id`` it is), oldest first."""
 
-    async def events(self, run_id: str, *, after_seq: int = 0) -> list[Event]:
-        """The run's events in order, those with ``seq > after_seq``."""
+    async def events(
+        self, run_id: str, *, after_seq: int = 0, limit: int | None = None
+    ) -> list[Event]:
+        """The run's events in order, those with ``seq > after_seq``; with ``limit``, the
+        first ``limit`` of them (a page: the next one is after the last one's ``seq``)."""
 
-    async def steps(self, run_id: str) -> dict[str, StepRecord]:
-        """The latest record of every executed address of the run."""
+    async def steps(
+        self, run_id: str, *, after: str | None = None, limit: int | None = None
+    ) -> dict[str, StepRecord]:
+        """The latest record of every executed address of the run.
+
+        With ``limit``, a page: the records of the first ``limit`` addresses after
+        ``after`` (None: from the first) in the store's own order of addresses, in that
+        order; the next page is after the last address of this one. A page of fewer
+        than ``limit`` is the last.
+        """
 
     def save_document(self, run_id: str, body: bytes) -> None:
         """Queues the run's document: what a resume needs to replay it (JSON)."""

@@ -18,6 +18,8 @@ replay finds its first events missing and says so); every record stays.
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import time
 from collections import deque
 from collections.abc import Sequence
@@ -148,13 +150,23 @@ class MemoryRunStore:
         forked = [row for row in self._runs.values() if row.parent_run_id == run_id]
         return sorted(forked, key=lambda r: r.created_at)
 
-    async def events(self, run_id: str, *, after_seq: int = 0) -> list[Event]:
-        """The run's events after ``after_seq``."""
-        return [e for e in self._events.get(run_id, ()) if e.seq > after_seq]
+    async def events(
+        self, run_id: str, *, after_seq: int = 0, limit: int | None = None
+    ) -> list[Event]:
+        """The run's events after ``after_seq`` (the first ``limit`` of them, if given)."""
+        after = (e for e in self._events.get(run_id, ()) if e.seq > after_seq)
+        return list(after if limit is None else itertools.islice(after, limit))
 
-    async def steps(self, run_id: str) -> dict[str, StepRecord]:
-        """The run's step records."""
-        return {a: _unpack(body) for a, body in self._steps.get(run_id, {}).items()}
+    async def steps(
+        self, run_id: str, *, after: str | None = None, limit: int | None = None
+    ) -> dict[str, StepRecord]:
+        """The run's step records (a page of them in address order, with ``limit``)."""
+        kept = self._steps.get(run_id, {})
+        if limit is None and after is None:
+            return {a: _unpack(body) for a, body in kept.items()}
+        chosen = (a for a in kept if after is None or a > after)
+        page = sorted(chosen) if limit is None else heapq.nsmallest(limit, chosen)
+        return {a: _unpack(kept[a]) for a in page}
 
     def save_document(self, run_id: str, body: bytes) -> None:
         """Keeps the run's document."""

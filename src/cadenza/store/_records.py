@@ -30,23 +30,29 @@ from cadenza.protocols import CALL_BODY_LIMIT, CallKind, CallRecord, Event, RunR
 from ._base import RunRow
 
 __all__ = [
+    "PACKED_EVENTS",
     "RUN_COLUMNS",
     "RecordChecker",
     "call_columns",
     "checked",
     "crc",
+    "pack_events",
+    "packed_body",
     "read_calls",
     "read_document",
     "read_events",
     "read_run",
     "read_steps",
     "run_columns",
+    "unpack_events",
 ]
 
 T = TypeVar("T")
 
 _CONTRADICTS = "the record contradicts the columns stored beside it"
 _decode_event = msgspec.json.Decoder(Event).decode
+_decode_packed = msgspec.json.Decoder(list[Event]).decode
+_encode = msgspec.json.Encoder().encode
 _decode_step = msgspec.json.Decoder(StepRecord).decode
 _decode_inputs = msgspec.json.Decoder(dict[str, Any]).decode
 _decode_result = msgspec.json.Decoder(RunResult).decode
@@ -139,14 +145,84 @@ def read_document(run_id: str, row: Sequence[Any] | None) -> bytes | None:
 
 
 def read_events(run_id: str, rows: Iterable[Sequence[Any]]) -> list[Event]:
-    """The run's events from stored ``(seq, body, crc)`` rows, each checked and in place."""
-    events = []
-    for seq, body, stored in rows:
-        event = checked(body, stored, _decode_event, f"run {run_id!r}, events seq {seq}")
-        if event.seq != seq or event.run_id != run_id:
-            raise CorruptRecord(f"run {run_id!r}, events seq {seq}: the record is misplaced")
-        events.append(event)
+    """The run's events from stored ``(seq, last_seq, body, crc)`` rows, each checked and in
+    place; a row with a ``last_seq`` is a pack (`pack_events`), one without it one event."""
+    events: list[Event] = []
+    for seq, last, body, stored in rows:
+        if last is None:
+            event = checked(body, stored, _decode_event, f"run {run_id!r}, events seq {seq}")
+            if event.seq != seq or event.run_id != run_id:
+                raise CorruptRecord(f"run {run_id!r}, events seq {seq}: the record is misplaced")
+            events.append(event)
+        else:
+            events += unpack_events(run_id, seq, last, body, stored)
     return events
+
+
+def packed_body(event: Event) -> bytes:
+    """An event as a pack holds it: without its run id and ``seq``, which its row has."""
+    return _encode(msgspec.structs.replace(event, run_id="", seq=0))
+
+
+PACKED_EVENTS = 256
+"""Events at most in one stored row (`pack_events`): a reader after one event reads its
+row whole, so a row stays a few tens of KiB."""
+
+
+def _pack_crc(run_id: str, first: int, last: int, body: bytes) -> int:
+    """The CRC-32 beside a pack: of its place (run, first and last ``seq``) and its body,
+    so a pack moved to another run or place does not check out."""
+    return zlib.crc32(body, zlib.crc32(f"{run_id} {first} {last}".encode()))
+
+
+def pack_events(rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+    """A batch's events as the rows that store them: one row per run of consecutive events
+    of one run (at most `PACKED_EVENTS`), ``(run_id, seq, last_seq, type, body, crc)``.
+
+    ``rows`` are queued ``(run_id, seq, type, body)``, ``body`` a `packed_body`; a later
+    row of the same run and ``seq`` replaces an earlier one. The row's ``seq`` is its
+    first event's, its ``type`` its last event's (what "the run's newest event" asks),
+    its body the JSON array of its events. Four rows of ~100 bytes an item (a forEach's)
+    become one row of ~400: the row's own bytes (its header, the run id, the key's index
+    entry, ~150 bytes on PostgreSQL) are paid once per commit, not once per event.
+    """
+    runs: dict[str, dict[int, tuple[Any, ...]]] = {}
+    for row in rows:
+        runs.setdefault(row[0], {})[row[1]] = row
+    packed = []
+    for run_id, by_seq in runs.items():
+        seqs = sorted(by_seq)
+        start = 0
+        for end in range(1, len(seqs) + 1):
+            if end == len(seqs) or seqs[end] != seqs[end - 1] + 1 or end - start == PACKED_EVENTS:
+                first, last = seqs[start], seqs[end - 1]
+                chosen = [by_seq[seq] for seq in seqs[start:end]]
+                body = b"[" + b",".join(row[3] for row in chosen) + b"]"
+                crc_ = _pack_crc(run_id, first, last, body)
+                packed.append((run_id, first, last, chosen[-1][2], body, crc_))
+                start = end
+    return packed
+
+
+def unpack_events(run_id: str, seq: int, last: int, body: bytes | str, stored: int) -> list[Event]:
+    """The events of one stored pack (`pack_events`), checked: its CRC, that it holds
+    ``last - seq + 1`` events; each gets its run id and ``seq`` back.
+
+    Raises:
+        CorruptRecord: The pack fails its CRC or does not decode.
+    """
+    where = f"run {run_id!r}, events seq {seq}..{last}"
+    data = body.encode() if isinstance(body, str) else bytes(body)
+    if _pack_crc(run_id, seq, last, data) != stored:
+        raise CorruptRecord(f"{where}: the record does not match its checksum (it was altered)")
+    try:
+        events = _decode_packed(data)
+    except msgspec.DecodeError as error:
+        raise CorruptRecord(f"{where}: the record cannot be read: {error}") from None
+    if len(events) != last - seq + 1:
+        raise CorruptRecord(f"{where}: {_CONTRADICTS}")
+    replace = msgspec.structs.replace
+    return [replace(event, run_id=run_id, seq=seq + i) for i, event in enumerate(events)]
 
 
 def read_steps(run_id: str, rows: Iterable[Sequence[Any]]) -> dict[str, StepRecord]:
@@ -265,20 +341,32 @@ class RecordChecker:
         self._blobs: set[tuple[str, str]] = set()
 
     def event(
-        self, run_id: str, seq: int, kind: str, body: bytes | str, stored: int | None
+        self,
+        run_id: str,
+        seq: int,
+        kind: str,
+        body: bytes | str,
+        stored: int | None,
+        last: int | None = None,
     ) -> None:
-        """Checks one stored event."""
+        """Checks one stored event, or a pack of them (``last``: its last ``seq``)."""
         where = f"run {run_id!r}, events seq {seq}"
         try:
-            event = checked(body, stored, _decode_event, where)
-            if (event.seq, event.type) != (seq, kind):
-                self.problems.append(f"{where}: {_CONTRADICTS}")
+            if last is None:
+                event = checked(body, stored, _decode_event, where)
+                if (event.seq, event.type) != (seq, kind):
+                    self.problems.append(f"{where}: {_CONTRADICTS}")
+            else:
+                assert stored is not None  # a pack always has its CRC
+                packed = unpack_events(run_id, seq, last, body, stored)
+                if packed[-1].type != kind:
+                    self.problems.append(f"{where}..{last}: {_CONTRADICTS}")
         except CorruptRecord as error:
             self.problems.append(str(error))
         following = self._expected.get(run_id, 1)
         if seq != following:
             self.problems.append(f"run {run_id!r}: events {following}..{seq - 1} are missing")
-        self._expected[run_id] = seq + 1
+        self._expected[run_id] = (seq if last is None else last) + 1
 
     def step(
         self, run_id: str, address: str, status: str, body: bytes | str, stored: int | None

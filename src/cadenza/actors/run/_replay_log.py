@@ -29,7 +29,7 @@ back: the wake that happens again replays them from the call journal.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -56,7 +56,7 @@ from cadenza.protocols import (
 
 from ._messages import COORDINATOR, MSG_TYPES, AgentMessage, Outgoing
 
-__all__ = ["LogState", "read_log"]
+__all__ = ["LogReader", "LogState", "read_log"]
 
 _KINDS = {number: kind for kind, number in MSG_TYPES.items()}
 _COORDINATOR = "coordinator"
@@ -79,7 +79,7 @@ class _Note:
 
     address: str  # of the step that sent it
     message: Outgoing
-    index: int  # its entry in `_Reader.sent`
+    index: int  # its entry in `LogReader.sent`
 
 
 @dataclass
@@ -87,7 +87,7 @@ class _Wake:
     """One wake of the coordinator agent: the message it answers, and what it did."""
 
     note: _Note | None
-    sent: list[int] = field(default_factory=list)  # its forwards' entries in `_Reader.sent`
+    sent: list[int] = field(default_factory=list)  # its forwards' entries in `LogReader.sent`
     letters: list[_Letter] = field(default_factory=list)
     positions: list[tuple[str, int]] = field(default_factory=list)  # (client, position)
 
@@ -142,7 +142,10 @@ class LogState:
     unanswered: list[Outgoing] = field(default_factory=list)
 
 
-class _Reader:
+class LogReader:
+    """Reads a log one event at a time (`read`), then gives its `LogState` (`finish`):
+    a resume feeds it its journal a page at a time."""
+
     def __init__(self) -> None:
         self.state = LogState()
         self.sent: list[tuple[str, MessageRecord] | None] = []
@@ -404,29 +407,29 @@ class _Reader:
         return self.state
 
 
-_READS: dict[str, Callable[[_Reader, Event, str], None]] = {
-    EventType.MESSAGE_SENT: _Reader._sent,
-    EventType.MESSAGE_DROPPED: _Reader._dropped,
-    EventType.AGENT_INBOX_DRAIN: _Reader._drained,
-    EventType.DEAD_LETTER: _Reader._dead_letter,
-    EventType.AGENT_TURN: _Reader._turn,
-    EventType.COORDINATOR_WAKE: _Reader._woke,
-    EventType.MAX_WAKE_CYCLES_REACHED: _Reader._wakes_spent,
-    EventType.AGENT_MEMORY: _Reader._memory,
-    EventType.CHECKPOINT: _Reader._checkpoint,
-    EventType.STEP_START: _Reader._started,
-    EventType.STEP_END: _Reader._ended,
-    EventType.STEP_SKIPPED: _Reader._ended,
-    EventType.ERROR: _Reader._error,
-    EventType.RUN_RESUMED: _Reader._resumed,
-    EventType.RUN_FORKED: _Reader._resumed,
+_READS: dict[str, Callable[[LogReader, Event, str], None]] = {
+    EventType.MESSAGE_SENT: LogReader._sent,
+    EventType.MESSAGE_DROPPED: LogReader._dropped,
+    EventType.AGENT_INBOX_DRAIN: LogReader._drained,
+    EventType.DEAD_LETTER: LogReader._dead_letter,
+    EventType.AGENT_TURN: LogReader._turn,
+    EventType.COORDINATOR_WAKE: LogReader._woke,
+    EventType.MAX_WAKE_CYCLES_REACHED: LogReader._wakes_spent,
+    EventType.AGENT_MEMORY: LogReader._memory,
+    EventType.CHECKPOINT: LogReader._checkpoint,
+    EventType.STEP_START: LogReader._started,
+    EventType.STEP_END: LogReader._ended,
+    EventType.STEP_SKIPPED: LogReader._ended,
+    EventType.ERROR: LogReader._error,
+    EventType.RUN_RESUMED: LogReader._resumed,
+    EventType.RUN_FORKED: LogReader._resumed,
 }
 """What each type of event the reader heeds does to it (by the address it names)."""
 
 
-def read_log(events: list[Event]) -> LogState:
+def read_log(events: Iterable[Event]) -> LogState:
     """Messages, waiting mail, usage, checkpoints, script positions of a run, from its events."""
-    reader = _Reader()
+    reader = LogReader()
     for event in events:
         reader.read(event)
     return reader.finish()

@@ -163,6 +163,12 @@ MIGRATIONS: tuple[str, ...] = (
     """
     ALTER TABLE cadenza_supervisors ADD COLUMN pool text;
     """,
+    # 9: events are stored in packs (`_records.pack_events`): a row holds a batch's
+    # consecutive events of one run, seq to last_seq, its body their JSON array. A row
+    # of before (last_seq NULL) holds one event, as it did.
+    """
+    ALTER TABLE cadenza_events ADD COLUMN last_seq bigint;
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -208,10 +214,10 @@ async def integrity_problems(connection: Any, *, limit: int = 100) -> list[str]:
     """Every event, record, document, call and blob read back and checked, in one snapshot."""
     checker = RecordChecker()
     async with connection.transaction(isolation="repeatable_read", readonly=True):
-        async for run_id, seq, kind, body, stored in connection.cursor(
-            "SELECT run_id, seq, type, body, crc FROM cadenza_events ORDER BY run_id, seq"
+        async for run_id, seq, kind, body, stored, last in connection.cursor(
+            "SELECT run_id, seq, type, body, crc, last_seq FROM cadenza_events ORDER BY run_id, seq"
         ):
-            checker.event(run_id, seq, kind, body, stored)
+            checker.event(run_id, seq, kind, body, stored, last)
         async for run_id, address, status, body, stored in connection.cursor(
             "SELECT run_id, address, status, record, crc FROM cadenza_steps"
         ):

@@ -59,8 +59,11 @@ from cadenza.store._base import (
 from cadenza.store._lease import DEFAULT_LEASE_TTL, HeldLeases, Lease, LeaseHolder, lease_lost
 from cadenza.store._queued import QueuedWrites
 from cadenza.store._records import (
+    PACKED_EVENTS,
     RUN_COLUMNS,
     crc,
+    pack_events,
+    packed_body,
     read_calls,
     read_document,
     read_events,
@@ -87,7 +90,7 @@ __all__ = ["PostgresRunStore"]
 _encode = msgspec.json.Encoder().encode
 
 
-def _upsert(table: str, columns: dict[str, str], key: int) -> Statement:
+def _upsert(table: str, columns: dict[str, str], key: int, pack: Any = None) -> Statement:
     """An insert-or-replace of one row, and of many at once (`Statement.bulk`)."""
     names = list(columns)
     conflict = f" ON CONFLICT ({', '.join(names[:key])}) DO UPDATE SET " + ", ".join(
@@ -102,6 +105,7 @@ def _upsert(table: str, columns: dict[str, str], key: int) -> Statement:
         key,
         f"{into} SELECT * FROM unnest({arrays}){conflict}",
         f"{into} VALUES {{rows}}{conflict}",
+        pack,
     )
 
 
@@ -123,10 +127,26 @@ _BEGIN_RUN = _upsert(
     },
     1,
 )
+
+
+def _pack(rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+    """A batch's queued events as the rows that store them (`pack_events`), bodies as text."""
+    return [(*row[:4], row[4].decode(), row[5]) for row in pack_events(rows)]
+
+
+# Queued (run_id, seq, type, packed body); written as packs (schema version 9).
 _APPEND_EVENT = _upsert(
     "events",
-    {"run_id": _TEXT, "seq": _INT, "type": _TEXT, "step_id": _TEXT, "body": _TEXT, "crc": _INT},
+    {
+        "run_id": _TEXT,
+        "seq": _INT,
+        "last_seq": _INT,
+        "type": _TEXT,
+        "body": _TEXT,
+        "crc": _INT,
+    },
     2,
+    _pack,
 )
 _PUT_STEP = _upsert(
     "steps",
@@ -339,11 +359,10 @@ class PostgresRunStore(QueuedWrites):
         self._writer.put(_BEGIN_RUN, run_columns(row, inputs), lease)
 
     def append_event(self, event: Event) -> None:
-        """Queues an event."""
-        body = _encode(event)
+        """Queues an event (the writer packs a batch's events of one run in one row)."""
         self._writer.put(
             _APPEND_EVENT,
-            (event.run_id, event.seq, event.type, event.step_id, body.decode(), crc(body)),
+            (event.run_id, event.seq, event.type, packed_body(event)),
             self._leases.get(event.run_id),
         )
 
@@ -405,22 +424,39 @@ class PostgresRunStore(QueuedWrites):
             )
         return [read_run(r) for r in rows]
 
-    async def events(self, run_id: str, *, after_seq: int = 0) -> list[Event]:
-        """The run's events after ``after_seq``, in order."""
+    async def events(
+        self, run_id: str, *, after_seq: int = 0, limit: int | None = None
+    ) -> list[Event]:
+        """The run's events after ``after_seq``, in order; the first ``limit`` of them only,
+        when given."""
+        # A pack that holds `after_seq + 1` starts at most PACKED_EVENTS before it: the
+        # index bounds the scan, the last row's seq decides.
         async with self._reaching() as pool:
             rows = await pool.fetch(
-                "SELECT seq, body, crc FROM cadenza_events "
-                "WHERE run_id = $1 AND seq > $2 ORDER BY seq",
+                "SELECT seq, last_seq, body, crc FROM cadenza_events "
+                "WHERE run_id = $1 AND seq > $2 AND coalesce(last_seq, seq) > $3 "
+                "ORDER BY seq LIMIT $4",
                 run_id,
+                after_seq - PACKED_EVENTS,
                 after_seq,
+                limit,
             )
-        return read_events(run_id, rows)
+        events = read_events(run_id, rows)
+        start = next((i for i, e in enumerate(events) if e.seq > after_seq), len(events))
+        return events[start : None if limit is None else start + limit]
 
-    async def steps(self, run_id: str) -> dict[str, StepRecord]:
-        """The latest record of every address of the run."""
+    async def steps(
+        self, run_id: str, *, after: str | None = None, limit: int | None = None
+    ) -> dict[str, StepRecord]:
+        """The latest record of every address of the run; with ``limit``, of the first
+        ``limit`` addresses after ``after`` in the store's order (a page)."""
         async with self._reaching() as pool:
             rows = await pool.fetch(
-                "SELECT address, status, record, crc FROM cadenza_steps WHERE run_id = $1", run_id
+                "SELECT address, status, record, crc FROM cadenza_steps WHERE run_id = $1 "
+                "AND ($2::text IS NULL OR address > $2) ORDER BY address LIMIT $3",
+                run_id,
+                after,
+                limit,
             )
         return read_steps(run_id, rows)
 

@@ -65,6 +65,8 @@ class Statement(NamedTuple):
             ``{n}`` is the n-th parameter as an array (``unnest({0}::text[], ...)``).
         values: For an upsert: the same for a few rows, a template whose
             ``{rows}`` is ``($1, $2), ($3, $4)...``.
+        pack: Makes the rows written of a batch's rows queued with it (the events'
+            packs, ``_records.pack_events``); None: each queued row is written.
     """
 
     sql: str
@@ -72,6 +74,7 @@ class Statement(NamedTuple):
     key: int = 0
     bulk: str | None = None
     values: str | None = None
+    pack: Callable[[list[tuple[Any, ...]]], list[tuple[Any, ...]]] | None = None
 
 
 _Write = tuple[Statement, tuple[Any, ...], Lease | None]
@@ -349,7 +352,10 @@ def _upsert(values: str, bulk: str, rows: list[tuple[Any, ...]], parameters: lis
 
 
 def _latest(statement: Statement, rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
-    """The rows of a run of one statement that are not replaced later in the run."""
+    """The rows of a run of one statement that are not replaced later in the run (or
+    the rows its ``pack`` makes of them)."""
+    if statement.pack is not None:
+        return statement.pack(rows)
     if not statement.key or len(rows) == 1:
         return rows
     key = statement.key

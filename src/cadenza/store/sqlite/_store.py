@@ -268,18 +268,26 @@ class SqliteRunStore(QueuedWrites):
         )
         return [read_run(r) for r in rows]
 
-    async def events(self, run_id: str, *, after_seq: int = 0) -> list[Event]:
-        """The run's events after ``after_seq``, in order."""
+    async def events(
+        self, run_id: str, *, after_seq: int = 0, limit: int | None = None
+    ) -> list[Event]:
+        """The run's events after ``after_seq``, in order (the first ``limit``, if given)."""
         rows = await self._read(
-            "SELECT seq, body, crc FROM events WHERE run_id = ? AND seq > ? ORDER BY seq",
-            (run_id, after_seq),
+            "SELECT seq, NULL, body, crc FROM events WHERE run_id = ? AND seq > ? "
+            "ORDER BY seq LIMIT ?",
+            (run_id, after_seq, -1 if limit is None else limit),
         )
         return read_events(run_id, rows)
 
-    async def steps(self, run_id: str) -> dict[str, StepRecord]:
-        """The latest record of every address of the run."""
+    async def steps(
+        self, run_id: str, *, after: str | None = None, limit: int | None = None
+    ) -> dict[str, StepRecord]:
+        """The latest record of every address of the run (a page of them, by address, with
+        ``limit``)."""
         rows = await self._read(
-            "SELECT address, status, record, crc FROM steps WHERE run_id = ?", (run_id,)
+            "SELECT address, status, record, crc FROM steps WHERE run_id = ?1 "
+            "AND (?2 IS NULL OR address > ?2) ORDER BY address LIMIT ?3",
+            (run_id, after, -1 if limit is None else limit),
         )
         return read_steps(run_id, rows)
 
