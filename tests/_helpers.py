@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -58,6 +59,19 @@ async def eventually(
         if time.monotonic() > give_up:
             pytest.fail(f"gave up waiting for {what}")
         await anyio.sleep(0.05)
+
+
+def effects_of(path: Path) -> list[list[str]]:
+    """The lines a test workflow's steps appended to ``path``, each split into words."""
+    if not path.exists():
+        return []
+    return [line.split() for line in path.read_text().splitlines() if line.strip()]
+
+
+async def run_statuses(spec: str | os.PathLike[str]) -> Counter[str]:
+    """How many of the store's runs are in each status."""
+    async with opened_store(spec) as store:
+        return Counter(row.status for row in await store.list_runs(limit=10_000))
 
 
 # -- runs ------------------------------------------------------------------------------

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import subprocess
 import textwrap
 import urllib.parse
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
@@ -218,3 +219,14 @@ async def store(store_factory: StoreFactory) -> AsyncIterator[RunStore]:
         yield store
     finally:
         await store.close()
+
+
+@pytest.fixture
+def processes() -> Iterator[list[subprocess.Popen[bytes]]]:
+    """Processes a test starts (it appends them); every one is gone when it ends."""
+    started: list[subprocess.Popen[bytes]] = []
+    yield started
+    for process in started:
+        if process.poll() is None:
+            process.kill()
+        process.wait(timeout=30)

@@ -11,16 +11,14 @@ import os
 import signal
 import sqlite3
 import subprocess
-import time
 from collections import Counter
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import anyio
 import pytest
 
 from cadenza import Runtime
-from tests._helpers import CLI, opened_store
+from tests._helpers import CLI, effects_of, eventually, opened_store, run_statuses
 from tests.conftest import StoreFactory, WriteFlow
 
 pytestmark = pytest.mark.timeout(240)
@@ -42,26 +40,6 @@ steps:
 """Three steps in a chain, each logging (run, step, the driving process) to ``effects``."""
 
 
-async def wait_for(what: str, check: Callable[[], Awaitable[bool]]) -> None:
-    """Polls ``check`` until it is true; fails after `DEADLINE` seconds naming ``what``."""
-    give_up = time.monotonic() + DEADLINE
-    while not await check():
-        if time.monotonic() > give_up:
-            pytest.fail(f"gave up waiting for {what}")
-        await anyio.sleep(0.05)
-
-
-def effects_of(path: Path) -> list[list[str]]:
-    if not path.exists():
-        return []
-    return [line.split() for line in path.read_text().splitlines() if line.strip()]
-
-
-async def statuses(spec: str) -> Counter[str]:
-    async with opened_store(spec) as store:
-        return Counter(row.status for row in await store.list_runs(limit=10_000))
-
-
 async def test_submitted_runs_are_listed_queued_and_a_supervisor_completes_them(
     durable_store_factory: StoreFactory, write_flow: WriteFlow, tmp_path: Path
 ) -> None:
@@ -77,9 +55,9 @@ async def test_submitted_runs_are_listed_queued_and_a_supervisor_completes_them(
     async with Runtime(store=spec, capacity=2) as supervisor:
 
         async def all_completed() -> bool:
-            return (await statuses(spec))["completed"] == len(run_ids)
+            return (await run_statuses(spec))["completed"] == len(run_ids)
 
-        await wait_for("every submitted run to complete", all_completed)
+        await eventually("every submitted run to complete", all_completed)
         assert supervisor.capacity == 2
     ran = Counter((run_id, step) for run_id, step, _ in effects_of(effects))
     assert ran == {(run_id, step): 1 for run_id in run_ids for step in "abc"}
@@ -104,9 +82,9 @@ async def test_a_supervisor_starts_the_highest_priority_first_then_the_oldest(
     async with Runtime(store=spec, capacity=1) as supervisor:
 
         async def all_completed() -> bool:
-            return (await statuses(spec))["completed"] == len(submitted)
+            return (await run_statuses(spec))["completed"] == len(submitted)
 
-        await wait_for("every run to complete", all_completed)
+        await eventually("every run to complete", all_completed)
         assert supervisor.capacity == 1
     started = [run_id for run_id, step, _ in effects_of(effects) if step == "a"]
     assert started == ["high", "high-later", "middle", "low", "below"]
@@ -127,9 +105,9 @@ async def test_a_cancelled_queued_run_never_starts(
     async with Runtime(store=spec, capacity=4):
 
         async def kept_completed() -> bool:
-            return (await statuses(spec))["completed"] == 1
+            return (await run_statuses(spec))["completed"] == 1
 
-        await wait_for("the other run to complete", kept_completed)
+        await eventually("the other run to complete", kept_completed)
     assert {run_id for run_id, _, _ in effects_of(effects)} == {"kept"}
     async with opened_store(spec) as store:
         row = await store.get_run("dropped")
@@ -200,9 +178,9 @@ async def test_two_supervisors_on_postgres_never_start_one_run_twice(
                 await submitter.submit(flow, run_id=run_id)
 
         async def all_completed() -> bool:
-            return (await statuses(postgres_url))["completed"] == len(run_ids)
+            return (await run_statuses(postgres_url))["completed"] == len(run_ids)
 
-        await wait_for("every submitted run to complete", all_completed)
+        await eventually("every submitted run to complete", all_completed)
     finally:
         for process in processes:
             process.send_signal(signal.SIGTERM)
@@ -248,9 +226,9 @@ async def test_a_queued_run_that_cannot_start_fails_and_does_not_block_the_queue
     async with Runtime(store=spec, capacity=1):
 
         async def both_ended() -> bool:
-            return (await statuses(spec)) == Counter(completed=1, failed=1)
+            return (await run_statuses(spec)) == Counter(completed=1, failed=1)
 
-        await wait_for("both runs to end", both_ended)
+        await eventually("both runs to end", both_ended)
     async with opened_store(spec) as store:
         damaged = await store.get_run("damaged")
     assert damaged is not None
@@ -293,14 +271,14 @@ async def test_a_supervisor_killed_mid_queue_leaves_its_runs_to_the_other(
         async def victim_busy() -> bool:
             return sum(pid == str(victim.pid) for _, _, pid in effects_of(effects)) >= 3
 
-        await wait_for("the first supervisor to run steps", victim_busy)
+        await eventually("the first supervisor to run steps", victim_busy)
         victim.send_signal(signal.SIGKILL)
         victim.wait(timeout=30)
 
         async def all_completed() -> bool:
-            return (await statuses(postgres_url))["completed"] == len(run_ids)
+            return (await run_statuses(postgres_url))["completed"] == len(run_ids)
 
-        await wait_for("every run to complete", all_completed)
+        await eventually("every run to complete", all_completed)
     finally:
         for process in (victim, survivor):
             if process.poll() is None:

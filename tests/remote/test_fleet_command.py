@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -24,17 +23,6 @@ steps:
   - id: a
     command: echo a
 """
-
-
-@pytest.fixture
-def processes() -> Iterator[list[subprocess.Popen[bytes]]]:
-    """Processes a test starts; every one is gone when it ends."""
-    started: list[subprocess.Popen[bytes]] = []
-    yield started
-    for process in started:
-        if process.poll() is None:
-            process.kill()
-        process.wait(timeout=30)
 
 
 def _spawn(cwd: Path, out: Path, *argv: str) -> subprocess.Popen[bytes]:

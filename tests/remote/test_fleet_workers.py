@@ -13,9 +13,7 @@ import os
 import shutil
 import signal
 import subprocess
-import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 
 import anyio
@@ -26,7 +24,7 @@ from cadenza.protocols import EventType
 from cadenza.remote import Dispatcher, FleetWorker, WorkerEvent, generate_keys
 from cadenza.remote._fleet import split_credits
 from cadenza.store import SupervisorRow
-from tests._helpers import CLI, Sink, opened_store
+from tests._helpers import CLI, Sink, effects_of, eventually, opened_store, run_statuses
 from tests.conftest import WriteFlow
 
 from .conftest import worker_names
@@ -71,37 +69,6 @@ steps:
 """
 
 
-async def eventually(what: str, check: Callable[[], Awaitable[bool]]) -> None:
-    """Polls ``check`` until it is true; fails after `DEADLINE` seconds naming ``what``."""
-    give_up = time.monotonic() + DEADLINE
-    while not await check():
-        if time.monotonic() > give_up:
-            pytest.fail(f"gave up waiting for {what}")
-        await anyio.sleep(0.05)
-
-
-def effects_of(path: Path) -> list[list[str]]:
-    if not path.exists():
-        return []
-    return [line.split() for line in path.read_text().splitlines() if line.strip()]
-
-
-async def statuses(spec: str | Path) -> Counter[str]:
-    async with opened_store(spec) as store:
-        return Counter(row.status for row in await store.list_runs(limit=10_000))
-
-
-@pytest.fixture
-def processes() -> Iterator[list[subprocess.Popen[bytes]]]:
-    """Processes a test starts; every one is gone when it ends."""
-    started: list[subprocess.Popen[bytes]] = []
-    yield started
-    for process in started:
-        if process.poll() is None:
-            process.kill()
-        process.wait(timeout=30)
-
-
 def spawn(cwd: Path, log: str, *argv: str) -> subprocess.Popen[bytes]:
     """``cadenza ARGV`` in ``cwd``, logging at info into ``cwd/LOG``."""
     environ = {**os.environ, "CADENZA_LOG_LEVEL": "info"}
@@ -143,7 +110,7 @@ async def test_a_fleet_worker_follows_supervisors_as_they_come_and_go(
             run_id = await supervisor.submit(flow)
 
             async def completed() -> bool:
-                return (await statuses(spec))["completed"] == 1
+                return (await run_statuses(spec))["completed"] == 1
 
             await eventually("the run to complete", completed)
             async with opened_store(spec) as store:
@@ -211,7 +178,7 @@ async def test_fleet_workers_without_the_supervisors_keys_are_refused(
         processes.append(spawn(tmp_path, "valid.log", *fleet, *valid))
 
         async def completed() -> bool:
-            return (await statuses(spec))["completed"] == 1
+            return (await run_statuses(spec))["completed"] == 1
 
         await eventually("the run to complete", completed)
         connected = worker_names(events.items, "worker_connected")
@@ -266,7 +233,7 @@ async def test_two_supervisors_share_two_fleet_workers_and_a_killed_ones_runs_fi
     victim.wait(timeout=30)
 
     async def all_completed() -> bool:
-        return (await statuses(postgres_url))["completed"] == len(run_ids)
+        return (await run_statuses(postgres_url))["completed"] == len(run_ids)
 
     await eventually("every run to complete", all_completed)
     ran = Counter((run_id, address) for run_id, address, _ in effects_of(effects))

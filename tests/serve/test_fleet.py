@@ -12,7 +12,6 @@ import json
 import os
 import re
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import anyio
@@ -55,17 +54,6 @@ def note(ctx):
 """``a`` waits for the test's gate file; both log (run, address, worker pid)."""
 
 _LISTENING = re.compile(r"listening on (http://\S+)")
-
-
-@pytest.fixture
-def processes() -> Iterator[list[subprocess.Popen[bytes]]]:
-    """Processes a test starts; every one is gone when it ends."""
-    started: list[subprocess.Popen[bytes]] = []
-    yield started
-    for process in started:
-        if process.poll() is None:
-            process.kill()
-        process.wait(timeout=30)
 
 
 def _spawn(cwd: Path, log: str, *argv: str) -> subprocess.Popen[bytes]:
