@@ -68,7 +68,7 @@ def effects_of(path: Path) -> list[list[str]]:
     return [line.split() for line in path.read_text().splitlines() if line.strip()]
 
 
-async def run_statuses(spec: str | os.PathLike[str]) -> Counter[str]:
+async def run_statuses(spec: str | Path) -> Counter[str]:
     """How many of the store's runs are in each status."""
     async with opened_store(spec) as store:
         return Counter(row.status for row in await store.list_runs(limit=10_000))
