@@ -227,7 +227,21 @@ async def _serve_http(
         if on_ready is not None:
             on_ready(url, made)
 
-    await _Uvicorn(config, ready).serve()
+    web = _Uvicorn(config, ready)
+    async with anyio.create_task_group() as group:
+
+        async def serving() -> None:
+            # Shielded: a cancelled caller gets uvicorn's graceful shutdown (below),
+            # in which the SDK's sessions end and their calls cancel their runs.
+            with anyio.CancelScope(shield=True):
+                await web.serve()
+            group.cancel_scope.cancel()  # stopped by a signal
+
+        group.start_soon(serving)
+        try:
+            await anyio.sleep_forever()
+        finally:
+            web.should_exit = True
 
 
 # -- the tools -------------------------------------------------------------------------
