@@ -23,7 +23,8 @@ async def _progress(progress: float, total: float | None, message: str | None) -
     print(message, flush=True)
 
 
-async def main(transport: str, tool: str, *rest: str) -> None:
+async def main(*argv: str) -> None:
+    transport, tool, *rest = argv
     async with contextlib.AsyncExitStack() as stack:
         if transport == "stdio":
             command = [sys.executable, "-m", "cadenza", "mcp", "serve", *rest]

@@ -39,11 +39,13 @@ import mcp.types as types
 import uvicorn
 from mcp.server.lowlevel import Server
 from mcp.server.stdio import stdio_server
+from mcp.shared.exceptions import MCPError
+from mcp.types import INVALID_PARAMS
 from starlette.requests import Request
 
 from cadenza import RunHandle, RunResult, Runtime, __version__
 from cadenza._redact import register_secret
-from cadenza.errors import CadenzaError, InputError, SignalRejected
+from cadenza.errors import CadenzaError, SignalRejected
 from cadenza.protocols import Event, EventType
 from cadenza.store import describe_store
 
@@ -273,13 +275,18 @@ class _WorkflowServer:
     async def call_tool(
         self, ctx: Any, params: types.CallToolRequestParams
     ) -> types.CallToolResult:
+        """Runs the tool's workflow; its answer, or a tool error the model can act on.
+
+        Raises:
+            MCPError: No such tool (a protocol error, as MCP asks).
+        """
         tool = self.tools.get(params.name)
         if tool is None:
             known = ", ".join(sorted(self.tools)) or "none"
-            return _error(f"no workflow tool {params.name!r} (the tools: {known})")
+            raise MCPError(INVALID_PARAMS, f"no workflow tool {params.name!r} (the tools: {known})")
         try:
             handle = await self.runtime.start(tool.document, inputs=params.arguments or {})
-        except InputError as error:
+        except CadenzaError as error:  # an input missing, unknown or mistyped, say
             return _error(f"{tool.name}: {error}")
         call = _Call(self, ctx, tool, handle)
         with anyio.CancelScope() as scope:
@@ -314,7 +321,9 @@ def _error(text: str) -> types.CallToolResult:
 class _Call:
     """One tool call: its run (resumed after each person's answer), its progress."""
 
-    def __init__(self, owner: _WorkflowServer, ctx: Any, tool: WorkflowTool, handle: RunHandle):
+    def __init__(
+        self, owner: _WorkflowServer, ctx: Any, tool: WorkflowTool, handle: RunHandle
+    ) -> None:
         self.runtime = owner.runtime
         self.store = owner.store
         self.ctx = ctx
@@ -333,6 +342,8 @@ class _Call:
                 if not (self._can_ask() and await self._ask(result.run_id, pending)):
                     return waiting_answer(result, pending, self.store)
                 self.handle = await self.runtime.resume(result.run_id)
+        except CadenzaError as error:  # the store failed, the run could not resume...
+            return _error(f"run {self.handle.run_id}: {error}")
         except anyio.get_cancelled_exc_class():
             with anyio.CancelScope(shield=True):
                 await self._cancel_run()
