@@ -286,6 +286,32 @@ async def test_killing_a_stdio_client_mid_run_cancels_the_run(tmp_path: Path, sl
     assert not running(slow.pid)
 
 
+def parent_of(pid: Path) -> int:
+    """The parent process of the process whose id ``pid`` holds."""
+    stat = Path(f"/proc/{int(pid.read_text())}/stat").read_text()
+    return int(stat.rsplit(")", 1)[1].split()[1])
+
+
+async def test_sigterm_stops_a_stdio_server_after_cancelling_its_calls_runs(
+    tmp_path: Path, slow: Slow
+) -> None:
+    store = tmp_path / "runs.db"
+    serve = ("--root", str(slow.root), "--store", str(store))
+    async with client_process("stdio", "slow", *serve) as client:
+        await client.until("0/1 steps: nap started")
+        await until_file(slow.pid)
+        server = parent_of(slow.pid)  # the command step's shell is the server's child
+        os.kill(server, signal.SIGTERM)
+        row = await until_status(store, "cancelled")
+        with anyio.fail_after(DEADLINE):
+            await client.process.wait()  # its server is gone: the call fails
+    assert row.result is not None
+    assert row.result.error is not None
+    assert row.result.error.message == "the MCP client cancelled the call"
+    assert not running(slow.pid)
+    assert not running(server)
+
+
 # -- a person's answer -----------------------------------------------------------------
 
 

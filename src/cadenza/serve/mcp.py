@@ -24,17 +24,21 @@ viewer's guard (``_guard.py``) stands in front of the SDK's app.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import secrets
 import signal
 import sys
-from collections.abc import Callable
+import threading
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, cast
 
 import anyio
 import anyio.abc
+import anyio.from_thread
+import anyio.lowlevel
 import mcp.types as types
 import uvicorn
 from mcp.server.lowlevel import Server
@@ -150,15 +154,71 @@ def _store_argument(store: str | os.PathLike[str]) -> str:
 async def _serve_stdio(
     server: Server[Any], on_ready: Callable[[str, str | None], None] | None
 ) -> None:
-    async with anyio.create_task_group() as group:
-        # SIGTERM or Ctrl-C ends the session the way a closed stdin does: calls cancel
-        # their runs first (the SDK cancels in-flight handlers as its loop ends).
-        group.start_soon(_stop_on_signal, group.cancel_scope)
-        async with stdio_server() as (read, write):
-            if on_ready is not None:
-                on_ready("stdio", None)
-            await server.run(read, write, server.create_initialization_options())
-        group.cancel_scope.cancel()
+    with _claimed_stdin() as lines:
+        async with anyio.create_task_group() as group:
+            # SIGTERM or Ctrl-C ends the session the way a closed stdin does: calls
+            # cancel their runs first (the SDK cancels in-flight handlers as its loop ends).
+            group.start_soon(_stop_on_signal, group.cancel_scope)
+            group.start_soon(lines.read, group)
+            # The SDK reads what it is given by `async for` only (stdout it claims itself).
+            async with stdio_server(stdin=cast("anyio.AsyncFile[str]", lines)) as (read, write):
+                if on_ready is not None:
+                    on_ready("stdio", None)
+                await server.run(read, write, server.create_initialization_options())
+            group.cancel_scope.cancel()
+
+
+class _StdinLines:
+    """The protocol's input, line by line, read by a daemon thread of its own.
+
+    The SDK reads stdin in a worker thread the event loop waits for, and that
+    read waits for the client: after SIGTERM the server would stay until the
+    client closed its end. A daemon thread is left blocked instead, and dies
+    with the process.
+    """
+
+    def __init__(self, fd: int) -> None:
+        # closefd=False: the thread may still block on it after the server is done.
+        self._file = os.fdopen(fd, "r", encoding="utf-8", errors="replace", closefd=False)
+        self._send, self._receive = anyio.create_memory_object_stream[str](1)
+
+    async def read(self, group: anyio.abc.TaskGroup) -> None:
+        """Starts the thread; the lines end (EOF) when stdin does or the group is cancelled."""
+        token = anyio.lowlevel.current_token()
+        ended = anyio.Event()
+
+        def reading() -> None:
+            try:
+                for line in self._file:
+                    anyio.from_thread.run(self._send.send, line, token=token)
+            except (anyio.BrokenResourceError, anyio.ClosedResourceError, RuntimeError):
+                pass  # the server is done (its loop may be gone): nothing to deliver to
+            finally:
+                with contextlib.suppress(RuntimeError):
+                    anyio.from_thread.run_sync(ended.set, token=token)
+
+        threading.Thread(target=reading, name="cadenza mcp stdin", daemon=True).start()
+        try:
+            await ended.wait()
+        finally:
+            self._send.close()
+
+    def __aiter__(self) -> AsyncIterator[str]:
+        return self._receive.__aiter__()
+
+
+@contextlib.contextmanager
+def _claimed_stdin() -> Iterator[_StdinLines]:
+    """Stdin for the protocol alone: fd 0 points at the null device meanwhile, so a
+    step's process cannot read the client's messages."""
+    private = fcntl.fcntl(0, fcntl.F_DUPFD_CLOEXEC, 3)
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    try:
+        yield _StdinLines(private)
+    finally:
+        os.dup2(private, 0)
 
 
 async def _stop_on_signal(scope: anyio.CancelScope) -> None:
