@@ -46,6 +46,7 @@ from ._durable import (
 )
 from ._fleet import add_fleet_command, fleet_command
 from ._inputs import add_input_options, parse_inputs
+from ._mcp import add_mcp_command, mcp_command
 from ._paths import DEFAULT_STORE, PRICES_HELP, STORE_HELP, existing_store, store_spec
 from ._permissions import add_permission_options
 from ._remote import add_remote_commands, add_run_options, keys_command, worker_command
@@ -118,6 +119,7 @@ def _parser() -> argparse.ArgumentParser:
     add_durable_commands(commands, runs, _positive, DEFAULT_STORE)
     add_replay_command(commands, DEFAULT_STORE)
     add_serve_command(commands, DEFAULT_STORE)
+    add_mcp_command(commands, DEFAULT_STORE)
     add_supervise_command(commands, DEFAULT_STORE)
     add_fleet_command(commands, DEFAULT_STORE)
     return parser
@@ -316,6 +318,7 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "worker": worker_command,
     "keys": keys_command,
     "serve": serve_command,
+    "mcp": mcp_command,
 }
 """The commands that run without an event loop of their own (or start their own)."""
 
