@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -193,3 +194,43 @@ def test_serve_package_exports_its_public_names() -> None:
     }
     assert set(cadenza.serve.__all__) == public
     assert cadenza.serve.__all__ == sorted(cadenza.serve.__all__)
+
+
+PRICED = """\
+name: priced
+options: {maxCost: 1.0}
+agents:
+  writer: {prompt: "You write.", script: ["a draft"]}
+steps:
+  - {id: write, agent: writer, instructions: "Write."}
+"""
+
+
+def test_serve_prices_the_runs_it_starts_from_its_prices_file(tmp_path: Path) -> None:
+    """A workflow under a cost budget on an unpriced model is refused (422) by a server
+    without prices, and runs, its call priced, on one started with ``--prices FILE``."""
+    (tmp_path / "priced.yaml").write_text(PRICED)
+    (tmp_path / "prices.yaml").write_text("scripted: {input: 1000, output: 1000}\n")
+    with serving("--store", "runs.db", cwd=tmp_path) as served:
+        refused = httpx.post(
+            f"{served.url}/api/runs", json={"path": "priced.yaml"}, headers=served.headers
+        )
+        assert refused.status_code == 422, refused.text
+        assert any("no price" in p for p in refused.json()["error"]["problems"]), refused.text
+    with serving("--store", "runs.db", "--prices", "prices.yaml", cwd=tmp_path) as served:
+        started = httpx.post(
+            f"{served.url}/api/runs",
+            json={"path": "priced.yaml", "runId": "priced"},
+            headers=served.headers,
+        )
+        assert started.status_code == 201, started.text
+        result = httpx.get(f"{served.url}/api/runs/priced/result", headers=served.headers).json()
+        for _ in range(600):  # a bound for a hang only: the run is one scripted call
+            if result["status"] != "running":
+                break
+            time.sleep(0.05)
+            result = httpx.get(
+                f"{served.url}/api/runs/priced/result", headers=served.headers
+            ).json()
+    assert result["status"] == "completed", result
+    assert result["usage"]["cost"] > 0

@@ -20,7 +20,7 @@ import anyio
 from cadenza.errors import CadenzaError, InputError
 from cadenza.store import describe_store, lease_ttl_from_environment
 
-from ._paths import STORE_HELP, StoreSpec, store_spec
+from ._paths import PRICES_HELP, STORE_HELP, StoreSpec, store_spec
 
 __all__ = ["add_mcp_command", "mcp_command"]
 
@@ -58,6 +58,7 @@ def add_mcp_command(commands: Any, store: StoreSpec) -> None:
     )
     serve.add_argument("--store", type=store_spec, default=store, help=STORE_HELP)
     serve.add_argument("--model", help="model for steps without an agent (provider:model)")
+    serve.add_argument("--prices", type=Path, metavar="FILE", help=PRICES_HELP)
     serve.add_argument(
         "--http",
         type=_address,
@@ -112,6 +113,7 @@ def mcp_command(args: argparse.Namespace) -> int:
         root=args.root,
         store=args.store,
         default_model=args.model,
+        prices=args.prices,
         http=args.http,
         token=_token(args),
     )

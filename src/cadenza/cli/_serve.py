@@ -17,7 +17,7 @@ from typing import Any
 from cadenza.errors import CadenzaError
 from cadenza.store import describe_store, lease_ttl_from_environment
 
-from ._paths import STORE_HELP, StoreSpec, store_spec
+from ._paths import PRICES_HELP, STORE_HELP, StoreSpec, store_spec
 from ._remote import add_run_options
 from ._supervise import DEFAULT_CAPACITY
 
@@ -102,6 +102,7 @@ def add_serve_command(commands: Any, store: StoreSpec) -> None:
         help="time a client has to send a whole request; slower ones get 408 (default: 10)",
     )
     serve.add_argument("--model", help="model for steps without an agent (provider:model)")
+    serve.add_argument("--prices", type=Path, metavar="FILE", help=PRICES_HELP)
     serve.add_argument(
         "--recover",
         action="store_true",
@@ -152,6 +153,7 @@ def serve_command(args: argparse.Namespace) -> int:
         token=given,
         no_token=args.no_token,
         default_model=args.model,
+        prices=args.prices,
         recover=args.recover,
         limits=Limits(**chosen),
         capacity=(args.capacity or DEFAULT_CAPACITY) if args.recover else None,

@@ -40,7 +40,7 @@ from cadenza.store import DEFAULT_LEASE_TTL, describe_store
 from cadenza.workflow import load_workflow
 
 from ._inputs import add_input_options, parse_inputs
-from ._paths import STORE_HELP, StoreSpec, store_spec
+from ._paths import PRICES_HELP, STORE_HELP, StoreSpec, store_spec
 from ._remote import add_run_options
 
 if TYPE_CHECKING:
@@ -78,6 +78,7 @@ def add_supervise_command(commands: Any, store: StoreSpec) -> None:
     )
     supervise.add_argument("--lease-ttl", type=_seconds, metavar="SECONDS", help=ttl)
     supervise.add_argument("--model", help="model for steps without an agent (provider:model)")
+    supervise.add_argument("--prices", type=Path, metavar="FILE", help=PRICES_HELP)
     capacity = (
         "start queued runs (cadenza submit) while this supervisor drives fewer than N runs "
         f"(default {DEFAULT_CAPACITY})"
@@ -142,6 +143,7 @@ async def supervise_command(args: argparse.Namespace) -> int:
         lease_ttl=args.lease_ttl,
         recover=True,
         default_model=args.model,
+        prices=args.prices,
         capacity=args.capacity,
         workers=workers,
     ) as runtime:

@@ -23,6 +23,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from cadenza import Runtime
+from cadenza.actors.run import PricesLike
 from cadenza.errors import (
     CadenzaError,
     CorruptRecord,
@@ -72,6 +73,7 @@ def create_app(  # noqa: PLR0913 -- keyword-only options, each documented in doc
     token: str | None = None,
     loopback: bool = True,
     default_model: str | None = None,
+    prices: PricesLike | None = None,
     poll: float = 0.5,
     recover: bool = False,
     limits: Limits = DEFAULT_LIMITS,
@@ -89,6 +91,8 @@ def create_app(  # noqa: PLR0913 -- keyword-only options, each documented in doc
         token: When given, every request must carry it (bearer header or cookie).
         loopback: Answer only requests addressed to a loopback host name.
         default_model: The model of steps that name no agent (with ``runtime`` None).
+        prices: With ``runtime`` None: model prices over the shipped ones and each
+            workflow's (`cadenza.Runtime`'s ``prices``).
         poll: Seconds between store reads when following a run another process drives.
         recover: With ``runtime`` None: the runtime takes over the store's orphaned
             and answered runs (`cadenza.Runtime`'s ``recover``).
@@ -115,6 +119,7 @@ def create_app(  # noqa: PLR0913 -- keyword-only options, each documented in doc
         async with Runtime(
             store=store,
             default_model=default_model,
+            prices=prices,
             recover=recover,
             capacity=capacity,
             workers=workers,

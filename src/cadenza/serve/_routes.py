@@ -392,13 +392,19 @@ class Api:
 
 
 def _usage(events: list[Event]) -> Usage:
+    """A running run's usage so far, from its calls' events (their tokens and cost)."""
     prompt = completion = calls = 0
+    cost = 0.0
     for event in events:
         if event.type == EventType.AGENT_TURN and event.tokens is not None:
             prompt += event.tokens.prompt
             completion += event.tokens.completion
             calls += 1
-    return Usage(prompt_tokens=prompt, completion_tokens=completion, llm_calls=calls)
+            if isinstance(event.data, dict) and isinstance(event.data.get("cost"), float):
+                cost += event.data["cost"]
+    return Usage(
+        prompt_tokens=prompt, completion_tokens=completion, llm_calls=calls, cost=round(cost, 10)
+    )
 
 
 def _messages(events: list[Event]) -> list[MessageRecord]:

@@ -28,6 +28,7 @@ import uvicorn
 from starlette.applications import Starlette
 
 from cadenza._redact import redact, register_secret
+from cadenza.actors.run import PricesLike
 from cadenza.errors import CadenzaError
 
 from ._app import create_app
@@ -70,6 +71,8 @@ class ServeOptions:
         no_token: Ask for no token: any process of this machine may start runs and
             answer them. Loopback hosts only.
         default_model: The model of steps that name no agent (``provider:model``).
+        prices: Model prices over the shipped ones and each workflow's (a file, or
+            a mapping as `cadenza.Runtime`'s ``prices``).
         poll: Seconds between store reads when following a run another process drives.
         recover: Take over the store's orphaned runs, and waiting runs answered
             through any replica (`cadenza.Runtime`'s ``recover``).
@@ -94,6 +97,7 @@ class ServeOptions:
     token: str | None = None
     no_token: bool = False
     default_model: str | None = None
+    prices: PricesLike | None = None
     poll: float = 0.5
     recover: bool = False
     limits: Limits = DEFAULT_LIMITS
@@ -162,6 +166,7 @@ class ServeOptions:
             token=self.token or None,
             loopback=is_loopback_host(self.host),
             default_model=self.default_model,
+            prices=self.prices,
             poll=self.poll,
             recover=self.recover,
             limits=self.limits,

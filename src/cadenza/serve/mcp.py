@@ -49,6 +49,7 @@ from starlette.requests import Request
 
 from cadenza import RunHandle, RunResult, Runtime, __version__
 from cadenza._redact import register_secret
+from cadenza.actors.run import PricesLike
 from cadenza.errors import CadenzaError, SignalRejected
 from cadenza.protocols import Event, EventType
 from cadenza.store import describe_store
@@ -81,6 +82,8 @@ class McpOptions:
         store: The run store, a SQLite path or a PostgreSQL URL; None keeps runs in
             memory (gone at exit, and ``cadenza signal`` cannot reach them).
         default_model: The model of steps that name no agent (``provider:model``).
+        prices: Model prices over the shipped ones and each workflow's (a file, or
+            a mapping as `cadenza.Runtime`'s ``prices``).
         http: ``(host, port)`` to serve streamable HTTP on (port 0 picks a free
             one); None serves on stdin and stdout.
         token: Over HTTP, the bearer token every request must carry; None makes a
@@ -90,6 +93,7 @@ class McpOptions:
     root: str | os.PathLike[str] = "."
     store: str | os.PathLike[str] | None = None
     default_model: str | None = None
+    prices: PricesLike | None = None
     http: tuple[str, int] | None = None
     token: str | None = field(default=None, repr=False)
 
@@ -133,7 +137,9 @@ async def serve_mcp(
     root = Path(options.root)
     tools = await anyio.to_thread.run_sync(find_tools, root, warn)
     store = "" if options.store is None else _store_argument(options.store)
-    async with Runtime(store=options.store, default_model=options.default_model) as runtime:
+    async with Runtime(
+        store=options.store, default_model=options.default_model, prices=options.prices
+    ) as runtime:
         server = _WorkflowServer(runtime, tools, store).server()
         if options.http is None:
             await _serve_stdio(server, on_ready)
