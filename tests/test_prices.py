@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 
 from cadenza import Runtime, WorkflowError
-from cadenza.errors import InputError
 from cadenza.llm import DEFAULT_PRICES, LLMUsage, Price, PriceTable
 from cadenza.testing import ServerReply, ServerRule
 from cadenza.testing.pytest_plugin import StartLLMServer
@@ -313,19 +312,3 @@ steps:
     result = await run_flow(path)
     assert result.status == "completed"
     assert (result.usage.cost, result.usage.unpriced_calls) == (0.0, 1)
-
-
-async def test_remote_workers_refuse_a_cost_budget(write_flow: WriteFlow) -> None:
-    path = write_flow(
-        """
-name: remote
-prices: {scripted: {input: 1, output: 1}}
-agents:
-  a: {script: ["hi"], maxCost: 1}
-steps:
-  - {id: one, agent: a, instructions: one}
-"""
-    )
-    async with Runtime(workers="tcp://127.0.0.1:0") as runtime:
-        with pytest.raises(InputError, match=r"agents\.a\.maxCost sets a cost budget"):
-            await runtime.start(path)

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import pytest
 
 from cadenza import RunResult, Runtime
 from cadenza.protocols import Event, EventType
@@ -118,6 +119,42 @@ async def test_agents_run_on_the_worker_with_its_own_keys(
     assert "".join(e.delta or "" for e in streamed) == "heard"
     assert streamed[-1].done is True
     assert {(e.agent, e.agent_id, e.seq) for e in streamed} == {("listener", "listener", 0)}
+
+
+COSTLY = """
+name: costly
+prices: {scripted: {input: 100000, output: 100000}}
+options: {maxCost: BUDGET}
+agents:
+  writer: {script: ["one", "two", "three"], maxCost: AGENT}
+steps:
+  - {id: first, agent: writer, instructions: "First."}
+  - {id: second, dependsOn: [first], agent: writer, instructions: "Second."}
+  - {id: third, dependsOn: [second], agent: writer, instructions: "Third."}
+"""
+
+
+@pytest.mark.parametrize(
+    ("budget", "agent", "named"),
+    [("0.5", "100", "options.maxCost"), ("100", "0.5", "agents.writer.maxCost")],
+)
+async def test_a_cost_budget_stops_agent_steps_on_a_worker(
+    write_flow: WriteFlow, spawn_worker: SpawnWorker, budget: str, agent: str, named: str
+) -> None:
+    """The worker reserves its calls against the budget with least left, as its supervisor
+    sent it: the first call (priced far past the budget) is made, the next step's refused
+    on the worker, the run ends BudgetExceeded naming that budget."""
+    flow = write_flow(COSTLY.replace("BUDGET", budget).replace("AGENT", agent))
+    result = await run_on_worker(flow, spawn_worker, "remote")
+    assert result.status == "failed"
+    assert result.error is not None
+    assert result.error.type == "BudgetExceeded"
+    assert named in result.error.message
+    assert result.steps["first"].worker == "remote"
+    assert result.steps["first"].content == "one"
+    assert result.steps["second"].status == "failed"
+    assert result.usage.llm_calls == 1
+    assert result.usage.cost > float(budget if named == "options.maxCost" else agent)
 
 
 MEMORY = """

@@ -65,7 +65,6 @@ from cadenza.actors.run import (
     StoredPolicy,
     ToolPolicy,
     caller_prices,
-    cost_budget,
     letter_size,
     resume_refusal,
     resumed_policy,
@@ -455,16 +454,9 @@ class Runtime:
         """Refuses a workflow that needs the supervisor's process where workers run steps.
 
         Raises:
-            InputError: It declares MCP servers, worktree-per-step isolation, tool
-                permissions or a cost budget.
+            InputError: It declares MCP servers, worktree-per-step isolation or tool
+                permissions.
         """
-        where = cost_budget(document)
-        if where is not None:
-            raise InputError(
-                f"{where} sets a cost budget, and remote workers' model calls are not "
-                "reserved against cost budgets yet: run it without workers, or budget it "
-                "with options.maxTokens"
-            )
         if document.workflow.mcp_servers:
             raise InputError(
                 "this workflow declares mcpServers, and MCP servers run in the supervisor's"

@@ -43,6 +43,7 @@ __all__ = [
     "CallMade",
     "Cancel",
     "CommandOrder",
+    "CostLeft",
     "Disconnect",
     "Dispatch",
     "HandlerOrder",
@@ -133,6 +134,30 @@ class HandlerOrder(_Order, frozen=True, kw_only=True, tag="handler"):
     brief: dict[str, Any] = {}
 
 
+class CostLeft(msgspec.Struct, frozen=True, kw_only=True):
+    """The cost budget of a remote agent step that has least left, as it stood at dispatch,
+    and the price of the step's model: the worker reserves each call against it as the
+    run would (as ``tokens_spent`` does for ``maxTokens``).
+
+    Attributes:
+        limit: The budget, in USD.
+        spent: What the calls it covers had spent at dispatch, in USD.
+        what: The budget in words (``the run's cost budget``), for the error.
+        key: Where it is set (``options.maxCost``), for the error.
+        input: The model's price of an input token, USD per million.
+        output: The same for an output token.
+        cached_input: The same for a cached input token; None: as ``input``.
+    """
+
+    limit: float
+    spent: float
+    what: Annotated[str, msgspec.Meta(max_length=400)]
+    key: Annotated[str, msgspec.Meta(max_length=400)]
+    input: float
+    output: float
+    cached_input: float | None = None
+
+
 class AgentOrder(_Order, frozen=True, kw_only=True, tag="agent"):
     """Run an ``agent`` step's tool-calling loop from a prompt built by the supervisor.
 
@@ -153,6 +178,8 @@ class AgentOrder(_Order, frozen=True, kw_only=True, tag="agent"):
     recorded: list[CallRecord] = []
     """The calls this attempt replays: the journal of the attempt a resumed run's step
     continues (empty on a first try)."""
+    cost: CostLeft | None = None
+    """The cost budget the step's calls pass that has least left (None: none covers it)."""
 
 
 class ToolOrder(_Order, frozen=True, kw_only=True, tag="tool"):

@@ -83,6 +83,10 @@ class Budget:
             self._largest = max(self._largest, self._spent() - before)
             self._wake()
 
+    def spent(self) -> float:
+        """What the calls it covers have spent so far, in its unit."""
+        return self._spent()
+
     def exceeded(self, spent: float) -> BudgetExceeded:
         """The error of this budget spent at ``spent``."""
         if self.unit == "tokens":
@@ -130,6 +134,9 @@ class Budgets:
     max_cost: float | None = None
     _tokens: Budget | None = None
     _costs: dict[CostKey, Budget] = field(default_factory=dict)
+    run_cost: tuple[str, str] = ("the run's cost budget", "options.maxCost")
+    """How ``max_cost`` is named in its error: in words, and where it is set (a remote
+    worker's run stands for the budget its supervisor sent, whichever that is)."""
     steps: dict[str, tuple[float, str]] = field(default_factory=dict)
     """The steps with a ``maxCost`` that have started: their address -> (limit, where
     it is set). A call at an address under one (or at it) passes its budget."""
@@ -155,8 +162,8 @@ class Budgets:
                 )
             found.append(self._tokens)
         if self.max_cost is not None:
-            what = "the run's cost budget"
-            found.append(self._cost((0, ""), self.max_cost, what, "options.maxCost"))
+            what, where = self.run_cost
+            found.append(self._cost((0, ""), self.max_cost, what, where))
         if agent is not None and agent_limit is not None:
             what = f"agent {agent!r}'s cost budget"
             found.append(self._cost((1, agent), agent_limit, what, f"agents.{agent}.maxCost"))

@@ -19,7 +19,8 @@ from cadenza.actors.steps._calls import continued, cut_off
 from cadenza.actors.steps._leaf import LeafStep, LeafWork, Send, WorkerSite, order_head
 from cadenza.actors.steps._prompt import build_prompt, read_context_files
 from cadenza.kernel import Actor, Slots, Supervisor
-from cadenza.protocols import AgentOrder, Mail, Usage, WorkOrder
+from cadenza.llm import Price, PriceTable
+from cadenza.protocols import AgentOrder, CostLeft, Mail, Usage, WorkOrder
 from cadenza.workflow import Agent, LoadedWorkflow, Options, Step, Workflow
 
 __all__ = ["AgentWork"]
@@ -74,30 +75,39 @@ class AgentWork(LeafWork):
             inbox=actor.drain_inbox(),
         )
         retries = step.max_retries if step.max_retries is not None else run.options.max_retries
+        model = model_spec(run, agent, step.agent, step.model)
         return AgentOrder(
             **order_head(actor, address, attempt, seconds),
             agent_name=step.agent,
             agent=None if agent is None else msgspec.to_builtins(agent),
-            model=model_spec(run, agent, step.agent, step.model),
+            model=model,
             prompt=prompt,
             max_tokens=run.options.max_tokens,
             tokens_spent=run.journal.prompt_tokens + run.journal.completion_tokens,
             max_retries=retries,
             recorded=[] if resumes is None else continued(run, address, attempt, of=resumes),
+            cost=_cost_left(run, address, step.agent, agent, model),
         )
 
     async def run_order(self, order: WorkOrder, site: WorkerSite) -> tuple[str, Any]:
         assert isinstance(order, AgentOrder)
         agent = None if order.agent is None else msgspec.convert(order.agent, Agent)
         agents = {order.agent_name: agent} if agent is not None and order.agent_name else {}
-        workflow = Workflow(
-            name="remote", steps=[], agents=agents, options=Options(max_tokens=order.max_tokens)
+        cost = order.cost
+        options = Options(
+            max_tokens=order.max_tokens, max_cost=None if cost is None else cost.limit
         )
+        workflow = Workflow(name="remote", steps=[], agents=agents, options=options)
         document = LoadedWorkflow(
             workflow=workflow, path=None, base_dir=Path(order.base_dir), includes={}
         )
         journal = site.journal(order.run_id, workflow.name)
         journal.prompt_tokens = order.tokens_spent  # the budget counts the whole run's spend
+        prices = PriceTable()
+        if cost is not None:  # the tightest cost budget, its spend, and the model's price
+            journal.cost = cost.spent
+            price = Price(cost.input, cost.output, cost.cached_input)
+            prices = PriceTable({order.model: price}, defaults={})
         try:
             async with Supervisor(clock=site.clock) as supervisor:
                 supervisor.spawn(COORDINATOR, lambda: _Courier(site.job, site.fence, site.send))
@@ -111,7 +121,10 @@ class AgentWork(LeafWork):
                     limiter=Slots(1),
                     step_ids=frozenset(),
                     providers=site.providers(order.run_id),
+                    prices=prices,
                 )
+                if cost is not None:
+                    context.budgets.run_cost = (cost.what, cost.key)
                 visit = AgentVisit(
                     address=order.address,
                     agent_name=order.agent_name,
@@ -134,6 +147,28 @@ class AgentWork(LeafWork):
                 )
             )
         return _outcome(outcome)
+
+
+def _cost_left(
+    run: RunContext, address: str, agent_name: str | None, agent: Agent | None, model: str
+) -> CostLeft | None:
+    """The cost budget over a remote agent step with least left, and its model's price
+    (None: no cost budget covers the step, or its model has no price: refused at load)."""
+    limit = agent.max_cost if agent is not None else None
+    budgets = [b for b in run.budgets.covering(address, agent_name, limit) if b.unit == "usd"]
+    price = run.prices.price_of(model)
+    if not budgets or price is None:
+        return None
+    tightest = min(budgets, key=lambda budget: budget.limit - budget.spent())
+    return CostLeft(
+        limit=tightest.limit,
+        spent=tightest.spent(),
+        what=tightest.what,
+        key=tightest.key,
+        input=price.input,
+        output=price.output,
+        cached_input=price.cached_input,
+    )
 
 
 def _resumes(actor: LeafStep, address: str, attempt: int) -> int | None:
