@@ -83,6 +83,7 @@ class AgentWork(LeafWork):
             max_tokens=run.options.max_tokens,
             tokens_spent=run.journal.prompt_tokens + run.journal.completion_tokens,
             max_retries=retries,
+            thinking=run.default_thinking,
             recorded=[] if resumes is None else continued(run, address, attempt, of=resumes),
         )
 
@@ -111,6 +112,7 @@ class AgentWork(LeafWork):
                     limiter=Slots(1),
                     step_ids=frozenset(),
                     providers=site.providers(order.run_id),
+                    default_thinking=order.thinking,
                 )
                 visit = AgentVisit(
                     address=order.address,
