@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import msgspec
 import pytest
 
 from cadenza.llm import (
@@ -273,3 +274,24 @@ async def test_cached_tokens_are_reported_and_priced_at_cached_input(
     assert whole.usage == streamed.usage == expected
     price = Price(input=2.0, output=8.0, cached_input=0.5)
     assert price.cost(whole.usage) == pytest.approx((200 * 2.0 + 800 * 0.5 + 50 * 8.0) / 1e6)
+
+
+def test_a_request_without_reasoning_encodes_as_before_it_existed() -> None:
+    """A recorded model call is found again by the digest of its encoded request: one that
+    sets no level and holds no reasoning has no key it lacked before, so the runs recorded
+    before reasoning existed still resume and replay."""
+    request = LLMRequest("m", (Message("user", "hi"), Message("assistant", "ok")))
+    encoded = json.loads(msgspec.json.encode(request))
+    assert set(encoded) == {
+        "model",
+        "messages",
+        "tools",
+        "temperature",
+        "top_p",
+        "max_tokens",
+        "max_retries",
+    }
+    for message in encoded["messages"]:
+        assert set(message) == {"role", "content", "tool_calls", "tool_call_id", "name"}
+    thinking = json.loads(msgspec.json.encode(ask("m", "low")))
+    assert thinking["thinking"] == "low"
