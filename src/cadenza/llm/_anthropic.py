@@ -74,22 +74,10 @@ def anthropic_body(request: LLMRequest, *, stream: bool = False) -> dict[str, An
     """The Messages API request for ``request``, as data (Vertex AI sends it amended)."""
     system = [m.content for m in request.messages if m.role == "system" and m.content]
     budget = thinking_budget(request)
-    turns: list[dict[str, Any]] = []
-    for message in request.messages:
-        if message.role == "system":
-            continue
-        role = "assistant" if message.role == "assistant" else "user"
-        blocks = _blocks(message, thinking=budget is not None)
-        if not blocks:
-            continue  # the API rejects empty turns and empty text blocks
-        if turns and turns[-1]["role"] == role:
-            turns[-1]["content"].extend(blocks)
-        else:
-            turns.append({"role": role, "content": blocks})
     body: dict[str, Any] = {
         "model": request.model,
         "max_tokens": request.max_tokens or DEFAULT_MAX_TOKENS,
-        "messages": turns,
+        "messages": _turns(request.messages, thinking=budget is not None),
     }
     if budget is not None:
         body["max_tokens"] = with_budget(request.max_tokens, budget)
@@ -105,6 +93,23 @@ def anthropic_body(request: LLMRequest, *, stream: bool = False) -> dict[str, An
     if stream:
         body["stream"] = True
     return body
+
+
+def _turns(messages: tuple[Message, ...], *, thinking: bool) -> list[dict[str, Any]]:
+    """The conversation as alternating user and assistant turns, system messages left out."""
+    turns: list[dict[str, Any]] = []
+    for message in messages:
+        if message.role == "system":
+            continue
+        role = "assistant" if message.role == "assistant" else "user"
+        blocks = _blocks(message, thinking=thinking)
+        if not blocks:
+            continue  # the API rejects empty turns and empty text blocks
+        if turns and turns[-1]["role"] == role:
+            turns[-1]["content"].extend(blocks)
+        else:
+            turns.append({"role": role, "content": blocks})
+    return turns
 
 
 def _blocks(message: Message, *, thinking: bool) -> list[dict[str, Any]]:

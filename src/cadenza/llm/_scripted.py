@@ -171,22 +171,7 @@ def _reply(index: int, item: object) -> _Reply:
     where = f"script reply {index + 1}"
     if isinstance(item, str):
         return _Reply(item, ())
-    if isinstance(item, Mapping):
-        unknown = sorted(str(key) for key in item if key not in _REPLY_KEYS)
-        if unknown:
-            raise LLMConfigError(
-                f"{where}: unknown key(s) {', '.join(unknown)};"
-                " a reply has content, toolCalls and reasoning"
-            )
-        content, reasoning = item.get("content"), item.get("reasoning")
-        raw_calls = item.get("toolCalls", item.get("tool_calls")) or ()
-    elif hasattr(item, "content") or hasattr(item, "tool_calls"):
-        content, reasoning = getattr(item, "content", None), getattr(item, "reasoning", None)
-        raw_calls = getattr(item, "tool_calls", None) or ()
-    else:
-        raise LLMConfigError(
-            f"{where}: expected a string or {{content, toolCalls}}, got {type(item).__name__}"
-        )
+    content, reasoning, raw_calls = _fields(where, item)
     for key, value in (("content", content), ("reasoning", reasoning)):
         if value is not None and not isinstance(value, str):
             raise LLMConfigError(f"{where}: {key} must be a string, got {type(value).__name__}")
@@ -194,6 +179,25 @@ def _reply(index: int, item: object) -> _Reply:
         raise LLMConfigError(f"{where}: toolCalls must be a list")
     calls = tuple(_call(f"{where}: toolCalls[{i}]", call) for i, call in enumerate(raw_calls))
     return _Reply(content, calls, reasoning)
+
+
+def _fields(where: str, item: object) -> tuple[Any, Any, Any]:
+    """A reply's content, reasoning and tool calls, as its mapping or object has them."""
+    if isinstance(item, Mapping):
+        unknown = sorted(str(key) for key in item if key not in _REPLY_KEYS)
+        if unknown:
+            raise LLMConfigError(
+                f"{where}: unknown key(s) {', '.join(unknown)};"
+                " a reply has content, toolCalls and reasoning"
+            )
+        calls = item.get("toolCalls", item.get("tool_calls")) or ()
+        return item.get("content"), item.get("reasoning"), calls
+    if hasattr(item, "content") or hasattr(item, "tool_calls"):
+        calls = getattr(item, "tool_calls", None) or ()
+        return getattr(item, "content", None), getattr(item, "reasoning", None), calls
+    raise LLMConfigError(
+        f"{where}: expected a string or {{content, toolCalls}}, got {type(item).__name__}"
+    )
 
 
 def _call(where: str, call: object) -> tuple[str, str]:
