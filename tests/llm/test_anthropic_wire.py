@@ -14,6 +14,7 @@ from cadenza.llm import (
     Message,
     ModelToolCall,
     ProviderRegistry,
+    Reasoning,
     ToolSpec,
 )
 from cadenza.testing import ScriptedTransport
@@ -118,7 +119,8 @@ async def test_tool_turns_become_blocks() -> None:
 
 
 async def test_reply_maps_to_completion() -> None:
-    """Text blocks join into content, tool_use input turns into JSON text, cache reads count."""
+    """Text blocks join into content, tool_use input turns into JSON text, cache reads count
+    (as prompt tokens, and as the cached ones), a thinking block is the reasoning."""
     reply = anthropic_reply(
         {"type": "thinking", "thinking": "hmm", "signature": "x"},
         {"type": "text", "text": "Let me look."},
@@ -130,7 +132,8 @@ async def test_reply_maps_to_completion() -> None:
     completion, _ = await complete(reply, request)
     assert completion.content == "Let me look."
     assert completion.tool_calls == (ModelToolCall("toolu_9", "lookup", '{"word":"fugue"}'),)
-    assert completion.usage == LLMUsage(prompt_tokens=120, completion_tokens=4)
+    assert completion.usage == LLMUsage(prompt_tokens=120, completion_tokens=4, cached_tokens=100)
+    assert completion.reasoning == (Reasoning("hmm", signature="x"),)
     assert completion.finish_reason == "tool_use"
     assert completion.model == "claude-test-0001"
 

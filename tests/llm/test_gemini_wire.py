@@ -18,6 +18,7 @@ from cadenza.llm import (
     Message,
     ModelToolCall,
     ProviderRegistry,
+    Reasoning,
     RetryPolicy,
     ToolSpec,
     parse_model,
@@ -150,7 +151,8 @@ async def test_tool_turns_become_parts() -> None:
 
 
 async def test_reply_maps_to_completion() -> None:
-    """Text parts join (thoughts left out), calls keep their signature, thinking is output."""
+    """Text parts join (thoughts apart, as the reasoning), calls keep their signature,
+    thinking is output (and counted as reasoning tokens)."""
     reply = gemini_reply(
         {"text": "thinking it over", "thought": True},
         {"text": "Let me "},
@@ -171,7 +173,8 @@ async def test_reply_maps_to_completion() -> None:
         ModelToolCall("gemini-call-0#ts=U0lH", "lookup", '{"word":"fugue"}'),
         ModelToolCall("fc-7", "lookup", "{}"),
     )
-    assert completion.usage == LLMUsage(prompt_tokens=22, completion_tokens=34)
+    assert completion.usage == LLMUsage(prompt_tokens=22, completion_tokens=34, reasoning_tokens=30)
+    assert completion.reasoning == (Reasoning("thinking it over"),)
     assert completion.model == "gemini-test-001"
     assert completion.finish_reason == "STOP"
 

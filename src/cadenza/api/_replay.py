@@ -32,7 +32,9 @@ from cadenza.protocols import AgentTurn, Event, EventType, RunResult, payload
 from cadenza.store import MemoryRunStore, RunRow, RunStore, make_store
 from cadenza.workflow import (
     DEFAULT_MAX_CONCURRENCY,
+    THINKING_LEVELS,
     LoadedWorkflow,
+    ThinkingLevel,
     Workflow,
     WorkflowError,
     load_workflow,
@@ -81,6 +83,7 @@ async def replay_run(
     workflow: LoadedWorkflow | Workflow | str | os.PathLike[str] | None = None,
     default_model: str | None = None,
     on_event: EventSink | None = None,
+    default_thinking: ThinkingLevel | None = None,
 ) -> ReplayReport:
     """Replays the recorded run ``run_id`` offline and reports the first difference.
 
@@ -93,6 +96,8 @@ async def replay_run(
         default_model: The model of steps that name none; by default the one the
             record shows such steps used, else ``CADENZA_MODEL``.
         on_event: Called with every event of the replay.
+        default_thinking: The ``thinking`` level of agents that set none; by default
+            the one the record shows such agents were called with.
 
     Raises:
         RunNotFound: The store has no such run.
@@ -129,9 +134,10 @@ async def replay_run(
             " (by an older Cadenza): it cannot be replayed offline"
         )
     model = default_model or _recorded_default(events) or os.environ.get("CADENZA_MODEL")
+    thinking = default_thinking or _recorded_thinking(events, document)
     control = RunControl()
     recording = Recording(records, events, calls, control.cancel)
-    result = await _run(document, inputs, row, recording, control, model, on_event)
+    result = await _run(document, inputs, row, recording, control, model, thinking, on_event)
     difference = recording.difference or recording.unmatched()
     if difference is None:
         recorded = finished_result(row)
@@ -195,6 +201,20 @@ def _recorded_default(events: list[Event]) -> str | None:
     return None
 
 
+def _recorded_thinking(events: list[Event], document: LoadedWorkflow) -> ThinkingLevel | None:
+    """The level the record's agents without one of their own were called with: the
+    run's ``--thinking`` (None: it had none)."""
+    agents = document.workflow.agents
+    for event in events:
+        if event.type != EventType.AGENT_TURN or not event.step_id:
+            continue
+        agent = agents.get(event.agent) if event.agent else None
+        turn = payload(event, AgentTurn)
+        if turn.phase == "request" and (agent is None or agent.thinking is None):
+            return next((level for level in THINKING_LEVELS if level == turn.thinking), None)
+    return None
+
+
 async def _run(
     document: LoadedWorkflow,
     inputs: dict[str, Any],
@@ -202,6 +222,7 @@ async def _run(
     recording: Recording,
     control: RunControl,
     model: str | None,
+    thinking: ThinkingLevel | None,
     on_event: EventSink | None,
 ) -> RunResult:
     """Runs the replay in a memory store of its own, under the recorded run's id."""
@@ -222,6 +243,7 @@ async def _run(
                 clock=SystemClock(),
                 max_concurrency=limit,
                 default_model=model,
+                default_thinking=thinking,
                 prices=run_prices(document),  # the workflow's; a caller's are not recorded
                 recording=recording,
                 store=memory,

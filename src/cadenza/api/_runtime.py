@@ -106,8 +106,10 @@ from cadenza.store import (
 )
 from cadenza.workflow import (
     DEFAULT_MAX_CONCURRENCY,
+    THINKING_LEVELS,
     WORKTREE_PER_STEP,
     LoadedWorkflow,
+    ThinkingLevel,
     Workflow,
     load_workflow,
     resolve_inputs,
@@ -190,6 +192,8 @@ class Runtime:
         clock: The clock for delays and timeouts (tests inject `FakeClock`).
         max_concurrency: Steps in parallel per run when a workflow does not say.
         default_model: The model of steps that name no agent (``provider:model``).
+        default_thinking: The ``thinking`` level (``off``, ``low``, ``medium``,
+            ``high``) of agents that set none; None leaves the provider's default.
         workers: Run leaf steps on remote workers: the endpoint to bind for them
             (``tcp://127.0.0.1:5555``), or a configured `cadenza.remote.Dispatcher`.
             The runtime starts and stops it; ``runtime.workers`` is the dispatcher.
@@ -258,7 +262,11 @@ class Runtime:
         recover: bool = False,
         capacity: int | None = None,
         prices: PricesLike | None = None,
+        default_thinking: ThinkingLevel | None = None,
     ) -> None:
+        if default_thinking is not None and default_thinking not in THINKING_LEVELS:
+            levels = ", ".join(THINKING_LEVELS)
+            raise ValueError(f"default_thinking must be one of {levels}, not {default_thinking!r}")
         if lease_ttl is None:
             lease_ttl = lease_ttl_from_environment()
         elif lease_ttl <= 0:
@@ -294,6 +302,7 @@ class Runtime:
         )
         """What every run adds to its workflow's tool permissions."""
         self.default_model = default_model or os.environ.get("CADENZA_MODEL")
+        self.default_thinking: ThinkingLevel | None = default_thinking
         self.prices: dict[str, Price] = caller_prices(prices)
         """The caller's model prices, over the shipped ones and each workflow's."""
         self._group: anyio.abc.TaskGroup | None = None
@@ -529,6 +538,7 @@ class Runtime:
                         clock=self.clock,
                         max_concurrency=limit,
                         default_model=self.default_model,
+                        default_thinking=self.default_thinking,
                         prices=run_prices(document, self.prices),
                         control=driven.control,
                         http=self._shared_http,

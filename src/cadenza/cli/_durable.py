@@ -25,10 +25,17 @@ from typing import TYPE_CHECKING, Any
 
 from cadenza.errors import CadenzaError, InputError, RunNeedsCode
 from cadenza.store import describe_store
-from cadenza.workflow import parse_duration
+from cadenza.workflow import THINKING_LEVELS, parse_duration
 
 from ._inputs import add_input_options, parse_edits, parse_inputs
-from ._paths import PRICES_HELP, STORE_HELP, StoreSpec, existing_store, store_spec
+from ._paths import (
+    PRICES_HELP,
+    STORE_HELP,
+    THINKING_HELP,
+    StoreSpec,
+    existing_store,
+    store_spec,
+)
 from ._permissions import TerminalAsker, add_permission_options, tool_policy
 
 if TYPE_CHECKING:
@@ -73,6 +80,7 @@ def add_durable_commands(
     resume.add_argument("--store", type=store_spec, default=store, help=STORE_HELP)
     resume.add_argument("--max-concurrency", type=positive, help="steps in parallel")
     resume.add_argument("--model", help="model for steps without an agent (provider:model)")
+    resume.add_argument("--thinking", choices=THINKING_LEVELS, help=THINKING_HELP)
     resume.add_argument("--prices", type=Path, metavar="FILE", help=PRICES_HELP)
     add_permission_options(resume)
 
@@ -99,6 +107,7 @@ def add_durable_commands(
     fork.add_argument("--events", action="store_true", help="write NDJSON events to stderr")
     fork.add_argument("--store", type=store_spec, default=store, help=STORE_HELP)
     fork.add_argument("--model", help="model for steps without an agent (provider:model)")
+    fork.add_argument("--thinking", choices=THINKING_LEVELS, help=THINKING_HELP)
     fork.add_argument("--prices", type=Path, metavar="FILE", help=PRICES_HELP)
     add_permission_options(fork)
 
@@ -130,7 +139,11 @@ async def resume_command(args: argparse.Namespace) -> int:
     asker = TerminalAsker() if args.ask else None
     policy = tool_policy(args, asker)
     async with Runtime(
-        store=_store(args), default_model=args.model, permissions=policy, prices=args.prices
+        store=_store(args),
+        default_model=args.model,
+        default_thinking=args.thinking,
+        permissions=policy,
+        prices=args.prices,
     ) as runtime:
         if not args.all:
             return await _resume_one(runtime, args.run_id, args, asker)
@@ -177,7 +190,11 @@ async def fork_command(args: argparse.Namespace) -> int:
     policy = tool_policy(args, asker)
     async with (
         Runtime(
-            store=_store(args), default_model=args.model, permissions=policy, prices=args.prices
+            store=_store(args),
+            default_model=args.model,
+            default_thinking=args.thinking,
+            permissions=policy,
+            prices=args.prices,
         ) as runtime,
         watch_run(events=args.events, json_only=args.json) as on_event,
     ):

@@ -27,6 +27,7 @@ from cadenza._logging import configure_logging
 from cadenza._redact import redact
 from cadenza.errors import CadenzaError, StoreFailed
 from cadenza.workflow import (
+    THINKING_LEVELS,
     ModelRules,
     Problem,
     WorkflowError,
@@ -47,7 +48,14 @@ from ._durable import (
 from ._fleet import add_fleet_command, fleet_command
 from ._inputs import add_input_options, parse_inputs
 from ._mcp import add_mcp_command, mcp_command
-from ._paths import DEFAULT_STORE, PRICES_HELP, STORE_HELP, existing_store, store_spec
+from ._paths import (
+    DEFAULT_STORE,
+    PRICES_HELP,
+    STORE_HELP,
+    THINKING_HELP,
+    existing_store,
+    store_spec,
+)
 from ._permissions import add_permission_options
 from ._remote import add_remote_commands, add_run_options, keys_command, worker_command
 from ._replay import add_replay_command, replay_command
@@ -89,6 +97,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--run-id", help="record the run under this id")
     run.add_argument("--max-concurrency", type=_positive, help="steps in parallel")
     run.add_argument("--model", help="model for steps without an agent (provider:model)")
+    run.add_argument("--thinking", choices=THINKING_LEVELS, help=THINKING_HELP)
     run.add_argument("--prices", type=Path, metavar="FILE", help=PRICES_HELP)
     add_run_options(run)
     add_permission_options(run)
@@ -148,6 +157,7 @@ async def _run(args: argparse.Namespace) -> int:
         Runtime(
             store=args.store,
             default_model=args.model,
+            default_thinking=args.thinking,
             workers=args.workers,
             curve_keys=args.curve_keys,
             insecure=args.insecure,

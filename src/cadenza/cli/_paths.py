@@ -13,6 +13,7 @@ __all__ = [
     "DEFAULT_STORE",
     "PRICES_HELP",
     "STORE_HELP",
+    "THINKING_HELP",
     "StoreSpec",
     "existing_store",
     "store_spec",
@@ -24,6 +25,11 @@ DEFAULT_STORE = Path(".cadenza") / "runs.db"
 PRICES_HELP = (
     "a YAML or JSON file of model prices (model: {input, output, cachedInput} in USD per "
     "million tokens), over the shipped ones and the workflow's (docs/prices.md)"
+)
+
+THINKING_HELP = (
+    "how much models reason before they answer, for agents that set no thinking: "
+    "off, low, medium or high (docs/providers.md)"
 )
 
 STORE_HELP = (

@@ -20,6 +20,8 @@ from typing import Any
 
 import msgspec
 
+from cadenza.workflow import THINKING_LEVELS
+
 from ._paths import STORE_HELP, StoreSpec, existing_store, store_spec
 
 __all__ = ["add_replay_command", "replay_command"]
@@ -38,6 +40,11 @@ def add_replay_command(commands: Any, store: StoreSpec) -> None:
     replay.add_argument(
         "--model", help="model for steps without an agent (default: the one the run used)"
     )
+    replay.add_argument(
+        "--thinking",
+        choices=THINKING_LEVELS,
+        help="thinking level of agents that set none (default: the one the run used)",
+    )
     replay.add_argument("--json", action="store_true", help="print the report JSON only")
     replay.add_argument("--events", action="store_true", help="write NDJSON events to stderr")
 
@@ -55,6 +62,7 @@ async def replay_command(args: argparse.Namespace) -> int:
             workflow=args.workflow,
             default_model=args.model,
             on_event=on_event,
+            default_thinking=args.thinking,
         )
     if args.json:
         body = {

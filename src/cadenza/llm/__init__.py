@@ -40,6 +40,7 @@ from ._specs import PROVIDERS as PROVIDERS
 from ._specs import key_variable as key_variable
 from ._specs import missing_variable as missing_variable
 from ._specs import parse_model as parse_model
+from ._types import THINKING_LEVELS as THINKING_LEVELS
 from ._types import CallHooks as CallHooks
 from ._types import Completion as Completion
 from ._types import DeltaHook as DeltaHook
@@ -48,8 +49,10 @@ from ._types import LLMRequest as LLMRequest
 from ._types import LLMUsage as LLMUsage
 from ._types import Message as Message
 from ._types import ModelToolCall as ModelToolCall
+from ._types import Reasoning as Reasoning
 from ._types import RetryHook as RetryHook
 from ._types import Role as Role
+from ._types import Thinking as Thinking
 from ._types import ToolSpec as ToolSpec
 
 if _typing.TYPE_CHECKING:
@@ -69,6 +72,7 @@ __all__ = [
     "DEFAULT_PROVIDER_VARIABLE",
     "PRICES_CHECKED",
     "PROVIDERS",
+    "THINKING_LEVELS",
     "CallHooks",
     "Completion",
     "DeltaHook",
@@ -86,11 +90,13 @@ __all__ = [
     "Price",
     "PriceTable",
     "ProviderRegistry",
+    "Reasoning",
     "RetryHook",
     "RetryPolicy",
     "Role",
     "ScriptReplyLike",
     "ScriptedClient",
+    "Thinking",
     "ToolSpec",
     "key_variable",
     "missing_variable",

@@ -6,6 +6,12 @@ arguments' JSON text parsed into ``input``); ``tool`` messages become
 ``tool_result`` blocks in a user turn. Consecutive messages of one role are
 merged into one turn, because the API wants user and assistant turns to
 alternate and all results of one assistant turn in the next user turn.
+
+A ``thinking`` level turns extended thinking on (``thinking: {type: enabled,
+budget_tokens}``), with ``max_tokens`` raised by the budget so the answer keeps
+the room it had. The reply's ``thinking`` and ``redacted_thinking`` blocks are
+its reasoning; they go back, signed as they came, at the head of the
+assistant's turn, because a tool loop with thinking on is refused without them.
 """
 
 from __future__ import annotations
@@ -16,7 +22,8 @@ import msgspec
 
 from ._errors import LLMResponseError
 from ._stream import AnthropicStream, _AnthropicUsage
-from ._types import Completion, LLMRequest, LLMUsage, Message, ModelToolCall
+from ._thinking import ANSWER_TOKENS, thinking_budget, with_budget
+from ._types import Completion, LLMRequest, Message, ModelToolCall, Reasoning
 from ._wire import WireFormat, sampling
 
 __all__ = [
@@ -29,18 +36,21 @@ __all__ = [
 ]
 
 ANTHROPIC_VERSION: Final = "2023-06-01"
-DEFAULT_MAX_TOKENS: Final = 4096
+DEFAULT_MAX_TOKENS: Final = ANSWER_TOKENS
 """``max_tokens`` when the request sets none (the Messages API requires one)."""
 
 
 class _Block(msgspec.Struct):
     # One lenient shape for every block type, so block types this code does
-    # not know (thinking, say) are skipped rather than rejected.
+    # not know (server tool results, say) are skipped rather than rejected.
     type: str
     text: str | None = None
     id: str | None = None
     name: str | None = None
     input: dict[str, Any] | None = None
+    thinking: str | None = None
+    signature: str | None = None
+    data: str | None = None  # a redacted_thinking block's
 
 
 class _Response(msgspec.Struct):
@@ -63,23 +73,15 @@ def encode_anthropic(request: LLMRequest, *, stream: bool = False) -> bytes:
 def anthropic_body(request: LLMRequest, *, stream: bool = False) -> dict[str, Any]:
     """The Messages API request for ``request``, as data (Vertex AI sends it amended)."""
     system = [m.content for m in request.messages if m.role == "system" and m.content]
-    turns: list[dict[str, Any]] = []
-    for message in request.messages:
-        if message.role == "system":
-            continue
-        role = "assistant" if message.role == "assistant" else "user"
-        blocks = _blocks(message)
-        if not blocks:
-            continue  # the API rejects empty turns and empty text blocks
-        if turns and turns[-1]["role"] == role:
-            turns[-1]["content"].extend(blocks)
-        else:
-            turns.append({"role": role, "content": blocks})
+    budget = thinking_budget(request)
     body: dict[str, Any] = {
         "model": request.model,
         "max_tokens": request.max_tokens or DEFAULT_MAX_TOKENS,
-        "messages": turns,
+        "messages": _turns(request.messages, thinking=budget is not None),
     }
+    if budget is not None:
+        body["max_tokens"] = with_budget(request.max_tokens, budget)
+        body["thinking"] = {"type": "enabled", "budget_tokens": budget}
     if system:
         body["system"] = "\n\n".join(system)
     if request.tools:
@@ -93,7 +95,24 @@ def anthropic_body(request: LLMRequest, *, stream: bool = False) -> dict[str, An
     return body
 
 
-def _blocks(message: Message) -> list[dict[str, Any]]:
+def _turns(messages: tuple[Message, ...], *, thinking: bool) -> list[dict[str, Any]]:
+    """The conversation as alternating user and assistant turns, system messages left out."""
+    turns: list[dict[str, Any]] = []
+    for message in messages:
+        if message.role == "system":
+            continue
+        role = "assistant" if message.role == "assistant" else "user"
+        blocks = _blocks(message, thinking=thinking)
+        if not blocks:
+            continue  # the API rejects empty turns and empty text blocks
+        if turns and turns[-1]["role"] == role:
+            turns[-1]["content"].extend(blocks)
+        else:
+            turns.append({"role": role, "content": blocks})
+    return turns
+
+
+def _blocks(message: Message, *, thinking: bool) -> list[dict[str, Any]]:
     if message.role == "tool":
         return [
             {
@@ -102,13 +121,26 @@ def _blocks(message: Message) -> list[dict[str, Any]]:
                 "content": message.content or "",
             }
         ]
-    blocks: list[dict[str, Any]] = []
+    blocks = _thinking_blocks(message) if thinking else []
     if message.content:
         blocks.append({"type": "text", "text": message.content})
     blocks.extend(
         {"type": "tool_use", "id": call.id, "name": call.name, "input": _input(call.arguments)}
         for call in message.tool_calls
     )
+    return blocks
+
+
+def _thinking_blocks(message: Message) -> list[dict[str, Any]]:
+    """An assistant turn's reasoning as the blocks it came in; a block without a
+    signature (another provider's reasoning) cannot be sent, and is not."""
+    blocks: list[dict[str, Any]] = []
+    for block in message.reasoning or ():
+        if block.redacted is not None:
+            blocks.append({"type": "redacted_thinking", "data": block.redacted})
+        elif block.signature:
+            signed = {"thinking": block.text, "signature": block.signature}
+            blocks.append({"type": "thinking", **signed})
     return blocks
 
 
@@ -125,7 +157,8 @@ def decode_anthropic(data: bytes, *, what: str, model: str, attempts: int) -> Co
     """The ``Completion`` in a Messages API response body.
 
     Text blocks are joined into ``content``; ``tool_use`` blocks become tool
-    calls with their ``input`` encoded as JSON text; other blocks are skipped.
+    calls with their ``input`` encoded as JSON text; ``thinking`` and
+    ``redacted_thinking`` blocks are the reasoning; other blocks are skipped.
     Cache reads and writes count as prompt tokens.
 
     Raises:
@@ -136,24 +169,25 @@ def decode_anthropic(data: bytes, *, what: str, model: str, attempts: int) -> Co
         response = _decoder.decode(data)
     except msgspec.DecodeError as exc:
         raise LLMResponseError(f"{what}: malformed message: {exc}", attempts=attempts) from None
-    texts, calls = _blocks_of(response, what, attempts)
-    usage = response.usage or _AnthropicUsage()
+    texts, calls, reasoning = _blocks_of(response, what, attempts)
     return Completion(
         content="".join(texts) if texts else None,
         tool_calls=tuple(calls),
-        usage=LLMUsage(usage.prompt, usage.output_tokens or 0),
+        usage=(response.usage or _AnthropicUsage()).counted(),
         model=response.model or model,
         finish_reason=response.stop_reason,
         attempts=attempts,
+        reasoning=tuple(reasoning),
     )
 
 
 def _blocks_of(
     response: _Response, what: str, attempts: int
-) -> tuple[list[str], list[ModelToolCall]]:
-    """The texts and tool calls of a response's ``content`` blocks, in order."""
+) -> tuple[list[str], list[ModelToolCall], list[Reasoning]]:
+    """The texts, tool calls and reasoning of a response's ``content`` blocks, in order."""
     texts: list[str] = []
     calls: list[ModelToolCall] = []
+    reasoning: list[Reasoning] = []
     for index, block in enumerate(response.content):
         if block.type == "text":
             if block.text is None:
@@ -168,7 +202,11 @@ def _blocks_of(
                     attempts=attempts,
                 )
             calls.append(ModelToolCall(block.id, block.name, _encoder.encode(block.input).decode()))
-    return texts, calls
+        elif block.type == "thinking":
+            reasoning.append(Reasoning(block.thinking or "", block.signature or None))
+        elif block.type == "redacted_thinking" and block.data is not None:
+            reasoning.append(Reasoning(redacted=block.data))
+    return texts, calls, reasoning
 
 
 def _api_key(api_key: str) -> dict[str, str]:

@@ -19,6 +19,12 @@ become the top-level ``system`` blocks; an assistant's tool calls become
 ``toolUse`` blocks; ``tool`` messages become ``toolResult`` blocks in a user
 turn; consecutive messages of one role are merged into one turn, because
 Converse wants user and assistant turns to alternate.
+
+A ``thinking`` level reaches Claude (a model id with ``anthropic.`` in it) as
+Anthropic's own field, passed through ``additionalModelRequestFields``, with
+``maxTokens`` raised by the budget; other models get nothing (Converse has no
+common field for it). Whatever the model, ``reasoningContent`` blocks are the
+reply's reasoning, and go back, signed, at the head of the assistant's turn.
 """
 
 from __future__ import annotations
@@ -31,7 +37,8 @@ import msgspec
 
 from ._errors import LLMConfigError, LLMResponseError
 from ._stream import StreamError, _Assembler, _Call
-from ._types import Completion, DeltaHook, LLMRequest, LLMUsage, Message, ModelToolCall
+from ._thinking import thinking_budget, with_budget
+from ._types import Completion, DeltaHook, LLMRequest, LLMUsage, Message, ModelToolCall, Reasoning
 from ._wire import Connection, WireFormat
 
 __all__ = ["WIRE", "connect_bedrock", "decode_bedrock", "encode_bedrock"]
@@ -40,6 +47,7 @@ SIGNING_NAME: Final = "bedrock"
 """The service name in Bedrock Runtime's SigV4 credential scope."""
 
 _DEFAULT_REGION: Final = "us-east-1"
+_ANTHROPIC: Final = "anthropic."  # in every Claude model id (anthropic.claude-..., us.anthropic...)
 _EXTRA: Final = "pip install 'cadenza[bedrock]'"
 
 # A negative count would wind the run's token budget back: refused at the edge.
@@ -55,7 +63,7 @@ class _Usage(msgspec.Struct, rename="camel"):
     def counted(self) -> LLMUsage:
         # As on the Anthropic wire: cache reads and writes count as prompt tokens.
         prompt = self.input_tokens + self.cache_read_input_tokens + self.cache_write_input_tokens
-        return LLMUsage(prompt, self.output_tokens)
+        return LLMUsage(prompt, self.output_tokens, cached_tokens=self.cache_read_input_tokens)
 
 
 class _ToolUse(msgspec.Struct, rename="camel"):
@@ -64,10 +72,30 @@ class _ToolUse(msgspec.Struct, rename="camel"):
     input: Any = None
 
 
+class _ReasoningText(msgspec.Struct):
+    text: str = ""
+    signature: str | None = None
+
+
+class _ReasoningContent(msgspec.Struct, rename="camel"):
+    reasoning_text: _ReasoningText | None = None
+    redacted_content: str | None = None  # base64, as JSON carries a blob
+
+
 class _Block(msgspec.Struct, rename="camel"):
-    # Blocks this code does not read (reasoningContent, say) are skipped.
+    # Blocks this code does not read (images, guard content) are skipped.
     text: str | None = None
     tool_use: _ToolUse | None = None
+    reasoning_content: _ReasoningContent | None = None
+
+    def reasoning(self) -> Reasoning | None:
+        content = self.reasoning_content
+        if content is None:
+            return None
+        if content.redacted_content is not None:
+            return Reasoning(redacted=content.redacted_content)
+        said = content.reasoning_text or _ReasoningText()
+        return Reasoning(said.text, said.signature)
 
 
 class _Message(msgspec.Struct):
@@ -91,12 +119,19 @@ _arguments_decoder = msgspec.json.Decoder(dict[str, Any])
 
 def encode_bedrock(request: LLMRequest, *, stream: bool = False) -> bytes:
     """The Converse request body for ``request`` (the model and streaming are in the path)."""
-    body: dict[str, Any] = {"messages": _turns(request.messages)}
+    budget = thinking_budget(request) if _ANTHROPIC in request.model else None
+    body: dict[str, Any] = {"messages": _turns(request.messages, thinking=budget is not None)}
     system = [{"text": m.content} for m in request.messages if m.role == "system" and m.content]
     if system:
         body["system"] = system
+    max_tokens = request.max_tokens
+    if budget is not None:
+        max_tokens = with_budget(max_tokens, budget)
+        body["additionalModelRequestFields"] = {
+            "thinking": {"type": "enabled", "budget_tokens": budget}
+        }
     settings = (
-        ("maxTokens", request.max_tokens),
+        ("maxTokens", max_tokens),
         ("temperature", request.temperature),
         ("topP", request.top_p),
     )
@@ -112,14 +147,14 @@ def encode_bedrock(request: LLMRequest, *, stream: bool = False) -> bytes:
     return _encoder.encode(body)
 
 
-def _turns(messages: tuple[Message, ...]) -> list[dict[str, Any]]:
+def _turns(messages: tuple[Message, ...], *, thinking: bool) -> list[dict[str, Any]]:
     """The conversation as alternating user and assistant turns, system messages left out."""
     turns: list[dict[str, Any]] = []
     for message in messages:
         if message.role == "system":
             continue
         role = "assistant" if message.role == "assistant" else "user"
-        blocks = _blocks(message)
+        blocks = _blocks(message, thinking=thinking)
         if not blocks:
             continue  # Converse rejects empty turns and blank text blocks
         if turns and turns[-1]["role"] == role:
@@ -129,17 +164,29 @@ def _turns(messages: tuple[Message, ...]) -> list[dict[str, Any]]:
     return turns
 
 
-def _blocks(message: Message) -> list[dict[str, Any]]:
+def _blocks(message: Message, *, thinking: bool) -> list[dict[str, Any]]:
     if message.role == "tool":
         content = [{"text": message.content}] if message.content else []
         return [{"toolResult": {"toolUseId": message.tool_call_id or "", "content": content}}]
-    blocks: list[dict[str, Any]] = []
+    blocks = _reasoning_blocks(message) if thinking else []
     if message.content:
         blocks.append({"text": message.content})
     blocks.extend(
         {"toolUse": {"toolUseId": call.id, "name": call.name, "input": _input(call.arguments)}}
         for call in message.tool_calls
     )
+    return blocks
+
+
+def _reasoning_blocks(message: Message) -> list[dict[str, Any]]:
+    """An assistant turn's reasoning as Converse takes it back: signed or redacted."""
+    blocks: list[dict[str, Any]] = []
+    for block in message.reasoning or ():
+        if block.redacted is not None:
+            blocks.append({"reasoningContent": {"redactedContent": block.redacted}})
+        elif block.signature:
+            said = {"text": block.text, "signature": block.signature}
+            blocks.append({"reasoningContent": {"reasoningText": said}})
     return blocks
 
 
@@ -156,7 +203,8 @@ def decode_bedrock(data: bytes, *, what: str, model: str, attempts: int) -> Comp
     """The ``Completion`` in a Converse response body.
 
     Text blocks are joined into ``content``; ``toolUse`` blocks become tool
-    calls with their ``input`` encoded as JSON text; other blocks are skipped.
+    calls with their ``input`` encoded as JSON text; ``reasoningContent`` blocks
+    are the reasoning; other blocks are skipped.
 
     Raises:
         LLMResponseError: The body is not JSON or has no ``output.message.content``.
@@ -167,13 +215,17 @@ def decode_bedrock(data: bytes, *, what: str, model: str, attempts: int) -> Comp
         raise LLMResponseError(f"{what}: malformed reply: {exc}", attempts=attempts) from None
     texts: list[str] = []
     calls: list[ModelToolCall] = []
+    reasoning: list[Reasoning] = []
     for block in response.output.message.content:
+        thought = block.reasoning()
         if block.text is not None:
             texts.append(block.text)
         elif block.tool_use is not None:
             use = block.tool_use
             arguments = _encoder.encode(use.input if use.input is not None else {}).decode()
             calls.append(ModelToolCall(use.tool_use_id, use.name, arguments))
+        elif thought is not None:
+            reasoning.append(thought)
     return Completion(
         content="".join(texts) if texts else None,
         tool_calls=tuple(calls),
@@ -181,6 +233,7 @@ def decode_bedrock(data: bytes, *, what: str, model: str, attempts: int) -> Comp
         model=model,  # a Converse reply does not name its model: the one asked for
         finish_reason=response.stop_reason,
         attempts=attempts,
+        reasoning=tuple(reasoning),
     )
 
 
@@ -197,9 +250,16 @@ class _ToolDelta(msgspec.Struct):
     input: str = ""
 
 
+class _ReasoningDelta(msgspec.Struct, rename="camel"):
+    text: str | None = None
+    signature: str | None = None
+    redacted_content: str | None = None
+
+
 class _Delta(msgspec.Struct, rename="camel"):
     text: str | None = None
     tool_use: _ToolDelta | None = None
+    reasoning_content: _ReasoningDelta | None = None
 
 
 class _BlockDelta(msgspec.Struct, rename="camel"):
@@ -231,8 +291,10 @@ class BedrockStream(_Assembler[_Event]):
     _decoder = msgspec.json.Decoder(list[_Event])
     _unit = "event"
 
-    def __init__(self, on_delta: DeltaHook, attempt: int) -> None:
-        super().__init__(on_delta, attempt)
+    def __init__(
+        self, on_delta: DeltaHook, attempt: int, on_reasoning: DeltaHook | None = None
+    ) -> None:
+        super().__init__(on_delta, attempt, on_reasoning)
         self._stop: str | None = None
         self._usage = _Usage()
 
@@ -260,6 +322,16 @@ class BedrockStream(_Assembler[_Event]):
             if call is None:
                 raise StreamError(f"tool input for block {event.content_block_index} never opened")
             call.arguments.append(delta.tool_use.input)
+        elif delta.reasoning_content is not None:
+            self._reasoning(event.content_block_index, delta.reasoning_content)
+
+    def _reasoning(self, index: int, delta: _ReasoningDelta) -> None:
+        if delta.text:
+            self._think(delta.text, index)
+        if delta.signature:
+            self._thought(index).signature = delta.signature
+        if delta.redacted_content is not None:
+            self._thought(index).redacted = delta.redacted_content
 
     def completion(self, *, what: str, model: str, attempts: int) -> Completion:
         calls = tuple(self._calls[index].done_compact() for index in sorted(self._calls))

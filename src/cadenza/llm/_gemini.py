@@ -18,6 +18,12 @@ call's id, which Cadenza hands back unchanged with the call's result:
 - Gemini 3 signs each turn's first call (``thoughtSignature``) and refuses a
   history that drops the signature (HTTP 400), so it is kept after
   ``#ts=`` in the id and put back on the call when the history is sent.
+
+A ``thinking`` level sets ``generationConfig.thinkingConfig``: a budget and
+``includeThoughts``, so that the reply's thought summaries (parts marked
+``thought``) come back as its reasoning. ``off`` is a budget of 0, except on
+the models that cannot stop thinking (2.5 Pro, Gemini 3), which are sent none.
+Thoughts are never sent back: the signatures are what Gemini needs of them.
 """
 
 from __future__ import annotations
@@ -28,7 +34,8 @@ import msgspec
 
 from ._errors import LLMResponseError
 from ._stream import StreamError, _Assembler
-from ._types import Completion, DeltaHook, LLMRequest, LLMUsage, Message, ModelToolCall
+from ._thinking import thinking_budget, thinking_level
+from ._types import Completion, DeltaHook, LLMRequest, LLMUsage, Message, ModelToolCall, Reasoning
 from ._wire import WireFormat
 
 __all__ = [
@@ -45,6 +52,8 @@ API_VERSION: Final = "v1beta"
 
 _MADE_ID: Final = "gemini-call-"  # an id Cadenza made: never sent to Gemini
 _SIGNATURE: Final = "#ts="  # what follows it in an id is the call's thoughtSignature
+# Models that think whatever they are told: a budget of 0 is refused (HTTP 400).
+_THINKS_ALWAYS: Final = ("gemini-2.5-pro", "gemini-3")
 
 # A negative count would wind the run's token budget back: refused at the edge.
 _Tokens = Annotated[int, msgspec.Meta(ge=0)]
@@ -79,12 +88,16 @@ class _Usage(msgspec.Struct, rename="camel"):
     candidates_token_count: _Tokens = 0
     thoughts_token_count: _Tokens = 0
     tool_use_prompt_token_count: _Tokens = 0
+    cached_content_token_count: _Tokens = 0
 
     def counted(self) -> LLMUsage:
-        """Thinking is billed as output and the tool-use prompt as input: both count."""
+        """Thinking is billed as output and the tool-use prompt as input: both count.
+        The cached tokens are part of the prompt's count, as they are of Gemini's."""
         return LLMUsage(
             self.prompt_token_count + self.tool_use_prompt_token_count,
             self.candidates_token_count + self.thoughts_token_count,
+            cached_tokens=self.cached_content_token_count,
+            reasoning_tokens=self.thoughts_token_count,
         )
 
 
@@ -134,9 +147,24 @@ def gemini_body(request: LLMRequest) -> dict[str, Any]:
         config["topP"] = request.top_p
     if request.max_tokens is not None:
         config["maxOutputTokens"] = request.max_tokens
+    thinking = _thinking_config(request)
+    if thinking is not None:
+        config["thinkingConfig"] = thinking
     if config:
         body["generationConfig"] = config
     return body
+
+
+def _thinking_config(request: LLMRequest) -> dict[str, Any] | None:
+    """``thinkingConfig`` for ``request``'s level; None for no level, and for ``off`` on a
+    model that cannot stop thinking."""
+    budget = thinking_budget(request)
+    if budget is not None:
+        return {"thinkingBudget": budget, "includeThoughts": True}
+    if thinking_level(request) != "off":
+        return None
+    name = request.model.rpartition("/")[2]  # Vertex AI may name it models/...
+    return None if name.startswith(_THINKS_ALWAYS) else {"thinkingBudget": 0}
 
 
 def _turns(messages: tuple[Message, ...]) -> list[dict[str, Any]]:
@@ -220,8 +248,8 @@ def _call(function: _FunctionCall, signature: str | None, index: int) -> ModelTo
 def decode_gemini(data: bytes, *, what: str, model: str, attempts: int) -> Completion:
     """The ``Completion`` in a ``generateContent`` response body.
 
-    The first candidate's text parts are joined into ``content`` (thought
-    summaries left out) and its ``functionCall`` parts become tool calls.
+    The first candidate's text parts are joined into ``content``, its thought
+    summaries into the reasoning, and its ``functionCall`` parts become tool calls.
 
     Raises:
         LLMResponseError: The body is not JSON or not a response, or the
@@ -241,12 +269,13 @@ def decode_gemini(data: bytes, *, what: str, model: str, attempts: int) -> Compl
         )
     candidate = response.candidates[0]
     texts: list[str] = []
+    thoughts: list[str] = []
     calls: list[ModelToolCall] = []
     for part in candidate.content.parts if candidate.content is not None else ():
         if part.function_call is not None:
             calls.append(_call(part.function_call, part.thought_signature, len(calls)))
-        elif part.text is not None and not part.thought:
-            texts.append(part.text)
+        elif part.text is not None:
+            (thoughts if part.thought else texts).append(part.text)
     usage = response.usage_metadata or _Usage()
     return Completion(
         content="".join(texts) if texts else None,
@@ -255,6 +284,7 @@ def decode_gemini(data: bytes, *, what: str, model: str, attempts: int) -> Compl
         model=response.model_version or model,
         finish_reason=candidate.finish_reason,
         attempts=attempts,
+        reasoning=(Reasoning("".join(thoughts)),) if thoughts else (),
     )
 
 
@@ -270,8 +300,10 @@ class GeminiStream(_Assembler[_Response]):
     _decoder = msgspec.json.Decoder(list[_Response])
     _unit = "chunk"
 
-    def __init__(self, on_delta: DeltaHook, attempt: int) -> None:
-        super().__init__(on_delta, attempt)
+    def __init__(
+        self, on_delta: DeltaHook, attempt: int, on_reasoning: DeltaHook | None = None
+    ) -> None:
+        super().__init__(on_delta, attempt, on_reasoning)
         self._finish: str | None = None
         self._usage = _Usage()
         self._list: list[ModelToolCall] = []
@@ -288,7 +320,9 @@ class GeminiStream(_Assembler[_Response]):
                 if part.function_call is not None:
                     call = _call(part.function_call, part.thought_signature, len(self._list))
                     self._list.append(call)
-                elif part.text and not part.thought:
+                elif part.text and part.thought:
+                    self._think(part.text)
+                elif part.text:
                     self._text.append(part.text)
 
     def completion(self, *, what: str, model: str, attempts: int) -> Completion:

@@ -29,8 +29,8 @@ from ._errors import (
     LLMTimeout,
 )
 from ._retry import RetryPolicy, is_retryable_status
-from ._stream import Framer, StreamAssembler, StreamError, StreamFactory, framer_for
-from ._types import DeltaHook, RetryHook
+from ._stream import Framer, StreamAssembler, StreamError, framer_for
+from ._types import RetryHook
 
 __all__ = ["DEFAULT_MAX_BODY", "HTTPCaller"]
 
@@ -109,7 +109,7 @@ class HTTPCaller:
         secrets: frozenset[str],
         on_retry: RetryHook | None = None,
         max_attempts: int | None = None,
-        stream: tuple[StreamFactory, DeltaHook] | None = None,
+        stream: Callable[[int], StreamAssembler] | None = None,
     ) -> tuple[bytes | StreamAssembler, int]:
         """POST ``body`` to ``url`` until a 2xx answer or a final failure.
 
@@ -122,8 +122,8 @@ class HTTPCaller:
             on_retry: Called as ``on_retry(attempt, reason)`` before each backoff.
             max_attempts: Overrides the policy's attempts for this call (a
                 step's ``maxRetries`` + 1).
-            stream: For a streamed request, the assembler's factory and the
-                hook its text fragments go to. A 2xx streamed reply
+            stream: For a streamed request, what builds an attempt's assembler
+                (given the attempt's number). A 2xx streamed reply
                 (``text/event-stream``; AWS's ``application/vnd.amazon.eventstream``)
                 is then read event by event as it arrives.
 
@@ -168,7 +168,7 @@ class HTTPCaller:
         what: str,
         attempt: int,
         secrets: frozenset[str],
-        stream: tuple[StreamFactory, DeltaHook] | None,
+        stream: Callable[[int], StreamAssembler] | None,
     ) -> bytes | StreamAssembler | _Failure:
         """One attempt under the deadline: the 2xx reply, or what went wrong."""
         deadline = self._policy.deadline
@@ -254,7 +254,7 @@ class HTTPCaller:
         url: str,
         headers: Mapping[str, str],
         body: bytes,
-        stream: tuple[StreamFactory, DeltaHook] | None,
+        stream: Callable[[int], StreamAssembler] | None,
         attempt: int,
     ) -> tuple[int, httpx.Headers, bytes | StreamAssembler]:
         http = await self._http()
@@ -276,7 +276,7 @@ class HTTPCaller:
             if stream is not None and 200 <= response.status_code < 300:
                 framer = framer_for(response.headers.get("content-type", ""))
             if stream is not None and framer is not None:
-                assembler = stream[0](stream[1], attempt)
+                assembler = stream(attempt)
                 await self._read_stream(response, assembler, framer())
                 return response.status_code, response.headers, assembler
             # Read in chunks so an endless or decompression-bomb body stops at the cap.

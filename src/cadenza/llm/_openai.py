@@ -4,17 +4,24 @@ Requests are plain dicts encoded by msgspec; responses decode into typed
 Structs, so a malformed answer fails at the edge with msgspec's precise
 description of what and where (``Expected `str`, got `int` - at
 `$.choices[0].message.content```).
+
+A ``thinking`` level goes as ``reasoning_effort`` (``off`` sends none). OpenAI
+returns no reasoning text on this API; compatible servers do, as
+``reasoning_content`` or ``reasoning`` beside ``content``: it is the reply's
+reasoning, never its text, and is not sent back (DeepSeek refuses a history
+that holds it).
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Any
 
 import msgspec
 
 from ._errors import LLMResponseError
-from ._stream import OpenAIStream
-from ._types import Completion, LLMRequest, LLMUsage, Message, ModelToolCall
+from ._stream import OpenAIStream, _OpenAIUsage
+from ._thinking import thinking_budget, thinking_level
+from ._types import Completion, LLMRequest, Message, ModelToolCall, Reasoning
 from ._wire import WireFormat, sampling
 
 __all__ = ["WIRE", "decode_openai", "encode_openai"]
@@ -35,6 +42,8 @@ class _ToolCall(msgspec.Struct):
 class _Message(msgspec.Struct):
     content: str | None = None
     tool_calls: list[_ToolCall] | None = None
+    reasoning_content: str | None = None  # DeepSeek, vLLM
+    reasoning: str | None = None  # OpenRouter, Groq, Ollama
 
 
 class _Choice(msgspec.Struct):
@@ -42,19 +51,10 @@ class _Choice(msgspec.Struct):
     finish_reason: str | None = None
 
 
-# A negative count would wind the run's token budget back: refused at the edge.
-_Tokens = Annotated[int, msgspec.Meta(ge=0)]
-
-
-class _Usage(msgspec.Struct):
-    prompt_tokens: _Tokens = 0
-    completion_tokens: _Tokens = 0
-
-
 class _Response(msgspec.Struct):
     choices: list[_Choice]
     model: str | None = None
-    usage: _Usage | None = None
+    usage: _OpenAIUsage | None = None
 
 
 _decoder = msgspec.json.Decoder(_Response)
@@ -86,6 +86,8 @@ def encode_openai(request: LLMRequest, *, stream: bool = False) -> bytes:
     body.update(sampling(request))
     if request.max_tokens is not None:
         body["max_tokens"] = request.max_tokens
+    if thinking_budget(request) is not None:
+        body["reasoning_effort"] = thinking_level(request)
     if stream:
         body["stream"] = True
         body["stream_options"] = {"include_usage": True}
@@ -144,14 +146,15 @@ def decode_openai(data: bytes, *, what: str, model: str, attempts: int) -> Compl
         )
         for call in choice.message.tool_calls or ()
     )
-    usage = response.usage or _Usage()
+    thought = choice.message.reasoning_content or choice.message.reasoning
     return Completion(
         content=choice.message.content,
         tool_calls=calls,
-        usage=LLMUsage(usage.prompt_tokens, usage.completion_tokens),
+        usage=(response.usage or _OpenAIUsage()).counted(),
         model=response.model or model,
         finish_reason=choice.finish_reason,
         attempts=attempts,
+        reasoning=(Reasoning(thought),) if thought else (),
     )
 
 

@@ -1,10 +1,12 @@
 """The ``scripted`` provider: an agent's own list of replies, no network.
 
 For demos and tests (SPEC.md section 5). Each reply is a string (the content)
-or ``{content, toolCalls: [{name, arguments}]}``, as a mapping or as any
-object with ``content`` and ``tool_calls`` attributes (the workflow's
+or ``{content, toolCalls: [{name, arguments}], reasoning}``, as a mapping or as
+any object with ``content`` and ``tool_calls`` attributes (the workflow's
 ``ScriptReply``). Replies are used in order and the last one repeats. Token
 usage is estimated at about four characters a token, so budgets work in demos.
+A reply's ``reasoning`` is streamed as a reasoning model's would be, apart
+from its text, unless the request's ``thinking`` is ``off``.
 
 Each completion says which reply it was (`Completion.script_position`), and the
 run records it with the call; a resumed run hands the client the positions its
@@ -21,12 +23,12 @@ from typing import Any, Final, Protocol, Unpack
 import msgspec
 
 from ._errors import LLMConfigError
-from ._types import CallHooks, Completion, LLMRequest, LLMUsage, ModelToolCall
+from ._types import CallHooks, Completion, LLMRequest, LLMUsage, ModelToolCall, Reasoning
 
 __all__ = ["ScriptReplyLike", "ScriptedClient", "estimate_tokens"]
 
 _CHARS_PER_TOKEN: Final = 4
-_REPLY_KEYS: Final = frozenset({"content", "toolCalls", "tool_calls"})
+_REPLY_KEYS: Final = frozenset({"content", "toolCalls", "tool_calls", "reasoning"})
 _encoder = msgspec.json.Encoder()
 
 
@@ -53,6 +55,7 @@ ScriptReplyLike = Mapping[str, Any] | _ScriptReplyObject
 class _Reply(msgspec.Struct, frozen=True):
     content: str | None
     calls: tuple[tuple[str, str], ...]  # (name, arguments as JSON text)
+    reasoning: str | None = None
 
 
 class ScriptedClient:
@@ -107,7 +110,8 @@ class ScriptedClient:
     async def complete(self, request: LLMRequest, **hooks: Unpack[CallHooks]) -> Completion:
         """The next scripted reply; ``on_retry`` is never called (nothing fails).
 
-        ``on_delta`` gets the reply's text in one piece.
+        ``on_delta`` gets the reply's text in one piece, after ``on_reasoning`` its
+        reasoning (unless ``thinking`` is ``off``).
         """
         # A checkpoint, so a scripted agent loop can be cancelled and lets others run.
         await asyncio.sleep(0)
@@ -121,17 +125,27 @@ class ScriptedClient:
             ModelToolCall(id=f"call_{turn + 1}_{index + 1}", name=name, arguments=arguments)
             for index, (name, arguments) in enumerate(reply.calls)
         )
-        on_delta = hooks.get("on_delta")
+        thought = reply.reasoning if request.thinking != "off" else None
+        on_reasoning, on_delta = hooks.get("on_reasoning"), hooks.get("on_delta")
+        if on_reasoning is not None and thought:
+            on_reasoning(thought, 1)
         if on_delta is not None and reply.content:
             on_delta(reply.content, 1)
         completion_chars = len(reply.content or "") + sum(len(n) + len(a) for n, a in reply.calls)
+        reasoning_tokens = _tokens(len(thought or ""))
+        usage = LLMUsage(
+            estimate_tokens(request),
+            _tokens(completion_chars) + reasoning_tokens,
+            reasoning_tokens=reasoning_tokens,
+        )
         return Completion(
             content=reply.content,
             tool_calls=calls,
-            usage=LLMUsage(estimate_tokens(request), _tokens(completion_chars)),
+            usage=usage,
             model=request.model,
             finish_reason="tool_calls" if calls else "stop",
             script_position=turn,
+            reasoning=(Reasoning(thought),) if thought else (),
         )
 
     def __repr__(self) -> str:
@@ -157,27 +171,33 @@ def _reply(index: int, item: object) -> _Reply:
     where = f"script reply {index + 1}"
     if isinstance(item, str):
         return _Reply(item, ())
+    content, reasoning, raw_calls = _fields(where, item)
+    for key, value in (("content", content), ("reasoning", reasoning)):
+        if value is not None and not isinstance(value, str):
+            raise LLMConfigError(f"{where}: {key} must be a string, got {type(value).__name__}")
+    if isinstance(raw_calls, str | bytes) or not isinstance(raw_calls, Sequence):
+        raise LLMConfigError(f"{where}: toolCalls must be a list")
+    calls = tuple(_call(f"{where}: toolCalls[{i}]", call) for i, call in enumerate(raw_calls))
+    return _Reply(content, calls, reasoning)
+
+
+def _fields(where: str, item: object) -> tuple[Any, Any, Any]:
+    """A reply's content, reasoning and tool calls, as its mapping or object has them."""
     if isinstance(item, Mapping):
         unknown = sorted(str(key) for key in item if key not in _REPLY_KEYS)
         if unknown:
             raise LLMConfigError(
-                f"{where}: unknown key(s) {', '.join(unknown)}; a reply has content and toolCalls"
+                f"{where}: unknown key(s) {', '.join(unknown)};"
+                " a reply has content, toolCalls and reasoning"
             )
-        content = item.get("content")
-        raw_calls = item.get("toolCalls", item.get("tool_calls")) or ()
-    elif hasattr(item, "content") or hasattr(item, "tool_calls"):
-        content = getattr(item, "content", None)
-        raw_calls = getattr(item, "tool_calls", None) or ()
-    else:
-        raise LLMConfigError(
-            f"{where}: expected a string or {{content, toolCalls}}, got {type(item).__name__}"
-        )
-    if content is not None and not isinstance(content, str):
-        raise LLMConfigError(f"{where}: content must be a string, got {type(content).__name__}")
-    if isinstance(raw_calls, str | bytes) or not isinstance(raw_calls, Sequence):
-        raise LLMConfigError(f"{where}: toolCalls must be a list")
-    calls = tuple(_call(f"{where}: toolCalls[{i}]", call) for i, call in enumerate(raw_calls))
-    return _Reply(content, calls)
+        calls = item.get("toolCalls", item.get("tool_calls")) or ()
+        return item.get("content"), item.get("reasoning"), calls
+    if hasattr(item, "content") or hasattr(item, "tool_calls"):
+        calls = getattr(item, "tool_calls", None) or ()
+        return getattr(item, "content", None), getattr(item, "reasoning", None), calls
+    raise LLMConfigError(
+        f"{where}: expected a string or {{content, toolCalls}}, got {type(item).__name__}"
+    )
 
 
 def _call(where: str, call: object) -> tuple[str, str]:

@@ -5,9 +5,10 @@ line after each event), or from AWS as an event stream (binary messages, each
 with its length, headers and checksums). A framer chosen by the reply's content
 type (`framer_for`: `SSEParser`, `AWSEventStreamParser`) splits the bytes into
 event payloads; an assembler per API family reads each payload, hands every fragment of text to
-the caller's ``on_delta`` as it arrives, and pieces the text, the tool calls
-(whose arguments come in fragments too) and the usage together into the same
-``Completion`` the unstreamed reply would have given.
+the caller's ``on_delta`` as it arrives (and of reasoning to ``on_reasoning``),
+and pieces the text, the reasoning, the tool calls (whose arguments come in
+fragments too) and the usage together into the same ``Completion`` the
+unstreamed reply would have given.
 
 A payload that does not have the family's shape is `LLMResponseError`, as a
 malformed whole reply is; an ``error`` event the server sends mid-stream (an
@@ -25,7 +26,7 @@ from typing import Annotated, Final, Generic, Protocol, TypeVar
 import msgspec
 
 from ._errors import LLMResponseError
-from ._types import Completion, DeltaHook, LLMUsage, ModelToolCall
+from ._types import Completion, DeltaHook, LLMUsage, ModelToolCall, Reasoning
 
 __all__ = [
     "AWSEventStreamParser",
@@ -48,10 +49,11 @@ class StreamAssembler(Protocol):
     """Reads one streamed reply's event payloads and builds its ``Completion``."""
 
     def feed(self, payloads: list[bytes]) -> None:
-        """The ``data`` of the events one read brought; their text goes to ``on_delta``.
+        """The ``data`` of the events one read brought; their text goes to ``on_delta``,
+        their reasoning to ``on_reasoning``.
 
-        The text of one read goes out as one fragment: the events of a read
-        arrived together, and a call per event would only cost.
+        The text of one read goes out as one fragment (its reasoning first): the
+        events of a read arrived together, and a call per event would only cost.
 
         Raises:
             LLMResponseError: The payload does not have the expected shape.
@@ -209,6 +211,11 @@ class _OpenAIToolDelta(msgspec.Struct):
 class _OpenAIDelta(msgspec.Struct):
     content: str | None = None
     tool_calls: list[_OpenAIToolDelta] | None = None
+    # OpenAI's own Chat Completions return no reasoning; compatible servers do, under
+    # either name: DeepSeek and vLLM ``reasoning_content``, OpenRouter, Groq and Ollama
+    # ``reasoning``.
+    reasoning_content: str | None = None
+    reasoning: str | None = None
 
 
 class _OpenAIChoice(msgspec.Struct):
@@ -216,9 +223,32 @@ class _OpenAIChoice(msgspec.Struct):
     finish_reason: str | None = None
 
 
+class _OpenAIPromptDetails(msgspec.Struct):
+    cached_tokens: _Tokens | None = None
+
+
+class _OpenAICompletionDetails(msgspec.Struct):
+    reasoning_tokens: _Tokens | None = None
+
+
 class _OpenAIUsage(msgspec.Struct):
+    """Chat Completions' ``usage``, in a whole response and in a stream's last chunk."""
+
     prompt_tokens: _Tokens = 0
     completion_tokens: _Tokens = 0
+    prompt_tokens_details: _OpenAIPromptDetails | None = None
+    completion_tokens_details: _OpenAICompletionDetails | None = None
+
+    def counted(self) -> LLMUsage:
+        """The counts, cached prompt tokens and reasoning tokens among them where given."""
+        cached = self.prompt_tokens_details
+        reasoning = self.completion_tokens_details
+        return LLMUsage(
+            self.prompt_tokens,
+            self.completion_tokens,
+            cached_tokens=(cached.cached_tokens or 0) if cached is not None else 0,
+            reasoning_tokens=(reasoning.reasoning_tokens or 0) if reasoning is not None else 0,
+        )
 
 
 class _OpenAIError(msgspec.Struct):
@@ -259,6 +289,20 @@ class _Call:
         return ModelToolCall(self.id, self.name, text)
 
 
+class _Thought:
+    """A block of reasoning whose text (and signature) is still arriving."""
+
+    __slots__ = ("parts", "redacted", "signature")
+
+    def __init__(self) -> None:
+        self.parts: list[str] = []
+        self.signature: str | None = None
+        self.redacted: str | None = None
+
+    def done(self) -> Reasoning:
+        return Reasoning("".join(self.parts), self.signature, self.redacted)
+
+
 _any = msgspec.json.Decoder()
 _compact = msgspec.json.Encoder()
 
@@ -269,17 +313,32 @@ class _Assembler(Generic[_Item]):
     Args:
         on_delta: Receives the text of each read with ``attempt``.
         attempt: The HTTP attempt this stream answers.
+        on_reasoning: Receives the reasoning of each read, when given.
     """
 
-    __slots__ = ("_attempt", "_calls", "_model", "_on_delta", "_text")
+    __slots__ = (
+        "_attempt",
+        "_calls",
+        "_heard",
+        "_model",
+        "_on_delta",
+        "_on_reasoning",
+        "_text",
+        "_thoughts",
+    )
     _decoder: msgspec.json.Decoder[list[_Item]]
     _unit: str  # what one event is called in errors
 
-    def __init__(self, on_delta: DeltaHook, attempt: int) -> None:
+    def __init__(
+        self, on_delta: DeltaHook, attempt: int, on_reasoning: DeltaHook | None = None
+    ) -> None:
         self._on_delta = on_delta
+        self._on_reasoning = on_reasoning
         self._attempt = attempt
         self._text: list[str] = []
         self._calls: dict[int, _Call] = {}
+        self._thoughts: dict[int, _Thought] = {}  # by block index (0 where no blocks)
+        self._heard: list[str] = []  # this read's reasoning, for on_reasoning
         self._model: str | None = None
 
     def feed(self, payloads: list[bytes]) -> None:
@@ -292,11 +351,27 @@ class _Assembler(Generic[_Item]):
         start = len(self._text)
         for item in items:
             self._take(item)
+        if self._heard:
+            if self._on_reasoning is not None:
+                self._on_reasoning("".join(self._heard), self._attempt)
+            self._heard.clear()
         if len(self._text) > start:
             self._on_delta("".join(self._text[start:]), self._attempt)
 
     def _take(self, item: _Item) -> None:
         raise NotImplementedError
+
+    def _thought(self, index: int) -> _Thought:
+        """The reasoning block at ``index``, opened if it is new."""
+        thought = self._thoughts.get(index)
+        if thought is None:
+            thought = self._thoughts[index] = _Thought()
+        return thought
+
+    def _think(self, text: str, index: int = 0) -> None:
+        """Reasoning text for the block at ``index``."""
+        self._thought(index).parts.append(text)
+        self._heard.append(text)
 
     def _reply(
         self, ended: bool, calls: tuple[ModelToolCall, ...], usage: LLMUsage, finish: str | None
@@ -309,7 +384,11 @@ class _Assembler(Generic[_Item]):
                     f"{what}: the stream ended before the reply did", attempts=attempts
                 )
             text = "".join(self._text) if self._text else None
-            return Completion(text, calls, usage, self._model or model, finish, attempts)
+            thoughts = self._thoughts
+            reasoning = tuple(thoughts[index].done() for index in sorted(thoughts))
+            return Completion(
+                text, calls, usage, self._model or model, finish, attempts, reasoning=reasoning
+            )
 
         return complete
 
@@ -321,8 +400,10 @@ class OpenAIStream(_Assembler[_OpenAIChunk]):
     _decoder = msgspec.json.Decoder(list[_OpenAIChunk])
     _unit = "chunk"
 
-    def __init__(self, on_delta: DeltaHook, attempt: int) -> None:
-        super().__init__(on_delta, attempt)
+    def __init__(
+        self, on_delta: DeltaHook, attempt: int, on_reasoning: DeltaHook | None = None
+    ) -> None:
+        super().__init__(on_delta, attempt, on_reasoning)
         self._finish: str | None = None
         self._usage: _OpenAIUsage | None = None
 
@@ -337,6 +418,9 @@ class OpenAIStream(_Assembler[_OpenAIChunk]):
             delta = choice.delta
             if delta is None:
                 continue
+            thought = delta.reasoning_content or delta.reasoning
+            if thought:
+                self._think(thought)
             if delta.content:
                 self._text.append(delta.content)
             for part in delta.tool_calls or ():
@@ -353,10 +437,9 @@ class OpenAIStream(_Assembler[_OpenAIChunk]):
             call.arguments.append(function.arguments)
 
     def completion(self, *, what: str, model: str, attempts: int) -> Completion:
-        usage = self._usage or _OpenAIUsage()
+        usage = (self._usage or _OpenAIUsage()).counted()
         calls = tuple(self._calls[index].done() for index in sorted(self._calls))
-        counted = LLMUsage(usage.prompt_tokens, usage.completion_tokens)
-        reply = self._reply(self._finish is not None, calls, counted, self._finish)
+        reply = self._reply(self._finish is not None, calls, usage, self._finish)
         return reply(what, model, attempts)
 
 
@@ -364,12 +447,17 @@ class _AnthropicBlock(msgspec.Struct):
     type: str
     id: str | None = None
     name: str | None = None
+    thinking: str | None = None
+    signature: str | None = None
+    data: str | None = None  # a redacted_thinking block's
 
 
 class _AnthropicDelta(msgspec.Struct):
     type: str | None = None
     text: str | None = None
     partial_json: str | None = None
+    thinking: str | None = None
+    signature: str | None = None
     stop_reason: str | None = None
 
 
@@ -388,6 +476,13 @@ class _AnthropicUsage(msgspec.Struct):
             (self.input_tokens or 0)
             + (self.cache_creation_input_tokens or 0)
             + (self.cache_read_input_tokens or 0)
+        )
+
+    def counted(self) -> LLMUsage:
+        """The counts; the cache's reads are the prompt's cached tokens (thinking is
+        billed as output, and Anthropic does not count it apart)."""
+        return LLMUsage(
+            self.prompt, self.output_tokens or 0, cached_tokens=self.cache_read_input_tokens or 0
         )
 
 
@@ -413,14 +508,17 @@ class _AnthropicEvent(msgspec.Struct):
 class AnthropicStream(_Assembler[_AnthropicEvent]):
     """Assembles a Messages API stream (``message_start`` ... ``message_stop``)."""
 
-    __slots__ = ("_completion", "_done", "_prompt", "_stop")
+    __slots__ = ("_cached", "_completion", "_done", "_prompt", "_stop")
     _decoder = msgspec.json.Decoder(list[_AnthropicEvent])
     _unit = "event"
 
-    def __init__(self, on_delta: DeltaHook, attempt: int) -> None:
-        super().__init__(on_delta, attempt)
+    def __init__(
+        self, on_delta: DeltaHook, attempt: int, on_reasoning: DeltaHook | None = None
+    ) -> None:
+        super().__init__(on_delta, attempt, on_reasoning)
         self._stop: str | None = None
         self._prompt = 0
+        self._cached = 0
         self._completion = 0
         self._done = False
 
@@ -432,6 +530,12 @@ class AnthropicStream(_Assembler[_AnthropicEvent]):
             block = event.content_block
             if block.type == "tool_use":
                 self._calls[event.index] = _Call(block.id or "", block.name or "")
+            elif block.type == "thinking":
+                self._thought(event.index).signature = block.signature or None
+                if block.thinking:
+                    self._think(block.thinking, event.index)
+            elif block.type == "redacted_thinking":
+                self._thought(event.index).redacted = block.data
         else:
             self._message(event)
 
@@ -455,19 +559,24 @@ class AnthropicStream(_Assembler[_AnthropicEvent]):
             self._text.append(delta.text)
         elif delta.partial_json is not None and index in self._calls:
             self._calls[index].arguments.append(delta.partial_json)
+        elif delta.thinking:
+            self._think(delta.thinking, index)
+        elif delta.signature:
+            self._thought(index).signature = delta.signature
 
     def _count(self, usage: _AnthropicUsage | None) -> None:
         # message_start carries the prompt's count, message_delta the reply's, cumulative.
         if usage is None:
             return
         self._prompt = max(self._prompt, usage.prompt)
+        self._cached = max(self._cached, usage.cache_read_input_tokens or 0)
         self._completion = max(self._completion, usage.output_tokens or 0)
 
     def completion(self, *, what: str, model: str, attempts: int) -> Completion:
         calls = tuple(self._calls[index].done_compact() for index in sorted(self._calls))
-        usage = LLMUsage(self._prompt, self._completion)
+        usage = LLMUsage(self._prompt, self._completion, cached_tokens=self._cached)
         return self._reply(self._done, calls, usage, self._stop)(what, model, attempts)
 
 
-StreamFactory = Callable[[DeltaHook, int], StreamAssembler]
-"""Builds the assembler of one attempt's stream: ``factory(on_delta, attempt)``."""
+StreamFactory = Callable[[DeltaHook, int, DeltaHook | None], StreamAssembler]
+"""Builds the assembler of one attempt's stream: ``factory(on_delta, attempt, on_reasoning)``."""

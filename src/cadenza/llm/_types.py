@@ -11,8 +11,10 @@ from collections.abc import Callable
 from typing import Any, Literal, Protocol, TypedDict, Unpack
 
 import msgspec
+from msgspec import UNSET, UnsetType
 
 __all__ = [
+    "THINKING_LEVELS",
     "CallHooks",
     "Completion",
     "DeltaHook",
@@ -21,12 +23,19 @@ __all__ = [
     "LLMUsage",
     "Message",
     "ModelToolCall",
+    "Reasoning",
     "RetryHook",
     "Role",
+    "Thinking",
     "ToolSpec",
 ]
 
 Role = Literal["system", "user", "assistant", "tool"]
+
+Thinking = Literal["off", "low", "medium", "high"]
+"""How much a model reasons before it answers; each wire maps it (docs/providers.md)."""
+
+THINKING_LEVELS: tuple[Thinking, ...] = ("off", "low", "medium", "high")
 
 RetryHook = Callable[[int, str], object]
 """``on_retry(attempt, reason)``: called before each retry's backoff sleep.
@@ -53,10 +62,13 @@ class CallHooks(TypedDict, total=False):
         on_delta: When given, the reply is streamed where the provider can, and
             each fragment of its text goes here as it arrives; the return value
             is the same whole reply either way.
+        on_reasoning: Each fragment of the reply's reasoning as it arrives, kept
+            apart from its text (where the provider returns reasoning).
     """
 
     on_retry: RetryHook | None
     on_delta: DeltaHook | None
+    on_reasoning: DeltaHook | None
 
 
 class ModelToolCall(msgspec.Struct, frozen=True):
@@ -74,6 +86,22 @@ class ModelToolCall(msgspec.Struct, frozen=True):
     arguments: str
 
 
+class Reasoning(msgspec.Struct, frozen=True, omit_defaults=True):
+    """A block of a model's reasoning: its text, and what its wire needs to take it back.
+
+    Attributes:
+        text: The reasoning (or its summary) as the provider returned it.
+        signature: Anthropic's and Bedrock's proof that the block is the model's
+            own: a thinking block sent back in a tool loop must carry it.
+        redacted: The encrypted content of a block the provider would not show
+            (Anthropic's ``redacted_thinking``), sent back as it came.
+    """
+
+    text: str = ""
+    signature: str | None = None
+    redacted: str | None = None
+
+
 class Message(msgspec.Struct, frozen=True):
     """One message of a conversation.
 
@@ -83,6 +111,8 @@ class Message(msgspec.Struct, frozen=True):
         tool_calls: The calls an assistant message made.
         tool_call_id: For a ``tool`` message, the id of the call it answers.
         name: An optional participant or tool name (OpenAI's ``name``).
+        reasoning: An assistant turn's reasoning blocks, for the wires that must
+            see them again (Anthropic, Bedrock); the others never send them.
     """
 
     role: Role
@@ -90,6 +120,9 @@ class Message(msgspec.Struct, frozen=True):
     tool_calls: tuple[ModelToolCall, ...] = ()
     tool_call_id: str | None = None
     name: str | None = None
+    # UNSET, not (): a message without reasoning encodes as it did before reasoning
+    # existed, so the digests of recorded model calls still match (resume, replay).
+    reasoning: tuple[Reasoning, ...] | UnsetType = UNSET
 
 
 class ToolSpec(msgspec.Struct, frozen=True):
@@ -108,6 +141,9 @@ class LLMUsage(msgspec.Struct, frozen=True):
     cached_tokens: int = 0
     """Of ``prompt_tokens``, those the provider read from its prompt cache (priced as
     ``cachedInput``; 0 when the wire does not say)."""
+    reasoning_tokens: int = 0
+    """Of ``completion_tokens``, those the model spent reasoning (0 when the wire does
+    not say)."""
 
     @property
     def total_tokens(self) -> int:
@@ -128,6 +164,8 @@ class Completion(msgspec.Struct, frozen=True):
         attempts: HTTP attempts made, retries included (1 without retries).
         script_position: The ``scripted`` model's reply this was (0-based, past
             the script's end when its last reply repeats); None for other models.
+        reasoning: The reply's reasoning, apart from ``content`` (empty when the
+            provider returned none).
     """
 
     content: str | None
@@ -137,6 +175,12 @@ class Completion(msgspec.Struct, frozen=True):
     finish_reason: str | None = None
     attempts: int = 1
     script_position: int | None = None
+    reasoning: tuple[Reasoning, ...] = ()
+
+    @property
+    def reasoning_text(self) -> str:
+        """The reasoning's text, its blocks joined."""
+        return "".join(block.text for block in self.reasoning)
 
 
 class LLMRequest(msgspec.Struct, frozen=True):
@@ -153,6 +197,8 @@ class LLMRequest(msgspec.Struct, frozen=True):
         max_retries: Retries of this call on transient failures (429, 5xx,
             connection errors, timeouts), or None: the provider's `RetryPolicy`.
             Not sent to the model.
+        thinking: How much the model reasons (`Thinking`), mapped to each wire's
+            options; unset sends none (the provider's default).
     """
 
     model: str
@@ -162,6 +208,8 @@ class LLMRequest(msgspec.Struct, frozen=True):
     top_p: float | None = None
     max_tokens: int | None = None
     max_retries: int | None = None
+    # UNSET, not None: a request without it encodes as before (see Message.reasoning).
+    thinking: Thinking | UnsetType = UNSET
 
 
 class LLMClient(Protocol):

@@ -7,6 +7,7 @@ class serves them all.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol, Unpack
@@ -18,8 +19,8 @@ from cadenza._redact import redact
 
 from ._errors import LLMConfigError
 from ._http import HTTPCaller
-from ._stream import StreamFactory
-from ._types import CallHooks, Completion, LLMRequest
+from ._stream import StreamAssembler, StreamFactory
+from ._types import CallHooks, Completion, DeltaHook, LLMRequest
 
 __all__ = ["Connect", "Connection", "Decode", "Encode", "HTTPModelClient", "WireFormat", "sampling"]
 
@@ -108,6 +109,12 @@ class WireFormat:
     connect: Connect | None = None
 
 
+def _assembler(
+    factory: StreamFactory, on_delta: DeltaHook, on_reasoning: DeltaHook | None, attempt: int
+) -> StreamAssembler:
+    return factory(on_delta, attempt, on_reasoning)
+
+
 class HTTPModelClient:
     """An ``LLMClient`` that speaks ``wire`` to ``base_url``.
 
@@ -185,7 +192,10 @@ class HTTPModelClient:
             )
         what = f"{self._provider} model {request.model}"
         on_delta, factory = hooks.get("on_delta"), self._wire.stream
-        stream = None if factory is None or on_delta is None else (factory, on_delta)
+        on_reasoning = hooks.get("on_reasoning")
+        stream = None
+        if factory is not None and on_delta is not None:
+            stream = functools.partial(_assembler, factory, on_delta, on_reasoning)
         url = self._stream_url if stream is not None else self._url
         if "{model}" in url:
             # Quoted whole, so a model name cannot add a path segment or a query;
@@ -204,7 +214,10 @@ class HTTPModelClient:
         if not isinstance(reply, bytes):
             return reply.completion(what=what, model=request.model, attempts=attempts)
         completion = self._wire.decode(reply, what=what, model=request.model, attempts=attempts)
-        if on_delta is not None and completion.content:  # the server did not stream: one piece
+        # The server did not stream: the reasoning in one piece, then the text in one.
+        if on_reasoning is not None and completion.reasoning_text:
+            on_reasoning(completion.reasoning_text, attempts)
+        if on_delta is not None and completion.content:
             on_delta(completion.content, attempts)
         return completion
 

@@ -170,7 +170,7 @@ class Event(msgspec.Struct, frozen=True, omit_defaults=True, rename="camel", gc=
         delta: Streamed model text, on ``output`` events only.
         done: On ``output`` events only: true on the one that ends a reply's text.
         reasoning: On ``output`` events only: true when ``delta`` is the model's
-            reasoning rather than its answer (no provider streams reasoning yet).
+            reasoning rather than its answer (absent otherwise).
         agent_id: On ``output`` events only: the agent streaming (as ``agent``).
     """
 

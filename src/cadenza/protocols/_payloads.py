@@ -379,6 +379,11 @@ class AgentTurn(Payload, frozen=True, kw_only=True):
     script_position: int | None = None
     cost: float | None = None
     """A response's USD, from the run's price table (absent: the model has no price)."""
+    thinking: str | None = None
+    """A request's ``thinking`` level, when the agent or the run set one."""
+    reasoning_tokens: int | None = None
+    """Of a response's completion tokens, those the model spent reasoning, when the
+    provider counts them apart."""
 
 
 class ToolCall(Payload, frozen=True, kw_only=True):

@@ -175,6 +175,8 @@ class AgentOrder(_Order, frozen=True, kw_only=True, tag="agent"):
     tokens_spent: int = 0
     can_send_messages: bool = True
     max_retries: int | None = None
+    thinking: Literal["off", "low", "medium", "high"] | None = None
+    """The run's ``thinking`` level for agents that set none (``--thinking``)."""
     recorded: list[CallRecord] = []
     """The calls this attempt replays: the journal of the attempt a resumed run's step
     continues (empty on a first try)."""
@@ -312,6 +314,8 @@ class StepEvent(_About, frozen=True, tag="event"):
     """Streamed model text (an ``output`` event), as the envelope's ``delta``."""
     done: bool | None = None
     """The ``output`` event's ``done``: the reply's text ends."""
+    reasoning: bool | None = None
+    """The ``output`` event's ``reasoning``: ``delta`` is the model's reasoning."""
 
     @classmethod
     def of(cls, job: int, attempt: int, event: Event) -> StepEvent:
@@ -321,7 +325,7 @@ class StepEvent(_About, frozen=True, tag="event"):
         return cls(job, attempt, event.type, duration=duration, **carried)
 
 
-_CARRIED: Final = ("agent", "message", "tokens", "error", "data", "delta", "done")
+_CARRIED: Final = ("agent", "message", "tokens", "error", "data", "delta", "done", "reasoning")
 """The fields of an `Event` a `StepEvent` carries as they are."""
 
 

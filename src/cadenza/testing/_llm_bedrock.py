@@ -26,7 +26,7 @@ from typing import Any, Final
 from urllib.parse import unquote
 
 from ._llm_rules import RequestView, ServerReply
-from ._llm_wire import _dict, _list, _pieces
+from ._llm_wire import _dict, _list, _pieces, thinking_signature
 
 __all__ = ["BEDROCK_ACCESS_KEY_ID", "BedrockWire", "event_stream_message"]
 
@@ -123,6 +123,12 @@ class BedrockWire:
 
     def success(self, body: Any, reply: ServerReply, serial: int) -> dict[str, Any]:
         content: list[dict[str, Any]] = []
+        if reply.reasoning:
+            said = {
+                "text": reply.reasoning,
+                "signature": thinking_signature(reply.reasoning, serial),
+            }
+            content.append({"reasoningContent": {"reasoningText": said}})
         if reply.content:
             content.append({"text": reply.content})
         for index, call in enumerate(reply.tool_calls):
@@ -139,7 +145,8 @@ class BedrockWire:
             "output": {"message": {"role": "assistant", "content": content}},
             "stopReason": "tool_use" if reply.tool_calls else "end_turn",
             "usage": {
-                "inputTokens": prompt,
+                "inputTokens": prompt - reply.cached_tokens,
+                "cacheReadInputTokens": reply.cached_tokens,
                 "outputTokens": completion,
                 "totalTokens": prompt + completion,
             },
@@ -156,6 +163,13 @@ class BedrockWire:
             deltas: list[dict[str, Any]]
             if "text" in block:  # a text block opens with its first delta, as Bedrock's do
                 deltas = [{"text": piece} for piece in _pieces(block["text"], reply.chunk)]
+            elif "reasoningContent" in block:  # its text, then its signature
+                said = block["reasoningContent"]["reasoningText"]
+                deltas = [
+                    {"reasoningContent": {"text": piece}}
+                    for piece in _pieces(said["text"], reply.chunk)
+                ]
+                deltas.append({"reasoningContent": {"signature": said["signature"]}})
             else:
                 use = block["toolUse"]
                 opened = {"toolUseId": use["toolUseId"], "name": use["name"]}

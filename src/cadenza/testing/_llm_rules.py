@@ -113,6 +113,12 @@ class ServerReply:
             server that cannot stream does.
         pause: With a streamed reply: send about half of its events, then the
             rest only once the test sets this event (a model caught mid-reply).
+        reasoning: The model's reasoning, before its text, as each wire returns it
+            (OpenAI-compatible ``reasoning_content``; a signed ``thinking`` block;
+            a Gemini ``thought`` part; a signed ``reasoningContent`` block).
+        cached_tokens: Of the prompt tokens, those reported read from the cache.
+        reasoning_tokens: Of the completion tokens, those reported spent reasoning
+            (where the wire counts them apart: OpenAI's, Gemini's).
     """
 
     content: str | None = None
@@ -128,6 +134,9 @@ class ServerReply:
     chunk: int = 7
     stream: bool = True
     pause: threading.Event | None = None
+    reasoning: str | None = None
+    cached_tokens: int = 0
+    reasoning_tokens: int = 0
 
     @classmethod
     def coerce(cls, value: ReplyLike) -> ServerReply:

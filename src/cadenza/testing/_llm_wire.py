@@ -18,7 +18,7 @@ from typing import Any, Final, Protocol
 
 from ._llm_rules import RequestView, ServerReply, ServerToolCall
 
-__all__ = ["WIRES", "ServerWire"]
+__all__ = ["WIRES", "ServerWire", "thinking_signature"]
 
 
 class ServerWire(Protocol):
@@ -64,6 +64,12 @@ class ServerWire(Protocol):
     def middle(self, data: bytes) -> int:
         """The offset just after the event at the middle of a streamed reply."""
         ...
+
+
+def thinking_signature(reasoning: str, serial: int) -> str:
+    """The signature the server puts on a reply's reasoning: a test can tell that the
+    block sent back is the one it gave (Anthropic's and Bedrock's dialects)."""
+    return f"sig-{serial}-{len(reasoning)}"
 
 
 def _pieces(text: str, size: int) -> list[str]:
@@ -162,6 +168,8 @@ class _OpenAI(_Family):
 
     def success(self, body: Any, reply: ServerReply, serial: int) -> dict[str, Any]:
         message: dict[str, Any] = {"role": "assistant", "content": reply.content}
+        if reply.reasoning:  # as DeepSeek and vLLM return it
+            message["reasoning_content"] = reply.reasoning
         if reply.tool_calls:
             message["tool_calls"] = [
                 {
@@ -188,6 +196,8 @@ class _OpenAI(_Family):
                 "prompt_tokens": prompt,
                 "completion_tokens": completion,
                 "total_tokens": prompt + completion,
+                "prompt_tokens_details": {"cached_tokens": reply.cached_tokens},
+                "completion_tokens_details": {"reasoning_tokens": reply.reasoning_tokens},
             },
         }
 
@@ -203,6 +213,10 @@ class _OpenAI(_Family):
             return {**head, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
 
         chunks = [chunk({"role": "assistant", "content": ""})]
+        chunks += [
+            chunk({"reasoning_content": piece})
+            for piece in _pieces(reply.reasoning or "", reply.chunk)
+        ]
         chunks += [chunk({"content": piece}) for piece in _pieces(reply.content or "", reply.chunk)]
         for index, call in enumerate(whole["choices"][0]["message"].get("tool_calls") or ()):
             function = call["function"]
@@ -239,6 +253,11 @@ class _Anthropic(_Family):
 
     def success(self, body: Any, reply: ServerReply, serial: int) -> dict[str, Any]:
         content: list[dict[str, Any]] = []
+        if reply.reasoning:
+            signature = thinking_signature(reply.reasoning, serial)
+            content.append(
+                {"type": "thinking", "thinking": reply.reasoning, "signature": signature}
+            )
         if reply.content:
             content.append({"type": "text", "text": reply.content})
         for index, call in enumerate(reply.tool_calls):
@@ -264,7 +283,11 @@ class _Anthropic(_Family):
             "content": content,
             "stop_reason": "tool_use" if reply.tool_calls else "end_turn",
             "stop_sequence": None,
-            "usage": {"input_tokens": prompt, "output_tokens": completion},
+            "usage": {
+                "input_tokens": prompt - reply.cached_tokens,
+                "cache_read_input_tokens": reply.cached_tokens,
+                "output_tokens": completion,
+            },
         }
 
     def error(self, status: int, message: str) -> dict[str, Any]:
@@ -273,11 +296,10 @@ class _Anthropic(_Family):
 
     def stream(self, body: Any, reply: ServerReply, serial: int) -> bytes:
         whole = self.success(body, reply, serial)
-        prompt, completion = reply.usage
+        completion = reply.usage[1]
         start = {key: whole[key] for key in ("id", "type", "role", "model")}
-        start.update(
-            content=[], stop_reason=None, usage={"input_tokens": prompt, "output_tokens": 1}
-        )
+        usage = {key: whole["usage"][key] for key in ("input_tokens", "cache_read_input_tokens")}
+        start.update(content=[], stop_reason=None, usage={**usage, "output_tokens": 1})
         events: list[dict[str, Any]] = [{"type": "message_start", "message": start}]
         for index, block in enumerate(whole["content"]):
             if block["type"] == "text":
@@ -285,6 +307,13 @@ class _Anthropic(_Family):
                 deltas = [
                     {"type": "text_delta", "text": p} for p in _pieces(block["text"], reply.chunk)
                 ]
+            elif block["type"] == "thinking":  # its text, then its signature
+                opened = {"type": "thinking", "thinking": "", "signature": ""}
+                deltas = [
+                    {"type": "thinking_delta", "thinking": p}
+                    for p in _pieces(block["thinking"], reply.chunk)
+                ]
+                deltas.append({"type": "signature_delta", "signature": block["signature"]})
             else:
                 opened = {**block, "input": {}}
                 arguments = block["input"]
@@ -391,6 +420,8 @@ class _Gemini(_ModelInPath):
 
     def success(self, body: Any, reply: ServerReply, serial: int) -> dict[str, Any]:
         parts: list[dict[str, Any]] = []
+        if reply.reasoning:  # a thought summary, as includeThoughts returns it
+            parts.append({"text": reply.reasoning, "thought": True})
         if reply.content:
             parts.append({"text": reply.content})
         for index, call in enumerate(reply.tool_calls):
@@ -413,7 +444,10 @@ class _Gemini(_ModelInPath):
             ],
             "usageMetadata": {
                 "promptTokenCount": prompt,
-                "candidatesTokenCount": completion,
+                "cachedContentTokenCount": reply.cached_tokens,
+                # Gemini counts the thoughts apart from the candidates: the two make the reply.
+                "candidatesTokenCount": completion - reply.reasoning_tokens,
+                "thoughtsTokenCount": reply.reasoning_tokens,
                 "totalTokenCount": prompt + completion,
             },
             "responseId": f"resp-{serial}",
@@ -437,7 +471,9 @@ class _Gemini(_ModelInPath):
                 "usageMetadata": {"promptTokenCount": prompt, "totalTokenCount": prompt},
             }
 
-        chunks = [chunk([{"text": p}]) for p in _pieces(reply.content or "", reply.chunk)]
+        thoughts = _pieces(reply.reasoning or "", reply.chunk)
+        chunks = [chunk([{"text": p, "thought": True}]) for p in thoughts]
+        chunks += [chunk([{"text": p}]) for p in _pieces(reply.content or "", reply.chunk)]
         chunks += [chunk([part]) for part in candidate["content"]["parts"] if "text" not in part]
         last = chunk([])
         last["candidates"][0]["finishReason"] = candidate["finishReason"]

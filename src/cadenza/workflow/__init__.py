@@ -50,6 +50,7 @@ from ._rules import split_rule as split_rule
 from ._spec import AGENT_BUILTINS as AGENT_BUILTINS
 from ._spec import DEFAULT_MAX_CONCURRENCY as DEFAULT_MAX_CONCURRENCY
 from ._spec import DEFAULT_MAX_TURNS as DEFAULT_MAX_TURNS
+from ._spec import THINKING_LEVELS as THINKING_LEVELS
 from ._spec import WORKTREE_PER_STEP as WORKTREE_PER_STEP
 from ._spec import Agent as Agent
 from ._spec import Check as Check
@@ -72,6 +73,7 @@ from ._spec import ScriptToolCall as ScriptToolCall
 from ._spec import State as State
 from ._spec import Step as Step
 from ._spec import Supervision as Supervision
+from ._spec import ThinkingLevel as ThinkingLevel
 from ._spec import Workflow as Workflow
 from ._spec import parse_duration as parse_duration
 from ._template import Template as Template
@@ -89,6 +91,7 @@ __all__ = [
     "DEFAULT_MAX_TURNS",
     "PATH_TOOLS",
     "PYTHON_PREFIX",
+    "THINKING_LEVELS",
     "WORKTREE_PER_STEP",
     "WRAPPERS",
     "Agent",
@@ -122,6 +125,7 @@ __all__ = [
     "StepKind",
     "Supervision",
     "Template",
+    "ThinkingLevel",
     "Workflow",
     "WorkflowError",
     "build_loaded",

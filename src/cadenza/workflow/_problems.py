@@ -14,7 +14,7 @@ import re
 from collections.abc import Iterable, Iterator, Sequence, Sized
 from contextlib import contextmanager
 from contextvars import ContextVar
-from typing import Literal
+from typing import Final, Literal
 
 import msgspec
 
@@ -135,7 +135,23 @@ def did_you_mean(word: str, choices: Iterable[str], *, cutoff: float = 0.6) -> s
     if folded in lowered and lowered[folded] != word:
         return f"; did you mean {lowered[folded]!r}?"
     close = difflib.get_close_matches(word, pool, n=1, cutoff=cutoff)
+    if not close and _MEANT.get(folded) in pool:  # not a typo: another word for a choice
+        close = [_MEANT[folded]]
     return f"; did you mean {close[0]!r}?" if close else ""
+
+
+_MEANT: Final[dict[str, str]] = {
+    # The words other tools use for a thinking level (OpenAI's minimal and xhigh, say).
+    "none": "off",
+    "disabled": "off",
+    "minimal": "low",
+    "max": "high",
+    "maximum": "high",
+    "xhigh": "high",
+    "extreme": "high",
+}
+"""Words that are not a misspelling of any choice, and the choice they stand for where
+it is one."""
 
 
 class Reporter:

@@ -20,6 +20,7 @@ __all__ = [
     "AGENT_BUILTINS",
     "DEFAULT_MAX_CONCURRENCY",
     "DEFAULT_MAX_TURNS",
+    "THINKING_LEVELS",
     "WORKTREE_PER_STEP",
     "Agent",
     "Check",
@@ -42,6 +43,7 @@ __all__ = [
     "State",
     "Step",
     "Supervision",
+    "ThinkingLevel",
     "Workflow",
     "parse_duration",
 ]
@@ -56,6 +58,9 @@ InputType = Literal["string", "integer", "number", "boolean", "object", "array",
 OnStepFailure = Literal["cascade", "skip-dependents", "abort"]
 OutputMode = Literal["", "last", "cumulative", "summary"]  # summary: forEach, an extension
 OnLimit = Literal["returnLast", "fail", "returnWithFlag"]
+ThinkingLevel = Literal["off", "low", "medium", "high"]
+"""How much an agent's model reasons before it answers (docs/providers.md, "Reasoning")."""
+THINKING_LEVELS: tuple[ThinkingLevel, ...] = ("off", "low", "medium", "high")
 RestartStrategy = Literal["one_for_one", "one_for_all", "rest_for_one"]
 
 
@@ -95,6 +100,8 @@ class ScriptReply(_Spec, frozen=True):
 
     content: str | None = None
     tool_calls: list[ScriptToolCall] = []
+    reasoning: str | None = None
+    """Streamed as the reply's reasoning (``output`` events with ``reasoning``)."""
 
 
 class McpServer(_Spec, frozen=True):
@@ -149,6 +156,9 @@ class Agent(_Spec, frozen=True):
     script: list[str | ScriptReply] | None = None  # extension: replies of the scripted model
     max_cost: float | None = None
     """Extension: USD this agent's model calls may cost in the whole run (docs/prices.md)."""
+    thinking: ThinkingLevel | None = None
+    """Extension: how much the model reasons; None: the run's ``--thinking``, else the
+    provider's default."""
 
     @property
     def turns(self) -> int:

@@ -19,7 +19,7 @@ from typing import Any, Literal, Protocol
 from cadenza.kernel import Actor, Address, Clock, Slots, Supervisor
 from cadenza.llm import PriceTable, ProviderRegistry
 from cadenza.protocols import ErrorInfo, StepRecord
-from cadenza.workflow import LoadedWorkflow, MemoryWindow, Options, State, Step
+from cadenza.workflow import LoadedWorkflow, MemoryWindow, Options, State, Step, ThinkingLevel
 
 from ._budget import BudgetExceeded, Budgets
 from ._dispatch import StepDispatcher
@@ -137,6 +137,9 @@ class RunBasis:
     more iterations alive."""
     default_model: str | None = None
     """The model of agent steps that name none."""
+    default_thinking: ThinkingLevel | None = None
+    """The ``thinking`` level of agents that set none (``--thinking``; None: the
+    provider's default)."""
     dispatcher: StepDispatcher | None = None
     """Where leaf steps run when the run has remote workers (None: in this process)."""
     recording: Recording | None = None

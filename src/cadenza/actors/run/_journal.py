@@ -311,13 +311,15 @@ class RunJournal:
         for sink in self._restated:
             sink(event)
 
-    def output(self, step_id: str, agent: str | None, delta: str, done: bool) -> None:
+    def output(
+        self, step_id: str, agent: str | None, delta: str, done: bool, *, reasoning: bool = False
+    ) -> None:
         """Shows observers text a model streamed: zenflow's ``output`` event, not recorded.
 
         It is neither stored nor numbered (``seq`` 0, left out of its JSON),
         so a resumed run does not restate it, the store does not grow per
         token, and the recorded events stay numbered without gaps. ``done``
-        ends the reply's text.
+        ends the reply's text; ``reasoning`` marks the model's reasoning.
         """
         if known_secrets():
             delta = scrub(delta)
@@ -330,6 +332,7 @@ class RunJournal:
             agent,
             delta=delta,
             done=done,
+            reasoning=True if reasoning else None,
             agent_id=agent,
         )
         self._so_far(step_id, event)

@@ -6,6 +6,12 @@ without tools, when ``submit_result`` got valid arguments, or when turns run
 out. ``content`` is the text of every turn joined; ``result`` is the first valid
 ``submit_result`` arguments. A step whose agent has a ``resultSchema`` and never
 submits fails with zenflow's message; a judge fails open (its caller decides).
+
+A reasoning model's reasoning is streamed apart from its answer and never
+becomes the step's content. It stays in the visit's conversation, for the wires
+that must see it again in a tool loop (Anthropic's and Bedrock's signed
+thinking), and in the call journal with the reply, so a resumed visit sends
+what the interrupted one sent; a loop's ``memory`` keeps none of it.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ from pathlib import Path
 from typing import Any, cast
 
 import msgspec
+from msgspec import UNSET
 
 from cadenza._redact import redact, scrub
 from cadenza.actors.run import (
@@ -54,7 +61,7 @@ from cadenza.workflow import DEFAULT_MAX_TURNS, Agent, LoadedWorkflow, MemoryWin
 
 from ._agent_tools import agent_builtins, builtin_names
 from ._calls import CallLog, digest
-from ._deltas import Deltas
+from ._deltas import Streams
 from ._mcp_tools import mcp_tools
 from ._prompt import build_prompt, cap, read_context_files
 from ._tools import Tool, ToolError, python_tool, schema_errors
@@ -337,6 +344,8 @@ def _remembered(run: RunContext, brief: Brief) -> list[Message]:
 def _remember(run: RunContext, brief: Brief, turns: list[Message], address: str) -> None:
     if brief.memory == "fresh" or brief.memory_key is None:
         return
+    # A later visit starts with a question of its own: no wire needs this one's reasoning.
+    turns = [msgspec.structs.replace(m, reasoning=UNSET) if m.reasoning else m for m in turns]
     # Recorded too: a resumed run replays this visit without calling the model again.
     data = AgentMemory(key=brief.memory_key, turns=list(turns))
     run.journal.emit(EventType.AGENT_MEMORY, step_id=address, data=data)
@@ -471,6 +480,7 @@ class _Talk:
             tools=tuple(tool.spec for tool in conversation.tools.values()),
             temperature=agent.temperature if agent is not None else None,
             top_p=agent.top_p if agent is not None else None,
+            thinking=(agent and agent.thinking) or run.default_thinking or UNSET,
             # zenflow's maxRetries: the step's, else the workflow's, else the provider's.
             max_retries=(
                 visit.max_retries
@@ -510,7 +520,14 @@ class _Talk:
         completion = self._replayed(turn, asked) or await self._ask(turn, request, asked)
         if completion.content:
             self.contents.append(completion.content)
-        messages.append(Message("assistant", completion.content, tool_calls=completion.tool_calls))
+        messages.append(
+            Message(
+                "assistant",
+                completion.content,
+                tool_calls=completion.tool_calls,
+                reasoning=completion.reasoning or UNSET,
+            )
+        )
         if not completion.tool_calls:
             return False
         for call in completion.tool_calls:
@@ -576,7 +593,13 @@ class _Talk:
 
     def _requested(self, turn: int, *, restated: bool = False) -> None:
         visit, journal = self.visit, self.run.journal
-        data = AgentTurn(phase="request", turn=turn, model=self.spec)
+        thinking = self.request.thinking
+        data = AgentTurn(
+            phase="request",
+            turn=turn,
+            model=self.spec,
+            thinking=thinking if isinstance(thinking, str) else None,
+        )
         if restated:
             journal.restate(
                 EventType.AGENT_TURN, step_id=visit.address, agent=visit.agent_name, data=data
@@ -599,6 +622,7 @@ class _Talk:
             attempts=completion.attempts,
             script_position=completion.script_position,
             cost=self._cost(usage),
+            reasoning_tokens=usage.reasoning_tokens or None,
         )
         address, agent = visit.address, visit.agent_name
         if restated:
@@ -616,11 +640,13 @@ class _Talk:
 
     async def _complete(self, request: LLMRequest) -> Completion:
         visit = self.visit
-        deltas = Deltas(self.run, visit.address, visit.agent_name)
+        streams = Streams(self.run, visit.address, visit.agent_name)
         try:
-            return await self.client.complete(request, on_delta=deltas)
+            return await self.client.complete(
+                request, on_delta=streams.on_delta, on_reasoning=streams.on_reasoning
+            )
         finally:  # the reply's text ends here, even when the call failed
-            deltas.finish()
+            streams.finish()
 
 
 _encode = msgspec.json.Encoder().encode

@@ -7,6 +7,10 @@ characters are waiting, or when the reply is complete: at most ten events a
 second per agent, plus one per 1,024 characters of text. The last one of a
 reply says ``done`` (zenflow's end of a stream), so that an observer knows
 where one turn's text ends and the next one's begins.
+
+A reasoning model's reasoning is streamed the same way, apart: its events say
+``reasoning: true`` (zenflow's mark). `Streams` keeps the two from mixing:
+when the answer begins the reasoning ends (``done``), and the other way round.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from typing import Final
 
 from cadenza.actors.run import RunContext
 
-__all__ = ["Deltas"]
+__all__ = ["Deltas", "Streams"]
 
 INTERVAL: Final = 0.1
 """Seconds between two events of one agent's stream, at least (but for a full buffer)."""
@@ -27,12 +31,25 @@ MAX_WAITING: Final = 1024
 class Deltas:
     """The ``on_delta`` hook of one model call; `finish` shows what is left, ``done``."""
 
-    __slots__ = ("_agent", "_attempt", "_last", "_parts", "_run", "_shown", "_size", "_step")
+    __slots__ = (
+        "_agent",
+        "_attempt",
+        "_last",
+        "_parts",
+        "_reasoning",
+        "_run",
+        "_shown",
+        "_size",
+        "_step",
+    )
 
-    def __init__(self, run: RunContext, step: str, agent: str | None) -> None:
+    def __init__(
+        self, run: RunContext, step: str, agent: str | None, *, reasoning: bool = False
+    ) -> None:
         self._run = run
         self._step = step
         self._agent = agent
+        self._reasoning = reasoning
         self._attempt = 1
         self._parts: list[str] = []
         self._size = 0
@@ -59,4 +76,28 @@ class Deltas:
         self._size = 0
         self._last = self._run.clock.now()
         self._shown = not done
-        self._run.journal.output(self._step, self._agent, text, done)
+        self._run.journal.output(self._step, self._agent, text, done, reasoning=self._reasoning)
+
+
+class Streams:
+    """The hooks of one model call: its answer (`on_delta`) and its reasoning
+    (`on_reasoning`), each coalesced by its own `Deltas`."""
+
+    __slots__ = ("_answer", "_reasoning")
+
+    def __init__(self, run: RunContext, step: str, agent: str | None) -> None:
+        self._answer = Deltas(run, step, agent)
+        self._reasoning = Deltas(run, step, agent, reasoning=True)
+
+    def on_delta(self, text: str, attempt: int) -> None:
+        self._reasoning.finish()
+        self._answer(text, attempt)
+
+    def on_reasoning(self, text: str, attempt: int) -> None:
+        self._answer.finish()
+        self._reasoning(text, attempt)
+
+    def finish(self) -> None:
+        """Ends what is streaming; see `Deltas.finish`."""
+        self._reasoning.finish()
+        self._answer.finish()

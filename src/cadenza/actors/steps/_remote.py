@@ -87,7 +87,13 @@ class _StepSink:
     def event(self, event: StepEvent) -> None:
         if event.type == EventType.OUTPUT:  # shown, never stored, here as on the worker
             journal = self.run.journal
-            journal.output(self.address, event.agent, event.delta or "", bool(event.done))
+            journal.output(
+                self.address,
+                event.agent,
+                event.delta or "",
+                bool(event.done),
+                reasoning=bool(event.reasoning),
+            )
             return
         if event.type == EventType.AGENT_TURN and event.data and event.tokens is not None:
             event = self._priced(event)

@@ -85,6 +85,7 @@ class AgentWork(LeafWork):
             max_tokens=run.options.max_tokens,
             tokens_spent=run.journal.prompt_tokens + run.journal.completion_tokens,
             max_retries=retries,
+            thinking=run.default_thinking,
             recorded=[] if resumes is None else continued(run, address, attempt, of=resumes),
             cost=_cost_left(run, address, step.agent, agent, model),
         )
@@ -122,6 +123,7 @@ class AgentWork(LeafWork):
                     step_ids=frozenset(),
                     providers=site.providers(order.run_id),
                     prices=prices,
+                    default_thinking=order.thinking,
                 )
                 if cost is not None:
                     context.budgets.run_cost = (cost.what, cost.key)
