@@ -245,8 +245,10 @@ EVENTS = """(
 ) AS ev"""
 
 
+# The run's maxConcurrency (default 5) caps the loop's: both are raised.
 ITEMS_FLOW = """
 name: million
+options: {maxConcurrency: 128}
 inputs:
   n: {type: integer}
 steps:
