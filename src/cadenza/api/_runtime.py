@@ -1264,12 +1264,17 @@ async def _renewing(store: RunStore, lease: Lease, work: Awaitable[_T]) -> _T:
     ttl (about 4 s for 50,000 recorded items on PostgreSQL): unrenewed, the lease
     would expire meanwhile and another supervisor take the run, and so on for ever.
     """
+    failure: Exception | None = None
     async with anyio.create_task_group() as renewal:
         renewal.start_soon(_renew, store, lease, name=f"cadenza lease {lease.run_id}")
         try:
             done = await work
+        except Exception as raised:  # raised below as itself, not in a task group's
+            failure = raised
         finally:
             renewal.cancel_scope.cancel()
+    if failure is not None:
+        raise failure
     return done
 
 
