@@ -141,11 +141,20 @@ def _start_echo(endpoint: str) -> subprocess.Popen[bytes]:
     return subprocess.Popen(command, cwd=HERE, stdout=subprocess.DEVNULL)
 
 
+PROFILE = "CADENZA_BENCH_PROFILE"
+"""A directory: each fleet process runs under cProfile and leaves ``NAME.prof`` there
+when it exits (not one that is SIGKILLed)."""
+
+
 def _spawn(cwd: Path, log: str, *argv: str) -> subprocess.Popen[bytes]:
     environ = {**os.environ, "PYTHONPATH": os.pathsep.join([str(cwd), *sys.path])}
+    profile = os.environ.get(PROFILE)
+    profiler = []
+    if profile:
+        profiler = ["-m", "cProfile", "-o", str(Path(profile) / log.replace(".log", ".prof"))]
     with (cwd / log).open("wb") as stderr:
         return subprocess.Popen(
-            [sys.executable, "-m", "cadenza", *argv],
+            [sys.executable, *profiler, "-m", "cadenza", *argv],
             cwd=cwd,
             stdout=subprocess.DEVNULL,
             stderr=stderr,
@@ -245,8 +254,10 @@ EVENTS = """(
 ) AS ev"""
 
 
+# The run's maxConcurrency (default 5) caps the loop's: both are raised.
 ITEMS_FLOW = """
 name: million
+options: {maxConcurrency: 128}
 inputs:
   n: {type: integer}
 steps:

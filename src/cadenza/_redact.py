@@ -72,6 +72,8 @@ _MIN_FORM_LENGTH: Final = 12
 # Replaced, never mutated, so a redact() on another thread (a log call) never
 # sees the set change under it.
 _known: frozenset[str] = frozenset()
+# What `scrub` masks `_known` with: the set, its pattern and its shortest form's length.
+_masking: tuple[frozenset[str], re.Pattern[str], int] = (_known, re.compile("(?!)"), 0)
 
 
 def secrets_from(environ: Mapping[str, str]) -> frozenset[str]:
@@ -134,22 +136,36 @@ def scrub(value: Any) -> Any:
     when nothing needed masking, so the common case copies nothing; with no
     secret known it is one check.
     """
-    if not _known:
+    global _masking
+    known, masking = _known, _masking
+    if not known:
         return value
-    return _scrub(value, _secret_pattern(_known))
+    if masking[0] is not known:  # new secrets: their pattern (once per set, not per call)
+        masking = _masking = (known, _secret_pattern(known), _shortest_form(known))
+    return _scrub(value, masking[1], masking[2])
 
 
-def _scrub(value: Any, pattern: re.Pattern[str]) -> Any:
+def _scrub(value: Any, pattern: re.Pattern[str], shortest: int) -> Any:
+    # Every event of a run passes here once a secret is known (a store URL's password):
+    # a string shorter than any masked form (a key, a status) is not searched, and a
+    # dict or list is copied only once something in it had to be masked.
     if isinstance(value, str):
-        return pattern.sub(MASK, value) if pattern.search(value) else value
-    if isinstance(value, dict):
-        pairs = [(_scrub(k, pattern), _scrub(v, pattern), k, v) for k, v in value.items()]
-        if all(new_k is k and new_v is v for new_k, new_v, k, v in pairs):
+        if len(value) < shortest or not pattern.search(value):
             return value
-        return {new_k: new_v for new_k, new_v, _, _ in pairs}
+        return pattern.sub(MASK, value)
+    if isinstance(value, dict):
+        for k, v in value.items():
+            if _scrub(k, pattern, shortest) is not k or _scrub(v, pattern, shortest) is not v:
+                return {
+                    _scrub(k, pattern, shortest): _scrub(v, pattern, shortest)
+                    for k, v in value.items()
+                }
+        return value
     if isinstance(value, list):
-        items = [_scrub(item, pattern) for item in value]
-        return value if all(a is b for a, b in zip(items, value, strict=True)) else items
+        for item in value:
+            if _scrub(item, pattern, shortest) is not item:
+                return [_scrub(item, pattern, shortest) for item in value]
+        return value
     return value
 
 
@@ -205,6 +221,12 @@ def _mask_value(match: re.Match[str]) -> str:
     value = match.group("value")
     quote = value[0] if value[:1] in ("'", '"') else ""
     return f"{match.group('key')}{quote}{MASK}{quote}"
+
+
+@functools.lru_cache(maxsize=32)
+def _shortest_form(secrets: frozenset[str]) -> int:
+    """The length of the shortest form of ``secrets`` that is masked."""
+    return min(len(form) for secret in secrets for form in secret_forms(secret))
 
 
 @functools.lru_cache(maxsize=32)

@@ -40,10 +40,10 @@ import functools
 import os
 import secrets
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Mapping
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
 import anyio.abc
@@ -158,6 +158,7 @@ that the store failed each time it took it (the wait starts at one look's interv
 and doubles at each failure, jittered)."""
 
 _log = get_logger("cadenza.runtime")
+_T = TypeVar("_T")
 
 
 def _passing(error: Exception) -> bool:
@@ -893,7 +894,7 @@ class Runtime:
         holder = LeaseHolder.for_this_process()
         lease = await self.store.acquire_lease(run_id, holder, ttl=self.lease_ttl)
         try:
-            prepared = await prepare_resume(self.store, row)
+            prepared = await _renewing(self.store, lease, prepare_resume(self.store, row))
             if cancel is None:  # a run cancelled before any step starts needs none of its code
                 check_rebuildable(run_id, prepared.document)
                 self._check_policy(run_id, prepared.document, prepared.policy)
@@ -1256,6 +1257,27 @@ async def _renew(store: RunStore, lease: Lease) -> None:
             return  # the store marked it lost: the run is being stopped
         except StoreError as error:
             _log.info("cannot renew a lease", run_id=lease.run_id, error=redact(str(error)))
+
+
+async def _renewing(store: RunStore, lease: Lease, work: Awaitable[_T]) -> _T:
+    """Awaits ``work`` while a task beside it renews ``lease``.
+
+    Reading a large run's journal before it resumes takes longer than a short
+    ttl (about 4 s for 50,000 recorded items on PostgreSQL): unrenewed, the lease
+    would expire meanwhile and another supervisor take the run, and so on for ever.
+    """
+    failure: Exception | None = None
+    async with anyio.create_task_group() as renewal:
+        renewal.start_soon(_renew, store, lease, name=f"cadenza lease {lease.run_id}")
+        try:
+            done = await work
+        except Exception as raised:  # raised below as itself, not in a task group's
+            failure = raised
+        finally:
+            renewal.cancel_scope.cancel()
+    if failure is not None:
+        raise failure
+    return done
 
 
 async def _lost_meanwhile(store: RunStore, lease: Lease) -> None:

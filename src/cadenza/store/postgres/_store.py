@@ -431,19 +431,35 @@ class PostgresRunStore(QueuedWrites):
         when given."""
         # A pack that holds `after_seq + 1` starts at most PACKED_EVENTS before it: the
         # index bounds the scan, the last row's seq decides.
+        events: list[Event] = []
+        if limit is not None:
+            # A page: the rows holding seqs after_seq + 1 .. after_seq + limit, not `limit`
+            # rows, which as packs (up to PACKED_EVENTS each) would be read, decoded and
+            # dropped by the hundred thousand at every page of a resume.
+            events = await self._events_between(run_id, after_seq, after_seq + limit)
+        if limit is None or len(events) < limit:  # the end, or a gap in the numbers
+            events = await self._events_between(run_id, after_seq, None, limit)
+        return events if limit is None else events[:limit]
+
+    async def _events_between(
+        self, run_id: str, after_seq: int, until: int | None, rows: int | None = None
+    ) -> list[Event]:
+        """The run's events after ``after_seq`` up to seq ``until`` (None: all), from the
+        first ``rows`` rows (None: all) that hold any."""
         async with self._reaching() as pool:
-            rows = await pool.fetch(
+            found = await pool.fetch(
                 "SELECT seq, last_seq, body, crc FROM cadenza_events "
                 "WHERE run_id = $1 AND seq > $2 AND coalesce(last_seq, seq) > $3 "
-                "ORDER BY seq LIMIT $4",
+                "AND ($4::bigint IS NULL OR seq <= $4) ORDER BY seq LIMIT $5",
                 run_id,
                 after_seq - PACKED_EVENTS,
                 after_seq,
-                limit,
+                until,
+                rows,
             )
-        events = read_events(run_id, rows)
+        events = read_events(run_id, found)
         start = next((i for i, e in enumerate(events) if e.seq > after_seq), len(events))
-        return events[start : None if limit is None else start + limit]
+        return [e for e in events[start:] if until is None or e.seq <= until]
 
     async def steps(
         self, run_id: str, *, after: str | None = None, limit: int | None = None
