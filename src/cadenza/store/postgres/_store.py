@@ -467,13 +467,23 @@ class PostgresRunStore(QueuedWrites):
         """The latest record of every address of the run; with ``limit``, of the first
         ``limit`` addresses after ``after`` in the store's order (a page)."""
         async with self._reaching() as pool:
-            rows = await pool.fetch(
-                "SELECT address, status, record, crc FROM cadenza_steps WHERE run_id = $1 "
-                "AND ($2::text IS NULL OR address > $2) ORDER BY address LIMIT $3",
-                run_id,
-                after,
-                limit,
-            )
+            # Two statements, not `($2 IS NULL OR address > $2)`: a prepared statement's
+            # generic plan need not use the index's range for the OR (see the SQLite store).
+            if after is None:
+                rows = await pool.fetch(
+                    "SELECT address, status, record, crc FROM cadenza_steps WHERE run_id = $1 "
+                    "ORDER BY address LIMIT $2",
+                    run_id,
+                    limit,
+                )
+            else:
+                rows = await pool.fetch(
+                    "SELECT address, status, record, crc FROM cadenza_steps WHERE run_id = $1 "
+                    "AND address > $2 ORDER BY address LIMIT $3",
+                    run_id,
+                    after,
+                    limit,
+                )
         return read_steps(run_id, rows)
 
     async def calls(self, run_id: str, address: str | None = None) -> list[CallRecord]:

@@ -284,9 +284,13 @@ class SqliteRunStore(QueuedWrites):
     ) -> dict[str, StepRecord]:
         """The latest record of every address of the run (a page of them, by address, with
         ``limit``)."""
+        # Two statements, not `(? IS NULL OR address > ?)`: with the OR, SQLite scans the
+        # run's records from its first for every page, and a million-item run's resume
+        # read its records in quadratic time (100k: 17 us an item, 1M: 31).
+        after_clause = "" if after is None else " AND address > ?2"
         rows = await self._read(
-            "SELECT address, status, record, crc FROM steps WHERE run_id = ?1 "
-            "AND (?2 IS NULL OR address > ?2) ORDER BY address LIMIT ?3",
+            "SELECT address, status, record, crc FROM steps WHERE run_id = ?1"
+            f"{after_clause} ORDER BY address LIMIT ?3",
             (run_id, after, -1 if limit is None else limit),
         )
         return read_steps(run_id, rows)
