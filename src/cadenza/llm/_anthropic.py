@@ -24,7 +24,7 @@ from ._errors import LLMResponseError
 from ._stream import AnthropicStream, _AnthropicUsage
 from ._thinking import ANSWER_TOKENS, thinking_budget, with_budget
 from ._types import Completion, LLMRequest, Message, ModelToolCall, Reasoning
-from ._wire import WireFormat, sampling
+from ._wire import WireFormat, arguments_object, sampling
 
 __all__ = [
     "ANTHROPIC_VERSION",
@@ -62,7 +62,6 @@ class _Response(msgspec.Struct):
 
 _decoder = msgspec.json.Decoder(_Response)
 _encoder = msgspec.json.Encoder()
-_arguments_decoder = msgspec.json.Decoder(dict[str, Any])
 
 
 def encode_anthropic(request: LLMRequest, *, stream: bool = False) -> bytes:
@@ -125,7 +124,12 @@ def _blocks(message: Message, *, thinking: bool) -> list[dict[str, Any]]:
     if message.content:
         blocks.append({"type": "text", "text": message.content})
     blocks.extend(
-        {"type": "tool_use", "id": call.id, "name": call.name, "input": _input(call.arguments)}
+        {
+            "type": "tool_use",
+            "id": call.id,
+            "name": call.name,
+            "input": arguments_object(call.arguments),
+        }
         for call in message.tool_calls
     )
     return blocks
@@ -142,15 +146,6 @@ def _thinking_blocks(message: Message) -> list[dict[str, Any]]:
             signed = {"thinking": block.text, "signature": block.signature}
             blocks.append({"type": "thinking", **signed})
     return blocks
-
-
-def _input(arguments: str) -> dict[str, Any]:
-    # ``input`` must be an object. Arguments that are not one were already
-    # reported back to the model by the loop; sending {} keeps the history valid.
-    try:
-        return _arguments_decoder.decode(arguments)
-    except msgspec.DecodeError:
-        return {}
 
 
 def decode_anthropic(data: bytes, *, what: str, model: str, attempts: int) -> Completion:

@@ -39,7 +39,7 @@ from ._errors import LLMConfigError, LLMResponseError
 from ._stream import StreamError, _Assembler, _Call
 from ._thinking import thinking_budget, with_budget
 from ._types import Completion, DeltaHook, LLMRequest, LLMUsage, Message, ModelToolCall, Reasoning
-from ._wire import Connection, WireFormat
+from ._wire import Connection, WireFormat, arguments_object
 
 __all__ = ["WIRE", "connect_bedrock", "decode_bedrock", "encode_bedrock"]
 
@@ -114,7 +114,6 @@ class _Response(msgspec.Struct, rename="camel"):
 
 _decoder = msgspec.json.Decoder(_Response)
 _encoder = msgspec.json.Encoder()
-_arguments_decoder = msgspec.json.Decoder(dict[str, Any])
 
 
 def encode_bedrock(request: LLMRequest, *, stream: bool = False) -> bytes:
@@ -172,7 +171,13 @@ def _blocks(message: Message, *, thinking: bool) -> list[dict[str, Any]]:
     if message.content:
         blocks.append({"text": message.content})
     blocks.extend(
-        {"toolUse": {"toolUseId": call.id, "name": call.name, "input": _input(call.arguments)}}
+        {
+            "toolUse": {
+                "toolUseId": call.id,
+                "name": call.name,
+                "input": arguments_object(call.arguments),
+            }
+        }
         for call in message.tool_calls
     )
     return blocks
@@ -188,15 +193,6 @@ def _reasoning_blocks(message: Message) -> list[dict[str, Any]]:
             said = {"text": block.text, "signature": block.signature}
             blocks.append({"reasoningContent": {"reasoningText": said}})
     return blocks
-
-
-def _input(arguments: str) -> dict[str, Any]:
-    # ``input`` must be an object. Arguments that are not one were already
-    # reported back to the model by the loop; sending {} keeps the history valid.
-    try:
-        return _arguments_decoder.decode(arguments)
-    except msgspec.DecodeError:
-        return {}
 
 
 def decode_bedrock(data: bytes, *, what: str, model: str, attempts: int) -> Completion:

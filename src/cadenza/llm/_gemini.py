@@ -36,7 +36,7 @@ from ._errors import LLMResponseError
 from ._stream import StreamError, _Assembler
 from ._thinking import thinking_budget, thinking_level
 from ._types import Completion, DeltaHook, LLMRequest, LLMUsage, Message, ModelToolCall, Reasoning
-from ._wire import WireFormat
+from ._wire import WireFormat, arguments_object
 
 __all__ = [
     "API_VERSION",
@@ -119,7 +119,6 @@ class _Response(msgspec.Struct, rename="camel"):
 
 _decoder = msgspec.json.Decoder(_Response)
 _encoder = msgspec.json.Encoder()
-_arguments_decoder = msgspec.json.Decoder(dict[str, Any])
 _any_decoder = msgspec.json.Decoder()
 
 
@@ -201,7 +200,7 @@ def _parts(message: Message, names: dict[str, str]) -> list[dict[str, Any]]:
         parts.append({"text": message.content})
     for call in message.tool_calls:
         names[call.id] = call.name
-        function: dict[str, Any] = {"name": call.name, "args": _args(call.arguments)}
+        function: dict[str, Any] = {"name": call.name, "args": arguments_object(call.arguments)}
         own_id = _sent_id(call.id)
         if own_id:
             function["id"] = own_id
@@ -217,15 +216,6 @@ def _sent_id(call_id: str) -> str:
     """The id Gemini gave a call, as it gave it; empty for one Cadenza made."""
     own = call_id.partition(_SIGNATURE)[0]
     return "" if own.startswith(_MADE_ID) else own
-
-
-def _args(arguments: str) -> dict[str, Any]:
-    # ``args`` must be an object. Arguments that are not one were already
-    # reported back to the model by the loop; sending {} keeps the history valid.
-    try:
-        return _arguments_decoder.decode(arguments)
-    except msgspec.DecodeError:
-        return {}
 
 
 def _response(text: str) -> dict[str, Any]:

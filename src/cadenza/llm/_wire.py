@@ -14,6 +14,7 @@ from typing import Any, Protocol, Unpack
 from urllib.parse import quote
 
 import httpx
+import msgspec
 
 from cadenza._redact import redact
 
@@ -22,7 +23,16 @@ from ._http import HTTPCaller
 from ._stream import StreamAssembler, StreamFactory
 from ._types import CallHooks, Completion, DeltaHook, LLMRequest
 
-__all__ = ["Connect", "Connection", "Decode", "Encode", "HTTPModelClient", "WireFormat", "sampling"]
+__all__ = [
+    "Connect",
+    "Connection",
+    "Decode",
+    "Encode",
+    "HTTPModelClient",
+    "WireFormat",
+    "arguments_object",
+    "sampling",
+]
 
 
 class Encode(Protocol):
@@ -35,6 +45,22 @@ class Decode(Protocol):
     """Builds the ``Completion`` from a 2xx body, or raises ``LLMResponseError``."""
 
     def __call__(self, data: bytes, *, what: str, model: str, attempts: int) -> Completion: ...
+
+
+_arguments_decoder = msgspec.json.Decoder(dict[str, Any])
+
+
+def arguments_object(arguments: str) -> dict[str, Any]:
+    """A tool call's arguments as the JSON object the Anthropic, Bedrock and Gemini wires
+    send back in the history; ``{}`` when they are not one.
+
+    Arguments that are no object were already reported back to the model by the
+    tool loop; sending ``{}`` keeps the history valid.
+    """
+    try:
+        return _arguments_decoder.decode(arguments)
+    except msgspec.DecodeError:
+        return {}
 
 
 def sampling(request: LLMRequest) -> dict[str, Any]:
