@@ -16,6 +16,7 @@ assistant's turn, because a tool loop with thinking on is refused without them.
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any, Final
 
 import msgspec
@@ -24,7 +25,7 @@ from ._errors import LLMResponseError
 from ._stream import AnthropicStream, _AnthropicUsage
 from ._thinking import ANSWER_TOKENS, thinking_budget, with_budget
 from ._types import Completion, LLMRequest, Message, ModelToolCall, Reasoning
-from ._wire import WireFormat, arguments_object, sampling
+from ._wire import WireFormat, alternating_turns, arguments_object, sampling
 
 __all__ = [
     "ANTHROPIC_VERSION",
@@ -76,7 +77,9 @@ def anthropic_body(request: LLMRequest, *, stream: bool = False) -> dict[str, An
     body: dict[str, Any] = {
         "model": request.model,
         "max_tokens": request.max_tokens or DEFAULT_MAX_TOKENS,
-        "messages": _turns(request.messages, thinking=budget is not None),
+        "messages": alternating_turns(
+            request.messages, partial(_blocks, thinking=budget is not None)
+        ),
     }
     if budget is not None:
         body["max_tokens"] = with_budget(request.max_tokens, budget)
@@ -92,23 +95,6 @@ def anthropic_body(request: LLMRequest, *, stream: bool = False) -> dict[str, An
     if stream:
         body["stream"] = True
     return body
-
-
-def _turns(messages: tuple[Message, ...], *, thinking: bool) -> list[dict[str, Any]]:
-    """The conversation as alternating user and assistant turns, system messages left out."""
-    turns: list[dict[str, Any]] = []
-    for message in messages:
-        if message.role == "system":
-            continue
-        role = "assistant" if message.role == "assistant" else "user"
-        blocks = _blocks(message, thinking=thinking)
-        if not blocks:
-            continue  # the API rejects empty turns and empty text blocks
-        if turns and turns[-1]["role"] == role:
-            turns[-1]["content"].extend(blocks)
-        else:
-            turns.append({"role": role, "content": blocks})
-    return turns
 
 
 def _blocks(message: Message, *, thinking: bool) -> list[dict[str, Any]]:

@@ -30,6 +30,7 @@ reply's reasoning, and go back, signed, at the head of the assistant's turn.
 from __future__ import annotations
 
 from collections.abc import Generator, Mapping
+from functools import partial
 from typing import Annotated, Any, Final
 
 import httpx
@@ -39,7 +40,7 @@ from ._errors import LLMConfigError, LLMResponseError
 from ._stream import StreamError, _Assembler, _Call
 from ._thinking import thinking_budget, with_budget
 from ._types import Completion, DeltaHook, LLMRequest, LLMUsage, Message, ModelToolCall, Reasoning
-from ._wire import Connection, WireFormat, arguments_object
+from ._wire import Connection, WireFormat, alternating_turns, arguments_object
 
 __all__ = ["WIRE", "connect_bedrock", "decode_bedrock", "encode_bedrock"]
 
@@ -119,7 +120,11 @@ _encoder = msgspec.json.Encoder()
 def encode_bedrock(request: LLMRequest, *, stream: bool = False) -> bytes:
     """The Converse request body for ``request`` (the model and streaming are in the path)."""
     budget = thinking_budget(request) if _ANTHROPIC in request.model else None
-    body: dict[str, Any] = {"messages": _turns(request.messages, thinking=budget is not None)}
+    body: dict[str, Any] = {
+        "messages": alternating_turns(
+            request.messages, partial(_blocks, thinking=budget is not None)
+        )
+    }
     system = [{"text": m.content} for m in request.messages if m.role == "system" and m.content]
     if system:
         body["system"] = system
@@ -144,23 +149,6 @@ def encode_bedrock(request: LLMRequest, *, stream: bool = False) -> bytes:
         ]
         body["toolConfig"] = {"tools": [{"toolSpec": spec} for spec in specs]}
     return _encoder.encode(body)
-
-
-def _turns(messages: tuple[Message, ...], *, thinking: bool) -> list[dict[str, Any]]:
-    """The conversation as alternating user and assistant turns, system messages left out."""
-    turns: list[dict[str, Any]] = []
-    for message in messages:
-        if message.role == "system":
-            continue
-        role = "assistant" if message.role == "assistant" else "user"
-        blocks = _blocks(message, thinking=thinking)
-        if not blocks:
-            continue  # Converse rejects empty turns and blank text blocks
-        if turns and turns[-1]["role"] == role:
-            turns[-1]["content"].extend(blocks)
-        else:
-            turns.append({"role": role, "content": blocks})
-    return turns
 
 
 def _blocks(message: Message, *, thinking: bool) -> list[dict[str, Any]]:

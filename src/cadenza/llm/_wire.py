@@ -21,7 +21,7 @@ from cadenza._redact import redact
 from ._errors import LLMConfigError
 from ._http import HTTPCaller
 from ._stream import StreamAssembler, StreamFactory
-from ._types import CallHooks, Completion, DeltaHook, LLMRequest
+from ._types import CallHooks, Completion, DeltaHook, LLMRequest, Message
 
 __all__ = [
     "Connect",
@@ -30,6 +30,7 @@ __all__ = [
     "Encode",
     "HTTPModelClient",
     "WireFormat",
+    "alternating_turns",
     "arguments_object",
     "sampling",
 ]
@@ -61,6 +62,28 @@ def arguments_object(arguments: str) -> dict[str, Any]:
         return _arguments_decoder.decode(arguments)
     except msgspec.DecodeError:
         return {}
+
+
+def alternating_turns(
+    messages: tuple[Message, ...], blocks: Callable[[Message], list[dict[str, Any]]]
+) -> list[dict[str, Any]]:
+    """The conversation as alternating ``user`` and ``assistant`` turns of ``blocks``
+    (the Anthropic and Bedrock wires): system messages left out, a tool result in a
+    user turn, consecutive messages of one side merged into one turn, and a message
+    with no block dropped (both APIs reject empty turns and blank text blocks)."""
+    turns: list[dict[str, Any]] = []
+    for message in messages:
+        if message.role == "system":
+            continue
+        role = "assistant" if message.role == "assistant" else "user"
+        content = blocks(message)
+        if not content:
+            continue
+        if turns and turns[-1]["role"] == role:
+            turns[-1]["content"].extend(content)
+        else:
+            turns.append({"role": role, "content": content})
+    return turns
 
 
 def sampling(request: LLMRequest) -> dict[str, Any]:
