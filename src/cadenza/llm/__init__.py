@@ -32,6 +32,7 @@ from ._prices import DEFAULT_PRICES as DEFAULT_PRICES
 from ._prices import PRICES_CHECKED as PRICES_CHECKED
 from ._prices import Price as Price
 from ._prices import PriceTable as PriceTable
+from ._prices import usd as usd
 from ._retry import RetryPolicy as RetryPolicy
 from ._scripted import ScriptedClient as ScriptedClient
 from ._scripted import ScriptReplyLike as ScriptReplyLike
@@ -101,4 +102,5 @@ __all__ = [
     "key_variable",
     "missing_variable",
     "parse_model",
+    "usd",
 ]

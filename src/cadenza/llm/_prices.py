@@ -27,7 +27,7 @@ from typing import Final
 
 from ._types import LLMUsage
 
-__all__ = ["DEFAULT_PRICES", "PRICES_CHECKED", "Price", "PriceTable"]
+__all__ = ["DEFAULT_PRICES", "PRICES_CHECKED", "Price", "PriceTable", "usd"]
 
 PRICES_CHECKED: Final = "2025-11"
 """When the shipped prices were last compared with the providers' price pages."""
@@ -64,11 +64,13 @@ class Price:
             + cached * cached_price
             + usage.completion_tokens * self.output
         ) * _PER_TOKEN
-        return round(cost, USD_DIGITS)
+        return usd(cost)
 
 
-USD_DIGITS = 10
-"""Costs are rounded to 1e-10 USD: 0.000945 shows as that, not as 0.0009449999999999998."""
+def usd(amount: float) -> float:
+    """A cost, or a sum of costs, as it is reported: rounded to 1e-10 USD, so 0.000945
+    shows as that and not as 0.0009449999999999998."""
+    return round(amount, 10)
 
 
 def _p(input: float, output: float, cached: float | None = None) -> Price:

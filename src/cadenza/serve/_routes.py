@@ -22,6 +22,7 @@ from starlette.responses import Response
 from cadenza import Runtime
 from cadenza.actors.run import decode_document
 from cadenza.errors import CadenzaError, LeaseHeld, PolicyRefused, RunNeedsCode
+from cadenza.llm import usd
 from cadenza.protocols import (
     FINISHED,
     Event,
@@ -403,7 +404,7 @@ def _usage(events: list[Event]) -> Usage:
             if isinstance(event.data, dict) and isinstance(event.data.get("cost"), float):
                 cost += event.data["cost"]
     return Usage(
-        prompt_tokens=prompt, completion_tokens=completion, llm_calls=calls, cost=round(cost, 10)
+        prompt_tokens=prompt, completion_tokens=completion, llm_calls=calls, cost=usd(cost)
     )
 
 

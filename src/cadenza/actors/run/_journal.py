@@ -23,6 +23,7 @@ from msgspec import to_builtins
 
 from cadenza._failpoints import ARMED, failpoint
 from cadenza._redact import known_secrets, scrub
+from cadenza.llm import usd
 from cadenza.protocols import (
     AgentUsage,
     ErrorInfo,
@@ -456,7 +457,7 @@ class RunJournal:
     ) -> None:
         duration = record.duration_ms / 1000
         if cost is not None:
-            cost = round(cost, _USD_DIGITS)
+            cost = usd(cost)
         if record.status == "completed":
             ended = None
             if record.worker is not None or cost is not None:
@@ -494,12 +495,10 @@ class RunJournal:
             prompt_tokens=self.prompt_tokens,
             completion_tokens=self.completion_tokens,
             llm_calls=self.llm_calls,
-            cost=round(self.cost, _USD_DIGITS),
+            cost=usd(self.cost),
             unpriced_calls=self.unpriced_calls,
             by_agent={
-                name: AgentUsage(
-                    int(usage[0]), int(usage[1]), int(usage[2]), round(usage[3], _USD_DIGITS)
-                )
+                name: AgentUsage(int(usage[0]), int(usage[1]), int(usage[2]), usd(usage[3]))
                 for name, usage in sorted(self.agents.items())
             },
         )
@@ -548,9 +547,6 @@ def clean_message(message: MessageRecord) -> MessageRecord:
 
 
 _WHOLE = {"whole": True}
-
-_USD_DIGITS = 10
-"""Sums of call costs are rounded as each call's is (``cadenza.llm`` prices): to 1e-10 USD."""
 """`Output`'s data on the text so far of a reply, shown to an observer joining mid-reply."""
 
 
