@@ -4,16 +4,20 @@ The same local server (its own process, answering at once) serves both sides.
 Cadenza's side is a run of sequential agent steps, one model call each, so
 the figure includes everything a step costs: the step actor, its prompt, the
 provider, usage accounting, events and the store records on a SQLite file,
-each model call journaled and committed before the step goes on (issue 29). Agent steps stream
+each model call journaled (issue 29). An agent step's outcome is a decision:
+committed in the background while the next step runs (docs/durability.md). Agent steps stream
 their replies (server-sent events, text shown as ``output`` events), so the floor
-streams too: the same request with ``stream: true``, its events read line by
-line and parsed with ``json``.
+streams too. It sends the very request a step of the chain sends (its prompt, the
+previous step's output, the agent's default tools: `_step_request`), its events
+read line by line and parsed with ``json``: the floor does the same HTTP work,
+and the ratio is what Cadenza adds to it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
+import json
 import os
 import sqlite3
 import statistics
@@ -21,8 +25,9 @@ import tempfile
 from pathlib import Path
 
 from _harness import Figure, best_of, now
-from bench_llm import _bare_calls_per_s, _debug_logs_filtered, _server_process
+from bench_llm import _RULES, _bare_calls_per_s, _debug_logs_filtered, _server_process
 from cadenza import Runtime
+from cadenza.testing import ScriptedLLMServer
 from cadenza.workflow import Agent, LoadedWorkflow, Options, Step, Workflow
 
 HERE = Path(__file__).resolve().parent
@@ -54,6 +59,28 @@ async def _cadenza_calls_per_s(environ: dict[str, str], calls: int, store: Path)
     return calls / elapsed
 
 
+def _step_request() -> bytes:
+    """The body a step of the measured chain sends (one with a dependency), as sent."""
+
+    async def record() -> bytes:
+        with ScriptedLLMServer(_RULES) as server:
+            environ = server.environ(api_key="bench-key")
+            saved = {name: os.environ.get(name) for name in environ}
+            os.environ.update(environ)
+            try:
+                async with Runtime() as runtime:
+                    await runtime.run(_agent_chain(2))
+            finally:
+                for name, value in saved.items():
+                    if value is None:
+                        del os.environ[name]
+                    else:
+                        os.environ[name] = value
+            return json.dumps(server.requests[-1].body, separators=(",", ":")).encode()
+
+    return asyncio.run(record())
+
+
 def _journal_bytes_per_call(store: Path) -> float:
     """The bytes of the measured run's call journal per model call (rows as stored)."""
     with sqlite3.connect(store) as connection:
@@ -76,11 +103,11 @@ def run(quick: bool) -> list[Figure]:
         _server_process() as environ,
         tempfile.TemporaryDirectory() as directory,
     ):
+        body = _step_request()
         for attempt in range(repeats):
             store = Path(directory) / f"runs-{attempt}.db"
-            bare_runs.append(
-                best_of(1, lambda: asyncio.run(_bare_calls_per_s(environ, calls, stream=True)))
-            )
+            floor = _bare_calls_per_s(environ, calls, stream=True, body=body)
+            bare_runs.append(best_of(1, functools.partial(asyncio.run, floor)))
             measured = functools.partial(asyncio.run, _cadenza_calls_per_s(environ, calls, store))
             cadenza_runs.append(best_of(1, measured))
             journal = _journal_bytes_per_call(store)

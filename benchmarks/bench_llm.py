@@ -48,33 +48,19 @@ _REQUEST = LLMRequest(
 _RULES = [ServerRule(["A fugue returns, changed, three times; the third time it resolves."])]
 
 
-async def _bare_calls_per_s(environ: dict[str, str], calls: int, *, stream: bool = False) -> float:
+async def _bare_calls_per_s(
+    environ: dict[str, str], calls: int, *, stream: bool = False, body: bytes | None = None
+) -> float:
     """The floor: pre-encoded requests through httpx, the reply parsed with ``json``.
 
     With ``stream`` the request asks for a streamed reply (as Cadenza's agent
     steps do) and the floor reads its server-sent events line by line, each
     ``data`` line parsed: what the smallest hand-written streaming client does.
+    ``body`` is the request to send (default: `_REQUEST`'s).
     """
     url = f"{environ['OPENAI_BASE_URL']}/chat/completions"
-    extra = {"stream": True, "stream_options": {"include_usage": True}} if stream else {}
-    body = json.dumps(
-        {
-            **extra,
-            "model": _REQUEST.model,
-            "messages": [{"role": m.role, "content": m.content} for m in _REQUEST.messages],
-            "tools": [
-                {
-                    "type": "function",
-                    "function": {
-                        "name": t.name,
-                        "description": t.description,
-                        "parameters": t.parameters,
-                    },
-                }
-                for t in _REQUEST.tools
-            ],
-        }
-    ).encode()
+    if body is None:
+        body = _encoded(_REQUEST, stream=stream)
     headers = {"Authorization": "Bearer bench-key", "Content-Type": "application/json"}
     async with httpx.AsyncClient() as http:
 
@@ -91,6 +77,29 @@ async def _bare_calls_per_s(environ: dict[str, str], calls: int, *, stream: bool
                         json.loads(line[6:])
 
         return await _rate(one_streamed if stream else one, calls)
+
+
+def _encoded(request: LLMRequest, *, stream: bool) -> bytes:
+    """``request`` as an OpenAI Chat Completions body."""
+    extra = {"stream": True, "stream_options": {"include_usage": True}} if stream else {}
+    return json.dumps(
+        {
+            **extra,
+            "model": request.model,
+            "messages": [{"role": m.role, "content": m.content} for m in request.messages],
+            "tools": [
+                {
+                    "type": "function",
+                    "function": {
+                        "name": t.name,
+                        "description": t.description,
+                        "parameters": t.parameters,
+                    },
+                }
+                for t in request.tools
+            ],
+        }
+    ).encode()
 
 
 async def _provider_calls_per_s(environ: dict[str, str], calls: int) -> float:

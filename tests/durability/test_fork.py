@@ -18,7 +18,7 @@ from cadenza import Runtime
 from cadenza.errors import ForkRefused, InputError, RunNotFound
 from cadenza.protocols import CallRecord, EventType, RunForked, payload
 from cadenza.store import MemoryRunStore
-from cadenza.testing import ServerRule
+from cadenza.testing import ServerReply, ServerRule, ServerToolCall
 from cadenza.testing.pytest_plugin import StartLLMServer
 from cadenza.workflow import load_workflow_text
 from tests._helpers import Watch, assert_refused, cadenza, import_source
@@ -392,3 +392,44 @@ async def test_an_interrupted_fork_resumes_like_any_run(
         assert again == [("step_replayed", "s2"), ("step_start", "s3"), ("step_end", "s3")]
         row = await runtime.get_run("child")
         assert (row.parent_run_id, row.parent_address) == ("source", "s2")
+
+
+TYPED = """
+name: typed
+agents:
+  judge:
+    model: "openai:test-model"
+    resultSchema:
+      type: object
+      properties: {verdict: {enum: [pass, fail]}}
+      required: [verdict]
+steps:
+  - {id: judge, agent: judge, instructions: "Judge."}
+  - id: after
+    command: echo $VERDICT
+    env: {VERDICT: "{{ steps.judge.result.verdict }}"}
+    dependsOn: [judge]
+output: "steps.after.content"
+"""
+
+
+async def test_an_edited_output_must_fit_its_agents_result_schema(
+    model_server: StartLLMServer, tmp_path: Path, write_flow: WriteFlow
+) -> None:
+    """As the agent's own ``submit_result`` must: a misfit is refused, naming where, and
+    nothing is written; a fit becomes the step's result."""
+    submit = ServerToolCall("submit_result", {"verdict": "fail"})
+    model_server([ServerRule([ServerReply(content="judged", tool_calls=[submit])])])
+    flow = write_flow(TYPED)
+    async with Runtime(store=tmp_path / "runs.db") as runtime:
+        source = await runtime.run(flow, run_id="source")
+        assert source.output == "fail\n"
+
+        with pytest.raises(InputError, match=r"'judge' does not fit .*verdict: 'maybe' is not"):
+            await runtime.fork("source", at="after", set={"judge": {"verdict": "maybe"}})
+        with pytest.raises(InputError, match=r"\(root\): 'pass' is not of type 'object'"):
+            await runtime.fork("source", at="after", set={"judge": "pass"})
+        assert [row.run_id for row in await runtime.list_runs()] == ["source"]
+
+        handle = await runtime.fork("source", at="after", set={"judge": {"verdict": "pass"}})
+        assert (await handle.result()).output == "pass\n"

@@ -25,6 +25,7 @@ from typing import Any
 import msgspec
 
 from cadenza.actors.run import REPLAYABLE, Replay, StoredPolicy, encode_document
+from cadenza.actors.steps import schema_errors
 from cadenza.errors import ForkRefused, InputError
 from cadenza.protocols import (
     CallRecord,
@@ -95,7 +96,8 @@ async def read_fork(
     Raises:
         ForkRefused: ``source`` never started ``at``, or an edit names a step the
             fork does not reuse.
-        InputError: An edit's value is not JSON; an input is unknown or of the
+        InputError: An edit's value is not JSON, or does not fit the
+            ``resultSchema`` of its step's agent; an input is unknown or of the
             wrong type.
         CorruptRecord: A record of the source does not read back.
     """
@@ -114,7 +116,8 @@ async def read_fork(
     before = [event for event in events if event.seq < cut]
     reused = _reused(records, before, events[len(before) :])
     _check_edits(edits or {}, reused, before, source.run_id, at)
-    edited = _edit(reused, edits or {})
+    schemas = _result_schemas(edits or {}, before, document)
+    edited = _edit(reused, edits or {}, schemas)
     calls = await store.calls(source.run_id)
     return Fork(
         source=source,
@@ -237,17 +240,65 @@ def _check_edits(
             )
 
 
-def _edit(reused: dict[str, StepRecord], edits: Mapping[str, Any]) -> list[str]:
+def _result_schemas(
+    edits: Mapping[str, Any], before: list[Event], document: LoadedWorkflow
+) -> dict[str, dict[str, Any]]:
+    """The ``resultSchema`` of the agent of each edited step that has one, by address.
+
+    The agent is the one the step's ``step_start`` named, looked up in the
+    workflow, then in the workflows it includes.
+    """
+    agents = {
+        e.step_id: e.agent
+        for e in before
+        if e.type == EventType.STEP_START
+        and e.step_id is not None
+        and e.step_id in edits
+        and e.agent is not None
+    }
+    schemas: dict[str, dict[str, Any]] = {}
+    for address, name in agents.items():
+        schema = _agent_schema(document, name)
+        if schema is not None:
+            schemas[address] = schema
+    return schemas
+
+
+def _agent_schema(document: LoadedWorkflow, name: str) -> dict[str, Any] | None:
+    agent = document.workflow.agents.get(name)
+    if agent is not None:
+        return agent.result_schema
+    for included in document.includes.values():
+        schema = _agent_schema(included, name)
+        if schema is not None:
+            return schema
+    return None
+
+
+def _edit(
+    reused: dict[str, StepRecord], edits: Mapping[str, Any], schemas: Mapping[str, dict[str, Any]]
+) -> list[str]:
     """Applies ``edits`` (checked: `_check_edits`) to ``reused`` in place; the addresses
     edited.
 
+    The output of a step whose agent has a ``resultSchema`` (``schemas``) is its
+    result, and must fit the schema, as the agent's own ``submit_result`` must.
+
     Raises:
-        InputError: A value is not JSON.
+        InputError: A value is not JSON, or does not fit its step's schema.
     """
     for address, value in edits.items():
         record = reused[address]
+        schema = schemas.get(address)
+        if schema is not None:
+            problems = schema_errors(schema, value)
+            if problems:
+                raise InputError(
+                    f"the output given for {address!r} does not fit its agent's resultSchema: "
+                    + "; ".join(problems)
+                )
         if isinstance(value, str):
-            content, result = value, None
+            content, result = value, (value if schema is not None else None)
         else:
             try:
                 content = _encode(value).decode()

@@ -242,7 +242,8 @@ class Container(PlacedActor):
             duration_ms=int(elapsed * 1000),
             error=error,
         )
-        await self.run.journal.step_finished(self.here, record)
+        # A person asked stays an effect: the question must outlive a kill.
+        await self.run.journal.step_finished(self.here, record, decision=not waits)
         await self.report(StepFinished(self.step_id, record))
         self.stop()
 
@@ -314,7 +315,7 @@ class Container(PlacedActor):
                 error=outcome.error,
             )
             if at is None:
-                await run.journal.step_finished(str(prefix), record)
+                await run.journal.step_finished(str(prefix), record, decision=not waits)
             await send(ChildDone(key, record))
 
         dag = DagController(run, document or self.document, steps, scope, prefix, report, briefs)

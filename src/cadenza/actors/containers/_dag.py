@@ -178,7 +178,7 @@ class DagController(Actor):
             if self._halted():  # cancelled or aborted meanwhile: the step does not start
                 return None
         if record is not None:
-            await self.run.journal.step_finished(str(address), record)
+            await self.run.journal.step_finished(str(address), record, decision=True)
             return record
         brief = self.briefs.get(step_id, NO_BRIEF)
         placement = Placement(

@@ -166,5 +166,5 @@ async def _ask_judge(run: RunContext, document: LoadedWorkflow, judging: Judging
         duration_ms=int((run.clock.now() - started) * 1000),
         error=error,
     )
-    await run.journal.step_finished(address, record, agent=agent_name)
+    await run.journal.step_finished(address, record, agent=agent_name, decision=True)
     return record

@@ -65,6 +65,10 @@ __all__ = [
 MAX_RESULT_MESSAGES = 1_000
 """Messages a run's result lists (the newest); older ones are counted, not kept."""
 
+MAX_UNSETTLED = 256
+"""Decisions a run queues before one waits for their commit: bounds the writer's
+queue, and what a kill can take back, when no effect settles them sooner."""
+
 EventSink = Callable[[Event], None]
 """Receives every event of a run as it happens; must not block."""
 
@@ -111,6 +115,11 @@ class RunJournal:
         self._streaming: dict[str, Event] = {}
         self.replay: Replay | None = None
         """Set while a resumed run is replayed (see `resume_from`)."""
+        # The durable horizon: decisions queued so far (`decided`), and how many of
+        # them a flush has seen committed. An effect waits (`settle`) only while
+        # the two differ.
+        self._decided = 0
+        self._settled = 0
 
     def resume_from(self, replay: Replay) -> None:
         """Continues an interrupted run's journal: its numbering, messages and usage.
@@ -410,11 +419,20 @@ class RunJournal:
         agent: str | None = None,
         tokens: Tokens | None = None,
         cost: float | None = None,
+        decision: bool = False,
     ) -> None:
-        """Records an address's outcome and waits until it is durable.
+        """Records an address's outcome; unless it is a ``decision``, waits until it is
+        durable.
 
         Controllers start nothing that depends on the address before this returns.
         ``tokens`` and ``cost`` (USD) are what the step's model calls spent.
+
+        An effect's outcome (a command ran, a person was asked) is durable before
+        anything after it starts. A ``decision`` (an agent's answer, a verdict, a
+        loop's or graph's outcome: nothing outside the run happened) is committed
+        in the background, with the writes after it; the next effect waits for it
+        (`settle`). A kill before then loses only decisions, which resume makes
+        again: model calls may be sent twice, no effect happens twice.
         """
         if self.replay is not None:
             stored = self.replay.unchanged(address, record)
@@ -429,9 +447,40 @@ class RunJournal:
         self.records[address] = record
         self.store.put_step(self.run_id, address, record)
         self._announce(address, record, agent, tokens, cost)
-        await self.store.flush(self.run_id)  # LeaseLost: another process drives the run now
+        if decision and not ARMED:  # a crash test kills at durable points only
+            self._decided += 1
+            if self._decided - self._settled < MAX_UNSETTLED:
+                return
+        await self.durable()  # LeaseLost: another process drives the run now
         if ARMED:  # a crash test is on: spare every other run the call
             failpoint("step.after_record")
+
+    def decided(self) -> None:
+        """Notes a decision queued outside `step_finished` (a model call's record):
+        the next effect waits until it is durable."""
+        self._decided += 1
+
+    async def durable(self) -> None:
+        """Waits until everything the run has queued so far is committed.
+
+        Raises:
+            LeaseLost: Another process drives the run now; the writes were refused.
+            StoreFailed: The run's writes could not be committed.
+        """
+        horizon = self._decided
+        await self.store.flush(self.run_id)
+        self._settled = max(self._settled, horizon)
+
+    async def settle(self) -> None:
+        """Waits, before an effect starts, until every decision before it is durable.
+
+        An effect must not happen in a history that a kill could take back: a
+        resumed run might decide otherwise, and the effect would have been for
+        nothing, or happen twice. Free when nothing was decided since the last
+        commit that anyone waited for.
+        """
+        if self._settled < self._decided:
+            await self.durable()
 
     def step_replayed(self, address: str, record: StepRecord) -> None:
         """Notes a leaf's recorded outcome, reported again instead of executing the leaf.

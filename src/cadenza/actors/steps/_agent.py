@@ -169,8 +169,11 @@ class _Conversation:
         recorded = log.replay("tool", asked)
         if recorded is not None:
             return recorded
+        ran = call.name in self.tools
+        if ran:  # the model's call that asked for it, and all before, outlive a kill
+            await self.run.journal.settle()
         text = await self._run(call)
-        await log.record("tool", asked, text, ran=call.name in self.tools)
+        await log.record("tool", asked, text, ran=ran)
         return text
 
     async def _run(self, call: ModelToolCall) -> str:

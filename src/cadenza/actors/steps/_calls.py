@@ -194,10 +194,11 @@ class CallLog:
 
         A tool call's record is durable when this returns, with every call before
         it: a kill from here on neither runs the tool again nor sends those model
-        calls again. A model call's is queued: it is committed with the next tool
-        call's, or the step's outcome, whichever comes first, so a step that only
-        talks costs no commit of its own; a kill before then sends that one model
-        call again (no side effect is repeated: a tool it asked for had not run).
+        calls again. A model call's is a decision (`RunJournal.decided`): it is
+        committed in the background, and at the latest before the tool it asks for
+        runs (`RunJournal.settle`), so a step that only talks waits for no commit;
+        a kill before then sends that model call again (no side effect is
+        repeated: a tool it asked for had not run).
         """
         run = self._run
         call = CallRecord(
@@ -211,8 +212,9 @@ class CallLog:
         store = run.journal.store
         store.put_call(run.run_id, call)
         if kind == "model" or not ran:  # nothing happened that a kill could repeat
+            run.journal.decided()
             return
-        await store.flush(run.run_id)  # LeaseLost: another process drives the run now
+        await run.journal.durable()  # LeaseLost: another process drives the run now
         if ARMED:  # a crash test is on: spare every other run the call
             failpoint("call.after_record")
 

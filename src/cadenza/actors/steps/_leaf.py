@@ -101,12 +101,18 @@ class LeafWork:
         spends_tokens: Its ``step_end`` says the tokens it spent.
         journaled: Its calls are journaled (`CallLog`): an offline replay runs it
             against the journal. A leaf without is answered from its record there.
+        effects: It acts outside the run (runs a command, calls a handler): it
+            starts only once everything the run decided before it is durable, and
+            its outcome is durable before anything after it starts. Without, its
+            outcome is a decision, committed in the background
+            (`RunJournal.step_finished`); an agent's own tool calls wait as effects.
     """
 
     isolated: ClassVar[bool] = False
     mailbox: ClassVar[bool] = False
     spends_tokens: ClassVar[bool] = False
     journaled: ClassVar[bool] = False
+    effects: ClassVar[bool] = True
 
     def work(self, actor: LeafStep, address: str, attempt: int) -> Awaitable[tuple[str, Any]]:
         """Does attempt ``attempt`` of ``actor``'s step in this process: ``(content, result)``.

@@ -94,8 +94,10 @@ class StepActor(PlacedActor):
         if self.work is not None and self.work.spends_tokens:
             prompt, completion, cost = journal.take_usage(address)
             tokens = Tokens(prompt, completion, prompt + completion)
+        work = self.work
+        decided = work is not None and not work.effects and self.worker is None
         await journal.step_finished(
-            address, record, agent=self.step.agent, tokens=tokens, cost=cost
+            address, record, agent=self.step.agent, tokens=tokens, cost=cost, decision=decided
         )
         answers = self.run.unanswered.waiter(address)
         if answers is not None:  # what depends on this step starts after the forwards land
@@ -175,11 +177,15 @@ class StepActor(PlacedActor):
                 dispatcher is not None
                 and (order := work.order(self, address, attempt, seconds)) is not None
             ):  # a worker runs it (None: this kind runs it here), and applies the timeout
+                await run.journal.settle()  # whatever it does there, it is an effect here
                 content, result = await remote_work(self, dispatcher, order)
-            elif direct:
-                content, result = await work.work(self, address, attempt)  # the common case
             else:
-                content, result = await self._guarded(work, address, attempt, seconds, task)
+                if work.effects:
+                    await run.journal.settle()
+                if direct:
+                    content, result = await work.work(self, address, attempt)  # the common case
+                else:
+                    content, result = await self._guarded(work, address, attempt, seconds, task)
             return "completed", content, result, None
         except asyncio.CancelledError:
             if self._cancel_reason is None:

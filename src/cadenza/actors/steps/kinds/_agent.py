@@ -34,6 +34,7 @@ class AgentWork(LeafWork):
     mailbox = True
     spends_tokens = True
     journaled = True
+    effects = False  # its tool calls settle one by one (`_Conversation.call`)
 
     async def work(self, actor: LeafStep, address: str, attempt: int) -> tuple[str, Any]:
         step = actor.step
