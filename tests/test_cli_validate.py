@@ -338,3 +338,28 @@ def test_together_takes_either_of_its_key_variables(tmp_path: Path) -> None:
 def test_a_misspelt_provider_is_refused_with_a_suggestion(tmp_path: Path) -> None:
     text = "name: m\nsteps:\n  - {id: a, instructions: hi, model: grokk/llama}\n"
     refused(validate(tmp_path, text), "flow.yaml:3:31: steps[0].model:", "'grokk'", "did you mean")
+
+
+def test_a_loop_that_asks_for_more_at_once_than_its_run_allows_is_warned(
+    tmp_path: Path,
+) -> None:
+    """The run's maxConcurrency (5 by default) bounds a forEach's too: said, not silent."""
+    text = (
+        "name: fan\nsteps:\n  - id: each\n    command: 'true'\n"
+        "    loop: {forEach: [1, 2, 3], maxConcurrency: 64}\n"
+    )
+    proc = validate(tmp_path, text)
+    assert proc.returncode == 0, proc.stderr
+    (warning,) = proc.stderr.splitlines()
+    assert warning.startswith("flow.yaml:5:"), warning
+    assert "steps[0].loop.maxConcurrency: warning: 64 at once" in warning
+    assert "the default of 5" in warning
+    allowed = validate(
+        tmp_path, text.replace("name: fan\n", "name: fan\noptions: {maxConcurrency: 64}\n")
+    )
+    passed(allowed)
+    assert allowed.stderr == ""
+    proc = validate(
+        tmp_path, text.replace("name: fan\n", "name: fan\noptions: {maxConcurrency: 8}\n")
+    )
+    assert "(options.maxConcurrency: 8), so at most 8 run at once" in proc.stderr

@@ -31,6 +31,7 @@ from ._rules import MCP_SERVER_NAME, rule_problem
 from ._scopes import check_scope, declared_ids, loop_owners
 from ._spec import (
     AGENT_BUILTINS,
+    DEFAULT_MAX_CONCURRENCY,
     Agent,
     ItemSource,
     Loop,
@@ -293,6 +294,7 @@ class Validator:
     ) -> None:
         self.nesting(path, depth)
         check_loop(loop, path, self.reporter, self.exprs, root=root)
+        self._capped(loop, path)
         if isinstance(loop.for_each, ItemSource):
             self._item_source(loop.for_each, (*path, "forEach"))
         if loop.for_each is None and loop.until_agent is not None:
@@ -306,6 +308,21 @@ class Validator:
                 )
         if loop.steps is not None and not root:
             self._scope(loop.steps, (*path, "steps"), depth, outer)
+
+    def _capped(self, loop: Loop, path: DocPath) -> None:
+        """A loop that asks for more at once than its run allows gets the run's number:
+        the run's ``maxConcurrency`` bounds every step of it, the loop's included."""
+        wanted = loop.max_concurrency
+        given = self.workflow.options.max_concurrency
+        cap = given or DEFAULT_MAX_CONCURRENCY
+        if wanted > cap:
+            which = f"options.maxConcurrency: {cap}" if given else f"the default of {cap}"
+            self.reporter.warn(
+                (*path, "maxConcurrency"),
+                f"{wanted} at once is more than the run allows ({which}), so at most {cap}"
+                " run at once: raise the run's options.maxConcurrency (or pass"
+                " --max-concurrency)",
+            )
 
     def _item_source(self, source: ItemSource, path: DocPath) -> None:
         """A streamed forEach's file must be there now, and its handler's module findable
