@@ -104,7 +104,7 @@ async def test_an_old_store_is_upgraded_in_place_and_records_calls(
     finally:
         await opened.close()
     with sqlite3.connect(store) as connection:
-        assert connection.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 8
+        assert connection.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 9
     connection.close()
 
 

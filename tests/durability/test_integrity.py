@@ -56,7 +56,7 @@ def test_a_sound_store_checks_out(tmp_path: Path, write_flow: WriteFlow) -> None
             "UPDATE steps SET status = 'failed' WHERE address = 'a'",
             "run 'crash-1', steps 'a': the record contradicts the columns",
         ),
-        ("DELETE FROM events WHERE seq = 2", "run 'crash-1': events 2..2 are missing"),
+        ("DELETE FROM events WHERE seq = 1", "run 'crash-1': events 1..1 are missing"),
     ],
 )
 async def test_resume_refuses_a_damaged_run(
@@ -112,5 +112,5 @@ async def test_a_version_1_store_is_upgraded_in_place(tmp_path: Path) -> None:
     finally:
         await store.close()
     with sqlite3.connect(path) as connection:
-        assert connection.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 8
+        assert connection.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 9
     connection.close()

@@ -33,7 +33,11 @@ def committed_events(path: Path, run_id: str) -> int:
     """How many of the run's events another connection (another process) can read."""
     connection = sqlite3.connect(path)
     try:
-        found = connection.execute("SELECT count(*) FROM events WHERE run_id = ?", (run_id,))
+        found = connection.execute(  # a row is a pack of seq..last_seq (or one event)
+            "SELECT coalesce(sum(coalesce(last_seq, seq) - seq + 1), 0) FROM events"
+            " WHERE run_id = ?",
+            (run_id,),
+        )
         return int(found.fetchone()[0])
     finally:
         connection.close()

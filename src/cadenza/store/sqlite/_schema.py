@@ -15,7 +15,10 @@ gives queued runs their priority. Version 7 adds the ``supervisors`` table: the
 fleet's roll of live supervisors (``SupervisorRow``), each row expiring unless
 its supervisor renews it. Version 8 gives each supervisor's row its ``pool``: the
 workers connected to it and their load (JSON, NULL for none), for ``cadenza
-fleet``. An older store is upgraded in place when it is
+fleet``. Version 9 stores events in packs, as PostgreSQL's migration 9 does
+(``_records.pack_events``): a row holds a commit's consecutive events of one run,
+``seq`` to ``last_seq``, its body their JSON array (a row of before, ``last_seq``
+NULL, holds one event). An older store is upgraded in place when it is
 opened; a store of a newer version is refused.
 
 Every stored body is msgspec JSON, checked when it is read back (``_records``).
@@ -48,7 +51,7 @@ __all__ = [
     "take_queued",
 ]
 
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -72,6 +75,7 @@ CREATE TABLE IF NOT EXISTS events (
     step_id TEXT,
     body    TEXT NOT NULL,
     crc     INTEGER,
+    last_seq INTEGER,
     PRIMARY KEY (run_id, seq)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS steps (
@@ -222,6 +226,9 @@ def migrate(connection: sqlite3.Connection, path: Path) -> None:
             for statement in _CALLS_SCHEMA.split(";"):
                 if statement.strip():
                     connection.execute(statement)
+        # Packs of events (version 9); the rows of before hold one event each.
+        if "last_seq" not in {row[1] for row in connection.execute("PRAGMA table_info(events)")}:
+            connection.execute("ALTER TABLE events ADD COLUMN last_seq INTEGER")
         connection.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
         connection.execute("COMMIT")
     except BaseException:
@@ -239,10 +246,10 @@ def integrity_problems(connection: sqlite3.Connection, *, limit: int = 100) -> l
         if row[0] != "ok"
     )
     rows = connection.execute(
-        "SELECT run_id, seq, type, body, crc FROM events ORDER BY run_id, seq"
+        "SELECT run_id, seq, type, body, crc, last_seq FROM events ORDER BY run_id, seq"
     )
-    for run_id, seq, kind, body, stored in rows:
-        checker.event(run_id, seq, kind, body, stored)
+    for run_id, seq, kind, body, stored, last in rows:
+        checker.event(run_id, seq, kind, body, stored, last)
     steps = connection.execute("SELECT run_id, address, status, record, crc FROM steps")
     for run_id, address, status, body, stored in steps:
         checker.step(run_id, address, status, body, stored)

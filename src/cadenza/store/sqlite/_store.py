@@ -46,7 +46,10 @@ from cadenza.store._base import (
 from cadenza.store._lease import DEFAULT_LEASE_TTL, HeldLeases, Lease, LeaseHolder, lease_lost
 from cadenza.store._queued import QueuedWrites
 from cadenza.store._records import (
+    PACKED_EVENTS,
     RUN_COLUMNS,
+    pack_events,
+    packed_body,
     read_calls,
     read_document,
     read_events,
@@ -90,11 +93,20 @@ _BEGIN_RUN = Statement(
     "runs",
     1,
 )
+
+
+def _pack(rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+    """A batch's queued events as the rows that store them (`pack_events`)."""
+    return [(*row[:4], _blob(row[4]), row[5]) for row in pack_events(rows)]
+
+
+# Queued (run_id, seq, type, packed body); written as packs (schema version 9).
 _APPEND_EVENT = Statement(
-    "INSERT OR REPLACE INTO events (run_id, seq, type, step_id, body, crc) "
+    "INSERT OR REPLACE INTO events (run_id, seq, last_seq, type, body, crc) "
     "VALUES (?, ?, ?, ?, ?, ?)",
     "events",
     2,
+    _pack,
 )
 _PUT_STEP = Statement(
     "INSERT OR REPLACE INTO steps (run_id, address, status, record, crc) VALUES (?, ?, ?, ?, ?)",
@@ -208,11 +220,10 @@ class SqliteRunStore(QueuedWrites):
         )
 
     def append_event(self, event: Event) -> None:
-        """Queues an event."""
-        body = _encode(event)
+        """Queues an event (the writer packs a batch's events of one run in one row)."""
         self._writer.put(
             _APPEND_EVENT,
-            (event.run_id, event.seq, event.type, event.step_id, _blob(body), crc(body)),
+            (event.run_id, event.seq, event.type, packed_body(event)),
             self._leases.get(event.run_id),
         )
 
@@ -272,12 +283,41 @@ class SqliteRunStore(QueuedWrites):
         self, run_id: str, *, after_seq: int = 0, limit: int | None = None
     ) -> list[Event]:
         """The run's events after ``after_seq``, in order (the first ``limit``, if given)."""
-        rows = await self._read(
-            "SELECT seq, NULL, body, crc FROM events WHERE run_id = ? AND seq > ? "
-            "ORDER BY seq LIMIT ?",
-            (run_id, after_seq, -1 if limit is None else limit),
-        )
-        return read_events(run_id, rows)
+        events: list[Event] = []
+        if limit is not None:
+            # A page: the rows holding seqs after_seq + 1 .. after_seq + limit, not
+            # `limit` rows, which as packs would be read and dropped by the thousand.
+            events = await self._events_between(run_id, after_seq, after_seq + limit)
+        if limit is None or len(events) < limit:  # the end, or a gap in the numbers
+            events = await self._events_between(run_id, after_seq, None, limit)
+        return events if limit is None else events[:limit]
+
+    async def _events_between(
+        self, run_id: str, after_seq: int, until: int | None, rows: int | None = None
+    ) -> list[Event]:
+        """The run's events after ``after_seq`` up to seq ``until`` (None: all), from the
+        first ``rows`` rows (None: all) that hold any.
+
+        A pack that holds ``after_seq + 1`` starts at most `PACKED_EVENTS` before it:
+        the key's range bounds the scan on both sides (two statements, not an ``? IS
+        NULL OR`` that SQLite would not use the index for).
+        """
+        low = after_seq - PACKED_EVENTS
+        if until is None:
+            found = await self._read(
+                "SELECT seq, last_seq, body, crc FROM events WHERE run_id = ? AND seq > ? "
+                "AND coalesce(last_seq, seq) > ? ORDER BY seq LIMIT ?",
+                (run_id, low, after_seq, -1 if rows is None else rows),
+            )
+        else:
+            found = await self._read(
+                "SELECT seq, last_seq, body, crc FROM events WHERE run_id = ? AND seq > ? "
+                "AND seq <= ? AND coalesce(last_seq, seq) > ? ORDER BY seq LIMIT ?",
+                (run_id, low, until, after_seq, -1 if rows is None else rows),
+            )
+        events = read_events(run_id, found)
+        start = next((i for i, e in enumerate(events) if e.seq > after_seq), len(events))
+        return [e for e in events[start:] if until is None or e.seq <= until]
 
     async def steps(
         self, run_id: str, *, after: str | None = None, limit: int | None = None

@@ -64,6 +64,7 @@ import sqlite3
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -87,11 +88,14 @@ class Statement(NamedTuple):
         table: The one table it writes.
         key: For an ``INSERT OR REPLACE``: how many leading parameters are the
             primary key (a later row with the same key replaces the row); else 0.
+        pack: Makes the rows written of a batch's rows queued with it (the events'
+            packs, ``_records.pack_events``); None: each queued row is written.
     """
 
     sql: str
     table: str
     key: int = 0
+    pack: Callable[[list[tuple[Any, ...]]], list[tuple[Any, ...]]] | None = None
 
 
 class _Counted(NamedTuple):
@@ -349,6 +353,8 @@ class GroupWriter:
             tables = _fenced(cursor, writes)
             for runs in tables.values():
                 for statement, rows in runs:
+                    if statement.pack is not None:
+                        rows = statement.pack(rows)
                     if len(rows) == 1:
                         cursor.execute(statement.sql, rows[0])
                     else:
