@@ -206,19 +206,7 @@ def migrate(connection: sqlite3.Connection, path: Path) -> None:
         return
     connection.execute("BEGIN IMMEDIATE")
     try:
-        if version == 1:  # records written before checksums existed stay unchecked (NULL)
-            connection.execute("ALTER TABLE events ADD COLUMN crc INTEGER")
-            connection.execute("ALTER TABLE steps ADD COLUMN crc INTEGER")
-        if version == 2:  # a lease of before expiry counts as expired: its holder renews none
-            connection.execute("ALTER TABLE leases ADD COLUMN fence INTEGER NOT NULL DEFAULT 0")
-            connection.execute("ALTER TABLE leases ADD COLUMN expires_at REAL NOT NULL DEFAULT 0")
-        if 0 < version < 5:  # lineage (forks); the runs of before were forked from nothing
-            connection.execute("ALTER TABLE runs ADD COLUMN parent_run_id TEXT")
-            connection.execute("ALTER TABLE runs ADD COLUMN parent_address TEXT")
-        if 0 < version < 6:  # queued runs' priority (NULL: the runs of before had none)
-            connection.execute("ALTER TABLE runs ADD COLUMN priority INTEGER")
-        if version == 7:  # the workers of each supervisor (the rows of before: none known)
-            connection.execute("ALTER TABLE supervisors ADD COLUMN pool TEXT")
+        _add_columns(connection, version)
         for statement in _SCHEMA.split(";"):
             if statement.strip():
                 connection.execute(statement)
@@ -234,6 +222,23 @@ def migrate(connection: sqlite3.Connection, path: Path) -> None:
     except BaseException:
         connection.execute("ROLLBACK")
         raise
+
+
+def _add_columns(connection: sqlite3.Connection, version: int) -> None:
+    """The columns that versions after ``version`` added to tables it already had."""
+    if version == 1:  # records written before checksums existed stay unchecked (NULL)
+        connection.execute("ALTER TABLE events ADD COLUMN crc INTEGER")
+        connection.execute("ALTER TABLE steps ADD COLUMN crc INTEGER")
+    if version == 2:  # a lease of before expiry counts as expired: its holder renews none
+        connection.execute("ALTER TABLE leases ADD COLUMN fence INTEGER NOT NULL DEFAULT 0")
+        connection.execute("ALTER TABLE leases ADD COLUMN expires_at REAL NOT NULL DEFAULT 0")
+    if 0 < version < 5:  # lineage (forks); the runs of before were forked from nothing
+        connection.execute("ALTER TABLE runs ADD COLUMN parent_run_id TEXT")
+        connection.execute("ALTER TABLE runs ADD COLUMN parent_address TEXT")
+    if 0 < version < 6:  # queued runs' priority (NULL: the runs of before had none)
+        connection.execute("ALTER TABLE runs ADD COLUMN priority INTEGER")
+    if version == 7:  # the workers of each supervisor (the rows of before: none known)
+        connection.execute("ALTER TABLE supervisors ADD COLUMN pool TEXT")
 
 
 def integrity_problems(connection: sqlite3.Connection, *, limit: int = 100) -> list[str]:
