@@ -91,12 +91,16 @@ def _raw_read(store: Path) -> float:
     import sqlite3
 
     decode_event = msgspec.json.Decoder(Event).decode
+    decode_pack = msgspec.json.Decoder(list[Event]).decode
     decode_step = msgspec.json.Decoder(StepRecord).decode
     started = now()
     connection = sqlite3.connect(store)
-    events = connection.execute("SELECT body FROM events WHERE run_id = 'r' ORDER BY seq")
-    for (body,) in events:
-        decode_event(body)
+    events = connection.execute("SELECT body, last_seq FROM events WHERE run_id = 'r' ORDER BY seq")
+    for body, last_seq in events:  # a row is one event, or a pack of a commit's (a list)
+        if last_seq is None:
+            decode_event(body)
+        else:
+            decode_pack(body)
     for (record,) in connection.execute("SELECT record FROM steps WHERE run_id = 'r'"):
         decode_step(record)
     connection.close()
