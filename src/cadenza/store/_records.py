@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import zlib
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any, TypeVar, get_args
 
 import msgspec
@@ -157,6 +157,41 @@ def read_events(run_id: str, rows: Iterable[Sequence[Any]]) -> list[Event]:
         else:
             events += unpack_events(run_id, seq, last, body, stored)
     return events
+
+
+EventRows = Callable[[int, int, int | None, int | None], Awaitable[Iterable[Sequence[Any]]]]
+"""A store's read of a run's ``(seq, last_seq, body, crc)`` rows, ``(low, after, until,
+rows)``: those with ``seq > low`` and ``seq <= until`` (None: no bound) whose last
+``seq`` is past ``after``, in order, the first ``rows`` (None: all)."""
+
+
+async def paged_events(
+    run_id: str, after_seq: int, limit: int | None, event_rows: EventRows
+) -> list[Event]:
+    """The run's events after ``after_seq``, in order (the first ``limit``, if given), from
+    rows of single events and packs (`pack_events`) that ``event_rows`` reads.
+
+    A pack that holds ``after_seq + 1`` starts at most `PACKED_EVENTS` before it, so
+    the key's range bounds the scan. A page reads the rows holding seqs
+    ``after_seq + 1 .. after_seq + limit``, not ``limit`` rows, which as packs would
+    be read, decoded and dropped by the hundred thousand at every page of a resume;
+    only when they fall short (the end, or a gap in the numbers) does it read on.
+    """
+
+    async def between(until: int | None, rows: int | None = None) -> list[Event]:
+        found = await event_rows(after_seq - PACKED_EVENTS, after_seq, until, rows)
+        return [
+            event
+            for event in read_events(run_id, found)
+            if event.seq > after_seq and (until is None or event.seq <= until)
+        ]
+
+    events: list[Event] = []
+    if limit is not None:
+        events = await between(after_seq + limit)
+    if limit is None or len(events) < limit:
+        events = await between(None, limit)
+    return events if limit is None else events[:limit]
 
 
 def packed_body(event: Event) -> bytes:

@@ -31,6 +31,7 @@ what ``pg_stat_activity`` shows, and what an operator selects on.
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import os
 import time
@@ -59,14 +60,13 @@ from cadenza.store._base import (
 from cadenza.store._lease import DEFAULT_LEASE_TTL, HeldLeases, Lease, LeaseHolder, lease_lost
 from cadenza.store._queued import QueuedWrites
 from cadenza.store._records import (
-    PACKED_EVENTS,
     RUN_COLUMNS,
     crc,
     pack_events,
     packed_body,
+    paged_events,
     read_calls,
     read_document,
-    read_events,
     read_run,
     read_steps,
     run_columns,
@@ -429,37 +429,27 @@ class PostgresRunStore(QueuedWrites):
     ) -> list[Event]:
         """The run's events after ``after_seq``, in order; the first ``limit`` of them only,
         when given."""
-        # A pack that holds `after_seq + 1` starts at most PACKED_EVENTS before it: the
-        # index bounds the scan, the last row's seq decides.
-        events: list[Event] = []
-        if limit is not None:
-            # A page: the rows holding seqs after_seq + 1 .. after_seq + limit, not `limit`
-            # rows, which as packs (up to PACKED_EVENTS each) would be read, decoded and
-            # dropped by the hundred thousand at every page of a resume.
-            events = await self._events_between(run_id, after_seq, after_seq + limit)
-        if limit is None or len(events) < limit:  # the end, or a gap in the numbers
-            events = await self._events_between(run_id, after_seq, None, limit)
-        return events if limit is None else events[:limit]
+        return await paged_events(
+            run_id, after_seq, limit, functools.partial(self._event_rows, run_id)
+        )
 
-    async def _events_between(
-        self, run_id: str, after_seq: int, until: int | None, rows: int | None = None
-    ) -> list[Event]:
-        """The run's events after ``after_seq`` up to seq ``until`` (None: all), from the
-        first ``rows`` rows (None: all) that hold any."""
+    async def _event_rows(
+        self, run_id: str, low: int, after: int, until: int | None, rows: int | None
+    ) -> list[Any]:
+        """`EventRows` of the run."""
         async with self._reaching() as pool:
-            found = await pool.fetch(
-                "SELECT seq, last_seq, body, crc FROM cadenza_events "
-                "WHERE run_id = $1 AND seq > $2 AND coalesce(last_seq, seq) > $3 "
-                "AND ($4::bigint IS NULL OR seq <= $4) ORDER BY seq LIMIT $5",
-                run_id,
-                after_seq - PACKED_EVENTS,
-                after_seq,
-                until,
-                rows,
+            return list(
+                await pool.fetch(
+                    "SELECT seq, last_seq, body, crc FROM cadenza_events "
+                    "WHERE run_id = $1 AND seq > $2 AND coalesce(last_seq, seq) > $3 "
+                    "AND ($4::bigint IS NULL OR seq <= $4) ORDER BY seq LIMIT $5",
+                    run_id,
+                    low,
+                    after,
+                    until,
+                    rows,
+                )
             )
-        events = read_events(run_id, found)
-        start = next((i for i, e in enumerate(events) if e.seq > after_seq), len(events))
-        return [e for e in events[start:] if until is None or e.seq <= until]
 
     async def steps(
         self, run_id: str, *, after: str | None = None, limit: int | None = None

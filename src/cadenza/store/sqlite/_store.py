@@ -18,6 +18,7 @@ step boundary awaits `flush`, so at most a few events per running step are queue
 
 from __future__ import annotations
 
+import functools
 import itertools
 import sqlite3
 import time
@@ -46,13 +47,12 @@ from cadenza.store._base import (
 from cadenza.store._lease import DEFAULT_LEASE_TTL, HeldLeases, Lease, LeaseHolder, lease_lost
 from cadenza.store._queued import QueuedWrites
 from cadenza.store._records import (
-    PACKED_EVENTS,
     RUN_COLUMNS,
     pack_events,
     packed_body,
+    paged_events,
     read_calls,
     read_document,
-    read_events,
     read_run,
     read_steps,
     run_columns,
@@ -283,41 +283,26 @@ class SqliteRunStore(QueuedWrites):
         self, run_id: str, *, after_seq: int = 0, limit: int | None = None
     ) -> list[Event]:
         """The run's events after ``after_seq``, in order (the first ``limit``, if given)."""
-        events: list[Event] = []
-        if limit is not None:
-            # A page: the rows holding seqs after_seq + 1 .. after_seq + limit, not
-            # `limit` rows, which as packs would be read and dropped by the thousand.
-            events = await self._events_between(run_id, after_seq, after_seq + limit)
-        if limit is None or len(events) < limit:  # the end, or a gap in the numbers
-            events = await self._events_between(run_id, after_seq, None, limit)
-        return events if limit is None else events[:limit]
+        return await paged_events(
+            run_id, after_seq, limit, functools.partial(self._event_rows, run_id)
+        )
 
-    async def _events_between(
-        self, run_id: str, after_seq: int, until: int | None, rows: int | None = None
-    ) -> list[Event]:
-        """The run's events after ``after_seq`` up to seq ``until`` (None: all), from the
-        first ``rows`` rows (None: all) that hold any.
-
-        A pack that holds ``after_seq + 1`` starts at most `PACKED_EVENTS` before it:
-        the key's range bounds the scan on both sides (two statements, not an ``? IS
-        NULL OR`` that SQLite would not use the index for).
-        """
-        low = after_seq - PACKED_EVENTS
+    async def _event_rows(
+        self, run_id: str, low: int, after: int, until: int | None, rows: int | None
+    ) -> list[tuple[Any, ...]]:
+        """`EventRows` of the run: two statements, not an ``? IS NULL OR`` that SQLite
+        would not bound the index's range with."""
         if until is None:
-            found = await self._read(
+            return await self._read(
                 "SELECT seq, last_seq, body, crc FROM events WHERE run_id = ? AND seq > ? "
                 "AND coalesce(last_seq, seq) > ? ORDER BY seq LIMIT ?",
-                (run_id, low, after_seq, -1 if rows is None else rows),
+                (run_id, low, after, -1 if rows is None else rows),
             )
-        else:
-            found = await self._read(
-                "SELECT seq, last_seq, body, crc FROM events WHERE run_id = ? AND seq > ? "
-                "AND seq <= ? AND coalesce(last_seq, seq) > ? ORDER BY seq LIMIT ?",
-                (run_id, low, until, after_seq, -1 if rows is None else rows),
-            )
-        events = read_events(run_id, found)
-        start = next((i for i, e in enumerate(events) if e.seq > after_seq), len(events))
-        return [e for e in events[start:] if until is None or e.seq <= until]
+        return await self._read(
+            "SELECT seq, last_seq, body, crc FROM events WHERE run_id = ? AND seq > ? "
+            "AND seq <= ? AND coalesce(last_seq, seq) > ? ORDER BY seq LIMIT ?",
+            (run_id, low, until, after, -1 if rows is None else rows),
+        )
 
     async def steps(
         self, run_id: str, *, after: str | None = None, limit: int | None = None

@@ -352,13 +352,13 @@ class GroupWriter:
             _begin(cursor)
             tables = _fenced(cursor, writes)
             for runs in tables.values():
-                for statement, rows in runs:
-                    if statement.pack is not None:
-                        rows = statement.pack(rows)
+                for statement, queued in runs:
+                    pack = statement.pack
+                    rows = pack(queued) if pack is not None else _latest(statement, queued)
                     if len(rows) == 1:
                         cursor.execute(statement.sql, rows[0])
                     else:
-                        cursor.executemany(statement.sql, _latest(statement, rows))
+                        cursor.executemany(statement.sql, rows)
             changes = [cursor.execute(c.statement.sql, c.parameters).rowcount for c in counted]
             failpoint("store.before_commit")
             cursor.execute("COMMIT")
