@@ -268,8 +268,13 @@ class RunJournal:
             plain = data
         else:
             plain = to_builtins(data)  # `to_data`, without a call more on the hot path
-        if known_secrets():
-            message, error, plain = scrub(message), scrub(error), scrub(plain)
+        if known_secrets():  # most events have no message or error: no call for them
+            if message is not None:
+                message = scrub(message)
+            if error is not None:
+                error = scrub(error)
+            if plain is not None:
+                plain = scrub(plain)
         restated = self.replay is not None and self.replay.suppress(
             type, step_id, message, error, plain
         )

@@ -30,7 +30,7 @@ __all__ = ["agent_builtins", "builtin_names"]
 
 _TEXT = {"type": "string"}
 _PATH = {"type": "string", "description": "Relative to the workflow's directory."}
-_SPECS: dict[str, tuple[str, dict[str, Any], list[str]]] = {
+_SCHEMAS: dict[str, tuple[str, dict[str, Any], list[str]]] = {
     "read": ("Read a text file.", {"path": _PATH}, ["path"]),
     "write": (
         "Create or replace a file (and its directories) with the given content.",
@@ -57,6 +57,15 @@ _SPECS: dict[str, tuple[str, dict[str, Any], list[str]]] = {
         ["command"],
     ),
 }
+# Made once: every visit of every agent offers the same specs (nothing writes to them).
+_SPECS = {
+    name: ToolSpec(
+        name=name,
+        description=description,
+        parameters={"type": "object", "properties": properties, "required": required},
+    )
+    for name, (description, properties, required) in _SCHEMAS.items()
+}
 
 
 def builtin_names(agent: Agent | None) -> list[str]:
@@ -77,8 +86,6 @@ def agent_builtins(
 
 
 def _tool(name: str, site: CallSite) -> Tool:
-    description, properties, required = _SPECS[name]
-    schema = {"type": "object", "properties": properties, "required": required}
     implementation = builtin(name)
 
     async def run(arguments: dict[str, Any]) -> str:
@@ -88,4 +95,4 @@ def _tool(name: str, site: CallSite) -> Tool:
             said = f"{failure.error.type}: {failure.error.message}"
             raise ToolError(f"{said}\n{failure.content}" if failure.content else said) from None
 
-    return Tool(ToolSpec(name=name, description=description, parameters=schema), run)
+    return Tool(_SPECS[name], run)
