@@ -268,13 +268,8 @@ class RunJournal:
             plain = data
         else:
             plain = to_builtins(data)  # `to_data`, without a call more on the hot path
-        if known_secrets():  # most events have no message or error: no call for them
-            if message is not None:
-                message = scrub(message)
-            if error is not None:
-                error = scrub(error)
-            if plain is not None:
-                plain = scrub(plain)
+        if known_secrets():
+            message, error, plain = _scrubbed(message, error, plain)
         restated = self.replay is not None and self.replay.suppress(
             type, step_id, message, error, plain
         )
@@ -631,3 +626,17 @@ def ancestors(address: str) -> list[str]:
 def _under(address: str, prefix: str) -> bool:
     """Whether ``address`` is ``prefix`` or an address under it."""
     return address.startswith(prefix) and address[len(prefix) : len(prefix) + 1] in ("", ".", "[")
+
+
+def _scrubbed(
+    message: str | None, error: str | None, plain: Any
+) -> tuple[str | None, str | None, Any]:
+    """An event's text and data with known secrets masked (`scrub`); most events have
+    no message or error, so those cost no call."""
+    if message is not None:
+        message = scrub(message)
+    if error is not None:
+        error = scrub(error)
+    if plain is not None:
+        plain = scrub(plain)
+    return message, error, plain
