@@ -27,6 +27,7 @@ import structlog
 
 from _harness import Figure, best_of, now
 from cadenza.llm import LLMRequest, Message, ProviderRegistry, ToolSpec
+from cadenza.llm._openai import encode_openai
 from cadenza.testing import ScriptedLLMServer, ServerRule
 
 GROUP = "llm"
@@ -59,8 +60,8 @@ async def _bare_calls_per_s(
     ``body`` is the request to send (default: `_REQUEST`'s).
     """
     url = f"{environ['OPENAI_BASE_URL']}/chat/completions"
-    if body is None:
-        body = _encoded(_REQUEST, stream=stream)
+    if body is None:  # the bytes the openai provider sends for it
+        body = encode_openai(_REQUEST, stream=stream)
     headers = {"Authorization": "Bearer bench-key", "Content-Type": "application/json"}
     async with httpx.AsyncClient() as http:
 
@@ -77,29 +78,6 @@ async def _bare_calls_per_s(
                         json.loads(line[6:])
 
         return await _rate(one_streamed if stream else one, calls)
-
-
-def _encoded(request: LLMRequest, *, stream: bool) -> bytes:
-    """``request`` as an OpenAI Chat Completions body."""
-    extra = {"stream": True, "stream_options": {"include_usage": True}} if stream else {}
-    return json.dumps(
-        {
-            **extra,
-            "model": request.model,
-            "messages": [{"role": m.role, "content": m.content} for m in request.messages],
-            "tools": [
-                {
-                    "type": "function",
-                    "function": {
-                        "name": t.name,
-                        "description": t.description,
-                        "parameters": t.parameters,
-                    },
-                }
-                for t in request.tools
-            ],
-        }
-    ).encode()
 
 
 async def _provider_calls_per_s(environ: dict[str, str], calls: int) -> float:
