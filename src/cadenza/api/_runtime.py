@@ -84,7 +84,7 @@ from cadenza.errors import (
     StoreFailed,
 )
 from cadenza.kernel import Clock, SystemClock
-from cadenza.llm import Price, RetryPolicy
+from cadenza.llm import Price, ProviderRegistry
 from cadenza.protocols import (
     FINISHED,
     Event,
@@ -335,7 +335,7 @@ class Runtime:
         if self._http is None:
             async with self._http_lock:
                 if self._http is None:
-                    self._http = await anyio.to_thread.run_sync(_new_http_client)
+                    self._http = await anyio.to_thread.run_sync(ProviderRegistry.http_client)
         return self._http
 
     async def __aenter__(self) -> Runtime:
@@ -1293,11 +1293,6 @@ async def _lost_meanwhile(store: RunStore, lease: Lease) -> None:
     """
     with anyio.move_on_after(lease.ttl), contextlib.suppress(LeaseLost, StoreError):
         await store.renew_lease(lease)
-
-
-def _new_http_client() -> httpx.AsyncClient:
-    policy = RetryPolicy()
-    return httpx.AsyncClient(timeout=httpx.Timeout(policy.deadline, connect=10.0))
 
 
 def _as_document(workflow: LoadedWorkflow | Workflow | str | os.PathLike[str]) -> LoadedWorkflow:

@@ -10,6 +10,7 @@ import asyncio
 import copy
 import json
 import random
+import urllib.request
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Final
@@ -33,7 +34,7 @@ from ._retry import RetryPolicy, is_retryable_status
 from ._stream import Framer, StreamAssembler, StreamError, framer_for
 from ._types import RetryHook
 
-__all__ = ["DEFAULT_MAX_BODY", "HTTPCaller"]
+__all__ = ["DEFAULT_MAX_BODY", "HTTPCaller", "http_client"]
 
 DEFAULT_MAX_BODY: Final = 8 * 1024 * 1024
 """The largest response body read, in bytes; a chat completion is far smaller."""
@@ -42,6 +43,61 @@ _PREVIEW_CHARS: Final = 200
 _PARSED_URLS: Final = 64  # endpoints whose parsed URL is kept; a run uses one or two
 
 _log = get_logger("cadenza.llm")
+
+
+# Schemes whose proxy, set in the environment, the client's mounts route through.
+_PROXIED: Final = frozenset({"http", "https", "all"})
+
+
+@dataclass(frozen=True, slots=True)
+class _Direct:
+    """How to send a request straight to a client's transport (see `http_client`)."""
+
+    transport: httpx.AsyncBaseTransport
+    headers: dict[str, str]
+    """The client's default headers (``User-Agent``, ``Accept-Encoding``...), names lowercased."""
+    timeout: dict[str, float | None]
+    """The client's timeouts, as ``build_request`` hands them to the transport."""
+
+    async def send(self, url: httpx.URL, headers: Mapping[str, str], body: bytes) -> httpx.Response:
+        """POSTs ``body``, headers as ``build_request`` merges them; the reply is streamed."""
+        merged = self.headers.copy()
+        for name, value in headers.items():
+            merged[name.lower()] = value
+        request = httpx.Request(
+            "POST", url, headers=merged, content=body, extensions={"timeout": self.timeout}
+        )
+        return await self.transport.handle_async_request(request)
+
+
+class _ModelClient(httpx.AsyncClient):
+    """httpx's client over ``transport``, which model calls reach past ``send`` (`direct`)."""
+
+    def __init__(self, transport: httpx.AsyncBaseTransport, timeout: httpx.Timeout) -> None:
+        super().__init__(transport=transport, timeout=timeout)
+        defaults = {name.lower(): value for name, value in self.headers.items()}
+        self.direct = _Direct(transport, defaults, self.timeout.as_dict())
+
+
+def http_client(
+    timeout: httpx.Timeout, transport: httpx.AsyncBaseTransport | None = None
+) -> httpx.AsyncClient:
+    """An ``httpx.AsyncClient`` for model calls, which `HTTPCaller` sends through its
+    transport directly.
+
+    ``AsyncClient.send`` costs about 100 us of CPU a request around its transport
+    (the auth flow, redirects, the cookie jar, event hooks, a log line), as much as
+    a whole agent step's own work, and a model call uses none of it: providers
+    neither redirect nor set cookies a call needs, and a signing provider's auth
+    takes the client's way (`HTTPCaller.signed`). With a proxy set in the
+    environment (``HTTPS_PROXY``...), requests take the client's way too, so that
+    its mounts route them. The client is otherwise httpx's default one; closing
+    it closes the transport. Build it off the event loop: it loads the CA bundle.
+    """
+    if transport is None and _PROXIED & urllib.request.getproxies().keys():
+        # httpx mounts the environment's proxies only on a client given no transport.
+        return httpx.AsyncClient(timeout=timeout)
+    return _ModelClient(transport if transport is not None else httpx.AsyncHTTPTransport(), timeout)
 
 
 class _BodyTooLarge(Exception):
@@ -293,11 +349,15 @@ class HTTPCaller:
             target = httpx.URL(url)
             if len(self._urls) < _PARSED_URLS:
                 self._urls[url] = target
-        request = http.build_request("POST", target, headers=headers, content=body)
-        if self._auth is None:
-            response = await http.send(request, stream=True)
+        # A closed client takes httpx's way, which refuses to send (its transport would not).
+        if isinstance(http, _ModelClient) and self._auth is None and not http.is_closed:
+            response = await http.direct.send(target, headers, body)
         else:
-            response = await http.send(request, stream=True, auth=self._auth)
+            request = http.build_request("POST", target, headers=headers, content=body)
+            if self._auth is None:
+                response = await http.send(request, stream=True)
+            else:
+                response = await http.send(request, stream=True, auth=self._auth)
         try:
             declared = response.headers.get("content-length", "")
             if declared.isdigit() and int(declared) > self._max_body:

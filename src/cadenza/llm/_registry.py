@@ -16,7 +16,7 @@ from cadenza._redact import redact, register_secrets_from, secrets_from
 from cadenza.kernel import Clock, SystemClock
 
 from ._errors import LLMConfigError, LLMError
-from ._http import DEFAULT_MAX_BODY, HTTPCaller
+from ._http import DEFAULT_MAX_BODY, HTTPCaller, http_client
 from ._retry import RetryPolicy
 from ._scripted import ScriptedClient, ScriptReplyLike
 from ._specs import (
@@ -75,6 +75,7 @@ class ProviderRegistry:
         http: Where to get a shared ``httpx.AsyncClient`` owned by the caller (a
             `Runtime` shares one across its runs, so connections and the loaded
             CA bundle are reused); the registry then neither builds nor closes one.
+            Build it with `http_client`, whose model calls take the shortest way.
         offline: An offline replay's (``cadenza replay``): its calls are answered from
             a recorded run's journal, so no key is asked for (`check` passes without
             one) and no client may reach the network (a call fails with `LLMError`).
@@ -286,11 +287,22 @@ class ProviderRegistry:
             return self._http
 
     def _new_http_client(self) -> httpx.AsyncClient:
-        deadline = self._policy.deadline
-        return httpx.AsyncClient(
-            transport=self._transport,
-            timeout=httpx.Timeout(deadline, connect=min(_CONNECT_TIMEOUT, deadline)),
-        )
+        return ProviderRegistry.http_client(self._policy, self._transport)
+
+    @staticmethod
+    def http_client(
+        policy: RetryPolicy | None = None, transport: httpx.AsyncBaseTransport | None = None
+    ) -> httpx.AsyncClient:
+        """A client to share among registries (their ``http``): model calls take its
+        shortest way, straight to its transport.
+
+        Its timeouts are ``policy``'s deadline (`RetryPolicy`'s default when None);
+        it sends through ``transport`` (httpx's default when None). It loads the CA
+        bundle, tens of milliseconds of blocking work: build it off the event loop.
+        """
+        deadline = (policy if policy is not None else RetryPolicy()).deadline
+        timeout = httpx.Timeout(deadline, connect=min(_CONNECT_TIMEOUT, deadline))
+        return http_client(timeout, transport)
 
 
 def _wire(name: str) -> WireFormat:

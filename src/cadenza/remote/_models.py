@@ -15,7 +15,7 @@ import anyio
 import httpx
 
 from cadenza.kernel import Clock
-from cadenza.llm import ProviderRegistry, RetryPolicy
+from cadenza.llm import ProviderRegistry
 
 __all__ = ["RunModels"]
 
@@ -51,13 +51,9 @@ class RunModels:
     async def _shared_http(self) -> httpx.AsyncClient:
         if self._http is None:
             # Building a client loads the CA bundle: keep that off the event loop.
-            http = await anyio.to_thread.run_sync(_new_http_client)
+            http = await anyio.to_thread.run_sync(ProviderRegistry.http_client)
             if self._http is None:
                 self._http = http
             else:
                 await http.aclose()
         return self._http
-
-
-def _new_http_client() -> httpx.AsyncClient:
-    return httpx.AsyncClient(timeout=httpx.Timeout(RetryPolicy().deadline, connect=10.0))
