@@ -21,6 +21,11 @@ lookup. The names:
 ``step.before_record`` / ``step.after_record``
     A step's outcome is about to be recorded / is durable, but its controller
     has not heard of it yet.
+``call.after_record``
+    An agent's tool call, and every call before it, is durable.
+``call.before_confirm``
+    A supervisor has a call a worker made (queued, not yet committed) and has not
+    confirmed it to the worker.
 
 `arm` re-reads a specification at run time, for processes forked from one that
 imported Cadenza before the variable was set (the crash harness does this).
@@ -46,6 +51,7 @@ FAILPOINTS = frozenset(
         "step.before_record",
         "step.after_record",
         "call.after_record",
+        "call.before_confirm",
     )
 )
 """Every failpoint name Cadenza passes through."""

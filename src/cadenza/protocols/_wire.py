@@ -14,6 +14,8 @@ Conversation (docs/protocol.md has the whole of it)::
                                       <--   Welcome(version, heartbeat, liveness)
                                       <--   Dispatch(job, attempt, order)   (credit: capacity)
     Event / Mail(job, attempt, ...)   -->
+    Call(job, attempt, call)          -->
+                                      <--   Durable(job, attempt, calls)   (that many committed)
     Result(job, attempt, status, ...) -->   (one credit back)
     Heartbeat                        <-->   Heartbeat            (every interval, both ways)
     Ready(capacity=0)                 -->   (draining: no more work)
@@ -46,6 +48,7 @@ __all__ = [
     "CostLeft",
     "Disconnect",
     "Dispatch",
+    "Durable",
     "HandlerOrder",
     "Heartbeat",
     "Hello",
@@ -64,9 +67,12 @@ __all__ = [
     "worker_decoder",
 ]
 
-PROTOCOL_VERSION: Final = 5
+PROTOCOL_VERSION: Final = 6
 """The wire protocol's version; a peer with another one is refused.
 
+6: the supervisor confirms the calls it has committed (``durable``), and a worker
+waits for that before a tool runs (a supervisor of version 5 never confirms, so a
+worker of 6 would wait for nothing).
 5: an agent order carries the calls it replays (``recorded``), and a worker sends
 each call it makes back (``call``) for the run's journal (a worker of version 4
 would make every call of a resumed step again).
@@ -253,6 +259,18 @@ class Dispatch(_About, frozen=True, tag="dispatch"):
     order: WorkOrder
 
 
+class Durable(_About, frozen=True, tag="durable"):
+    """The run's journal holds the first ``calls`` calls (`CallMade`) the worker sent
+    for this job and fence, committed.
+
+    A worker runs a tool only once the calls before it are confirmed, and goes on
+    after a tool only once its call is: a kill of the supervisor then takes back no
+    call whose effect happened, as in a run on one process.
+    """
+
+    calls: int
+
+
 class Cancel(_About, frozen=True, tag="cancel"):
     """Stop a job; the worker answers with a ``cancelled`` `Result` (its credit back)."""
 
@@ -351,7 +369,7 @@ class Result(_About, frozen=True, tag="result"):
     usage: Usage | None = None
 
 
-SupervisorMessage = Welcome | Dispatch | Cancel | Heartbeat | WireError | Disconnect
+SupervisorMessage = Welcome | Dispatch | Durable | Cancel | Heartbeat | WireError | Disconnect
 """What a worker's DEALER receives."""
 
 WorkerMessage = (

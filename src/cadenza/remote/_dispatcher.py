@@ -224,6 +224,11 @@ class Dispatcher:
             self._pool.abandon(job)
             raise
 
+    def confirm(self, job: int, attempt: int, calls: int) -> None:
+        """Tells the worker holding ``job`` (fence ``attempt``) that the run's journal holds
+        its first ``calls`` calls; a job no longer there, or sent again since, hears nothing."""
+        self._pool.confirm(job, attempt, calls)
+
     # -- the socket's side -------------------------------------------------------------
 
     def _send(self, identity: bytes, payload: bytes) -> None:

@@ -33,6 +33,7 @@ from cadenza.protocols import (
     Cancel,
     Disconnect,
     Dispatch,
+    Durable,
     Heartbeat,
     Hello,
     Mail,
@@ -114,6 +115,12 @@ class Pool:
             # The worker's answer to the cancel gives the credit back; until then it is spent.
             job.cancelled = True
             self._tell(job.worker.identity, Cancel(job.id, job.attempt, "cancelled"))
+
+    def confirm(self, job_id: int, attempt: int, calls: int) -> None:
+        """Sends `Durable` to the worker that holds ``job_id`` under fence ``attempt``."""
+        job = self.jobs.get(job_id)
+        if job is not None and job.worker is not None and job.attempt == attempt:
+            self._tell(job.worker.identity, Durable(job_id, attempt, calls))
 
     def fail_all(self, error: BaseException) -> None:
         """Fails every job still waiting for a result; nothing more is dispatched."""

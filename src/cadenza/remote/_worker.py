@@ -35,7 +35,7 @@ import msgspec
 import zmq
 
 from cadenza._logging import get_logger
-from cadenza.actors.steps import run_work_order
+from cadenza.actors.steps import Confirmations, run_work_order
 from cadenza.kernel import Clock, SystemClock, Timer
 from cadenza.protocols import (
     MAX_CAPACITY,
@@ -44,6 +44,7 @@ from cadenza.protocols import (
     Cancel,
     Disconnect,
     Dispatch,
+    Durable,
     ErrorInfo,
     Heartbeat,
     Hello,
@@ -123,6 +124,7 @@ class Worker:
         # By (job, attempt): a job sent again after this session was forgotten is a new run.
         self._jobs: dict[tuple[int, int], asyncio.Task[None]] = {}
         self._cancels: dict[tuple[int, int], str] = {}
+        self._confirmations: dict[tuple[int, int], Confirmations] = {}
         self._unsent: deque[bytes] = deque(maxlen=_UNSENT)
         self._models = RunModels(self._clock)
         self._channel: LoopSocket | None = None
@@ -311,6 +313,10 @@ class Worker:
         self._heard = self._clock.now()
         if isinstance(message, Dispatch):
             self._on_dispatch(message)
+        elif isinstance(message, Durable):
+            confirmations = self._confirmations.get((message.job, message.attempt))
+            if confirmations is not None:
+                confirmations.confirm(message.calls)
         elif isinstance(message, Cancel):
             self._on_cancel(message)
         elif isinstance(message, Welcome):
@@ -331,6 +337,9 @@ class Worker:
         """Starts a job, unless this worker is stopping or runs that attempt already."""
         key = (dispatch.job, dispatch.attempt)
         if not self._stopping and key not in self._jobs:
+            # A supervisor silent for its liveness window is lost: no longer waited for.
+            patience = self._heartbeat * self._liveness
+            self._confirmations[key] = Confirmations(self._clock, patience)
             task = asyncio.create_task(self._run_job(dispatch), name=f"job {key}")
             task.add_done_callback(functools.partial(self._job_done, dispatch))
             self._jobs[key] = task
@@ -360,7 +369,13 @@ class Worker:
         job, attempt, order = dispatch.job, dispatch.attempt, dispatch.order
         async with self._slots:
             result = await run_work_order(
-                order, job, attempt, clock=self._clock, providers=self._models, send=self._post
+                order,
+                job,
+                attempt,
+                clock=self._clock,
+                providers=self._models,
+                send=self._post,
+                confirmations=self._confirmations[job, attempt],
             )
         payload = self._encode(result)
         if len(payload) > self._limit:
@@ -373,6 +388,7 @@ class Worker:
         """Every job ends here, even one cancelled before it ran a line."""
         key = (dispatch.job, dispatch.attempt)
         self._jobs.pop(key, None)
+        self._confirmations.pop(key, None)
         reason = self._cancels.pop(key, None)
         error: ErrorInfo | None = None
         if task.cancelled():

@@ -37,7 +37,8 @@ class DispatchSink(Protocol):
         """The running agent sent a message to the coordinator."""
 
     def call(self, call: CallRecord) -> None:
-        """The running agent made a call, for the run's journal."""
+        """The running agent made a call, for the run's journal; the worker waits until
+        it is confirmed (`StepDispatcher.confirm`)."""
 
 
 class StepDispatcher(Protocol):
@@ -48,4 +49,9 @@ class StepDispatcher(Protocol):
 
         Waits while no worker is connected. Cancelling the caller cancels the job.
         """
+        ...
+
+    def confirm(self, job: int, attempt: int, calls: int) -> None:
+        """Tells the worker holding ``job`` under fence ``attempt`` that the run's journal
+        holds the first ``calls`` calls it sent (`DispatchSink.call`), committed."""
         ...

@@ -32,11 +32,13 @@ from ._step import StepActor as StepActor
 from ._tools import Tool as Tool
 from ._tools import ToolError as ToolError
 from ._tools import schema_errors as schema_errors
+from ._work_order import Confirmations as Confirmations
 from ._work_order import run_work_order as run_work_order
 from .kinds import leaf_work as leaf_work
 
 __all__ = [
     "AgentVisit",
+    "Confirmations",
     "DispatchSink",
     "HandlerError",
     "HumanStep",

@@ -18,17 +18,21 @@ it continues is the run's state.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any, Protocol
 
+import anyio
 import msgspec
+from anyio import CancelScope
 
+from cadenza._failpoints import ARMED, failpoint
 from cadenza.actors.run import (
     DispatchSink,
     RunContext,
     StepDispatcher,
     StepFailure,
 )
-from cadenza.errors import InboxFull
+from cadenza.errors import InboxFull, StoreError
 from cadenza.llm import LLMConfigError, LLMUsage, parse_model
 from cadenza.protocols import (
     AgentOrder,
@@ -36,6 +40,7 @@ from cadenza.protocols import (
     ErrorInfo,
     EventType,
     MessageDropped,
+    Result,
     ResultRejected,
     StepDispatched,
     StepEvent,
@@ -55,18 +60,25 @@ class _Away(Protocol):
 
 
 class _StepSink:
-    """Puts what a dispatcher reports about one step into its run."""
+    """Puts what a dispatcher reports about one step into its run, and confirms to the
+    worker the calls the run's journal committed (`confirm_calls`)."""
 
-    __slots__ = ("address", "attempt", "run", "worker")
+    __slots__ = ("_calls", "_dispatch", "_news", "address", "attempt", "failure", "run", "worker")
 
     def __init__(self, run: RunContext, address: str, attempt: int) -> None:
         self.run = run
         self.address = address
         self.attempt = attempt
         self.worker: str | None = None
+        self._dispatch = (0, 0)  # the job and fence the worker's calls come under
+        self._calls = 0  # how many calls it sent under them
+        self._news = asyncio.Event()
+        self.failure: StoreError | None = None
+        """Why the worker's calls could not be committed (see `confirm_calls`)."""
 
     def dispatched(self, worker: str, job: int, attempt: int) -> None:
         self.worker = worker
+        self._dispatch, self._calls = (job, attempt), 0
         data = StepDispatched(worker=worker, job=job, dispatch=attempt)
         self.run.journal.emit(EventType.STEP_DISPATCHED, step_id=self.address, data=data)
 
@@ -113,10 +125,30 @@ class _StepSink:
         return msgspec.structs.replace(turn, data=data)
 
     def call(self, call: CallRecord) -> None:
-        if call.address != self.address or call.attempt != self.attempt:
-            return  # a worker's say only goes for the attempt it was sent: no other's journal
-        run = self.run
-        run.journal.store.put_call(run.run_id, call)
+        self._calls += 1  # confirmed by count: the worker waits for all it sent
+        if call.address == self.address and call.attempt == self.attempt:
+            run = self.run  # a worker's say only goes for the attempt it was sent
+            run.journal.store.put_call(run.run_id, call)
+        self._news.set()
+
+    async def confirm_calls(self, dispatcher: StepDispatcher, waiting: CancelScope) -> None:
+        """Tells the worker, after each commit, how many of its calls the journal holds.
+
+        A failed commit (`LeaseLost`, `StoreFailed`) is kept in ``failure`` and cancels
+        ``waiting``, the step's wait for its job: the step raises it, as in one process.
+        """
+        try:
+            while True:
+                await self._news.wait()
+                self._news.clear()
+                (job, attempt), calls = self._dispatch, self._calls
+                if ARMED:  # a crash test is on: spare every other run the call
+                    failpoint("call.before_confirm")
+                await self.run.journal.durable()
+                dispatcher.confirm(job, attempt, calls)
+        except StoreError as error:
+            self.failure = error
+            waiting.cancel()
 
     def mail(self, text: str) -> None:
         run = self.run
@@ -143,7 +175,10 @@ async def remote_work(step: _Away, dispatcher: StepDispatcher, order: WorkOrder)
     run = step.run
     address = order.address
     sink = _StepSink(run, address, order.attempt)
-    result = await dispatcher.execute(order, sink)
+    if isinstance(order, AgentOrder):  # the one kind of step whose calls are journaled
+        result = await _confirming(dispatcher, order, sink)
+    else:
+        result = await dispatcher.execute(order, sink)
     step.worker = sink.worker
     journal = run.journal
     if result.usage is not None:
@@ -165,6 +200,21 @@ async def remote_work(step: _Away, dispatcher: StepDispatcher, order: WorkOrder)
     if error.type == "BudgetExceeded":
         run.exhaust_budget(error)
     raise StepFailure(error, content=result.content, result=result.result)
+
+
+async def _confirming(dispatcher: StepDispatcher, order: AgentOrder, sink: _StepSink) -> Result:
+    """Runs ``order`` on a worker, confirming its calls as they are committed.
+
+    Raises:
+        LeaseLost, StoreFailed: The run's journal could not commit them.
+    """
+    async with anyio.create_task_group() as group:
+        group.start_soon(sink.confirm_calls, dispatcher, group.cancel_scope)
+        result = await dispatcher.execute(order, sink)
+        group.cancel_scope.cancel()  # the job is over: no call is left to confirm
+    if sink.failure is not None:  # the journal could not commit the worker's calls
+        raise sink.failure
+    return result
 
 
 def _priced(
