@@ -27,6 +27,7 @@ Every stored body is msgspec JSON, checked when it is read back (``_records``).
 from __future__ import annotations
 
 import sqlite3
+import time
 from pathlib import Path
 from typing import Any
 
@@ -159,6 +160,9 @@ _decode_holder = msgspec.json.Decoder(LeaseHolder).decode
 _encode = msgspec.json.Encoder().encode
 
 
+_BUSY = 5.0  # seconds a connection waits for other processes' locks (busy_timeout)
+_BUSY_RETRY = 0.01
+
 PAGE_SIZE = 1024
 """Bytes per page of a store created by this version (an older file keeps its own).
 
@@ -181,12 +185,30 @@ def connect(path: Path) -> sqlite3.Connection:
     try:
         connection = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
         connection.execute(f"PRAGMA page_size={PAGE_SIZE}")  # before WAL creates the file
-        connection.execute("PRAGMA journal_mode=WAL")
+        _into_wal(connection)
         connection.execute("PRAGMA synchronous=FULL")
         connection.execute("PRAGMA busy_timeout=5000")
     except sqlite3.Error as error:
         raise StoreError(f"cannot open the run store {str(path)!r}: {error}") from error
     return connection
+
+
+def _into_wal(connection: sqlite3.Connection) -> None:
+    """Puts the file in WAL mode, waiting up to `_BUSY` seconds for processes that open it too.
+
+    While another process turns a new file to WAL, the switch here can fail at once
+    with "database is locked": SQLite does not call the busy handler there (seen
+    about once in 240 opens of six processes starting together on one new file).
+    """
+    deadline = time.monotonic() + _BUSY
+    while True:
+        try:
+            connection.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as error:
+            if error.sqlite_errorcode != sqlite3.SQLITE_BUSY or time.monotonic() > deadline:
+                raise
+            time.sleep(_BUSY_RETRY)  # connect runs off the event loop: a thread may wait
 
 
 def migrate(connection: sqlite3.Connection, path: Path) -> None:
